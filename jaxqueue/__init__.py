@@ -1,0 +1,29 @@
+"""jaxqueue: batched, jit-compiled simulation and mean-field theory of load balancing.
+
+N FIFO servers with exp(1) service, Poisson arrivals of rate ``lambda * N``,
+M dispatchers, and the policies of the papers: Random, JSQ, Pod(d), I1F, JIQ
+(with delete requests), JIQ-Pod(d), JIQ-SQ(d) and the single-dispatcher
+idle-first-else-JSQ(d) scheme.
+"""
+
+__version__ = "0.1.0"
+
+from jaxqueue.config import System
+from jaxqueue.estimators import Estimate, SimulationResult
+from jaxqueue.policies import Policy, available, make, register
+from jaxqueue.simulate import LevelOverflowError, simulate, steps_per_time_unit, sweep
+
+__all__ = [
+    "__version__",
+    "System",
+    "Estimate",
+    "SimulationResult",
+    "Policy",
+    "available",
+    "make",
+    "register",
+    "LevelOverflowError",
+    "simulate",
+    "sweep",
+    "steps_per_time_unit",
+]

@@ -1,0 +1,92 @@
+"""Static system configuration and input validation.
+
+Everything that fixes an array shape or a branch lives in :class:`System`, a
+frozen, hashable dataclass that ``jax.jit`` treats as static. What a sweep
+varies or a gradient flows through (the load) is passed as an array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["System", "check_int", "check_load", "MAX_STEPS"]
+
+#: Per-replica step counters are int32.
+MAX_STEPS = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    """Shape-defining settings of one simulated system.
+
+    Attributes:
+        n_servers: number of servers ``N`` (>= 1).
+        n_dispatchers: number of dispatchers ``M`` (1 <= M <= N).
+        buffer: places per server ``b`` (one in service, ``b - 1`` waiting), or
+            ``None`` for infinite buffers.
+        levels: the largest tracked queue length. Equals ``buffer`` for finite
+            buffers; for infinite buffers an arrival that would pass it is an
+            overflow, counted and reported (never clipped in silence).
+        iqueue_levels: the largest tracked I-queue size (JIQ family with
+            ``M > 1``; 0 otherwise). A server that would join a full I-queue is
+            an overflow, counted and reported.
+    """
+
+    n_servers: int
+    n_dispatchers: int = 1
+    buffer: int | None = None
+    levels: int = 0
+    iqueue_levels: int = 0
+
+    def __post_init__(self):
+        check_int("n_servers", self.n_servers, 1, 2**31 - 1)
+        check_int("n_dispatchers", self.n_dispatchers, 1, self.n_servers)
+        if self.buffer is not None:
+            check_int("buffer", self.buffer, 1, 10**6)
+            if self.levels != self.buffer:
+                raise ValueError(
+                    f"levels={self.levels} must equal buffer={self.buffer} for finite buffers"
+                )
+        else:
+            check_int("levels", self.levels, 1, 10**6)
+        check_int("iqueue_levels", self.iqueue_levels, 0, self.n_servers)
+
+    @property
+    def ratio(self) -> float:
+        """``r = N / M``."""
+        return self.n_servers / self.n_dispatchers
+
+
+def check_int(name: str, value, lo: int, hi: int) -> None:
+    """Raise unless ``value`` is an int with ``lo <= value <= hi``; the error names ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} is out of range: need {lo} <= {name} <= {hi}")
+
+
+def check_load(load: float, buffer: int | None) -> float:
+    """Validate the normalised arrival rate ``lambda``.
+
+    Args:
+        load: arrivals per server per unit time.
+        buffer: ``None`` for infinite buffers (then ``load < 1`` is required).
+
+    Returns:
+        ``load`` as a Python float.
+    """
+    try:
+        value = float(load)
+    except (TypeError, ValueError):
+        raise TypeError(f"load must be a number, got {load!r}") from None
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"load={load} is out of range: need load > 0")
+    if buffer is None and value >= 1.0:
+        raise ValueError(
+            f"load={load} is out of range: infinite buffers need 0 < load < 1 "
+            "(the system is unstable otherwise); give a finite buffer for load >= 1"
+        )
+    if value > 1e6:
+        raise ValueError(f"load={load} is out of range: need load <= 1e6")
+    return value

@@ -1,0 +1,278 @@
+"""State and step kernel of the lockstep uniformized simulator.
+
+One replica's state is its occupancy tails (exchangeable form):
+
+* ``tail[k]`` (k = 0..levels): servers holding at least ``k`` tasks; ``tail[0] = N``;
+* ``iq_tail[j]`` (j = 0..iqueue_levels): dispatchers listing at least ``j``
+  idle servers (JIQ family with ``M > 1``; shape ``(1,)`` otherwise).
+
+so one event costs O(levels + iqueue_levels), whatever ``N`` and ``M`` are.
+
+Uniformization: the total event rate is bounded by ``N * (lambda + 1)``. Each
+step is an arrival with probability ``lambda / (lambda + 1)``, otherwise a
+potential departure from a uniformly random server (a no-op if it is idle).
+The embedded chain has the CTMC's stationary law, so time averages are step
+averages, and one unit of time is ``N * (lambda + 1)`` steps. Every replica
+takes the same steps, so replicas advance together as batched array updates.
+
+Estimators are accumulated on the device: exact int32 sums inside a block of
+:data:`~jaxqueue.rng.BLOCK` steps, then Kahan-compensated float32 sums across
+blocks, so time averages stay accurate over 10^9 steps.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.config import System
+from jaxqueue.policies import Policy, View, level_of
+from jaxqueue.rng import BLOCK, bernoulli, block_keys, step_words, uniform_index
+
+__all__ = ["Core", "Stats", "State", "init", "step", "run_blocks", "n_words", "iq_width"]
+
+
+class Core(NamedTuple):
+    """The Markov state of one replica (int32 arrays)."""
+
+    tail: jax.Array  # (levels + 1,)
+    iq_tail: jax.Array  # (iqueue_levels + 1,) or (1,)
+
+
+class Stats(NamedTuple):
+    """Running sums of one replica's measurements since the last reset.
+
+    Time averages (``tail_sum / steps`` etc.) are sums of the per-step
+    fractions ``tail / N`` and ``iq_tail / M`` (Kahan pairs ``*_sum``,
+    ``*_comp``). ``seen[k]`` counts accepted arrivals that found ``k`` tasks.
+    """
+
+    tail_sum: jax.Array  # float32 (levels + 1,)
+    tail_comp: jax.Array
+    iq_sum: jax.Array  # float32 (iq_width,)
+    iq_comp: jax.Array
+    seen: jax.Array  # int32 (levels + 1,)
+    arrivals: jax.Array  # int32 scalars from here on
+    blocked: jax.Array
+    overflow: jax.Array
+    iq_overflow: jax.Array
+    joins: jax.Array
+    deletes: jax.Array
+    probes: jax.Array
+    steps: jax.Array
+
+
+class State(NamedTuple):
+    """A replica: its Markov state and its running sums."""
+
+    core: Core
+    stats: Stats
+
+
+def iq_width(system: System, policy: Policy) -> int:
+    """Length of the accumulated I-queue tail: ``iqueue_levels + 1``, or 2 for ``M = 1``."""
+    if not policy.uses_iqueues:
+        return 1
+    return 2 if system.n_dispatchers == 1 else system.iqueue_levels + 1
+
+
+def n_words(system: System, policy: Policy) -> int:
+    """Random words one step consumes: event type, then the larger of the branches."""
+    departure = 2 + policy.idle_words(system)
+    return 1 + max(departure, policy.route_words(system))
+
+
+def zero_stats(system: System, policy: Policy) -> Stats:
+    """Running sums set to zero (single replica)."""
+    f = lambda n: jnp.zeros((n,), jnp.float32)  # noqa: E731
+    i = jnp.int32(0)
+    w = iq_width(system, policy)
+    return Stats(
+        f(system.levels + 1), f(system.levels + 1), f(w), f(w),
+        jnp.zeros((system.levels + 1,), jnp.int32), i, i, i, i, i, i, i, i,
+    )  # fmt: skip
+
+
+def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
+    """Build a Core from occupancy counts (host side, numpy).
+
+    Args:
+        counts: int ``(levels + 1,)``, servers with exactly k tasks (sums to N).
+        iq_counts: int ``(iqueue_levels + 1,)``, dispatchers listing exactly j
+            servers (sums to M, and ``sum j * iq_counts[j]`` equals the idle
+            servers), or ``None`` when the policy has no I-queues or ``M = 1``.
+    """
+    counts = np.asarray(counts, np.int64)
+    tail = np.cumsum(counts[::-1])[::-1]
+    if policy.uses_iqueues and system.n_dispatchers > 1:
+        iq_counts = np.asarray(iq_counts, np.int64)
+        iq_tail = np.cumsum(iq_counts[::-1])[::-1]
+    else:
+        iq_tail = np.array([system.n_dispatchers])
+    return Core(jnp.asarray(tail, jnp.int32), jnp.asarray(iq_tail, jnp.int32))
+
+
+def init(counts, iq_counts, system: System, policy: Policy) -> State:
+    """A replica's State from occupancy counts, with zeroed running sums."""
+    return State(core_from_counts(counts, iq_counts, system, policy), zero_stats(system, policy))
+
+
+def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy):
+    """One uniformized step of one replica.
+
+    Args:
+        core: the replica's Markov state.
+        words: uint32 ``(n_words(system, policy),)`` random words.
+        load: float32 scalar, ``lambda``.
+        system, policy: static.
+
+    Returns:
+        ``(new_core, event)`` where ``event`` is a dict of int32 scalars and the
+        one-hot ``seen`` increment, consumed by :func:`run_blocks`.
+    """
+    n = system.n_servers
+    levels = system.levels
+    tail, iq_tail = core
+    idle = jnp.int32(n) - tail[1]
+    view = View(tail, iq_tail, idle)
+    is_arrival = bernoulli(words[0], load / (1.0 + load))
+
+    # Departure branch: a uniformly random server completes a task if busy.
+    k_dep = level_of(tail, uniform_index(words[1], words[2], n))
+    departs = ~is_arrival & (k_dep >= 1)
+    to_idle = departs & (k_dep == 1)
+
+    # Arrival branch.
+    route = policy.route(view, words[1:], system)
+    k = route.level
+    full = k >= levels
+    accepted = is_arrival & ~full
+
+    idx = jnp.arange(levels + 1, dtype=jnp.int32)
+    new_tail = (
+        tail
+        + ((idx == k + 1) & accepted).astype(jnp.int32)
+        - ((idx == k_dep) & departs).astype(jnp.int32)
+    )
+
+    joins = jnp.int32(0)
+    probes = jnp.where(is_arrival, route.probes, 0)
+    iq_overflow = jnp.bool_(False)
+    new_iq = iq_tail
+    if policy.uses_iqueues:
+        join_size, join_probes = policy.on_idle(view, words[3:], system)
+        joins = to_idle.astype(jnp.int32)
+        probes = probes + jnp.where(to_idle, join_probes, 0)
+        if system.n_dispatchers > 1:
+            top = system.iqueue_levels
+            jdx = jnp.arange(top + 1, dtype=jnp.int32)
+            iq_overflow = to_idle & (join_size >= top)
+            leave = is_arrival & (route.iq_remove >= 1)
+            new_iq = (
+                iq_tail
+                - ((jdx == route.iq_remove) & leave).astype(jnp.int32)
+                + ((jdx == join_size + 1) & to_idle & ~iq_overflow).astype(jnp.int32)
+            )
+
+    finite = system.buffer is not None
+    event = dict(
+        seen=((idx == k) & accepted).astype(jnp.int32),
+        arrivals=is_arrival.astype(jnp.int32),
+        blocked=(is_arrival & full).astype(jnp.int32) if finite else jnp.int32(0),
+        overflow=jnp.int32(0) if finite else (is_arrival & full).astype(jnp.int32),
+        iq_overflow=iq_overflow.astype(jnp.int32),
+        joins=joins,
+        deletes=jnp.where(is_arrival, route.deletes, 0),
+        probes=probes,
+    )
+    return Core(new_tail, new_iq), event
+
+
+def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
+    """The I-queue tail that is time-averaged (``[1, idle > 0]`` when ``M = 1``)."""
+    if not policy.uses_iqueues:
+        return core.iq_tail
+    if system.n_dispatchers == 1:
+        idle = jnp.int32(system.n_servers) - core.tail[1]
+        return jnp.stack([jnp.int32(1), (idle > 0).astype(jnp.int32)])
+    return core.iq_tail
+
+
+def _kahan(total, comp, x):
+    y = x - comp
+    t = total + y
+    return t, (t - total) - y
+
+
+def _block(state: State, key, replica, block, load, system: System, policy: Policy) -> State:
+    """Run one block of BLOCK steps for one replica."""
+    bkey = block_keys(key, replica, block)
+    nw = n_words(system, policy)
+    iq0 = _iq_view(state.core, system, policy)
+    counters = ("arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes")
+
+    def body(carry, t):
+        core, acc_tail, acc_iq, seen, cnt = carry
+        core, ev = step(core, step_words(bkey, t, nw), load, system, policy)
+        cnt = tuple(c + ev[name] for c, name in zip(cnt, counters))
+        acc_tail = acc_tail + core.tail
+        acc_iq = acc_iq + _iq_view(core, system, policy)
+        return (core, acc_tail, acc_iq, seen + ev["seen"], cnt), None
+
+    zeros = tuple(jnp.int32(0) for _ in counters)
+    carry0 = (state.core, jnp.zeros_like(state.core.tail), jnp.zeros_like(iq0),
+              jnp.zeros_like(state.stats.seen), zeros)  # fmt: skip
+    (core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
+        body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
+    )
+    s = state.stats
+    tail_sum, tail_comp = _kahan(
+        s.tail_sum, s.tail_comp, acc_tail.astype(jnp.float32) / system.n_servers
+    )
+    iq_norm = 1 if system.n_dispatchers == 1 else system.n_dispatchers
+    iq_sum, iq_comp = _kahan(s.iq_sum, s.iq_comp, acc_iq.astype(jnp.float32) / iq_norm)
+    updates = {name: getattr(s, name) + c for name, c in zip(counters, cnt)}
+    stats = Stats(
+        tail_sum=tail_sum, tail_comp=tail_comp, iq_sum=iq_sum, iq_comp=iq_comp,
+        seen=s.seen + seen, steps=s.steps + BLOCK, **updates,
+    )  # fmt: skip
+    return State(core, stats)
+
+
+def run_blocks(
+    state: State,
+    key: jax.Array,
+    replicas: jax.Array,
+    first_block: jax.Array,
+    n_blocks: jax.Array,
+    load: jax.Array,
+    system: System,
+    policy: Policy,
+) -> State:
+    """Advance a batch of replicas by ``n_blocks`` blocks of BLOCK steps.
+
+    Args:
+        state: batched State (leading replica axis ``R``).
+        key: typed PRNG key of the run.
+        replicas: int32 ``(R,)`` global replica indices (keys by position).
+        first_block: int32 scalar, index of the first block to run.
+        n_blocks: int32 scalar (traced: any count without recompiling).
+        load: float32 ``(R,)``, each replica's ``lambda``.
+        system, policy: static.
+
+    Returns:
+        The advanced batched State.
+    """
+
+    def one(state, replica, load, block):
+        return _block(state, key, replica, block, load, system, policy)
+
+    batched = jax.vmap(one, in_axes=(0, 0, 0, None))
+
+    def body(i, state):
+        return batched(state, replicas, load, first_block + i)
+
+    return jax.lax.fori_loop(0, n_blocks, body, state)

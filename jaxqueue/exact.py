@@ -1,0 +1,776 @@
+"""Exact stationary solutions of small load-balancing systems (the test oracle).
+
+The continuous-time Markov chain of the whole system is written down literally,
+with a *per-server* state: the queue length of every server and, for the JIQ
+family, which I-queue (if any) lists it. Its reachable states are enumerated by
+breadth-first search from the empty system, the generator ``Q`` is assembled,
+and ``pi Q = 0, sum(pi) = 1`` is solved directly. Nothing here shares code with
+the simulator (which works on occupancy counts), so the two can check each other.
+
+Model (see ``NOTES.md``): ``N`` FIFO servers with exp(1) service, Poisson
+arrivals of rate ``lambda * N``, each to a uniformly chosen one of ``M``
+dispatchers, routed by the policy's rule. The rules, one per policy name:
+
+=================  ==========================================================
+``random``         a uniformly random server
+``jsq``            a shortest queue, ties uniform
+``pod``            probe ``d`` distinct uniform servers, join the shortest
+                   (ties uniform); ``d`` probes per arrival when ``d >= 2``
+``i1f``            an idle server if any, else one with exactly one task if
+                   any, else a uniformly random server (all uniform)
+``jiq``            own I-queue non-empty: a uniform listed (idle) server, which
+                   leaves it. Empty: a uniform server; if it was listed a delete
+                   request removes it. A server becoming idle joins a uniform
+                   I-queue.
+``jiq-pod``        as ``jiq``, but an empty-I-queue dispatcher applies Pod(d)
+``jiq-sq``         as ``jiq``, but a server becoming idle joins the shortest of
+                   ``d`` distinct uniform I-queues (ties uniform), ``d`` probes
+                   per join when ``d >= 2``
+``jiq-original``   no delete requests: a listed server stays listed when it gets
+                   a task from elsewhere; a pick from a non-empty I-queue goes to
+                   that server even if busy (a *stale* pick) and it leaves the
+                   list; a server becoming idle joins a uniform I-queue only if it
+                   is not listed already
+``jiq-threshold``  listed exactly while holding ``<= z`` tasks; joins a uniform
+                   I-queue when its queue drops to ``z``; a picked server leaves
+                   its I-queue and rejoins a uniform one at once (a join) if it
+                   still holds ``<= z``; a fallback task that takes a listed
+                   server past ``z`` triggers a delete request. ``z = 0`` is JIQ.
+=================  ==========================================================
+
+Symmetry. All the rules treat servers alike and dispatchers alike, so the
+generator is invariant under relabelling servers and relabelling dispatchers.
+By default (``symmetry=True``) each state is stored as its canonical member
+under both relabellings (per-server pairs ``(queue, I-queue)`` sorted, I-queue
+labels permuted to the lexicographically smallest form). This lumping is exact
+(strong lumpability under a symmetry group); every reported quantity is
+symmetric, so nothing changes but the state count. ``symmetry=False`` solves
+the full labelled chain (the tests check that both agree).
+
+Limits. The solver is for small systems: state counts grow like
+``C(T + N - 1, N) / M!`` with ``T`` the per-server types (``B + 1`` for the
+policies without I-queues, ``B + M`` for JIQ, JIQ-Pod, JIQ-SQ,
+``M + (M + 1) B`` for JIQ-Original, ``(z + 1) M + B - z`` for JIQ-Threshold,
+``B`` the queue bound). ``N <= 4``, ``M <= 2`` with ``B`` up to about 12
+solve in about a second or less each; ``max_states`` (default 200 000) is a
+hard cap, and without scipy the dense fallback stops at
+:data:`DENSE_STATE_LIMIT` states.
+
+Infinite buffers are truncated at ``queue_bound``: an arrival that would pass
+it is dropped (reported as ``truncation_loss``, not as blocking), and
+``truncated_mass`` is the stationary probability that some server is at the
+bound. Without ``queue_bound`` the bound is chosen adaptively so that
+``truncated_mass <= tol`` (1e-9), within ``default_max_states`` states; if
+that budget is not enough a :class:`UserWarning` says so.
+
+Example:
+    >>> from jaxqueue.exact import solve_exact
+    >>> res = solve_exact("jsq", 1, load=0.5, queue_bound=40)
+    >>> round(res.mean_response_time, 6)  # M/M/1: 1 / (1 - lambda)
+    2.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import warnings
+from collections import defaultdict
+from itertools import combinations, permutations
+
+import numpy as np
+
+try:  # optional: sparse LU for speed
+    import scipy.sparse as _sp
+    import scipy.sparse.linalg as _spla
+except ImportError:  # pragma: no cover - exercised only without scipy
+    _sp = None
+    _spla = None
+
+__all__ = ["ExactResult", "solve_exact", "POLICIES", "DENSE_STATE_LIMIT"]
+
+#: Policy names accepted by :func:`solve_exact`.
+POLICIES = (
+    "random",
+    "jsq",
+    "pod",
+    "i1f",
+    "jiq",
+    "jiq-pod",
+    "jiq-sq",
+    "jiq-original",
+    "jiq-threshold",
+)
+_JIQ_FAMILY = frozenset({"jiq", "jiq-pod", "jiq-sq", "jiq-original", "jiq-threshold"})
+
+#: Largest state count solved with dense numpy when scipy is not importable.
+DENSE_STATE_LIMIT = 3000
+
+# Layout of the per-state reward vector (rates of events, per unit time).
+_LOST, _JOIN, _DELETE, _PROBE, _STALE = range(5)
+_N_FIXED_REWARDS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactResult:
+    """Stationary metrics of one small system (field names as the simulator's).
+
+    Arrays are indexed by queue length ``k = 0..K`` where ``K`` is ``buffer``
+    (finite buffers) or the queue bound used (infinite buffers).
+
+    Attributes:
+        policy, n_servers, n_dispatchers, load, d, z, buffer: the settings.
+        queue_bound: the truncation level used (``None`` for finite buffers).
+        tail: shape ``(K + 1,)``; ``tail[i]`` = expected fraction of servers
+            with ``>= i`` tasks (``tail[0] = 1``).
+        occupancy: shape ``(K + 1,)``; expected fraction with exactly ``k``.
+        mean_queue_length: expected tasks per server.
+        mean_response_time: mean sojourn time of accepted tasks (Little's law
+            on the accepted throughput; checked against
+            ``sum_k (k + 1) arrival_seen[k]``).
+        waiting_probability: probability that an accepted arrival finds its
+            server busy, ``1 - arrival_seen[0]``.
+        blocking_probability: probability that an arrival is blocked (finite
+            buffers; 0 for infinite buffers, see ``truncation_loss``).
+        arrival_seen: shape ``(K,)``; law of the number of tasks an accepted
+            arrival finds at its server (PASTA).
+        p0: expected fraction of empty I-queues (JIQ family; NaN otherwise).
+        iqueue_distribution: shape ``(N + 1,)``; expected fraction of I-queues
+            holding exactly ``j`` servers (JIQ family; NaN otherwise).
+        join_rate, delete_rate, probe_rate: messages per server per unit time
+            (join-I-queue requests, delete requests, probes).
+        stale_fraction: JIQ-Original: fraction of all assignments (arrivals)
+            sent to a listed server that was no longer idle; NaN otherwise.
+        truncated_mass: probability that some server is at the queue bound
+            (infinite buffers; 0 for finite buffers).
+        truncation_loss: probability that an arrival is dropped at the bound
+            (infinite buffers; 0 for finite buffers).
+        n_states: number of (symmetry-reduced, if ``symmetry``) states solved.
+        symmetry: whether states were lumped by server/dispatcher relabelling.
+    """
+
+    policy: str
+    n_servers: int
+    n_dispatchers: int
+    load: float
+    d: int
+    z: int
+    buffer: int | None
+    queue_bound: int | None
+    tail: np.ndarray
+    occupancy: np.ndarray
+    mean_queue_length: float
+    mean_response_time: float
+    waiting_probability: float
+    blocking_probability: float
+    arrival_seen: np.ndarray
+    p0: float
+    iqueue_distribution: np.ndarray
+    join_rate: float
+    delete_rate: float
+    probe_rate: float
+    stale_fraction: float
+    truncated_mass: float
+    truncation_loss: float
+    n_states: int
+    symmetry: bool = True
+
+    @property
+    def ratio(self) -> float:
+        """``r = N / M``."""
+        return self.n_servers / self.n_dispatchers
+
+
+# --------------------------------------------------------------------------
+# validation
+
+
+def _as_int(name, value):
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r}") from None
+
+
+def _check_range(name, value, lo, hi=None):
+    value = _as_int(name, value)
+    if value < lo or (hi is not None and value > hi):
+        rng = f"{lo} <= {name}" + (f" <= {hi}" if hi is not None else "")
+        raise ValueError(f"{name}={value} is out of range: need {rng}")
+    return value
+
+
+def _validate(policy, n_servers, n_dispatchers, load, d, z, buffer, queue_bound):
+    if not isinstance(policy, str) or policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
+    n = _check_range("n_servers", n_servers, 1)
+    m = _check_range("n_dispatchers", n_dispatchers, 1, n)
+    if policy == "jiq-sq":
+        d = _check_range("d", d, 1, m)  # d distinct I-queues: d <= n_dispatchers
+    else:
+        d = _check_range("d", d, 1, n)
+    z = _check_range("z", z, 0)
+    if buffer is not None:
+        buffer = _check_range("buffer", buffer, 1)
+    if load is None:
+        raise ValueError("load is required: the arrival rate per server, load > 0")
+    try:
+        lam = float(load)
+    except (TypeError, ValueError):
+        raise TypeError(f"load must be a number, got {load!r}") from None
+    if not math.isfinite(lam) or lam <= 0.0:
+        raise ValueError(f"load={load} is out of range: need load > 0")
+    if buffer is None and lam >= 1.0:
+        raise ValueError(
+            f"load={load} is out of range: infinite buffers (buffer=None) need 0 < load < 1"
+        )
+    if queue_bound is not None:
+        if buffer is not None:
+            raise ValueError(
+                "queue_bound applies to infinite buffers only; with buffer="
+                f"{buffer} the queues are bounded by the buffer (leave queue_bound=None)"
+            )
+        queue_bound = _check_range("queue_bound", queue_bound, 1)
+    return policy, n, m, lam, d, z, buffer, queue_bound
+
+
+# --------------------------------------------------------------------------
+# the chain
+
+
+class _Chain:
+    """Per-server CTMC of one policy: states, transitions and event rewards.
+
+    A state is a tuple of ``N`` pairs ``(queue length, I-queue index or -1)``.
+    """
+
+    def __init__(self, policy, n, m, lam, d, z, cap, symmetry):
+        self.policy, self.n, self.m, self.lam = policy, n, m, lam
+        self.d, self.z, self.cap, self.symmetry = d, z, cap, symmetry
+        self.listed = policy in _JIQ_FAMILY
+        self.server_subsets = (
+            list(combinations(range(n), d)) if policy in ("pod", "jiq-pod") else None
+        )
+        self.iq_subsets = list(combinations(range(m), d)) if policy == "jiq-sq" else None
+        self.perms = (
+            [p + (-1,) for p in permutations(range(m))]  # p[-1] maps "unlisted" to -1
+            if symmetry and self.listed and m > 1
+            else None
+        )
+        self.n_rewards = _N_FIXED_REWARDS + cap  # + accepted arrivals seeing k = 0..cap-1
+
+    # ---- canonical form -------------------------------------------------
+    def canon(self, q, l):
+        if not self.symmetry:
+            return tuple(zip(q, l))
+        if self.perms is None:
+            return tuple(sorted(zip(q, l)))
+        return min(tuple(sorted([(a, p[b]) for a, b in zip(q, l)])) for p in self.perms)
+
+    def initial(self):
+        listing = [i % self.m if self.listed else -1 for i in range(self.n)]
+        return self.canon([0] * self.n, listing)
+
+    # ---- routing helpers -------------------------------------------------
+    def _uniform(self, idx):
+        p = 1.0 / len(idx)
+        return [(p, i) for i in idx]
+
+    def _pod(self, q):
+        """Law of the server picked by Pod(d): d distinct servers, shortest, ties uniform."""
+        dist = defaultdict(float)
+        w = 1.0 / len(self.server_subsets)
+        for sub in self.server_subsets:
+            best = min(q[i] for i in sub)
+            ties = [i for i in sub if q[i] == best]
+            for i in ties:
+                dist[i] += w / len(ties)
+        return list((p, i) for i, p in dist.items())
+
+    def _plain_targets(self, q):
+        pol, n = self.policy, self.n
+        if pol == "random" or (pol == "pod" and self.d == 1):
+            return self._uniform(range(n))
+        if pol == "jsq":
+            best = min(q)
+            return self._uniform([i for i in range(n) if q[i] == best])
+        if pol == "pod":
+            return self._pod(q)
+        if pol == "i1f":
+            idle = [i for i in range(n) if q[i] == 0]
+            if idle:
+                return self._uniform(idle)
+            ones = [i for i in range(n) if q[i] == 1]
+            if ones:
+                return self._uniform(ones)
+            return self._uniform(range(n))
+        raise AssertionError(pol)
+
+    def _join_uniform(self, l, i):
+        """Server ``i`` joins a uniformly random I-queue: list of (prob, new listing)."""
+        out = []
+        for j in range(self.m):
+            ln = list(l)
+            ln[i] = j
+            out.append((1.0 / self.m, ln))
+        return out
+
+    def _join_sq(self, l, i):
+        """JIQ-SQ(d): join the shortest of d distinct uniform I-queues (ties uniform)."""
+        sizes = [0] * self.m
+        for b in l:
+            if b >= 0:
+                sizes[b] += 1
+        dist = defaultdict(float)
+        w = 1.0 / len(self.iq_subsets)
+        for sub in self.iq_subsets:
+            best = min(sizes[j] for j in sub)
+            ties = [j for j in sub if sizes[j] == best]
+            for j in ties:
+                dist[j] += w / len(ties)
+        out = []
+        for j, p in dist.items():
+            ln = list(l)
+            ln[i] = j
+            out.append((p, ln))
+        return out
+
+    # ---- events -----------------------------------------------------------
+    def _arrivals(self, q, l, j):
+        """Branches of one arrival at dispatcher ``j``.
+
+        Yields ``(prob, q_new, l_new, k, joins, deletes, probes, stale)`` with
+        ``k`` the queue length the task finds (``-1``: lost).
+        """
+        pol, cap, n, d = self.policy, self.cap, self.n, self.d
+        if not self.listed:
+            probes = d if (pol == "pod" and d >= 2) else 0
+            for p, i in self._plain_targets(q):
+                if q[i] >= cap:
+                    yield p, q, l, -1, 0, 0, probes, 0
+                else:
+                    qn = list(q)
+                    qn[i] += 1
+                    yield p, qn, l, q[i], 0, 0, probes, 0
+            return
+
+        mine = [i for i in range(n) if l[i] == j]
+
+        if pol == "jiq-original":
+            if mine:
+                for p, i in self._uniform(mine):
+                    ln = list(l)
+                    ln[i] = -1  # leaves the list whether or not it is still idle
+                    stale = 1 if q[i] > 0 else 0
+                    if q[i] >= cap:
+                        yield p, q, ln, -1, 0, 0, 0, stale
+                    else:
+                        qn = list(q)
+                        qn[i] += 1
+                        yield p, qn, ln, q[i], 0, 0, 0, stale
+            else:
+                for p, i in self._uniform(range(n)):  # no delete request: stays listed
+                    if q[i] >= cap:
+                        yield p, q, l, -1, 0, 0, 0, 0
+                    else:
+                        qn = list(q)
+                        qn[i] += 1
+                        yield p, qn, l, q[i], 0, 0, 0, 0
+            return
+
+        if pol == "jiq-threshold":
+            z = self.z
+            if mine:
+                for p, i in self._uniform(mine):
+                    ln = list(l)
+                    ln[i] = -1
+                    if q[i] >= cap:
+                        qn, k = q, -1
+                    else:
+                        qn = list(q)
+                        qn[i] += 1
+                        k = q[i]
+                    if qn[i] <= z:  # still at most z tasks: joins a uniform I-queue again
+                        for pj, lj in self._join_uniform(ln, i):
+                            yield p * pj, qn, lj, k, 1, 0, 0, 0
+                    else:
+                        yield p, qn, ln, k, 0, 0, 0, 0
+            else:
+                for p, i in self._uniform(range(n)):
+                    if q[i] >= cap:
+                        yield p, q, l, -1, 0, 0, 0, 0
+                        continue
+                    qn = list(q)
+                    qn[i] += 1
+                    if l[i] >= 0 and qn[i] > z:  # taken past z: delete request
+                        ln = list(l)
+                        ln[i] = -1
+                        yield p, qn, ln, q[i], 0, 1, 0, 0
+                    else:
+                        yield p, qn, l, q[i], 0, 0, 0, 0
+            return
+
+        # jiq, jiq-pod, jiq-sq: I-queues hold exactly the idle servers.
+        if mine:
+            for p, i in self._uniform(mine):
+                assert q[i] == 0, "JIQ invariant: listed servers are idle"
+                qn = list(q)
+                qn[i] = 1
+                ln = list(l)
+                ln[i] = -1
+                yield p, qn, ln, 0, 0, 0, 0, 0
+            return
+        if pol == "jiq-pod" and d >= 2:
+            targets, probes = self._pod(q), d
+        else:
+            targets, probes = self._uniform(range(n)), 0
+        for p, i in targets:
+            if q[i] >= cap:
+                yield p, q, l, -1, 0, 0, probes, 0
+                continue
+            qn = list(q)
+            qn[i] += 1
+            if l[i] >= 0:  # an idle listed server got a task: delete request
+                ln = list(l)
+                ln[i] = -1
+                yield p, qn, ln, q[i], 0, 1, probes, 0
+            else:
+                yield p, qn, l, q[i], 0, 0, probes, 0
+
+    def _departure(self, q, l, i):
+        """Branches of a service completion at busy server ``i``: (prob, q, l, joins, probes)."""
+        pol = self.policy
+        qn = list(q)
+        qn[i] -= 1
+        joins = None
+        if pol in ("jiq", "jiq-pod") and qn[i] == 0:
+            joins = self._join_uniform(l, i)
+        elif pol == "jiq-sq" and qn[i] == 0:
+            probes = self.d if self.d >= 2 else 0
+            return [(p, qn, ln, 1, probes) for p, ln in self._join_sq(l, i)]
+        elif pol == "jiq-original" and qn[i] == 0 and l[i] < 0:
+            joins = self._join_uniform(l, i)
+        elif pol == "jiq-threshold" and qn[i] == self.z:
+            joins = self._join_uniform(l, i)
+        if joins is None:
+            return [(1.0, qn, l, 0, 0)]
+        return [(p, qn, ln, 1, 0) for p, ln in joins]
+
+    def expand(self, state):
+        """Outgoing rates ``{target: rate}`` (no self-loops) and the reward vector."""
+        q = [a for a, _ in state]
+        l = [b for _, b in state]
+        out = defaultdict(float)
+        rew = np.zeros(self.n_rewards)
+        canon = self.canon
+        if self.listed:
+            dispatchers, rate = range(self.m), self.lam * self.n / self.m
+        else:  # the dispatcher does not matter
+            dispatchers, rate = range(1), self.lam * self.n
+        for j in dispatchers:
+            for p, qn, ln, k, joins, deletes, probes, stale in self._arrivals(q, l, j):
+                r = rate * p
+                if k >= 0:
+                    rew[_N_FIXED_REWARDS + k] += r
+                else:
+                    rew[_LOST] += r
+                rew[_JOIN] += r * joins
+                rew[_DELETE] += r * deletes
+                rew[_PROBE] += r * probes
+                rew[_STALE] += r * stale
+                t = canon(qn, ln)
+                if t != state:
+                    out[t] += r
+        for i in range(self.n):
+            if q[i] > 0:
+                for p, qn, ln, joins, probes in self._departure(q, l, i):
+                    rew[_JOIN] += p * joins
+                    rew[_PROBE] += p * probes
+                    t = canon(qn, ln)
+                    if t != state:
+                        out[t] += p
+        return out, rew
+
+
+def _estimate_states(policy, n, m, z, bound, symmetry):
+    """Rough count of reachable states for queue bound ``bound`` (for budgeting)."""
+    if policy in ("jiq", "jiq-pod", "jiq-sq"):
+        t = bound + m
+    elif policy == "jiq-original":
+        t = m + (m + 1) * bound
+    elif policy == "jiq-threshold":
+        low = min(z, bound) + 1
+        t = low * m + (bound + 1 - low)
+    else:
+        t = bound + 1
+    if not symmetry:
+        return t**n
+    est = math.comb(t + n - 1, n)
+    if policy in _JIQ_FAMILY:
+        est //= math.factorial(m)
+    return est
+
+
+def _enumerate(chain, max_states):
+    """BFS from the empty system; returns states, COO transitions, rewards."""
+    init = chain.initial()
+    index = {init: 0}
+    states = [init]
+    rows, cols, vals, rewards = [], [], [], []
+    ptr = 0
+    while ptr < len(states):
+        out, rew = chain.expand(states[ptr])
+        for t, rate in out.items():
+            k = index.get(t)
+            if k is None:
+                k = len(states)
+                if k >= max_states:
+                    raise ValueError(
+                        f"more than max_states={max_states} reachable states; use a smaller "
+                        "n_servers, n_dispatchers, buffer or queue_bound, or raise max_states"
+                    )
+                index[t] = k
+                states.append(t)
+            rows.append(ptr)
+            cols.append(k)
+            vals.append(rate)
+        rewards.append(rew)
+        ptr += 1
+    return (
+        states,
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(cols, dtype=np.int64),
+        np.asarray(vals, dtype=np.float64),
+        np.asarray(rewards),
+    )
+
+
+def _check_irreducible(n_states, rows, cols):
+    """Every reachable state must lead back to state 0 (one closed class)."""
+    # reverse graph in CSR form: for target t, the sources s with s -> t
+    order = np.argsort(cols, kind="stable")
+    src = rows[order]
+    indptr = np.searchsorted(cols[order], np.arange(n_states + 1))
+    seen = np.zeros(n_states, dtype=bool)
+    seen[0] = True
+    frontier = np.array([0])
+    while frontier.size:
+        starts, ends = indptr[frontier], indptr[frontier + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            break
+        offs = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+        nb = np.unique(src[offs])
+        nb = nb[~seen[nb]]
+        seen[nb] = True
+        frontier = nb
+    if not seen.all():
+        raise RuntimeError(
+            f"{int((~seen).sum())} of {n_states} reachable states cannot return to the "
+            "empty system: the chain is not irreducible (a bug in the transition rules)"
+        )
+
+
+def _stationary(n_states, rows, cols, vals):
+    """Solve pi Q = 0, sum pi = 1 (fix pi[0] = 1, drop its balance equation)."""
+    out_rate = np.bincount(rows, weights=vals, minlength=n_states)
+    if n_states == 1:
+        return np.ones(1)
+    # Balance of state t != 0: sum_s pi_s Q[s, t] - pi_t out_t = 0, unknowns pi_1.. .
+    keep = cols != 0
+    r_eq, c_var, v = cols[keep] - 1, rows[keep], vals[keep]
+    from_zero = c_var == 0
+    rhs = -np.bincount(r_eq[from_zero], weights=v[from_zero], minlength=n_states - 1)
+    inner = ~from_zero
+    diag = np.arange(n_states - 1)
+    ri = np.concatenate([r_eq[inner], diag])
+    ci = np.concatenate([c_var[inner] - 1, diag])
+    vi = np.concatenate([v[inner], -out_rate[1:]])
+    if _sp is not None:
+        a = _sp.csc_matrix((vi, (ri, ci)), shape=(n_states - 1, n_states - 1))
+        x = _spla.spsolve(a, rhs)
+    else:
+        if n_states > DENSE_STATE_LIMIT:
+            raise ValueError(
+                f"{n_states} states exceed the dense solver's limit DENSE_STATE_LIMIT="
+                f"{DENSE_STATE_LIMIT} (scipy is not importable): install scipy or use a "
+                "smaller system"
+            )
+        a = np.zeros((n_states - 1, n_states - 1))
+        np.add.at(a, (ri, ci), vi)
+        x = np.linalg.solve(a, rhs)
+    pi = np.concatenate([[1.0], np.asarray(x, dtype=np.float64)])
+    if not np.all(np.isfinite(pi)):
+        raise RuntimeError("stationary solve failed (non-finite solution)")
+    pi /= pi.sum()
+    # residual of pi Q = 0, and non-negativity (unique solution of an irreducible chain)
+    flow_in = np.bincount(cols, weights=pi[rows] * vals, minlength=n_states)
+    resid = np.abs(flow_in - pi * out_rate).max()
+    scale = max(1.0, float((pi * out_rate).max()))
+    if resid > 1e-8 * scale or pi.min() < -1e-10:
+        raise RuntimeError(
+            f"stationary solve inaccurate: residual {resid:.3g}, min(pi) {pi.min():.3g}"
+        )
+    return np.clip(pi, 0.0, None) / np.clip(pi, 0.0, None).sum()
+
+
+def _solve_bounded(policy, n, m, lam, d, z, buffer, cap, symmetry, max_states):
+    chain = _Chain(policy, n, m, lam, d, z, cap, symmetry)
+    states, rows, cols, vals, rewards = _enumerate(chain, max_states)
+    n_states = len(states)
+    _check_irreducible(n_states, rows, cols)
+    pi = _stationary(n_states, rows, cols, vals)
+
+    qs = np.array([[a for a, _ in s] for s in states], dtype=np.int64)  # (S, N)
+    counts = np.stack([(qs == k).sum(axis=1) for k in range(cap + 1)], axis=1)  # (S, K+1)
+    occupancy = pi @ counts / n
+    tail = np.cumsum(occupancy[::-1])[::-1]
+    mean_q = float(np.arange(cap + 1) @ occupancy)
+
+    ev = pi @ rewards  # expected event rates
+    arrival_rate = lam * n
+    seen_rate = ev[_N_FIXED_REWARDS:]
+    accepted = float(seen_rate.sum())
+    arrival_seen = seen_rate / accepted
+    lost = float(ev[_LOST]) / arrival_rate
+    t_little = n * mean_q / accepted
+    t_pasta = float(np.arange(1, cap + 1) @ arrival_seen)
+    if abs(t_little - t_pasta) > 1e-6 * max(1.0, t_pasta):
+        raise RuntimeError(
+            f"Little's law ({t_little!r}) and PASTA ({t_pasta!r}) response times disagree"
+        )
+
+    if chain.listed:
+        ls = np.array([[b for _, b in s] for s in states], dtype=np.int64)
+        sizes = np.stack([(ls == j).sum(axis=1) for j in range(m)], axis=1)  # (S, M)
+        hist = np.stack([(sizes == k).sum(axis=1) for k in range(n + 1)], axis=1) / m
+        iq_dist = pi @ hist
+        p0 = float(iq_dist[0])
+    else:
+        iq_dist = np.full(n + 1, np.nan)
+        p0 = float("nan")
+
+    at_bound = (qs == cap).any(axis=1)
+    return ExactResult(
+        policy=policy,
+        n_servers=n,
+        n_dispatchers=m,
+        load=lam,
+        d=d,
+        z=z,
+        buffer=buffer,
+        queue_bound=None if buffer is not None else cap,
+        tail=tail,
+        occupancy=occupancy,
+        mean_queue_length=mean_q,
+        mean_response_time=t_little,
+        waiting_probability=float(1.0 - arrival_seen[0]),
+        blocking_probability=lost if buffer is not None else 0.0,
+        arrival_seen=arrival_seen,
+        p0=p0,
+        iqueue_distribution=iq_dist,
+        join_rate=float(ev[_JOIN]) / n,
+        delete_rate=float(ev[_DELETE]) / n,
+        probe_rate=float(ev[_PROBE]) / n,
+        stale_fraction=float(ev[_STALE]) / arrival_rate
+        if policy == "jiq-original"
+        else float("nan"),
+        truncated_mass=float(pi @ at_bound) if buffer is None else 0.0,
+        truncation_loss=lost if buffer is None else 0.0,
+        n_states=n_states,
+        symmetry=symmetry,
+    )
+
+
+def solve_exact(
+    policy: str,
+    n_servers: int,
+    n_dispatchers: int = 1,
+    load: float | None = None,
+    *,
+    d: int = 1,
+    z: int = 1,
+    buffer: int | None = None,
+    queue_bound: int | None = None,
+    symmetry: bool = True,
+    tol: float = 1e-9,
+    max_states: int = 200_000,
+    default_max_states: int = 60_000,
+) -> ExactResult:
+    """Exact stationary metrics of a small system, by solving its Markov chain.
+
+    Args:
+        policy: one of :data:`POLICIES`.
+        n_servers: ``N >= 1``.
+        n_dispatchers: ``1 <= M <= N``.
+        load: ``lambda > 0`` (arrivals per server per unit time); ``< 1`` when
+            ``buffer`` is ``None``. Required.
+        d: probes for ``pod`` / ``jiq-pod`` (``1 <= d <= N``), sampled
+            I-queues for ``jiq-sq`` (``1 <= d <= M``); ignored otherwise.
+        z: threshold of ``jiq-threshold`` (``z >= 0``); ignored otherwise.
+        buffer: places per server (``>= 1``), or ``None`` for infinite.
+        queue_bound: truncation level for infinite buffers (``>= 1``); by
+            default chosen so that ``truncated_mass <= tol`` within
+            ``default_max_states`` states (a warning says if it cannot).
+        symmetry: lump states by server and dispatcher relabelling (exact).
+        tol: target truncated mass when ``queue_bound`` is chosen here.
+        max_states: hard cap on the reachable state count.
+        default_max_states: state budget of the automatic ``queue_bound``.
+
+    Returns:
+        :class:`ExactResult`.
+
+    Raises:
+        ValueError: a parameter out of range (the message names it), an
+            unknown policy, or too many states.
+
+    Example:
+        >>> res = solve_exact("jiq", 4, 2, load=0.6, queue_bound=10)
+        >>> res.n_states, round(res.p0, 4)  # doctest: +SKIP
+    """
+    policy, n, m, lam, d, z, buffer, queue_bound = _validate(
+        policy, n_servers, n_dispatchers, load, d, z, buffer, queue_bound
+    )
+    max_states = _check_range("max_states", max_states, 1)
+    args = (policy, n, m, lam, d, z, buffer)
+    if buffer is not None:
+        return _solve_bounded(*args, buffer, symmetry, max_states)
+    if queue_bound is not None:
+        return _solve_bounded(*args, queue_bound, symmetry, max_states)
+
+    # Adaptive truncation: grow the bound until the mass at the bound is <= tol.
+    budget = min(max_states, default_max_states)
+
+    def largest_bound():
+        b = 1
+        while _estimate_states(policy, n, m, z, b + 1, symmetry) <= budget and b < 10_000:
+            b += 1
+        return b
+
+    b_max = largest_bound()
+    bound = min(b_max, max(8, z + 2))
+    for _ in range(12):
+        res = _solve_bounded(*args, bound, symmetry, max_states)
+        if res.truncated_mass <= tol:
+            return res
+        # the mass beyond the bound decays about geometrically: extrapolate
+        s = res.tail
+        ratio = s[-1] / s[-2] if s[-2] > 0 else 0.5
+        ratio = min(max(ratio, 1e-6), 0.999)
+        extra = math.ceil(math.log(tol / res.truncated_mass) / math.log(ratio)) + 1
+        new = min(b_max, bound + max(2, extra))
+        if new <= bound:
+            break
+        bound = new
+    warnings.warn(
+        f"solve_exact({policy!r}, N={n}, M={m}, load={lam}): truncated_mass="
+        f"{res.truncated_mass:.3g} > tol={tol:g} at queue_bound={bound}, the largest within "
+        f"default_max_states={default_max_states}; pass queue_bound (and max_states) "
+        "explicitly to go further",
+        stacklevel=2,
+    )
+    return res

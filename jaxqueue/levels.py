@@ -1,0 +1,106 @@
+"""Default bounds on the tracked queue lengths and I-queue sizes.
+
+The simulator tracks queue lengths ``0..levels`` and I-queue sizes
+``0..iqueue_levels``; passing a bound is an overflow that is counted and, by
+default, fails the run with advice. The defaults come from the mean-field tail
+of each policy (an upper bound where the policy has no closed form), with a
+margin for finite-``N`` fluctuations, so that an overflow is very unlikely.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxqueue.policies import Policy
+
+__all__ = ["mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels"]
+
+_MAX_SEARCH = 100_000
+
+
+def _jiq_p0(load: float, ratio: float, d: int) -> float:
+    from jaxqueue import theory
+
+    sol = theory.solve_p0(load, ratio, d)
+    p0 = float(sol.p0)
+    if not 0.0 < p0 <= 1.0 or int(sol.status) != 0:
+        return 1.0  # the bound p0 <= 1 is always safe
+    return p0
+
+
+def mean_field_tail_bound(policy: Policy, n_servers: int, n_dispatchers: int, load: float):
+    """A function ``i -> log s_i`` bounding the mean-field tail of ``policy``.
+
+    Random: ``s_i = lambda**i``; Pod(d): ``lambda**((d**i - 1)/(d - 1))``; JIQ-Pod(d):
+    ``p0**((d**(i-1) - 1)/(d - 1)) * lambda**((d**i - 1)/(d - 1))``. JSQ and I1F
+    are bounded by Pod(2), JIQ-SQ by JIQ, a single dispatcher's JIQ-Pod(d) by
+    Pod(d).
+    """
+    lam = float(load)
+    name = policy.name
+    d = int(policy.options().get("d", 1)) if name not in ("jiq-sq",) else 1
+    if name in ("jsq", "i1f"):
+        d = 2
+    if name == "random":
+        d = 1
+    if d >= n_servers and n_servers > 1:
+        d = max(2, min(d, 64))
+    log_p0 = 0.0
+    if policy.uses_iqueues and n_dispatchers > 1:
+        log_p0 = math.log(_jiq_p0(lam, n_servers / n_dispatchers, d))
+
+    def log_tail(i: int) -> float:
+        if i == 0:
+            return 0.0
+        if d == 1:
+            return i * math.log(lam) + (i - 1) * log_p0
+        e_lam = (d**i - 1) / (d - 1) if i < 60 else math.inf
+        e_p0 = (d ** (i - 1) - 1) / (d - 1) if i < 61 else math.inf
+        return e_lam * math.log(lam) + (e_p0 * log_p0 if log_p0 else 0.0)
+
+    return log_tail
+
+
+def _first_level(log_tail, threshold_log: float) -> int:
+    for i in range(1, _MAX_SEARCH):
+        if log_tail(i) < threshold_log:
+            return i
+    raise ValueError("the load is too close to 1 for a tracked level bound below 100000")
+
+
+def required_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
+    """Smallest level bound the mean field allows: fewer than one server is expected past it."""
+    log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
+    return _first_level(log_tail, -math.log(n_servers))
+
+
+def default_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
+    """Default level bound: mean-field ``N * s_L < 1e-6``, plus half again, to a multiple of 4."""
+    log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
+    base = _first_level(log_tail, -math.log(n_servers) + math.log(1e-6))
+    return int(4 * math.ceil((base + max(4, base // 2)) / 4))
+
+
+def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
+    """Default I-queue size bound (JIQ family with several dispatchers).
+
+    From the mean-field I-queue size law of JIQ at ``load`` (JIQ-Pod's for
+    JIQ-Pod): ``M * P(size >= J) < 1e-6``, plus half again; at least one more
+    than the ``ceil(N / M)`` of an empty start, at most ``N``.
+    """
+    from jaxqueue import theory
+
+    ratio = n_servers / n_dispatchers
+    d = int(policy.options().get("d", 1)) if policy.name == "jiq-pod" else 1
+    d = min(d, 64)
+    p0 = _jiq_p0(float(load), ratio, d)
+    start = int(math.ceil(ratio)) + 1
+    jmax = max(64, int(8 * ratio + 64))
+    dist = np.asarray(theory.iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
+    surv = np.cumsum(dist[::-1])[::-1]
+    below = np.nonzero(n_dispatchers * surv < 1e-6)[0]
+    base = int(below[0]) if below.size else jmax
+    bound = base + max(4, base // 2)
+    return int(min(n_servers, max(start, 4 * math.ceil(bound / 4))))
