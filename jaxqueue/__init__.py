@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 from jaxqueue.config import System
 from jaxqueue.estimators import Estimate, SimulationResult
 from jaxqueue.policies import Policy, available, make, register
-from jaxqueue.simulate import LevelOverflowError, simulate, steps_per_time_unit, sweep
+from jaxqueue.driver import LevelOverflowError, simulate, steps_per_time_unit, sweep
 
 __all__ = [
     "__version__",

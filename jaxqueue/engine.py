@@ -4,7 +4,10 @@ One replica's state is its occupancy tails (exchangeable form):
 
 * ``tail[k]`` (k = 0..levels): servers holding at least ``k`` tasks; ``tail[0] = N``;
 * ``iq_tail[j]`` (j = 0..iqueue_levels): dispatchers listing at least ``j``
-  idle servers (JIQ family with ``M > 1``; shape ``(1,)`` otherwise).
+  idle servers (JIQ family with ``M > 1``; shape ``(1,)`` otherwise), and
+  ``iq_listed[j]``: idle servers listed in I-queues of size at least ``j``
+  (derivable from ``iq_tail`` by a suffix sum, kept so that a delete request
+  finds its I-queue without a scan).
 
 so one event costs O(levels + iqueue_levels), whatever ``N`` and ``M`` are.
 
@@ -40,6 +43,7 @@ class Core(NamedTuple):
 
     tail: jax.Array  # (levels + 1,)
     iq_tail: jax.Array  # (iqueue_levels + 1,) or (1,)
+    iq_listed: jax.Array  # (iqueue_levels + 1,) or (1,): listed servers in I-queues of size >= j
 
 
 class Stats(NamedTuple):
@@ -110,9 +114,13 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
     if policy.uses_iqueues and system.n_dispatchers > 1:
         iq_counts = np.asarray(iq_counts, np.int64)
         iq_tail = np.cumsum(iq_counts[::-1])[::-1]
+        sizes = np.arange(iq_counts.size)
+        iq_listed = np.cumsum((sizes * iq_counts)[::-1])[::-1]
     else:
         iq_tail = np.array([system.n_dispatchers])
-    return Core(jnp.asarray(tail, jnp.int32), jnp.asarray(iq_tail, jnp.int32))
+        iq_listed = np.array([0])
+    as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    return Core(as32(tail), as32(iq_tail), as32(iq_listed))
 
 
 def init(counts, iq_counts, system: System, policy: Policy) -> State:
@@ -135,9 +143,9 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     """
     n = system.n_servers
     levels = system.levels
-    tail, iq_tail = core
+    tail, iq_tail, iq_listed = core
     idle = jnp.int32(n) - tail[1]
-    view = View(tail, iq_tail, idle)
+    view = View(tail, iq_tail, iq_listed, idle)
     is_arrival = bernoulli(words[0], load / (1.0 + load))
 
     # Departure branch: a uniformly random server completes a task if busy.
@@ -161,7 +169,7 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     joins = jnp.int32(0)
     probes = jnp.where(is_arrival, route.probes, 0)
     iq_overflow = jnp.bool_(False)
-    new_iq = iq_tail
+    new_iq, new_listed = iq_tail, iq_listed
     if policy.uses_iqueues:
         join_size, join_probes = policy.on_idle(view, words[3:], system)
         joins = to_idle.astype(jnp.int32)
@@ -171,10 +179,18 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             jdx = jnp.arange(top + 1, dtype=jnp.int32)
             iq_overflow = to_idle & (join_size >= top)
             leave = is_arrival & (route.iq_remove >= 1)
+            join = to_idle & ~iq_overflow
+            s_out, s_in = route.iq_remove, join_size + 1  # sizes before / after the change
             new_iq = (
                 iq_tail
-                - ((jdx == route.iq_remove) & leave).astype(jnp.int32)
-                + ((jdx == join_size + 1) & to_idle & ~iq_overflow).astype(jnp.int32)
+                - ((jdx == s_out) & leave).astype(jnp.int32)
+                + ((jdx == s_in) & join).astype(jnp.int32)
+            )
+            # An I-queue of size s holds s listed servers, counted in iq_listed[0..s].
+            new_listed = (
+                iq_listed
+                - jnp.where(leave, jnp.where(jdx == s_out, s_out, jdx < s_out), 0)
+                + jnp.where(join, jnp.where(jdx == s_in, s_in, jdx < s_in), 0)
             )
 
     finite = system.buffer is not None
@@ -188,7 +204,7 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         deletes=jnp.where(is_arrival, route.deletes, 0),
         probes=probes,
     )
-    return Core(new_tail, new_iq), event
+    return Core(new_tail, new_iq, new_listed), event
 
 
 def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxqueue.response import erlang_mixture_quantile
 
 __all__ = ["Estimate", "SimulationResult", "t_quantile_975", "estimate", "QUANTILES"]
 
@@ -224,8 +225,6 @@ def from_stats(stats: dict[str, np.ndarray], load: np.ndarray, uses_iqueues: boo
     per_time = (1.0 + load) / steps
     quantiles = {}
     qs = np.array(QUANTILES)
-    from jaxqueue.response import erlang_mixture_quantile
-
     qvals = erlang_mixture_quantile(seen, qs)  # (R, len(qs))
     for j, q in enumerate(QUANTILES):
         quantiles[q] = estimate(qvals[:, j])

@@ -208,10 +208,13 @@ def _validate(policy, n_servers, n_dispatchers, load, d, z, buffer, queue_bound)
         raise ValueError(f"unknown policy {policy!r}; valid policies: {', '.join(POLICIES)}")
     n = _check_range("n_servers", n_servers, 1)
     m = _check_range("n_dispatchers", n_dispatchers, 1, n)
+    # d and z are checked in full where the policy uses them
     if policy == "jiq-sq":
         d = _check_range("d", d, 1, m)  # d distinct I-queues: d <= n_dispatchers
+    elif policy in ("pod", "jiq-pod"):
+        d = _check_range("d", d, 1, n)  # d distinct servers: d <= n_servers
     else:
-        d = _check_range("d", d, 1, n)
+        d = _check_range("d", d, 1)
     z = _check_range("z", z, 0)
     if buffer is not None:
         buffer = _check_range("buffer", buffer, 1)
@@ -575,6 +578,31 @@ def _check_irreducible(n_states, rows, cols):
         )
 
 
+#: Up to this many states the sparse LU is used directly; above it (where
+#: fill-in makes LU slow) preconditioned GMRES, with LU as the last resort.
+_DIRECT_STATE_LIMIT = 4000
+
+
+def _sparse_solve(a, rhs):
+    """Solve ``a x = rhs`` (scipy): direct when small, else GMRES with an ILU preconditioner."""
+    if a.shape[0] <= _DIRECT_STATE_LIMIT:
+        return _spla.spsolve(a, rhs)
+    scale = np.abs(rhs).max()
+    for drop_tol, fill in ((0.03, 2.0), (1e-4, 10.0)):
+        try:
+            ilu = _spla.spilu(a, drop_tol=drop_tol, fill_factor=fill, permc_spec="NATURAL")
+        except RuntimeError:  # singular factor: try the next setting
+            continue
+        pre = _spla.LinearOperator(a.shape, ilu.solve)
+        try:
+            x, info = _spla.gmres(a, rhs, M=pre, rtol=1e-13, atol=0.0, restart=100, maxiter=100)
+        except TypeError:  # scipy < 1.12 names it tol
+            x, info = _spla.gmres(a, rhs, M=pre, tol=1e-13, atol=0.0, restart=100, maxiter=100)
+        if info == 0 and np.abs(a @ x - rhs).max() <= 1e-11 * scale:
+            return x
+    return _spla.spsolve(a, rhs)
+
+
 def _stationary(n_states, rows, cols, vals):
     """Solve pi Q = 0, sum pi = 1 (fix pi[0] = 1, drop its balance equation)."""
     out_rate = np.bincount(rows, weights=vals, minlength=n_states)
@@ -592,7 +620,7 @@ def _stationary(n_states, rows, cols, vals):
     vi = np.concatenate([v[inner], -out_rate[1:]])
     if _sp is not None:
         a = _sp.csc_matrix((vi, (ri, ci)), shape=(n_states - 1, n_states - 1))
-        x = _spla.spsolve(a, rhs)
+        x = _sparse_solve(a, rhs)
     else:
         if n_states > DENSE_STATE_LIMIT:
             raise ValueError(
@@ -699,7 +727,7 @@ def solve_exact(
     symmetry: bool = True,
     tol: float = 1e-9,
     max_states: int = 200_000,
-    default_max_states: int = 60_000,
+    default_max_states: int = 30_000,
 ) -> ExactResult:
     """Exact stationary metrics of a small system, by solving its Markov chain.
 
@@ -742,27 +770,30 @@ def solve_exact(
     if queue_bound is not None:
         return _solve_bounded(*args, queue_bound, symmetry, max_states)
 
-    # Adaptive truncation: grow the bound until the mass at the bound is <= tol.
+    # Adaptive truncation: grow the bound until the mass at the bound is <= tol,
+    # within a state budget (counts extrapolated from the last solve).
     budget = min(max_states, default_max_states)
 
-    def largest_bound():
-        b = 1
-        while _estimate_states(policy, n, m, z, b + 1, symmetry) <= budget and b < 10_000:
+    def largest_bound(b0, n0):
+        e0 = _estimate_states(policy, n, m, z, b0, symmetry)
+        b = b0
+        while n0 * _estimate_states(policy, n, m, z, b + 1, symmetry) / e0 <= budget:
             b += 1
         return b
 
-    b_max = largest_bound()
-    bound = min(b_max, max(8, z + 2))
+    bound = max(8, z + 2)
+    while bound > 1 and _estimate_states(policy, n, m, z, bound, symmetry) > budget:
+        bound -= 1
     for _ in range(12):
         res = _solve_bounded(*args, bound, symmetry, max_states)
         if res.truncated_mass <= tol:
             return res
-        # the mass beyond the bound decays about geometrically: extrapolate
+        # the mass at the bound decays about geometrically in the bound: extrapolate
         s = res.tail
         ratio = s[-1] / s[-2] if s[-2] > 0 else 0.5
         ratio = min(max(ratio, 1e-6), 0.999)
         extra = math.ceil(math.log(tol / res.truncated_mass) / math.log(ratio)) + 1
-        new = min(b_max, bound + max(2, extra))
+        new = min(largest_bound(bound, res.n_states), bound + max(2, extra))
         if new <= bound:
             break
         bound = new

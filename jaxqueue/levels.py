@@ -77,10 +77,10 @@ def required_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: fl
 
 
 def default_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
-    """Default level bound: mean-field ``N * s_L < 1e-6``, plus half again, to a multiple of 4."""
+    """Default level bound: mean-field ``N * s_L < 1e-6``, plus a quarter, to a multiple of 4."""
     log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
     base = _first_level(log_tail, -math.log(n_servers) + math.log(1e-6))
-    return int(4 * math.ceil((base + max(4, base // 2)) / 4))
+    return int(4 * math.ceil((base + max(4, base // 4)) / 4))
 
 
 def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:

@@ -67,11 +67,14 @@ class View(NamedTuple):
         tail: int32 ``(levels + 1,)``; ``tail[k]`` servers hold >= k tasks.
         iq_tail: int32 ``(iqueue_levels + 1,)``; ``iq_tail[j]`` dispatchers list
             >= j servers (shape ``(1,)`` when unused).
+        iq_listed: int32, same shape; ``iq_listed[j]`` listed servers sit in
+            I-queues of size >= j (``sum_{i >= j} i * #(I-queues of size i)``).
         idle: int32 scalar, number of idle servers.
     """
 
     tail: jax.Array
     iq_tail: jax.Array
+    iq_listed: jax.Array
     idle: jax.Array
 
 
@@ -296,19 +299,15 @@ def _dispatcher_iq_size(view: View, words: jax.Array, system: System) -> jax.Arr
 def _iq_of_idle_server(view: View, words: jax.Array, system: System) -> jax.Array:
     """Size of the I-queue listing a uniformly random idle server (2 words).
 
-    Listed servers are ordered by the size of their I-queue, largest first:
-    ``g[j] = j * iq_tail[j] + sum_{i > j} iq_tail[i]`` of them sit in I-queues
-    of size >= j, so the I-queue size is ``#{j >= 1: g[j] > v}`` for a
-    uniform ``v`` in ``[0, idle)``.
+    Listed servers are ordered by the size of their I-queue, largest first;
+    ``iq_listed[j]`` of them sit in I-queues of size >= j, so the I-queue of
+    the ``v``-th has size ``#{j >= 1: iq_listed[j] > v}``, ``v`` uniform on
+    ``[0, idle)``.
     """
     if system.n_dispatchers == 1:
         return view.idle
-    d = view.iq_tail
-    j = jnp.arange(d.shape[0], dtype=jnp.int32)
-    above = jnp.cumsum(d[::-1])[::-1] - d  # sum_{i > j} d[i]
-    g = j * d + above
     v = _random_index(words, view.idle)
-    return jnp.sum(g[1:] > v, dtype=jnp.int32)
+    return level_of(view.iq_listed, v)
 
 
 @dataclasses.dataclass(frozen=True)

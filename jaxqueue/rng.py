@@ -70,7 +70,9 @@ def step_words(bkey: jax.Array, step_in_block: jax.Array, n_words: int) -> jax.A
         uint32 array of shape ``(n_words,)``.
     """
     ctr = step_in_block.astype(_U32) * _U32(n_words) + jnp.arange(n_words, dtype=_U32)
-    return _mix(_mix(ctr ^ bkey[0]) ^ bkey[1])
+    # The barrier materialises the words once; otherwise XLA recomputes the
+    # hash inside every fusion that reads them.
+    return jax.lax.optimization_barrier(_mix(_mix(ctr ^ bkey[0]) ^ bkey[1]))
 
 
 def _mulhi(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -30,7 +30,7 @@ from jaxqueue.levels import default_iqueue_levels, default_levels, required_leve
 from jaxqueue.policies import Policy, make
 from jaxqueue.rng import BLOCK
 
-__all__ = ["simulate", "sweep", "LevelOverflowError", "steps_per_time_unit"]
+__all__ = ["simulate", "sweep", "run_blocks", "LevelOverflowError", "steps_per_time_unit"]
 
 
 class LevelOverflowError(RuntimeError):
@@ -42,7 +42,8 @@ def steps_per_time_unit(n_servers: int, load: float) -> float:
     return n_servers * (load + 1.0)
 
 
-_run_blocks = jax.jit(
+#: The jit-compiled :func:`jaxqueue.engine.run_blocks` (system and policy static).
+run_blocks = jax.jit(
     engine.run_blocks, static_argnames=("system", "policy"), donate_argnames=("state",)
 )
 
@@ -251,7 +252,7 @@ def sweep(
         while done < count:
             n = min(chunk, count - done)
             t0 = time.perf_counter()
-            state = _run_blocks(state, key, replica_ids, jnp.int32(first + done), jnp.int32(n),
+            state = run_blocks(state, key, replica_ids, jnp.int32(first + done), jnp.int32(n),
                                 load_arr, system=system, policy=pol)  # fmt: skip
             over = int(jnp.sum(state.stats.overflow)) + int(jnp.sum(state.stats.iq_overflow))
             dt = time.perf_counter() - t0

@@ -1,0 +1,179 @@
+"""Command line: ``python -m jaxqueue {simulate,theory,compare,policies}``.
+
+``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+__all__ = ["main"]
+
+
+def _loads(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--loads needs comma-separated numbers, got {text!r}")
+
+
+def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
+    if many:
+        p.add_argument("--policies", default="jiq,jiq-pod,pod",
+                       help="comma-separated policy names (default: jiq,jiq-pod,pod)")  # fmt: skip
+    else:
+        p.add_argument("--policy", required=True, help="policy name (see `policies`)")
+    p.add_argument("--d", type=int, default=None, help="probes d (pod, jiq-pod, jiq-sq, idle-first)")
+    p.add_argument("--z", type=int, default=None, help="threshold z (jiq-threshold)")
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
+    p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
+    p.add_argument("--steps", type=int, default=1_000_000,
+                   help="measured uniformized steps per replica")  # fmt: skip
+    p.add_argument("--warmup", type=int, default=None,
+                   help="discarded warm-up steps per replica (default: 100 time units)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
+    p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
+    p.add_argument("--init", default="empty", choices=("empty", "mean-field"))
+    p.add_argument("--progress", action="store_true", help="progress on stderr")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m jaxqueue", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("simulate", help="simulate one policy at one load")
+    _add_policy(p)
+    p.add_argument("--servers", type=int, required=True, help="N")
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument("--load", type=float, required=True, help="lambda")
+    _add_run(p)
+
+    p = sub.add_parser("theory", help="mean-field prediction for one policy")
+    _add_policy(p)
+    p.add_argument("--load", type=float, required=True, help="lambda")
+    p.add_argument("--ratio", type=float, default=None, help="r = N / M (JIQ family)")
+    p.add_argument("--levels", type=int, default=None, help="tail entries to print")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
+    _add_policy(p, many=True)
+    p.add_argument("--servers", type=int, default=1000, help="N (default 1000)")
+    p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
+    p.add_argument("--loads", type=_loads, default=[0.5, 0.7, 0.9, 0.95, 0.98])
+    p.add_argument("--time", type=float, default=300.0,
+                   help="measured time units per replica at the largest load (default 300)")  # fmt: skip
+    p.add_argument("--warmup-time", type=float, default=50.0,
+                   help="warm-up time units, from the mean-field state (default 50)")  # fmt: skip
+    p.add_argument("--replicas", type=int, default=16, help="replicas per load")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+    sub.add_parser("policies", help="list the policy names")
+    return ap
+
+
+def _fmt(est, digits=4) -> str:
+    if est is None:
+        return "-"
+    if isinstance(est.ci95, float) and math.isnan(est.ci95):
+        return f"{est.mean:.{digits}f}"
+    return f"{est.mean:.{digits}f} ± {est.ci95:.{digits}f}"
+
+
+def _cmd_simulate(args) -> int:
+    from jaxqueue.driver import simulate
+
+    res = simulate(
+        args.policy, args.servers, args.dispatchers, args.load, d=args.d, z=args.z,
+        buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
+        seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
+        init=args.init, progress=args.progress,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    s = res.settings
+    print(f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+          f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
+          f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units")  # fmt: skip
+    print("metric (mean ± 95% CI half-width)")
+    for name, est in res.scalar_metrics().items():
+        print(f"  {name:24s} {_fmt(est)}")
+    tail = res.tail
+    upto = int(min(len(tail.mean), max(3, (tail.mean > 1e-6).sum() + 1)))
+    for i in range(1, upto):
+        print(f"  s_{i:<22d} {tail.mean[i]:.6f} ± {tail.ci95[i]:.6f}")
+    return 0
+
+
+def _cmd_theory(args) -> int:
+    from jaxqueue import theory
+
+    mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d or 1, levels=args.levels)
+    out = theory.to_dict(mf)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"mean field: {args.policy} d={args.d or 1} load={args.load} ratio={args.ratio}")
+    for name in ("p0", "mean_response_time", "waiting_probability", "mean_queue_length",
+                 "join_rate", "delete_rate", "probe_rate"):  # fmt: skip
+        val = out.get(name)
+        if val is not None:
+            print(f"  {name:24s} {val['mean']:.6g}")
+    for i, v in enumerate(out["tail"]["mean"]):
+        if i and v > 1e-9:
+            print(f"  s_{i:<22d} {v:.6g}")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from jaxqueue.compare import compare
+
+    rows = compare(
+        [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
+        ratio=args.ratio, loads=args.loads, d=args.d, time_units=args.time,
+        warmup_time=args.warmup_time, replicas=args.replicas, seed=args.seed,
+        progress=args.progress, log=sys.stderr,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps({"rows": rows}))
+        return 0
+    print(f"N = {args.servers}, r = {args.ratio:g}: mean response time, simulation (95% CI) vs mean field")
+    print(f"{'policy':14s} {'load':>6s} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
+    for r in rows:
+        sim = f"{r['sim_mean']:.4f} ± {r['sim_ci95']:.4f}"
+        ratio = (r["sim_mean"] - r["theory"]) / r["sim_ci95"] if r["sim_ci95"] else float("nan")
+        print(f"{r['policy_label']:14s} {r['load']:6.3f} {sim:>20s} {r['theory']:11.4f} {ratio:8.2f}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "policies":
+            from jaxqueue.policies import available
+
+            print("\n".join(available()))
+            return 0
+        return {"simulate": _cmd_simulate, "theory": _cmd_theory, "compare": _cmd_compare}[
+            args.command
+        ](args)
+    except (ValueError, TypeError, NotImplementedError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # LevelOverflowError and friends
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,378 @@
+"""Mean-field theory of the JIQ family and closed-form tails (JAX).
+
+The model and formulas are those of Wang, Feng and Cheng, "Distributed
+Join-the-Idle-Queue for Low Latency Cloud Services" (``papers/000``; restated in
+NOTES.md): in the limit ``N, M -> inf`` with ``r = N / M`` fixed, JIQ-Pod(d)
+(JIQ is ``d = 1``) has the tail
+
+    s_i = p0**((d**(i-1) - 1)/(d - 1)) * lambda**((d**i - 1)/(d - 1)),
+
+where ``p0``, the fraction of empty I-queues, solves the normalisation of the
+birth-death law of one I-queue's size (births ``r q1``, deaths ``lambda r + k h``):
+
+    log p0 + lgamma(c + 1) + a - c log(a) + log P(c, a) = 0,
+    q1 = s_1 - s_2,  h = lambda p0 (1 - lambda**d) / (1 - lambda),
+    a = r q1 / h,    c = lambda r / h.
+
+How the equation is solved (:func:`solve_p0`)
+--------------------------------------------
+``P(c, a)`` underflows and ``lgamma(c + 1) - c log a`` cancels catastrophically
+when ``c`` is large (large ``r``, small ``p0``), so the equation is rewritten
+exactly. With ``g = (1 - lambda)/(1 - lambda**d)``, ``c = r g / p0`` and
+``delta = c - a = r g lambda**d`` (which does not depend on ``p0``), the
+identity ``Gamma(c+1) e**a a**-c P(c, a) = c * int_0^inf exp(a (1 - e**-s) - c s) ds``
+turns it into
+
+    log(r g) + log G(c) = 0,   G(c) = int_0^inf exp(-c q(s) - delta (1 - e**-s)) ds,
+    q(s) = s - 1 + e**-s >= 0.
+
+``G`` is a smooth, log-convex, strictly decreasing function of ``c``: the root is
+unique, and Newton's method in ``u = log p0`` (with a bisection bracket,
+``F(u = 0) >= 0`` always) converges in a handful of steps from the estimate
+``p0 ~ 1 / (1 + (pi/2) r (1 - lambda))`` (the Gaussian approximation of ``G``).
+``G`` is evaluated without special functions: for ``c <= 10`` by the series
+``c G = sum_k prod_{j<=k} a/(c + j)`` (48 terms, exact to rounding), otherwise by
+24-point Gauss-Legendre on ``[0, S]`` where ``exp(psi(S)) = e**-40`` (``S`` from
+two Newton steps on the concave exponent ``psi``). Both are accurate to about
+``1e-14`` relative in float64 for every ``lambda`` in ``[1e-4, 1 - 1e-6]``, ``r``
+in ``[1e-2, 1e4]``, ``d`` in ``1..64``. Gradients come from implicit
+differentiation (:func:`jax.custom_jvp`): ``dp0 = -p0 (dF/dtheta) / (dF/du)`` at
+the solution, never through the iterations.
+
+Precision
+---------
+Array functions compute in JAX's default float type: float64 when x64 is
+enabled (``jax.config.update("jax_enable_x64", True)`` or the
+``jax.enable_x64(True)`` context), where ``p0`` is accurate to about ``1e-13``
+(well inside the ``1e-10`` the package promises); float32 otherwise, where the
+quadrature and the iteration reach about ``1e-6`` relative. The host-side
+functions that return Python numbers (:func:`mean_field`,
+:func:`headline_ratio`, :func:`max_load_for_target`) switch x64 on locally and
+always work in float64.
+
+Policies with a closed form here: ``random``, ``pod`` (option ``d``; ``d = 1`` is
+Random), ``jsq`` (mean-field limit ``s_1 = lambda``, ``s_i = 0`` for ``i >= 2``),
+``jiq`` and ``jiq-pod`` (option ``d``; ``d = 1`` is JIQ). The other policies of
+the package raise :class:`NotImplementedError`.
+
+Example:
+    >>> from jaxqueue import theory
+    >>> sol = theory.solve_p0(0.9, 10.0)          # JIQ at lambda = 0.9, r = 10
+    >>> int(sol.status)
+    0
+    >>> mf = theory.mean_field("jiq-pod", 0.98, 10.0, d=2)
+    >>> round(mf.mean_response_time, 2)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxqueue import response
+
+__all__ = [
+    "CLOSED_FORM_POLICIES",
+    "STATUS_MESSAGES",
+    "P0Solution",
+    "MeanFieldResult",
+    "HeadlineFit",
+    "MaxLoadResult",
+    "solve_p0",
+    "p0_grid",
+    "iqueue_distribution",
+    "tail",
+    "mean_response_time",
+    "mean_field",
+    "headline_ratio",
+    "max_load_for_target",
+]
+
+CLOSED_FORM_POLICIES = ("random", "pod", "jsq", "jiq", "jiq-pod")
+_OTHER_POLICIES = ("i1f", "jiq-sq", "jiq-original", "jiq-threshold", "idle-first")
+_JIQ_FAMILY = ("jiq", "jiq-pod")
+
+#: Solver status codes (per point).
+STATUS_MESSAGES = {
+    0: "converged",
+    1: "no convergence within the iteration limit",
+    2: "non-finite value during the iteration",
+    3: "invalid input: need 0 < load < 1 and 0 < ratio < inf (finite)",
+}
+_MAX_ITER = 60
+
+# Evaluation of G(c) = int_0^inf exp(-c q(s) - delta (1 - e^-s)) ds.
+_SERIES_MAX_C = 10.0  # series below, quadrature above
+_SERIES_TERMS = 48  # terms <= c**k Gamma(c+1)/Gamma(c+k+1) < 1e-23 at c = 10, k = 48
+_TRUNC_LOG = 40.0  # the quadrature stops where the integrand is e**-40
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
+_GL_X = (_GL_X + 1.0) / 2.0  # nodes and weights on [0, 1]
+_GL_W = _GL_W / 2.0
+# q(s) = s**2 * sum_n (-s)**n / (n + 2)!  for s < 1/2 (15 terms: < 1e-17 relative)
+_Q_COEFS = tuple((-1.0) ** n / math.factorial(n + 2) for n in range(15))
+
+
+def _float_dtype():
+    return jnp.result_type(float)
+
+
+def _check_d(d) -> int:
+    if isinstance(d, bool) or int(d) != d or int(d) < 1:
+        raise ValueError(f"d must be an integer >= 1; got {d!r}")
+    return int(d)
+
+
+# ---------------------------------------------------------------------------
+# The p0 equation
+# ---------------------------------------------------------------------------
+
+
+def _q(s):
+    """``q(s) = s - 1 + exp(-s)`` without cancellation (``s >= 0``)."""
+    small = s < 0.5
+    x = jnp.where(small, s, 0.0)
+    poly = jnp.full_like(x, _Q_COEFS[-1])
+    for coef in _Q_COEFS[-2::-1]:
+        poly = poly * x + coef
+    return jnp.where(small, x * x * poly, s + jnp.expm1(-jnp.where(small, 1.0, s)))
+
+
+def _truncation(c, a, delta):
+    """``S`` with ``psi(S) ~ -40`` for ``psi(s) = -c q(s) - delta (1 - e**-s)`` (``S`` >= root).
+
+    Starts right of the root from the bounds ``psi(s) <= a - c s`` and, for
+    ``s <= 1``, ``psi(s) <= -delta s - a s**2 / 3``; Newton steps on the concave
+    ``psi`` then stay right of the root.
+    """
+    t = _TRUNC_LOG
+    s_lin = (t + a) / c
+    s_quad = 2.0 * t / (delta + jnp.sqrt(delta * delta + 4.0 * a * t / 3.0))
+    s = jnp.where(s_quad <= 1.0, jnp.minimum(s_quad, s_lin), s_lin)
+    for _ in range(2):
+        one_minus_e = -jnp.expm1(-s)
+        psi = -c * _q(s) - delta * one_minus_e
+        dpsi = -c * one_minus_e - delta * (1.0 - one_minus_e)
+        s = s - (psi + t) / dpsi
+    return s
+
+
+def _log_g(c, a, delta):
+    """``log G`` (see the module docstring), elementwise; ``a = c - delta > 0``."""
+    dtype = c.dtype
+    small = c <= _SERIES_MAX_C
+    # Series: c G = sum_{k >= 0} prod_{j=1..k} a / (c + j).
+    cs = jnp.where(small, c, 1.0)
+    as_ = jnp.where(small, a, 0.5)
+    term = jnp.ones_like(cs)
+    total = jnp.ones_like(cs)
+    for k in range(1, _SERIES_TERMS + 1):
+        term = term * as_ / (cs + k)
+        total = total + term
+    log_series = jnp.log(total) - jnp.log(cs)
+    # Gauss-Legendre on [0, S].
+    cq = jnp.where(small, 2.0 * _SERIES_MAX_C, c)
+    aq = jnp.where(small, _SERIES_MAX_C, a)
+    dq = jnp.where(small, _SERIES_MAX_C, delta)
+    length = jax.lax.stop_gradient(_truncation(cq, aq, dq))  # G does not depend on S
+    s = length[..., None] * jnp.asarray(_GL_X, dtype)
+    psi = -cq[..., None] * _q(s) + dq[..., None] * jnp.expm1(-s)
+    log_quad = jnp.log(length) + jnp.log(jnp.sum(jnp.asarray(_GL_W, dtype) * jnp.exp(psi), -1))
+    return jnp.where(small, log_series, log_quad)
+
+
+def _coefficients(load, ratio, d: int):
+    """``(r g, 1 - lambda**d, lambda**d)`` with ``g = (1 - lambda)/(1 - lambda**d)``."""
+    if d == 1:
+        return ratio, 1.0 - load, load
+    om = -jnp.expm1(d * jnp.log(load))
+    return ratio * (1.0 - load) / om, om, 1.0 - om
+
+
+def _residual(u, load, ratio, d: int):
+    """``F(u) = log p0 + log M(1, c + 1, a)`` at ``p0 = exp(u)``; increasing in ``u``."""
+    rg, om, lam_d = _coefficients(load, ratio, d)
+    c = rg * jnp.exp(-u)
+    a = rg * (jnp.expm1(-u) + om)  # c - delta without cancellation
+    return jnp.log(rg) + _log_g(c, a, rg * lam_d)
+
+
+class P0Solution(NamedTuple):
+    """Solution of the ``p0`` equation, per point (arrays of the broadcast input shape).
+
+    Attributes:
+        p0: the fraction of empty I-queues (NaN where ``status != 0``).
+        status: int32, 0 when converged; see :data:`STATUS_MESSAGES`.
+        iterations: int32 Newton/bisection steps taken.
+        residual: the equation's left side at the returned ``p0``.
+    """
+
+    p0: jax.Array
+    status: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+
+
+def _newton(load, ratio, d: int) -> P0Solution:
+    """Safeguarded Newton in ``u = log p0`` (bracket ``[lo, hi]``, ``hi = 0`` at the start)."""
+    dtype = load.dtype
+    valid = (load > 0) & (load < 1) & (ratio > 0) & jnp.isfinite(ratio)
+    lam = jnp.where(valid, load, 0.5)
+    r = jnp.where(valid, ratio, 1.0)
+    eps = jnp.finfo(dtype).eps
+    tol = 1e3 * eps  # on u = log p0, i.e. relative on p0
+    # F = log(r g) + log G is a difference of terms of size |log(r g)|: below this
+    # it is rounding noise (where F is flat in u, the noise moves u by more than tol).
+    noise = 64.0 * eps * (1.0 + jnp.abs(jnp.log(_coefficients(lam, r, d)[0])))
+
+    def f_and_df(u):
+        return jax.jvp(lambda v: _residual(v, lam, r, d), (u,), (jnp.ones_like(u),))
+
+    u0 = -jnp.log1p(0.5 * jnp.pi * r * (1.0 - lam))
+    init = (
+        u0,
+        jnp.full_like(u0, -jnp.inf),  # lo: F(lo) < 0
+        jnp.zeros_like(u0),  # hi: F(0) >= 0 always
+        jnp.zeros(u0.shape, jnp.int32),
+        ~valid,  # done
+        jnp.zeros(u0.shape, bool),  # finite trouble seen
+    )
+
+    def cond(state):
+        _, _, _, it, done, _ = state
+        return jnp.any(~done) & (jnp.max(it) < _MAX_ITER)
+
+    def body(state):
+        u, lo, hi, it, done, bad = state
+        f, df = f_and_df(u)
+        pos = f > 0
+        hi = jnp.where(pos, jnp.minimum(hi, u), hi)
+        lo = jnp.where(pos, lo, jnp.maximum(lo, u))
+        u_newton = u - f / df
+        inside = jnp.isfinite(u_newton) & (u_newton >= lo) & (u_newton <= hi)
+        fallback = jnp.where(jnp.isfinite(lo), 0.5 * (lo + hi), hi - 4.0)
+        u_new = jnp.where(inside, u_newton, fallback)
+        converged = (jnp.abs(u_new - u) <= tol) | (hi - lo <= tol) | (jnp.abs(f) <= noise)
+        bad_now = ~(jnp.isfinite(f) & jnp.isfinite(df))
+        u = jnp.where(done, u, u_new)
+        it = jnp.where(done, it, it + 1)
+        bad = bad | (bad_now & ~done)
+        done = done | converged | bad_now
+        return u, lo, hi, it, done, bad
+
+    u, _, _, it, done, bad = jax.lax.while_loop(cond, body, init)
+    p0 = jnp.exp(u)
+    res = _residual(u, lam, r, d)
+    status = jnp.where(
+        ~valid,
+        3,
+        jnp.where(bad | ~jnp.isfinite(p0) | ~jnp.isfinite(res), 2, jnp.where(done, 0, 1)),
+    ).astype(jnp.int32)
+    p0 = jnp.where(status == 0, p0, jnp.nan)
+    return P0Solution(p0, status, it, jnp.where(valid, res, jnp.nan))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _p0_core(load, ratio, d: int) -> P0Solution:
+    return _newton(load, ratio, d)
+
+
+@_p0_core.defjvp
+def _p0_core_jvp(d, primals, tangents):
+    load, ratio = primals
+    dload, dratio = tangents
+    sol = _p0_core(load, ratio, d)
+    u = jnp.log(sol.p0)
+    _, f_u = jax.jvp(lambda v: _residual(v, load, ratio, d), (u,), (jnp.ones_like(u),))
+    _, f_theta = jax.jvp(lambda lam, r: _residual(u, lam, r, d), (load, ratio), (dload, dratio))
+    dp0 = -sol.p0 * f_theta / f_u
+    zero_int = np.zeros(sol.status.shape, dtype=jax.dtypes.float0)
+    return sol, P0Solution(dp0, zero_int, zero_int, jnp.zeros_like(sol.residual))
+
+
+def _as_float_arrays(*xs):
+    dtype = _float_dtype()
+    return jnp.broadcast_arrays(*(jnp.asarray(x, dtype) for x in xs))
+
+
+@functools.partial(jax.jit, static_argnames=("d",))
+def solve_p0(load, ratio, d: int = 1) -> P0Solution:
+    """Fraction ``p0`` of empty I-queues of JIQ-Pod(d) (JIQ for ``d = 1``), mean field.
+
+    Wang, Feng and Cheng (papers/000), Theorem 1 and its JIQ-Pod analogue: the
+    normalisation of the I-queue size law (see the module docstring for the
+    exact rewriting that keeps it finite for large ``r`` and small ``p0``).
+    Elementwise over the broadcast shape of ``load`` and ``ratio``; jit-compiled
+    (``d`` static); differentiable in ``load`` and ``ratio`` by implicit
+    differentiation.
+
+    Args:
+        load: ``lambda``, array-like, in ``(0, 1)``.
+        ratio: ``r = N / M``, array-like, positive.
+        d: probes of the Pod(d) fallback (``d = 1``: JIQ). Static.
+
+    Returns:
+        :class:`P0Solution` of arrays of the broadcast shape. Points that fail
+        carry ``p0 = NaN`` and a nonzero ``status`` (:data:`STATUS_MESSAGES`).
+    """
+    d = _check_d(d)
+    load, ratio = _as_float_arrays(load, ratio)
+    return _p0_core(load, ratio, d)
+
+
+@functools.partial(jax.jit, static_argnames=("d",))
+def p0_grid(loads, ratios, d: int = 1) -> P0Solution:
+    """:func:`solve_p0` on the grid ``loads x ratios``, one row (load) at a time.
+
+    Args:
+        loads: 1-D ``[A]`` values of ``lambda``.
+        ratios: 1-D ``[B]`` values of ``r``.
+        d: Pod(d) fallback probes (static).
+
+    Returns:
+        :class:`P0Solution` with fields of shape ``[A, B]``.
+    """
+    d = _check_d(d)
+    dtype = _float_dtype()
+    loads = jnp.asarray(loads, dtype)
+    ratios = jnp.asarray(ratios, dtype)
+    if loads.ndim != 1 or ratios.ndim != 1:
+        raise ValueError("loads and ratios must be 1-D")
+    return jax.lax.map(lambda lam: _p0_core(jnp.full_like(ratios, lam), ratios, d), loads)
+
+
+@functools.partial(jax.jit, static_argnames=("d", "jmax"))
+def iqueue_distribution(p0, load, ratio, d: int = 1, jmax: int = 64):
+    """Law of one I-queue's size: ``p_k = p0 a**k Gamma(c+1) / Gamma(c+k+1)``.
+
+    Wang, Feng and Cheng (papers/000), Theorem 1: the stationary law of the
+    birth-death chain with births ``r q1`` and deaths ``lambda r + k h``.
+    Computed in log space as ``log p0 - sum_{j<=k} log1p((delta + j) / a)``.
+    Its mean is ``r (1 - lambda)`` (the idle servers per dispatcher).
+
+    Args:
+        p0: the fraction of empty I-queues (from :func:`solve_p0`).
+        load: ``lambda``.
+        ratio: ``r``.
+        d: Pod(d) fallback probes (static).
+        jmax: largest size included (static).
+
+    Returns:
+        ``[..., jmax + 1]`` array of ``p_0 .. p_jmax`` (broadcast batch shape).
+    """
+    d = _check_d(d)
+    p0, load, ratio = _as_float_arrays(p0, load, ratio)
+    rg, om, lam_d = _coefficients(load, ratio, d)
+    a = rg * ((1.0 - p0) / p0 + om)  # r q1 / h, without cancellation near p0 = lambda = 1
+    delta = rg * lam_d
+    j = jnp.arange(1, jmax + 1, dtype=p0.dtype)
+    log_ratio = -jnp.log1p((delta[..., None] + j) / a[..., None])
+    log_p = jnp.log(p0)[..., None] + jnp.concatenate(
+        [jnp.zeros_like(log_ratio[..., :1]), jnp.cumsum(log_ratio, axis=-1)], axis=-1
+    )
+    return jnp.exp(log_p)

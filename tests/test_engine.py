@@ -1,0 +1,160 @@
+"""Registry-wide checks of the step kernel: invariants after every step,
+reproducibility, batching and sharding invariance, overflow reporting."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue import engine
+from jaxqueue.config import System
+from jaxqueue.driver import run_blocks
+from jaxqueue.rng import BLOCK, step_words
+
+# One small system per policy; shapes shared across tests to keep compiles few.
+N, M, LEVELS, IQ = 12, 3, 20, 12
+POLICIES = {
+    "random": {},
+    "jsq": {},
+    "pod": {"d": 2},
+    "i1f": {},
+    "jiq": {},
+    "jiq-pod": {"d": 3},
+    "jiq-sq": {"d": 2},
+}
+
+
+def _system(policy, m=M, buffer=None):
+    iq = IQ if policy.uses_iqueues and m > 1 else 0
+    return System(N, m, buffer, buffer or LEVELS, iq)
+
+
+def _start(policy, system):
+    counts = np.zeros(system.levels + 1, np.int64)
+    counts[0] = N
+    iq = None
+    if policy.uses_iqueues and system.n_dispatchers > 1:
+        iq = np.zeros(system.iqueue_levels + 1, np.int64)
+        q, extra = divmod(N, system.n_dispatchers)
+        iq[q] += system.n_dispatchers - extra
+        iq[q + 1] += extra
+    return engine.core_from_counts(counts, iq, system, policy)
+
+
+@functools.partial(jax.jit, static_argnames=("system", "policy", "n"))
+def _trajectory(core, key, load, system, policy, n):
+    """n steps of one replica, returning every core and event."""
+    bkey = jax.random.bits(key, (2,), jnp.uint32)
+    nw = engine.n_words(system, policy)
+
+    def body(core, t):
+        new, ev = engine.step(core, step_words(bkey, t, nw), load, system, policy)
+        return new, (new, ev)
+
+    _, out = jax.lax.scan(body, core, jnp.arange(n, dtype=jnp.int32))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("m", [1, M])
+def test_invariants_after_every_step(name, m):
+    policy = jq.make(name, **POLICIES[name])
+    if name == "jiq-sq" and m == 1:
+        policy = jq.make(name, d=1)
+    system = _system(policy, m)
+    core0 = _start(policy, system)
+    cores, ev = _trajectory(core0, jax.random.key(7), jnp.float32(0.8), system, policy, 3000)
+    tail = np.asarray(cores.tail)
+    assert (tail[:, 0] == N).all()
+    assert (np.diff(tail, axis=1) <= 0).all() and (tail >= 0).all()
+    # conservation: tasks change by accepted arrivals minus departures
+    tasks = np.concatenate([[0], tail[:, 1:].sum(axis=1)])
+    accepted = np.asarray(ev["seen"]).sum(axis=1)
+    dtasks = np.diff(tasks)
+    assert set(np.unique(dtasks)) <= {-1, 0, 1}
+    assert ((dtasks == 1) == (accepted == 1)).all()
+    assert np.asarray(ev["overflow"]).sum() == 0
+    if policy.uses_iqueues and m > 1:
+        iq = np.asarray(cores.iq_tail)
+        listed = np.asarray(cores.iq_listed)
+        assert (iq[:, 0] == m).all() and (np.diff(iq, axis=1) <= 0).all() and (iq >= 0).all()
+        counts = iq - np.concatenate([iq[:, 1:], np.zeros_like(iq[:, :1])], axis=1)
+        sizes = np.arange(iq.shape[1])
+        # I-queues hold exactly the idle servers
+        assert ((counts * sizes).sum(axis=1) == N - tail[:, 1]).all()
+        expect_listed = np.cumsum((counts * sizes)[:, ::-1], axis=1)[:, ::-1]
+        assert (listed == expect_listed).all()
+        assert np.asarray(ev["iq_overflow"]).sum() == 0
+        # the trajectory exercised joins, and deletes for the JIQ routing
+        assert np.asarray(ev["joins"]).sum() > 0
+        assert np.asarray(ev["deletes"]).sum() > 0
+
+
+def test_finite_buffer_blocks_and_never_overflows():
+    policy = jq.make("random")
+    system = _system(policy, 1, buffer=2)
+    core0 = _start(policy, system)
+    cores, ev = _trajectory(core0, jax.random.key(3), jnp.float32(1.5), system, policy, 3000)
+    tail = np.asarray(cores.tail)
+    assert tail.shape[1] == 3 and (tail <= N).all()
+    assert np.asarray(ev["blocked"]).sum() > 0
+    assert np.asarray(ev["overflow"]).sum() == 0
+
+
+def _run(policy, replicas_ids, n_blocks=2, devices=None):
+    system = _system(policy)
+    one = engine.State(_start(policy, system), engine.zero_stats(system, policy))
+    r = len(replicas_ids)
+    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (r,) + x.shape), one)
+    ids = jnp.asarray(replicas_ids, jnp.int32)
+    load = jnp.full((r,), 0.8, jnp.float32)
+    if devices is not None:
+        mesh = jax.sharding.Mesh(np.asarray(devices), ("replica",))
+        sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+        state, ids, load = jax.device_put((state, ids, load), sh)
+    out = run_blocks(
+        state, jax.random.key(11), ids, jnp.int32(0), jnp.int32(n_blocks), load,
+        system=system, policy=policy,
+    )
+    return jax.tree.map(np.asarray, out)
+
+
+def test_batching_sharding_and_chunking_do_not_change_results():
+    policy = jq.make("jiq-pod", d=2)
+    batch = _run(policy, [0, 1, 2, 3])
+    single = _run(policy, [2])
+    for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(single)):
+        np.testing.assert_array_equal(a[2], b[0])
+    sharded = _run(policy, [0, 1, 2, 3], devices=jax.devices()[:2])
+    for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(sharded)):
+        np.testing.assert_array_equal(a, b)
+    assert len(jax.devices()) == 2
+
+
+def test_same_key_same_result_and_chunking_invariance():
+    kw = dict(n_servers=20, n_dispatchers=4, load=0.8, replicas=3, steps=4 * BLOCK,
+              warmup=BLOCK, levels=12, iqueue_levels=12)  # fmt: skip
+    a = jq.simulate("jiq", seed=5, **kw)
+    b = jq.simulate("jiq", seed=5, **kw, devices=jax.devices()[:1])
+    c = jq.simulate("jiq", seed=6, **kw)
+    np.testing.assert_array_equal(a.tail.mean, b.tail.mean)
+    assert a.mean_response_time.mean == b.mean_response_time.mean
+    assert a.mean_response_time.mean != c.mean_response_time.mean
+    assert a.settings["versions"]["jax"] == jax.__version__
+
+
+def test_overflow_is_reported_not_clipped():
+    kw = dict(n_servers=1, load=0.9, replicas=4, steps=16 * BLOCK, warmup=0, levels=3)
+    with pytest.raises(jq.LevelOverflowError, match="levels=3"):
+        jq.simulate("random", **kw)
+    res = jq.simulate("random", on_overflow="report", **kw)
+    assert res.overflow > 0
+
+
+def test_iqueue_overflow_is_reported():
+    kw = dict(n_servers=40, n_dispatchers=8, load=0.1, replicas=2, steps=8 * BLOCK, warmup=0)
+    with pytest.raises(jq.LevelOverflowError, match="iqueue_levels=6"):
+        jq.simulate("jiq", levels=8, iqueue_levels=6, **kw)
