@@ -77,7 +77,7 @@ import math
 import operator
 import warnings
 from collections import defaultdict
-from itertools import combinations, permutations
+from itertools import combinations
 
 import numpy as np
 
@@ -258,20 +258,41 @@ class _Chain:
             list(combinations(range(n), d)) if policy in ("pod", "jiq-pod") else None
         )
         self.iq_subsets = list(combinations(range(m), d)) if policy == "jiq-sq" else None
-        self.perms = (
-            [p + (-1,) for p in permutations(range(m))]  # p[-1] maps "unlisted" to -1
-            if symmetry and self.listed and m > 1
-            else None
-        )
         self.n_rewards = _N_FIXED_REWARDS + cap  # + accepted arrivals seeing k = 0..cap-1
 
     # ---- canonical form -------------------------------------------------
+    # With symmetry, a state's key is its orbit invariant under relabelling
+    # servers and dispatchers: the sorted queue lengths of the unlisted servers,
+    # and the sorted list of I-queues, each the sorted queue lengths of the
+    # servers it lists. Two labelled states have the same key iff one is a
+    # relabelling of the other.
     def canon(self, q, l):
         if not self.symmetry:
             return tuple(zip(q, l))
-        if self.perms is None:
-            return tuple(sorted(zip(q, l)))
-        return min(tuple(sorted([(a, p[b]) for a, b in zip(q, l)])) for p in self.perms)
+        if not self.listed:
+            return tuple(sorted(q))
+        groups = [[] for _ in range(self.m + 1)]  # groups[-1]: unlisted
+        for a, b in zip(q, l):
+            groups[b].append(a)
+        free = groups.pop()
+        for g in groups:
+            g.sort()
+        groups.sort()
+        free.sort()
+        return (tuple(free), tuple(map(tuple, groups)))
+
+    def decode(self, key):
+        """A labelled representative ``(q, l)`` of a state key (lists)."""
+        if not self.symmetry:
+            return [a for a, _ in key], [b for _, b in key]
+        if not self.listed:
+            return list(key), [-1] * self.n
+        free, groups = key
+        q, l = list(free), [-1] * len(free)
+        for j, g in enumerate(groups):
+            q.extend(g)
+            l.extend([j] * len(g))
+        return q, l
 
     def initial(self):
         listing = [i % self.m if self.listed else -1 for i in range(self.n)]
@@ -464,8 +485,7 @@ class _Chain:
 
     def expand(self, state):
         """Outgoing rates ``{target: rate}`` (no self-loops) and the reward vector."""
-        q = [a for a, _ in state]
-        l = [b for _, b in state]
+        q, l = self.decode(state)
         out = defaultdict(float)
         rew = np.zeros(self.n_rewards)
         canon = self.canon
@@ -653,7 +673,8 @@ def _solve_bounded(policy, n, m, lam, d, z, buffer, cap, symmetry, max_states):
     _check_irreducible(n_states, rows, cols)
     pi = _stationary(n_states, rows, cols, vals)
 
-    qs = np.array([[a for a, _ in s] for s in states], dtype=np.int64)  # (S, N)
+    decoded = [chain.decode(s) for s in states]
+    qs = np.array([q for q, _ in decoded], dtype=np.int64)  # (S, N)
     counts = np.stack([(qs == k).sum(axis=1) for k in range(cap + 1)], axis=1)  # (S, K+1)
     occupancy = pi @ counts / n
     tail = np.cumsum(occupancy[::-1])[::-1]
@@ -673,7 +694,7 @@ def _solve_bounded(policy, n, m, lam, d, z, buffer, cap, symmetry, max_states):
         )
 
     if chain.listed:
-        ls = np.array([[b for _, b in s] for s in states], dtype=np.int64)
+        ls = np.array([l for _, l in decoded], dtype=np.int64)
         sizes = np.stack([(ls == j).sum(axis=1) for j in range(m)], axis=1)  # (S, M)
         hist = np.stack([(sizes == k).sum(axis=1) for k in range(n + 1)], axis=1) / m
         iq_dist = pi @ hist

@@ -76,8 +76,21 @@ def required_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: fl
     return _first_level(log_tail, -math.log(n_servers))
 
 
+#: Below this many servers the mean field is no guide to the largest queues
+#: (random fallbacks make the tails geometric), so defaults use Random's tail.
+SMALL_SYSTEM = 100
+
+
 def default_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
-    """Default level bound: mean-field ``N * s_L < 1e-6``, plus a quarter, to a multiple of 4."""
+    """Default level bound: ``N * s_L < 1e-6`` plus a quarter, to a multiple of 4.
+
+    ``s_L`` is the policy's mean-field tail bound for ``N >= 100`` and Random's
+    tail ``lambda**L`` for smaller systems.
+    """
+    if n_servers < SMALL_SYSTEM:
+        from jaxqueue.policies import Random
+
+        policy = Random()
     log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
     base = _first_level(log_tail, -math.log(n_servers) + math.log(1e-6))
     return int(4 * math.ceil((base + max(4, base // 4)) / 4))

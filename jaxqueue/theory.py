@@ -133,14 +133,14 @@ def _check_d(d) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _q(s):
-    """``q(s) = s - 1 + exp(-s)`` without cancellation (``s >= 0``)."""
+def _q(s, em):
+    """``q(s) = s - 1 + exp(-s)`` without cancellation (``s >= 0``, ``em = expm1(-s)``)."""
     small = s < 0.5
     x = jnp.where(small, s, 0.0)
     poly = jnp.full_like(x, _Q_COEFS[-1])
     for coef in _Q_COEFS[-2::-1]:
         poly = poly * x + coef
-    return jnp.where(small, x * x * poly, s + jnp.expm1(-jnp.where(small, 1.0, s)))
+    return jnp.where(small, x * x * poly, s + em)
 
 
 def _truncation(c, a, delta):
@@ -155,35 +155,54 @@ def _truncation(c, a, delta):
     s_quad = 2.0 * t / (delta + jnp.sqrt(delta * delta + 4.0 * a * t / 3.0))
     s = jnp.where(s_quad <= 1.0, jnp.minimum(s_quad, s_lin), s_lin)
     for _ in range(2):
-        one_minus_e = -jnp.expm1(-s)
-        psi = -c * _q(s) - delta * one_minus_e
+        em = jnp.expm1(-s)
+        one_minus_e = -em
+        psi = -c * _q(s, em) - delta * one_minus_e
         dpsi = -c * one_minus_e - delta * (1.0 - one_minus_e)
         s = s - (psi + t) / dpsi
     return s
 
 
 def _log_g(c, a, delta):
-    """``log G`` (see the module docstring), elementwise; ``a = c - delta > 0``."""
+    """``log G`` and ``<q>`` (the ``e**psi``-weighted mean of ``q``), elementwise.
+
+    ``a = c - delta > 0``. With ``delta`` fixed, ``d log G / dc = -<q>``.
+    """
     dtype = c.dtype
     small = c <= _SERIES_MAX_C
-    # Series: c G = sum_{k >= 0} prod_{j=1..k} a / (c + j).
+    # Series: c G = S = sum_{k >= 0} t_k, t_k = prod_{j=1..k} a / (c + j). With
+    # H_k = sum_{j<=k} 1/(c + j): d log t_k / dc (delta fixed) = k / a - H_k, and
+    # t_k k / a = k t_{k-1} / (c + k) needs no division by a.
     cs = jnp.where(small, c, 1.0)
     as_ = jnp.where(small, a, 0.5)
     term = jnp.ones_like(cs)
     total = jnp.ones_like(cs)
+    k_over_a = jnp.zeros_like(cs)  # sum_k t_k k / a
+    harmonic = jnp.zeros_like(cs)  # H_k
+    t_harmonic = jnp.zeros_like(cs)  # sum_k t_k H_k
     for k in range(1, _SERIES_TERMS + 1):
-        term = term * as_ / (cs + k)
+        inv = 1.0 / (cs + k)
+        k_over_a = k_over_a + k * inv * term
+        term = term * as_ * inv
+        harmonic = harmonic + inv
         total = total + term
+        t_harmonic = t_harmonic + term * harmonic
     log_series = jnp.log(total) - jnp.log(cs)
+    # d log G/dc = d log S/dc - 1/c = (k_over_a - t_harmonic)/S - 1/c
+    q_series = 1.0 / cs - (k_over_a - t_harmonic) / total
     # Gauss-Legendre on [0, S].
     cq = jnp.where(small, 2.0 * _SERIES_MAX_C, c)
     aq = jnp.where(small, _SERIES_MAX_C, a)
     dq = jnp.where(small, _SERIES_MAX_C, delta)
     length = jax.lax.stop_gradient(_truncation(cq, aq, dq))  # G does not depend on S
     s = length[..., None] * jnp.asarray(_GL_X, dtype)
-    psi = -cq[..., None] * _q(s) + dq[..., None] * jnp.expm1(-s)
-    log_quad = jnp.log(length) + jnp.log(jnp.sum(jnp.asarray(_GL_W, dtype) * jnp.exp(psi), -1))
-    return jnp.where(small, log_series, log_quad)
+    em = jnp.expm1(-s)
+    q = _q(s, em)
+    weighted = jnp.asarray(_GL_W, dtype) * jnp.exp(-cq[..., None] * q + dq[..., None] * em)
+    sum0 = jnp.sum(weighted, -1)
+    log_quad = jnp.log(length) + jnp.log(sum0)
+    q_quad = jnp.sum(weighted * q, -1) / sum0
+    return jnp.where(small, log_series, log_quad), jnp.where(small, q_series, q_quad)
 
 
 def _coefficients(load, ratio, d: int):
@@ -194,12 +213,17 @@ def _coefficients(load, ratio, d: int):
     return ratio * (1.0 - load) / om, om, 1.0 - om
 
 
-def _residual(u, load, ratio, d: int):
-    """``F(u) = log p0 + log M(1, c + 1, a)`` at ``p0 = exp(u)``; increasing in ``u``."""
+def _residual_and_slope(u, load, ratio, d: int):
+    """``F(u) = log p0 + log M(1, c + 1, a)`` at ``p0 = exp(u)`` and ``dF/du = c <q> > 0``."""
     rg, om, lam_d = _coefficients(load, ratio, d)
     c = rg * jnp.exp(-u)
     a = rg * (jnp.expm1(-u) + om)  # c - delta without cancellation
-    return jnp.log(rg) + _log_g(c, a, rg * lam_d)
+    log_g, mean_q = _log_g(c, a, rg * lam_d)
+    return jnp.log(rg) + log_g, c * mean_q
+
+
+def _residual(u, load, ratio, d: int):
+    return _residual_and_slope(u, load, ratio, d)[0]
 
 
 class P0Solution(NamedTuple):
@@ -219,7 +243,15 @@ class P0Solution(NamedTuple):
 
 
 def _newton(load, ratio, d: int) -> P0Solution:
-    """Safeguarded Newton in ``u = log p0`` (bracket ``[lo, hi]``, ``hi = 0`` at the start)."""
+    """Safeguarded Newton in ``u = log p0``.
+
+    ``F`` increases in ``u`` and ``F(0) >= 0``, so the bracket starts as
+    ``(-inf, 0]``; a Newton step that leaves the bracket is replaced by
+    bisection (or a step of -4 while the bracket is open below). A point is done
+    when the step that reached it was below ``1e3 eps`` or ``|F|`` is at rounding
+    level there; it then takes that last Newton step (of rounding size), and the
+    reported residual is ``F`` just before it.
+    """
     dtype = load.dtype
     valid = (load > 0) & (load < 1) & (ratio > 0) & jnp.isfinite(ratio)
     lam = jnp.where(valid, load, 0.5)
@@ -230,26 +262,28 @@ def _newton(load, ratio, d: int) -> P0Solution:
     # it is rounding noise (where F is flat in u, the noise moves u by more than tol).
     noise = 64.0 * eps * (1.0 + jnp.abs(jnp.log(_coefficients(lam, r, d)[0])))
 
-    def f_and_df(u):
-        return jax.jvp(lambda v: _residual(v, lam, r, d), (u,), (jnp.ones_like(u),))
-
     u0 = -jnp.log1p(0.5 * jnp.pi * r * (1.0 - lam))
     init = (
         u0,
+        jnp.full_like(u0, jnp.inf),  # size of the step that reached u
         jnp.full_like(u0, -jnp.inf),  # lo: F(lo) < 0
         jnp.zeros_like(u0),  # hi: F(0) >= 0 always
-        jnp.zeros(u0.shape, jnp.int32),
+        jnp.full_like(u0, jnp.nan),  # F at u
+        jnp.zeros(u0.shape, jnp.int32),  # steps taken
         ~valid,  # done
-        jnp.zeros(u0.shape, bool),  # finite trouble seen
+        jnp.zeros(u0.shape, bool),  # non-finite F or F' seen
+        jnp.zeros((), jnp.int32),  # evaluations so far
     )
 
     def cond(state):
-        _, _, _, it, done, _ = state
-        return jnp.any(~done) & (jnp.max(it) < _MAX_ITER)
+        done, n = state[6], state[8]
+        return jnp.any(~done) & (n <= _MAX_ITER)
 
     def body(state):
-        u, lo, hi, it, done, bad = state
-        f, df = f_and_df(u)
+        u, last, lo, hi, f_kept, it, done, bad, n = state
+        f, df = _residual_and_slope(u, lam, r, d)
+        bad_now = ~(jnp.isfinite(f) & jnp.isfinite(df)) & ~done
+        finished = (jnp.abs(last) <= tol) | (jnp.abs(f) <= noise) | (hi - lo <= tol) | bad_now
         pos = f > 0
         hi = jnp.where(pos, jnp.minimum(hi, u), hi)
         lo = jnp.where(pos, lo, jnp.maximum(lo, u))
@@ -257,24 +291,30 @@ def _newton(load, ratio, d: int) -> P0Solution:
         inside = jnp.isfinite(u_newton) & (u_newton >= lo) & (u_newton <= hi)
         fallback = jnp.where(jnp.isfinite(lo), 0.5 * (lo + hi), hi - 4.0)
         u_new = jnp.where(inside, u_newton, fallback)
-        converged = (jnp.abs(u_new - u) <= tol) | (hi - lo <= tol) | (jnp.abs(f) <= noise)
-        bad_now = ~(jnp.isfinite(f) & jnp.isfinite(df))
-        u = jnp.where(done, u, u_new)
-        it = jnp.where(done, it, it + 1)
-        bad = bad | (bad_now & ~done)
-        done = done | converged | bad_now
-        return u, lo, hi, it, done, bad
+        move = ~done & ~finished & (it < _MAX_ITER)
+        # A point that finishes still takes its last (rounding-sized) Newton step.
+        polish = ~done & finished & ~bad_now & inside
+        return (
+            jnp.where(move | polish, u_new, u),
+            jnp.where(move, u_new - u, last),
+            lo,
+            hi,
+            jnp.where(done, f_kept, f),
+            jnp.where(move, it + 1, it),
+            done | finished,
+            bad | bad_now,
+            n + 1,
+        )
 
-    u, _, _, it, done, bad = jax.lax.while_loop(cond, body, init)
+    u, _, _, _, f, it, done, bad, _ = jax.lax.while_loop(cond, body, init)
     p0 = jnp.exp(u)
-    res = _residual(u, lam, r, d)
     status = jnp.where(
         ~valid,
         3,
-        jnp.where(bad | ~jnp.isfinite(p0) | ~jnp.isfinite(res), 2, jnp.where(done, 0, 1)),
+        jnp.where(bad | ~jnp.isfinite(p0), 2, jnp.where(done, 0, 1)),
     ).astype(jnp.int32)
     p0 = jnp.where(status == 0, p0, jnp.nan)
-    return P0Solution(p0, status, it, jnp.where(valid, res, jnp.nan))
+    return P0Solution(p0, status, it, jnp.where(valid, f, jnp.nan))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
