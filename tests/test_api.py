@@ -1,0 +1,123 @@
+"""Public API: closed-form special cases, bad input, result forms, command line."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.cli import main as cli_main
+
+# Shapes reused across the tests of this file: levels=48 for the infinite-buffer runs.
+MM1 = dict(replicas=32, steps=2**17, warmup=2**12, levels=48, seed=3)
+
+
+def test_single_server_is_mm1():
+    lam = 0.5
+    res = jq.simulate("random", 1, 1, lam, **MM1)
+    # 3 comparisons at a family-wise 99.9% level: z = 3.40, factor 1.74 on ci95
+    f = 3.40 / 1.96
+    assert res.mean_response_time.contains(1 / (1 - lam), slack=(f - 1) * res.mean_response_time.ci95)
+    assert res.waiting_probability.contains(lam, slack=(f - 1) * res.waiting_probability.ci95)
+    # Exponential(1 - lam) response time: p90 = log(10) / (1 - lam)
+    p90 = res.response_quantiles[0.9]
+    assert abs(p90.mean - np.log(10) / (1 - lam)) <= f * p90.ci95
+
+
+def test_random_servers_are_independent_mm1_queues():
+    lam = 0.5
+    res = jq.simulate("random", 8, 1, lam, **MM1)
+    i = np.arange(1, 7)
+    # 6 comparisons, family-wise 99.9%: z = 3.59
+    f = 3.59 / 1.96
+    assert np.all(np.abs(res.tail.mean[i] - lam**i) <= f * res.tail.ci95[i])
+    assert res.p0 is None and res.join_rate.mean == 0.0 and res.probe_rate.mean == 0.0
+
+
+def test_result_forms():
+    res = jq.simulate("jiq-pod", 8, 2, 0.5, d=2, replicas=4, steps=4096, warmup=512,
+                      levels=48, iqueue_levels=8)  # fmt: skip
+    d = res.to_dict()
+    json.dumps(d)
+    assert set(d["mean_response_time"]) == {"mean", "ci95"}
+    assert len(d["tail"]["mean"]) == 49 and d["tail"]["mean"][0] == 1.0
+    assert d["settings"]["policy"] == "jiq-pod" and d["settings"]["options"] == {"d": 2}
+    rows = res.records()
+    names = {r["metric"] for r in rows}
+    assert {"mean_response_time", "p0", "tail", "iqueue_distribution", "response_p99_9"} <= names
+    assert all(r["load"] == 0.5 for r in rows)
+
+
+def test_sweep_returns_one_result_per_load():
+    out = jq.sweep("pod", 8, 1, [0.3, 0.6], d=2, replicas=4, steps=4096, warmup=512, levels=48)
+    assert [r.settings["load"] for r in out] == [0.3, 0.6]
+    assert out[0].mean_response_time.mean < out[1].mean_response_time.mean
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(load=1.0), "load=1.0 is out of range"),
+        (dict(load=0.0), "load=0.0 is out of range"),
+        (dict(load=-0.5), "load=-0.5 is out of range"),
+        (dict(policy="pod", d=0), "d=0 is out of range"),
+        (dict(policy="pod", d=9), "d=9 is out of range"),
+        (dict(n_dispatchers=0), "n_dispatchers=0 is out of range"),
+        (dict(n_dispatchers=9), "n_dispatchers=9 is out of range"),
+        (dict(n_servers=0), "n_servers=0 is out of range"),
+        (dict(replicas=0), "replicas=0 is out of range"),
+        (dict(steps=0), "steps=0 is out of range"),
+        (dict(warmup=-1), "warmup=-1 is out of range"),
+        (dict(levels=2, load=0.9), "levels=2 is too small"),
+        (dict(policy="jsqq"), "unknown policy 'jsqq'; valid names: "),
+        (dict(policy="jiq", d=2), "takes no option d"),
+        (dict(policy="jiq-sq", n_dispatchers=2, d=3), "d=3 is out of range"),
+        (dict(policy="idle-first", n_dispatchers=2), "n_dispatchers=2 is out of range"),
+        (dict(buffer=0), "buffer=0 is out of range"),
+        (dict(init="full"), "init='full' is not valid"),
+        (dict(on_overflow="clip"), "on_overflow='clip' is not valid"),
+    ],
+)
+def test_bad_input_is_rejected_before_compiling(kwargs, match):
+    base = dict(policy="random", n_servers=8, n_dispatchers=1, load=0.5, replicas=2, steps=1000)
+    base.update(kwargs)
+    policy = base.pop("policy")
+    with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+        jq.simulate(policy, **base)
+
+
+def test_finite_buffer_allows_overload():
+    res = jq.simulate("jsq", 8, 1, 1.5, buffer=2, replicas=4, steps=4096, warmup=512)
+    assert res.blocking_probability.mean > 0.2
+    assert res.settings["levels"] == 2
+
+
+def test_cli_json_stands_alone_on_stdout(capsys):
+    code = cli_main(
+        ["simulate", "--policy", "pod", "--d", "2", "--servers", "8", "--dispatchers", "1",
+         "--load", "0.5", "--replicas", "4", "--steps", "4096", "--warmup", "512",
+         "--levels", "48", "--json", "--progress"]  # fmt: skip
+    )
+    out = capsys.readouterr()
+    assert code == 0
+    data = json.loads(out.out)
+    assert set(data["mean_response_time"]) == {"mean", "ci95"}
+    assert isinstance(data["tail"]["mean"], list) and isinstance(data["tail"]["ci95"], list)
+    assert data["waiting_probability"]["mean"] > 0
+    assert data["settings"]["versions"]["jaxqueue"] == jq.__version__
+    assert "[jaxqueue]" in out.err
+
+
+def test_cli_bad_input_is_a_clear_error(capsys):
+    code = cli_main(["simulate", "--policy", "nope", "--servers", "8", "--load", "0.5"])
+    assert code == 2
+    assert "valid names" in capsys.readouterr().err
+
+
+def test_module_entry_point_lists_policies():
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxqueue", "policies"], capture_output=True, text=True, check=True
+    )
+    assert set(out.stdout.split()) == set(jq.available())
