@@ -13,6 +13,7 @@ replicas) and returns one result per load.
 
 from __future__ import annotations
 
+import functools
 import math
 import platform
 import sys
@@ -22,6 +23,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from jaxqueue import engine
 from jaxqueue.config import MAX_STEPS, System, check_int, check_load
@@ -30,7 +32,9 @@ from jaxqueue.levels import default_iqueue_levels, default_levels, required_leve
 from jaxqueue.policies import Policy, make
 from jaxqueue.rng import BLOCK
 
-__all__ = ["simulate", "sweep", "run_blocks", "LevelOverflowError", "steps_per_time_unit"]
+__all__ = [
+    "simulate", "sweep", "run_blocks", "tile_for", "LevelOverflowError", "steps_per_time_unit",
+]  # fmt: skip
 
 
 class LevelOverflowError(RuntimeError):
@@ -42,10 +46,35 @@ def steps_per_time_unit(n_servers: int, load: float) -> float:
     return n_servers * (load + 1.0)
 
 
-#: The jit-compiled :func:`jaxqueue.engine.run_blocks` (system and policy static).
-run_blocks = jax.jit(
-    engine.run_blocks, static_argnames=("system", "policy"), donate_argnames=("state",)
+@functools.partial(
+    jax.jit, static_argnames=("system", "policy", "tile", "mesh"), donate_argnames=("state",)
 )
+def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, policy, tile=0,
+               mesh=None):  # fmt: skip
+    """:func:`jaxqueue.engine.run_blocks`, jit-compiled and spread over a mesh.
+
+    With a ``mesh`` (axis ``"replica"``), each device advances its own shard
+    of replicas (``shard_map``; no communication), tiled by ``tile``.
+    """
+    run = functools.partial(engine.run_blocks, system=system, policy=policy, tile=tile)
+    if mesh is None or mesh.size == 1:
+        return run(state, key, replicas, first_block, n_blocks, load)
+    spec, rep = PartitionSpec("replica"), PartitionSpec()
+    return jax.shard_map(
+        run, mesh=mesh, in_specs=(spec, rep, spec, rep, rep, spec), out_specs=spec, check_vma=False
+    )(state, key, replicas, first_block, n_blocks, load)
+
+
+#: Replicas per tile on a CPU: small enough that a tile's state stays in cache.
+CPU_TILE = 512
+
+
+def tile_for(replicas: int, n_devices: int, platform: str) -> int:
+    """Tile size for a batch: whole shards on accelerators, cache-sized on CPUs."""
+    per_device = -(-replicas // n_devices)
+    if platform != "cpu" or per_device <= CPU_TILE:
+        return 0
+    return CPU_TILE
 
 
 def _initial_counts(init, system: System, policy: Policy, load: float):
@@ -232,7 +261,9 @@ def sweep(
     # ---- state, keys, sharding ------------------------------------------------
     devs = list(devices) if devices is not None else jax.devices()
     total = replicas * len(loads)
-    padded = -(-total // len(devs)) * len(devs)
+    tile = tile_for(total, len(devs), devs[0].platform)
+    unit = len(devs) * max(tile, 1)
+    padded = -(-total // unit) * unit
     load_vec = np.repeat(np.asarray(loads, np.float32), replicas)
     load_vec = np.concatenate([load_vec, np.full(padded - total, load_vec[-1], np.float32)])
     counts, iq_counts = _initial_counts(init, system, pol, lmax)
@@ -253,7 +284,7 @@ def sweep(
             n = min(chunk, count - done)
             t0 = time.perf_counter()
             state = run_blocks(state, key, replica_ids, jnp.int32(first + done), jnp.int32(n),
-                                load_arr, system=system, policy=pol)  # fmt: skip
+                               load_arr, system=system, policy=pol, tile=tile, mesh=mesh)  # fmt: skip
             over = int(jnp.sum(state.stats.overflow)) + int(jnp.sum(state.stats.iq_overflow))
             dt = time.perf_counter() - t0
             done += n

@@ -345,12 +345,15 @@ class JIQPod(Policy):
         return 2
 
     def route(self, view, words, system):
-        own = _dispatcher_iq_size(view, words[0:2], system)
-        fallback = _min_of_probes(view, words[2:], self.d, system.n_servers)
+        # Words: the fallback's probes first (for d = 1 the same index as the
+        # step's departure draw, so XLA computes its queue length once), then
+        # the dispatcher, then the idle server hit by a delete request.
+        nw = self.route_words(system)
+        fallback = _min_of_probes(view, words, self.d, system.n_servers)
+        own = _dispatcher_iq_size(view, words[nw - 4 : nw - 2], system)
         empty = own == 0
         level = jnp.where(empty, fallback, 0)
         hit_idle = empty & (fallback == 0)
-        nw = self.route_words(system)
         hit_iq = _iq_of_idle_server(view, words[nw - 2 : nw], system)
         iq_remove = jnp.where(empty, jnp.where(hit_idle, hit_iq, 0), own)
         probes = jnp.where(empty, self.d if self.d >= 2 else 0, 0)

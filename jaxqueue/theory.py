@@ -163,46 +163,46 @@ def _truncation(c, a, delta):
     return s
 
 
-def _log_g(c, a, delta):
-    """``log G`` and ``<q>`` (the ``e**psi``-weighted mean of ``q``), elementwise.
+def _series(c, a):
+    """Series branch (``c <= 10``): ``S - 1 = sum_{k>=1} t_k`` and ``d log S / du``.
 
-    ``a = c - delta > 0``. With ``delta`` fixed, ``d log G / dc = -<q>``.
+    ``S = M(1, c + 1, a) = sum_{k>=0} t_k``, ``t_k = prod_{j=1..k} a / (c + j)``.
+    Along ``u = log p0`` both ``c`` and ``a`` move by ``-c du``, so with
+    ``H_k = sum_{j<=k} 1/(c + j)``: ``d log t_k / du = -c (k / a - H_k)``; the term
+    ``t_k k / a = k t_{k-1} / (c + k)`` needs no division by ``a``.
+    """
+    term = jnp.ones_like(c)
+    rest = jnp.zeros_like(c)  # S - 1
+    k_over_a = jnp.zeros_like(c)  # sum_k t_k k / a
+    harmonic = jnp.zeros_like(c)  # H_k
+    t_harmonic = jnp.zeros_like(c)  # sum_k t_k H_k
+    for k in range(1, _SERIES_TERMS + 1):
+        inv = 1.0 / (c + k)
+        k_over_a = k_over_a + k * inv * term
+        term = term * a * inv
+        harmonic = harmonic + inv
+        rest = rest + term
+        t_harmonic = t_harmonic + term * harmonic
+    return rest, -c * (k_over_a - t_harmonic) / (1.0 + rest)
+
+
+def _quadrature(c, a, delta):
+    """Quadrature branch (``c > 10``): ``(log G, a I1, <q>)``.
+
+    ``G = I0 = int_0^inf e**psi ds`` with ``psi = -c q(s) - delta (1 - e**-s)``
+    ``= -delta s - a q(s)``, ``I1 = int_0^inf (1 - e**-s) e**psi ds`` and
+    ``<q> = int q e**psi / I0``. Integrating ``-psi' e**psi`` gives the identity
+    ``delta I0 + a I1 = 1``, used by the caller where ``a I1`` is small.
     """
     dtype = c.dtype
-    small = c <= _SERIES_MAX_C
-    # Series: c G = S = sum_{k >= 0} t_k, t_k = prod_{j=1..k} a / (c + j). With
-    # H_k = sum_{j<=k} 1/(c + j): d log t_k / dc (delta fixed) = k / a - H_k, and
-    # t_k k / a = k t_{k-1} / (c + k) needs no division by a.
-    cs = jnp.where(small, c, 1.0)
-    as_ = jnp.where(small, a, 0.5)
-    term = jnp.ones_like(cs)
-    total = jnp.ones_like(cs)
-    k_over_a = jnp.zeros_like(cs)  # sum_k t_k k / a
-    harmonic = jnp.zeros_like(cs)  # H_k
-    t_harmonic = jnp.zeros_like(cs)  # sum_k t_k H_k
-    for k in range(1, _SERIES_TERMS + 1):
-        inv = 1.0 / (cs + k)
-        k_over_a = k_over_a + k * inv * term
-        term = term * as_ * inv
-        harmonic = harmonic + inv
-        total = total + term
-        t_harmonic = t_harmonic + term * harmonic
-    log_series = jnp.log(total) - jnp.log(cs)
-    # d log G/dc = d log S/dc - 1/c = (k_over_a - t_harmonic)/S - 1/c
-    q_series = 1.0 / cs - (k_over_a - t_harmonic) / total
-    # Gauss-Legendre on [0, S].
-    cq = jnp.where(small, 2.0 * _SERIES_MAX_C, c)
-    aq = jnp.where(small, _SERIES_MAX_C, a)
-    dq = jnp.where(small, _SERIES_MAX_C, delta)
-    length = jax.lax.stop_gradient(_truncation(cq, aq, dq))  # G does not depend on S
+    length = jax.lax.stop_gradient(_truncation(c, a, delta))  # G does not depend on it
     s = length[..., None] * jnp.asarray(_GL_X, dtype)
     em = jnp.expm1(-s)
     q = _q(s, em)
-    weighted = jnp.asarray(_GL_W, dtype) * jnp.exp(-cq[..., None] * q + dq[..., None] * em)
+    weighted = jnp.asarray(_GL_W, dtype) * jnp.exp(-c[..., None] * q + delta[..., None] * em)
     sum0 = jnp.sum(weighted, -1)
-    log_quad = jnp.log(length) + jnp.log(sum0)
-    q_quad = jnp.sum(weighted * q, -1) / sum0
-    return jnp.where(small, log_series, log_quad), jnp.where(small, q_series, q_quad)
+    a_i1 = -a * length * jnp.sum(weighted * em, -1)
+    return jnp.log(length) + jnp.log(sum0), a_i1, jnp.sum(weighted * q, -1) / sum0
 
 
 def _coefficients(load, ratio, d: int):
@@ -214,12 +214,47 @@ def _coefficients(load, ratio, d: int):
 
 
 def _residual_and_slope(u, load, ratio, d: int):
-    """``F(u) = log p0 + log M(1, c + 1, a)`` at ``p0 = exp(u)`` and ``dF/du = c <q> > 0``."""
+    """``F(u) = log p0 + log M(1, c + 1, a)`` at ``p0 = exp(u)``, and ``dF/du > 0``.
+
+    Three exact forms, each where it is well conditioned:
+
+    * ``c <= 10``: ``F = u + log1p(S - 1)`` (series);
+    * ``c > 10``, ``a I1 <= 1/2``: ``F = -d log(lambda) + log1p(-a I1)``, since
+      ``r g / delta = lambda**-d`` and ``delta G = 1 - a I1``. Near ``lambda = 1``
+      the two terms nearly cancel and ``F`` is flat in ``u`` (slope down to
+      ``1e-4`` at ``lambda = 1 - 1e-6``, ``r = 1e4``): the small correction
+      ``a I1`` must carry the relative accuracy, not ``log G``;
+    * otherwise ``F = log(r g) + log G``.
+
+    The slope is ``1 + d log S / du`` (series) or ``c <q>`` (quadrature).
+    """
     rg, om, lam_d = _coefficients(load, ratio, d)
     c = rg * jnp.exp(-u)
     a = rg * (jnp.expm1(-u) + om)  # c - delta without cancellation
-    log_g, mean_q = _log_g(c, a, rg * lam_d)
-    return jnp.log(rg) + log_g, c * mean_q
+    delta = rg * lam_d
+    small = c <= _SERIES_MAX_C
+    # Safe stand-ins keep the branch that is not taken finite (and its gradient).
+    rest, dlog_s = _series(jnp.where(small, c, 1.0), jnp.where(small, a, 0.5))
+    f_series = u + jnp.log1p(rest)
+    cq = jnp.where(small, 2.0 * _SERIES_MAX_C, c)
+    log_g, a_i1, mean_q = _quadrature(
+        cq, jnp.where(small, _SERIES_MAX_C, a), jnp.where(small, _SERIES_MAX_C, delta)
+    )
+    near_one = a_i1 <= 0.5
+    log_lam_d = d * jnp.log(load)
+    log1p_term = jnp.log1p(-jnp.where(near_one, a_i1, 0.0))
+    f_quad = jnp.where(near_one, log1p_term - log_lam_d, jnp.log(rg) + log_g)
+    f = jnp.where(small, f_series, f_quad)
+    slope = jnp.where(small, 1.0 + dlog_s, cq * mean_q)
+    # Size of the terms whose rounding makes up the error of f.
+    scale = jnp.where(
+        small,
+        jnp.abs(u) + jnp.log1p(rest),
+        jnp.where(
+            near_one, jnp.abs(log_lam_d) - log1p_term, jnp.abs(jnp.log(rg)) + jnp.abs(log_g)
+        ),
+    )
+    return f, slope, scale
 
 
 def _residual(u, load, ratio, d: int):
@@ -258,9 +293,6 @@ def _newton(load, ratio, d: int) -> P0Solution:
     r = jnp.where(valid, ratio, 1.0)
     eps = jnp.finfo(dtype).eps
     tol = 1e3 * eps  # on u = log p0, i.e. relative on p0
-    # F = log(r g) + log G is a difference of terms of size |log(r g)|: below this
-    # it is rounding noise (where F is flat in u, the noise moves u by more than tol).
-    noise = 64.0 * eps * (1.0 + jnp.abs(jnp.log(_coefficients(lam, r, d)[0])))
 
     u0 = -jnp.log1p(0.5 * jnp.pi * r * (1.0 - lam))
     init = (
@@ -281,8 +313,11 @@ def _newton(load, ratio, d: int) -> P0Solution:
 
     def body(state):
         u, last, lo, hi, f_kept, it, done, bad, n = state
-        f, df = _residual_and_slope(u, lam, r, d)
+        f, df, scale = _residual_and_slope(u, lam, r, d)
         bad_now = ~(jnp.isfinite(f) & jnp.isfinite(df)) & ~done
+        # Below `noise`, F is rounding error (where F is flat in u, rounding can
+        # move u by more than tol and Newton would cycle).
+        noise = 16.0 * eps * scale
         finished = (jnp.abs(last) <= tol) | (jnp.abs(f) <= noise) | (hi - lo <= tol) | bad_now
         pos = f > 0
         hi = jnp.where(pos, jnp.minimum(hi, u), hi)
@@ -328,7 +363,7 @@ def _p0_core_jvp(d, primals, tangents):
     dload, dratio = tangents
     sol = _p0_core(load, ratio, d)
     u = jnp.log(sol.p0)
-    _, f_u = jax.jvp(lambda v: _residual(v, load, ratio, d), (u,), (jnp.ones_like(u),))
+    f_u = _residual_and_slope(u, load, ratio, d)[1]
     _, f_theta = jax.jvp(lambda lam, r: _residual(u, lam, r, d), (load, ratio), (dload, dratio))
     dp0 = -sol.p0 * f_theta / f_u
     zero_int = np.zeros(sol.status.shape, dtype=jax.dtypes.float0)

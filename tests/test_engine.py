@@ -104,20 +104,21 @@ def test_finite_buffer_blocks_and_never_overflows():
     assert np.asarray(ev["overflow"]).sum() == 0
 
 
-def _run(policy, replicas_ids, n_blocks=2, devices=None):
+def _run(policy, replicas_ids, n_blocks=2, devices=None, tile=0):
     system = _system(policy)
     one = engine.State(_start(policy, system), engine.zero_stats(system, policy))
     r = len(replicas_ids)
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (r,) + x.shape), one)
     ids = jnp.asarray(replicas_ids, jnp.int32)
     load = jnp.full((r,), 0.8, jnp.float32)
+    mesh = None
     if devices is not None:
         mesh = jax.sharding.Mesh(np.asarray(devices), ("replica",))
         sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
         state, ids, load = jax.device_put((state, ids, load), sh)
     out = run_blocks(
         state, jax.random.key(11), ids, jnp.int32(0), jnp.int32(n_blocks), load,
-        system=system, policy=policy,
+        system=system, policy=policy, tile=tile, mesh=mesh,
     )
     return jax.tree.map(np.asarray, out)
 
@@ -129,8 +130,10 @@ def test_batching_sharding_and_chunking_do_not_change_results():
     for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(single)):
         np.testing.assert_array_equal(a[2], b[0])
     sharded = _run(policy, [0, 1, 2, 3], devices=jax.devices()[:2])
-    for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(sharded)):
+    tiled = _run(policy, [0, 1, 2, 3], devices=jax.devices()[:2], tile=1)
+    for a, b, c in zip(*map(jax.tree.leaves, (batch, sharded, tiled))):
         np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
     assert len(jax.devices()) == 2
 
 
