@@ -807,15 +807,24 @@ def solve_exact(
     bound = max(8, z + 2)
     while bound > 1 and _estimate_states(policy, n, m, z, bound, symmetry) > budget:
         bound -= 1
+    history = []
     for _ in range(12):
         res = _solve_bounded(*args, bound, symmetry, max_states)
         if res.truncated_mass <= tol:
             return res
-        # the mass at the bound decays about geometrically in the bound: extrapolate
-        s = res.tail
-        ratio = s[-1] / s[-2] if s[-2] > 0 else 0.5
+        # The mass at the bound decays about geometrically in the bound:
+        # extrapolate, with the decay rate from the last two solves, or at
+        # first from the middle of the tail (its last steps are bent by the bound).
+        history.append((bound, res.truncated_mass))
+        if len(history) >= 2 and history[-2][1] > res.truncated_mass > 0:
+            (b1, m1), (b2, m2) = history[-2:]
+            ratio = (m2 / m1) ** (1.0 / (b2 - b1))
+        else:
+            s = res.tail
+            lo, hi = max(1, bound // 2), bound - 1
+            ratio = (s[hi] / s[lo]) ** (1.0 / (hi - lo)) if hi > lo and s[hi] > 0 else 0.5
         ratio = min(max(ratio, 1e-6), 0.999)
-        extra = math.ceil(math.log(tol / res.truncated_mass) / math.log(ratio)) + 1
+        extra = math.ceil(math.log(tol / res.truncated_mass) / math.log(ratio)) + 2
         new = min(largest_bound(bound, res.n_states), bound + max(2, extra))
         if new <= bound:
             break

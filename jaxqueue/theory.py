@@ -106,6 +106,7 @@ STATUS_MESSAGES = {
     3: "invalid input: need 0 < load < 1 and 0 < ratio < inf (finite)",
 }
 _MAX_ITER = 60
+_GRID_CHUNK = 16384  # points per vectorised solve in p0_grid
 
 # Evaluation of G(c) = int_0^inf exp(-c q(s) - delta (1 - e^-s)) ds.
 _SERIES_MAX_C = 10.0  # series below, quadrature above
@@ -171,18 +172,20 @@ def _series(c, a):
     ``H_k = sum_{j<=k} 1/(c + j)``: ``d log t_k / du = -c (k / a - H_k)``; the term
     ``t_k k / a = k t_{k-1} / (c + k)`` needs no division by ``a``.
     """
-    term = jnp.ones_like(c)
-    rest = jnp.zeros_like(c)  # S - 1
-    k_over_a = jnp.zeros_like(c)  # sum_k t_k k / a
-    harmonic = jnp.zeros_like(c)  # H_k
-    t_harmonic = jnp.zeros_like(c)  # sum_k t_k H_k
-    for k in range(1, _SERIES_TERMS + 1):
+
+    def add_term(k, carry):
+        term, rest, k_over_a, harmonic, t_harmonic = carry
+        k = k.astype(c.dtype)
         inv = 1.0 / (c + k)
-        k_over_a = k_over_a + k * inv * term
-        term = term * a * inv
-        harmonic = harmonic + inv
-        rest = rest + term
-        t_harmonic = t_harmonic + term * harmonic
+        k_over_a = k_over_a + k * inv * term  # sum_k t_k k / a
+        term = term * a * inv  # t_k
+        harmonic = harmonic + inv  # H_k
+        return term, rest + term, k_over_a, harmonic, t_harmonic + term * harmonic
+
+    zero = jnp.zeros_like(c)
+    _, rest, k_over_a, _, t_harmonic = jax.lax.fori_loop(
+        1, _SERIES_TERMS + 1, add_term, (jnp.ones_like(c), zero, zero, zero, zero), unroll=1
+    )
     return rest, -c * (k_over_a - t_harmonic) / (1.0 + rest)
 
 
@@ -402,7 +405,13 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
 
 @functools.partial(jax.jit, static_argnames=("d",))
 def p0_grid(loads, ratios, d: int = 1) -> P0Solution:
-    """:func:`solve_p0` on the grid ``loads x ratios``, one row (load) at a time.
+    """:func:`solve_p0` on the grid ``loads x ratios``, in chunks of about 16k points.
+
+    A chunk is a block of whole rows solved as one vectorised Newton iteration
+    (it stops when its slowest point has converged); chunks run one after the
+    other under :func:`jax.lax.map`, which bounds memory and lets one chunk's
+    arrays stay in cache. On 2 CPU cores a 1000 x 1000 grid takes a few seconds
+    in float64 (see the package README / report for measured figures).
 
     Args:
         loads: 1-D ``[A]`` values of ``lambda``.
@@ -418,7 +427,19 @@ def p0_grid(loads, ratios, d: int = 1) -> P0Solution:
     ratios = jnp.asarray(ratios, dtype)
     if loads.ndim != 1 or ratios.ndim != 1:
         raise ValueError("loads and ratios must be 1-D")
-    return jax.lax.map(lambda lam: _p0_core(jnp.full_like(ratios, lam), ratios, d), loads)
+    n_loads = loads.shape[0]
+    rows = max(1, min(n_loads, _GRID_CHUNK // max(1, ratios.shape[0])))
+    n_chunks = -(-n_loads // rows)
+    padded = jnp.concatenate([loads, jnp.full((n_chunks * rows - n_loads,), 0.5, dtype)])
+
+    def solve_chunk(chunk):
+        lam, r = jnp.broadcast_arrays(chunk[:, None], ratios[None, :])
+        return _p0_core(lam, r, d)
+
+    out = jax.lax.map(solve_chunk, padded.reshape(n_chunks, rows))
+    return jax.tree_util.tree_map(
+        lambda x: x.reshape((n_chunks * rows,) + x.shape[2:])[:n_loads], out
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("d", "jmax"))
