@@ -87,23 +87,33 @@ def _initial_counts(init, system: System, policy: Policy, load: float):
         elif init == "mean-field":
             from jaxqueue import theory
 
-            mf = theory.mean_field(policy.name, load, system.ratio, **policy.options())
-            occ = np.zeros(levels + 1)
-            occ_mf = np.asarray(mf.occupancy, np.float64)[: levels + 1]
-            occ[: occ_mf.size] = occ_mf
-            counts = _round_counts(occ, n)
+            try:
+                mf = theory.mean_field(policy.name, load, system.ratio, **policy.options())
+            except NotImplementedError as err:
+                raise ValueError(
+                    f"init='mean-field' needs a closed-form mean field: {err}; "
+                    "start 'empty' or pass an occupancy array"
+                ) from None
+            return _initial_counts(np.asarray(mf.occupancy, np.float64), system, policy, load)
         else:
             raise ValueError(f"init={init!r} is not valid: use 'empty', 'mean-field' or an array")
     else:
         occ = np.asarray(init, np.float64)
-        if occ.ndim != 1 or occ.size > levels + 1 or np.any(occ < 0):
+        if occ.ndim != 1 or occ.size == 0 or np.any(occ < 0) or occ.sum() <= 0:
             raise ValueError(
-                f"init must be a non-negative 1-D occupancy of at most levels + 1 = {levels + 1} "
-                "entries (fractions or counts of servers with exactly k tasks)"
+                "init must be a non-negative 1-D occupancy (fractions or counts of servers "
+                "with exactly k tasks, k = 0, 1, ...)"
+            )
+        occ = occ / occ.sum()
+        beyond = occ[levels + 1 :].sum()
+        if beyond * n >= 0.5:
+            raise ValueError(
+                f"init puts {beyond * n:.3g} servers past levels={levels}; raise levels or "
+                "give an occupancy with less mass past the bound"
             )
         full = np.zeros(levels + 1)
-        full[: occ.size] = occ
-        counts = _round_counts(full / full.sum(), n)
+        full[: min(occ.size, levels + 1)] = occ[: levels + 1]
+        counts = _round_counts(full, n)
     iq_counts = None
     if policy.uses_iqueues and m > 1:
         idle = int(counts[0])

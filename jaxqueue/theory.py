@@ -23,29 +23,34 @@ exactly. With ``g = (1 - lambda)/(1 - lambda**d)``, ``c = r g / p0`` and
 identity ``Gamma(c+1) e**a a**-c P(c, a) = c * int_0^inf exp(a (1 - e**-s) - c s) ds``
 turns it into
 
-    log(r g) + log G(c) = 0,   G(c) = int_0^inf exp(-c q(s) - delta (1 - e**-s)) ds,
+    F = log(r g) + log G(c) = 0,  G(c) = int_0^inf exp(-c q(s) - delta (1 - e**-s)) ds,
     q(s) = s - 1 + e**-s >= 0.
 
-``G`` is a smooth, log-convex, strictly decreasing function of ``c``: the root is
-unique, and Newton's method in ``u = log p0`` (with a bisection bracket,
-``F(u = 0) >= 0`` always) converges in a handful of steps from the estimate
-``p0 ~ 1 / (1 + (pi/2) r (1 - lambda))`` (the Gaussian approximation of ``G``).
-``G`` is evaluated without special functions: for ``c <= 10`` by the series
-``c G = sum_k prod_{j<=k} a/(c + j)`` (48 terms, exact to rounding), otherwise by
-24-point Gauss-Legendre on ``[0, S]`` where ``exp(psi(S)) = e**-40`` (``S`` from
-two Newton steps on the concave exponent ``psi``). Both are accurate to about
-``1e-14`` relative in float64 for every ``lambda`` in ``[1e-4, 1 - 1e-6]``, ``r``
-in ``[1e-2, 1e4]``, ``d`` in ``1..64``. Gradients come from implicit
+``G`` is smooth and strictly decreasing in ``c``, so the root is unique; ``F``
+increases in ``u = log p0`` and ``F(u = 0) >= 0``. Safeguarded Newton in ``u``
+(bisection bracket) starts from ``p0 ~ 1 / (1 + (pi/2) r (1 - lambda))`` (the
+Gaussian approximation of ``G``) and takes 1 to 5 steps. ``G`` needs no
+special functions: for ``c <= 10`` the series
+``c G = sum_k prod_{j<=k} a/(c + j)`` (48 terms, exact to rounding); otherwise
+24-point Gauss-Legendre on ``[0, S]``, ``S`` where the integrand is ``e**-40``.
+Near ``lambda = 1`` ``F`` is very flat in ``u`` (slope ``1e-4`` at
+``lambda = 1 - 1e-6``, ``r = 1e4``), so there it is evaluated as
+``-d log(lambda) + log1p(-a I1)`` with ``I1 = int (1 - e**-s) e**psi ds`` (exact,
+from ``delta G + a I1 = 1``), whose small second term carries the relative
+accuracy. Checked against 34-digit references: ``p0`` is accurate to about
+``1e-15`` absolute over ``lambda`` in ``[1e-4, 1 - 1e-6]``, ``r`` in
+``[1e-2, 1e4]``, ``d`` in ``1..64``. Gradients come from implicit
 differentiation (:func:`jax.custom_jvp`): ``dp0 = -p0 (dF/dtheta) / (dF/du)`` at
 the solution, never through the iterations.
 
 Precision
 ---------
-Array functions compute in JAX's default float type: float64 when x64 is
-enabled (``jax.config.update("jax_enable_x64", True)`` or the
-``jax.enable_x64(True)`` context), where ``p0`` is accurate to about ``1e-13``
-(well inside the ``1e-10`` the package promises); float32 otherwise, where the
-quadrature and the iteration reach about ``1e-6`` relative. The host-side
+Array functions compute in JAX's default float type. With x64 enabled
+(``jax.config.update("jax_enable_x64", True)`` or the ``jax.enable_x64(True)``
+context) that is float64 and ``p0`` meets the ``1e-10`` target with a wide
+margin. Without x64 everything runs in float32: ``p0`` is then accurate to about
+``5e-7`` absolute (``2e-6`` relative) for the float32-rounded inputs (note that
+``1 - 1e-6`` itself is only represented to 6% in float32). The host-side
 functions that return Python numbers (:func:`mean_field`,
 :func:`headline_ratio`, :func:`max_load_for_target`) switch x64 on locally and
 always work in float64.
@@ -57,11 +62,14 @@ the package raise :class:`NotImplementedError`.
 
 Example:
     >>> from jaxqueue import theory
-    >>> sol = theory.solve_p0(0.9, 10.0)          # JIQ at lambda = 0.9, r = 10
+    >>> sol = theory.solve_p0(0.9, 10.0)  # JIQ at lambda = 0.9, r = 10
     >>> int(sol.status)
     0
     >>> mf = theory.mean_field("jiq-pod", 0.98, 10.0, d=2)
-    >>> round(mf.mean_response_time, 2)  # doctest: +SKIP
+    >>> round(mf.mean_response_time, 2)
+    2.54
+    >>> import jax
+    >>> dT = jax.grad(lambda lam: theory.mean_response_time("jiq", lam, 10.0))(0.9)
 """
 
 from __future__ import annotations
@@ -96,7 +104,6 @@ __all__ = [
 
 CLOSED_FORM_POLICIES = ("random", "pod", "jsq", "jiq", "jiq-pod")
 _OTHER_POLICIES = ("i1f", "jiq-sq", "jiq-original", "jiq-threshold", "idle-first")
-_JIQ_FAMILY = ("jiq", "jiq-pod")
 
 #: Solver status codes (per point).
 STATUS_MESSAGES = {
@@ -184,7 +191,7 @@ def _series(c, a):
 
     zero = jnp.zeros_like(c)
     _, rest, k_over_a, _, t_harmonic = jax.lax.fori_loop(
-        1, _SERIES_TERMS + 1, add_term, (jnp.ones_like(c), zero, zero, zero, zero), unroll=1
+        1, _SERIES_TERMS + 1, add_term, (jnp.ones_like(c), zero, zero, zero, zero), unroll=8
     )
     return rest, -c * (k_over_a - t_harmonic) / (1.0 + rest)
 
@@ -271,7 +278,8 @@ class P0Solution(NamedTuple):
         p0: the fraction of empty I-queues (NaN where ``status != 0``).
         status: int32, 0 when converged; see :data:`STATUS_MESSAGES`.
         iterations: int32 Newton/bisection steps taken.
-        residual: the equation's left side at the returned ``p0``.
+        residual: the equation's left side at the last evaluation (the returned
+            ``p0`` differs from that point by one Newton step of rounding size).
     """
 
     p0: jax.Array
@@ -472,3 +480,640 @@ def iqueue_distribution(p0, load, ratio, d: int = 1, jmax: int = 64):
         [jnp.zeros_like(log_ratio[..., :1]), jnp.cumsum(log_ratio, axis=-1)], axis=-1
     )
     return jnp.exp(log_p)
+
+
+# ---------------------------------------------------------------------------
+# Closed-form tails and response times
+# ---------------------------------------------------------------------------
+
+_EXPONENT_CAP = 1e30  # exponents past this make s_i = 0 anyway; avoids 0 * inf
+_TAIL_TOL = 1e-15  # tail mass left out by the automatic level count
+_MAX_AUTO_LEVELS = 100_000
+_MAX_AUTO_IQUEUE = 2_000_000
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+
+
+def _resolve(policy: str, d) -> tuple[str, int]:
+    """``(kind, d)``: kind ``"pod"`` (Random is ``d = 1``), ``"jiq"`` (JIQ-Pod(d)) or ``"jsq"``.
+
+    The option ``d`` matters only for ``pod`` and ``jiq-pod``; the other
+    policies ignore it.
+    """
+    if policy in ("random", "pod", "jsq", "jiq", "jiq-pod"):
+        d = _check_d(d)
+        return {
+            "random": ("pod", 1),
+            "pod": ("pod", d),
+            "jsq": ("jsq", 1),
+            "jiq": ("jiq", 1),
+            "jiq-pod": ("jiq", d),
+        }[policy]
+    if policy in _OTHER_POLICIES:
+        raise NotImplementedError(
+            f"no closed-form mean field for policy {policy!r}; closed forms exist for "
+            f"{', '.join(CLOSED_FORM_POLICIES)} (the others need the generic mean-field "
+            "fixed point, not written yet)"
+        )
+    raise ValueError(
+        f"unknown policy {policy!r}; valid names: "
+        f"{', '.join(CLOSED_FORM_POLICIES + _OTHER_POLICIES)}"
+    )
+
+
+def _exponents(d: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(e_lam, e_p0)`` with ``s_i = lambda**e_lam[i] * p0**e_p0[i]``, ``i = 0..levels-1``.
+
+    Wang, Feng and Cheng (papers/000), Table I: ``e_lam = (d**i - 1)/(d - 1)``,
+    ``e_p0 = (d**(i-1) - 1)/(d - 1)`` (``i`` and ``i - 1`` for ``d = 1``), ``s_0 = 1``.
+    """
+    i = np.arange(levels)
+    if d == 1:
+        e_lam = i.astype(np.float64)
+        e_p0 = np.maximum(i - 1, 0).astype(np.float64)
+    else:
+        e_lam = np.array([min((d**k - 1) // (d - 1), _EXPONENT_CAP) for k in i], np.float64)
+        e_p0 = np.array(
+            [min((d ** (k - 1) - 1) // (d - 1), _EXPONENT_CAP) if k else 0 for k in i],
+            np.float64,
+        )
+    return e_lam, e_p0
+
+
+def _terms_for(d: int) -> int:
+    """Levels that make the Pod(d)-type tail negligible for ``1 - lambda >= 4e-11``."""
+    return int(math.ceil(12 * math.log(10) / math.log(d))) + 3
+
+
+def _need_ratio(policy: str, ratio):
+    if ratio is None:
+        raise ValueError(f"policy {policy!r} needs ratio = N / M")
+    return ratio
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "d", "levels"))
+def tail(policy: str, load, ratio=None, d: int = 1, levels: int = 32):
+    """Mean-field tail ``s_0 .. s_{levels-1}`` (``s_i``: fraction with at least ``i`` tasks).
+
+    Wang, Feng and Cheng (papers/000), Table I: Pod(d) ``lambda**((d**i-1)/(d-1))``
+    (Random: ``lambda**i``, Mitzenmacher's Pod result), JIQ-Pod(d)
+    ``p0**((d**(i-1)-1)/(d-1)) * lambda**((d**i-1)/(d-1))`` (JIQ: ``p0**(i-1) lambda**i``);
+    JSQ's limit is ``s_1 = lambda``, ``s_i = 0`` for ``i >= 2``. Differentiable in
+    ``load`` and ``ratio`` (through :func:`solve_p0`).
+
+    Args:
+        policy: one of :data:`CLOSED_FORM_POLICIES` (static).
+        load: ``lambda`` in ``(0, 1)``, array-like.
+        ratio: ``r = N / M`` (JIQ family only), array-like.
+        d: probes for ``pod`` / ``jiq-pod`` (static).
+        levels: number of entries (static).
+
+    Returns:
+        ``[..., levels]`` array over the broadcast shape of ``load`` and ``ratio``.
+    """
+    kind, d = _resolve(policy, d)
+    if kind == "jiq":
+        load, ratio = _as_float_arrays(load, _need_ratio(policy, ratio))
+        log_p0 = jnp.log(solve_p0(load, ratio, d).p0)
+    else:
+        (load,) = _as_float_arrays(load)
+        log_p0 = jnp.zeros_like(load)
+    if kind == "jsq":
+        i = jnp.arange(levels)
+        return jnp.where(i == 0, 1.0, jnp.where(i == 1, load[..., None], 0.0))
+    e_lam, e_p0 = _exponents(d, levels)
+    log_s = jnp.log(load)[..., None] * e_lam + jnp.where(e_p0 > 0, log_p0[..., None] * e_p0, 0.0)
+    return jnp.exp(log_s)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "d"))
+def mean_response_time(policy: str, load, ratio=None, d: int = 1):
+    """Mean-field mean response time ``T = sum_{i>=1} s_i / lambda`` (Little's law).
+
+    Closed forms (Wang, Feng and Cheng, papers/000, Table I): Random
+    ``1/(1 - lambda)``; JIQ ``1/(1 - lambda p0)``; JSQ 1; Pod(d) and JIQ-Pod(d)
+    by summing the doubly exponential tail (enough terms for
+    ``1 - lambda >= 4e-11``). Differentiable in ``load`` and ``ratio``.
+
+    Args:
+        policy: one of :data:`CLOSED_FORM_POLICIES` (static).
+        load: ``lambda``, array-like.
+        ratio: ``r`` (JIQ family), array-like.
+        d: probes for ``pod`` / ``jiq-pod`` (static).
+
+    Returns:
+        Array of the broadcast shape of ``load`` and ``ratio``.
+    """
+    kind, d = _resolve(policy, d)
+    if kind == "jsq":
+        (load,) = _as_float_arrays(load)
+        return jnp.ones_like(load)
+    if kind == "jiq":
+        load, ratio = _as_float_arrays(load, _need_ratio(policy, ratio))
+        p0 = solve_p0(load, ratio, d).p0
+    else:
+        (load,) = _as_float_arrays(load)
+        p0 = jnp.ones_like(load)
+    if d == 1:  # geometric tail: 1 / (1 - lambda p0), with 1 - lambda p0 = (1 - lambda) + lambda (1 - p0)
+        return 1.0 / ((1.0 - load) + load * (1.0 - p0))
+    e_lam, e_p0 = _exponents(d, _terms_for(d))
+    # s_i / lambda for i >= 1
+    log_terms = jnp.log(load)[..., None] * (e_lam[1:] - 1.0) + jnp.where(
+        e_p0[1:] > 0, jnp.log(p0)[..., None] * e_p0[1:], 0.0
+    )
+    return jnp.sum(jnp.exp(log_terms), axis=-1)
+
+
+# ---------------------------------------------------------------------------
+# Everything at one point, on the host
+# ---------------------------------------------------------------------------
+
+
+class MeanFieldResult(NamedTuple):
+    """Mean-field metrics of one policy at one point (host floats and float64 arrays).
+
+    The metric names match :class:`jaxqueue.estimators.SimulationResult`.
+
+    Attributes:
+        policy: the policy name as given.
+        load: ``lambda``.
+        ratio: ``r = N / M`` (``None`` where the policy does not use it).
+        d: the effective probe count (1 for random, jsq, jiq).
+        tail: ``[levels]`` ``s_0 .. s_{levels-1}``.
+        occupancy: ``[levels]`` fraction of servers with exactly ``k`` tasks.
+        mean_queue_length: ``sum_{i>=1} s_i`` (the whole tail, not the truncated one).
+        mean_response_time: ``mean_queue_length / lambda``.
+        waiting_probability: probability that an arrival's server is busy.
+        arrival_seen: ``[levels]`` probability that an arrival finds ``k`` tasks.
+        response_quantiles: ``{q: t}`` for ``q`` in 0.5, 0.9, 0.99, 0.999.
+        p0: fraction of empty I-queues (NaN outside the JIQ family).
+        iqueue_distribution: ``[J + 1]`` fraction of I-queues with ``j`` servers
+            (JIQ family; ``None`` otherwise).
+        join_rate: I-queue joins per server per unit time.
+        delete_rate: delete requests per server per unit time.
+        probe_rate: server probes per server per unit time.
+        tail_remainder: ``sum_{i >= levels} s_i``, the mass the truncated tail
+            leaves out (below ``1e-15`` with the automatic level count unless
+            that would pass 100000 levels).
+        iqueue_remainder: the I-queue mass past the returned sizes (0 outside
+            the JIQ family).
+    """
+
+    policy: str
+    load: float
+    ratio: float | None
+    d: int
+    tail: np.ndarray
+    occupancy: np.ndarray
+    mean_queue_length: float
+    mean_response_time: float
+    waiting_probability: float
+    arrival_seen: np.ndarray
+    response_quantiles: dict
+    p0: float
+    iqueue_distribution: np.ndarray | None
+    join_rate: float
+    delete_rate: float
+    probe_rate: float
+    tail_remainder: float
+    iqueue_remainder: float
+
+
+def _host_p0(load: float, ratio: float, d: int) -> float:
+    """``p0`` in float64 (x64 switched on for the call); raises on solver failure."""
+    with jax.enable_x64(True):
+        sol = solve_p0(load, ratio, d)
+        status = int(sol.status)
+        p0 = float(sol.p0)
+    if status != 0:
+        raise RuntimeError(
+            f"p0 solver failed at load={load!r}, ratio={ratio!r}, d={d}: "
+            f"status {status} ({STATUS_MESSAGES.get(status, 'unknown')})"
+        )
+    return p0
+
+
+def _log_tail_host(d: int, log_lam: float, log_p0: float, levels: int) -> np.ndarray:
+    """``log s_i`` for ``i = 0..levels-1`` (float64; ``-inf`` once it underflows)."""
+    e_lam, e_p0 = _exponents(d, levels)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = e_lam * log_lam + (e_p0 * log_p0 if log_p0 != 0.0 else 0.0)
+    return np.where(np.isnan(out), -np.inf, out)
+
+
+def _auto_levels(d: int, log_lam: float, log_p0: float) -> int:
+    """Fewest levels ``L`` with ``sum_{i>=L} s_i < 1e-15`` (at least 2, at most 100000)."""
+    if d == 1:
+        log_rho = log_lam + log_p0  # s_i = lambda rho**(i-1)
+        one_minus_rho = -math.expm1(log_rho)
+        need = (math.log(_TAIL_TOL * one_minus_rho) - log_lam) / log_rho
+        return int(min(max(2, 1 + math.ceil(need)), _MAX_AUTO_LEVELS))
+    log_s = _log_tail_host(d, log_lam, log_p0, _terms_for(d) + 8)
+    below = np.nonzero(log_s < math.log(_TAIL_TOL / 2))[0]
+    return int(max(2, below[0] if below.size else log_s.size))
+
+
+def _tail_sum_from(d: int, log_lam: float, log_p0: float, start: int) -> float:
+    """``sum_{i >= start} s_i`` (``start >= 1``)."""
+    if d == 1:
+        log_rho = log_lam + log_p0
+        return math.exp(log_lam + (start - 1) * log_rho) / -math.expm1(log_rho)
+    n = max(start, _terms_for(d) + 8)
+    log_s = _log_tail_host(d, log_lam, log_p0, n + 1)
+    return float(np.sum(np.exp(log_s[start:])))
+
+
+def _iqueue_host(p0: float, load: float, ratio: float, d: int) -> tuple[np.ndarray, float]:
+    """I-queue size law in float64 until the rest is below ``1e-15 min(1, 1 - p0)`` (or 2e6 sizes).
+
+    Relative to ``1 - p0`` so that tiny means (``r (1 - lambda)`` down to 1e-8)
+    keep their relative accuracy.
+    """
+    lam = load
+    if d == 1:
+        rg, om, lam_d = ratio, 1.0 - lam, lam
+    else:
+        om = -math.expm1(d * math.log(lam))
+        rg, lam_d = ratio * (1.0 - lam) / om, 1.0 - om
+    a = rg * ((1.0 - p0) / p0 + om)
+    delta = rg * lam_d
+    log_tol = math.log(_TAIL_TOL * max(min(1.0, 1.0 - p0), 1e-300))
+    blocks = [np.array([math.log(p0)])]
+    last = blocks[0][0]
+    k0 = 0
+    block = 4096
+    while True:
+        j = np.arange(k0 + 1, k0 + block + 1, dtype=np.float64)
+        log_p = last + np.cumsum(-np.log1p((delta + j) / a))
+        # p_k decreases (a < c): the rest after k is below p_k rho / (1 - rho), rho = a/(c+k+1)
+        rho = a / (a + delta + j + 1.0)
+        bound = log_p + np.log(rho) - np.log1p(-rho)
+        stop = np.nonzero(bound < log_tol)[0]
+        if stop.size:
+            blocks.append(log_p[: stop[0] + 1])
+            rest = float(np.exp(bound[stop[0]]))
+            break
+        blocks.append(log_p)
+        last, k0 = log_p[-1], k0 + block
+        if k0 >= _MAX_AUTO_IQUEUE:
+            rest = float(np.exp(bound[-1]))
+            break
+        block *= 2
+    return np.exp(np.concatenate(blocks)), rest
+
+
+def mean_field(
+    policy: str,
+    load: float,
+    ratio: float | None = None,
+    d: int = 1,
+    levels: int | None = None,
+    z: int | None = None,
+) -> MeanFieldResult:
+    """All mean-field metrics of a closed-form policy at one point (float64, host side).
+
+    Tails from Wang, Feng and Cheng (papers/000), Table I (see :func:`tail`).
+    An arrival finds at least ``k >= 1`` tasks with probability ``s_k**d``
+    under Pod(d) (the minimum of ``d`` draws), ``p0 s_k**d`` under JIQ-Pod(d)
+    (a dispatcher with a non-empty I-queue, probability ``1 - p0``, sends it
+    to an idle server), ``0`` under JSQ; the response time given ``k`` is
+    Erlang(``k + 1``, 1), so ``sum_k (k+1) arrival_seen[k]`` is the mean
+    response time of Little's law. Messages (per server per unit time, Wang et
+    al. Fig. 6): joins ``s_1 - s_2``; delete requests ``lambda p0 (1 - lambda**d)``
+    (empty-I-queue arrivals that land on an idle server); probes ``d lambda``
+    (Pod(d)) or ``d lambda p0`` (JIQ-Pod(d)) for ``d >= 2``, none for JSQ.
+
+    Args:
+        policy: a policy name; closed forms for ``random``, ``pod``, ``jsq``,
+            ``jiq``, ``jiq-pod``.
+        load: ``lambda`` in ``(0, 1)``.
+        ratio: ``r = N / M``; required for the JIQ family, ignored otherwise.
+        d: probes of ``pod`` and ``jiq-pod`` (ignored by the others).
+        levels: entries of the tail and occupancy arrays; ``None`` picks the
+            fewest with less than ``1e-15`` of tail mass left out.
+        z: JIQ-Threshold's option, accepted so that a policy's options can be
+            passed through; that policy has no closed form here.
+
+    Returns:
+        A :class:`MeanFieldResult`.
+
+    Raises:
+        NotImplementedError: for the package's policies without a closed form.
+        ValueError: for unknown names or invalid arguments.
+        RuntimeError: if the ``p0`` solver fails.
+    """
+    del z
+    kind, d = _resolve(policy, d)
+    lam = float(load)
+    if not 0.0 < lam < 1.0:
+        raise ValueError(f"load must lie in (0, 1); got {load!r}")
+    if levels is not None and (int(levels) != levels or levels < 1):
+        raise ValueError(f"levels must be a positive integer or None; got {levels!r}")
+    log_lam = math.log(lam)
+    p0 = math.nan
+    log_p0 = 0.0
+    if kind == "jiq":
+        if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
+            raise ValueError(f"policy {policy!r} needs a positive finite ratio; got {ratio!r}")
+        ratio = float(ratio)
+        p0 = _host_p0(lam, ratio, d)
+        log_p0 = math.log(p0)
+    else:
+        ratio = None if ratio is None else float(ratio)
+
+    if kind == "jsq":
+        n = 2 if levels is None else int(levels)
+        tail_arr = np.zeros(n)
+        tail_arr[0] = 1.0
+        if n > 1:
+            tail_arr[1] = lam
+        occupancy = tail_arr - np.append(tail_arr[1:], lam if n == 1 else 0.0)
+        seen = np.zeros(n)
+        seen[0] = 1.0
+        mean_q, remainder, wait = lam, (lam if n == 1 else 0.0), 0.0
+        quantiles = {q: -math.log1p(-q) for q in QUANTILES}
+    else:
+        n = _auto_levels(d, log_lam, log_p0) if levels is None else int(levels)
+        log_s = _log_tail_host(d, log_lam, log_p0, n + 1)
+        # log s_{k+1} - log s_k, exactly: log(lambda) for k = 0, then
+        # d**k log(lambda) + d**(k-1) log(p0) (geometric for d = 1)
+        e_lam, e_p0 = _exponents(d, n + 1)
+        inc = np.diff(e_lam) * log_lam + (np.diff(e_p0) * log_p0 if log_p0 else 0.0)
+        s = np.exp(log_s)
+        tail_arr = s[:n]
+        occupancy = tail_arr * -np.expm1(inc)
+        # P(find >= k): A_k = s_k**d (Pod), A_0 = 1 and A_k = p0 s_k**d (JIQ-Pod)
+        log_a = d * log_s
+        inc_a = d * inc
+        if kind == "jiq":
+            log_a = np.concatenate([[0.0], log_p0 + log_a[1:]])
+            inc_a = np.concatenate([[log_p0 + d * log_lam], inc_a[1:]])
+        seen = np.exp(log_a[:n]) * -np.expm1(inc_a)
+        wait = math.exp(log_a[1])
+        remainder = _tail_sum_from(d, log_lam, log_p0, n)
+        if d == 1:
+            one_minus_rho = (1.0 - lam) + lam * (1.0 - (p0 if kind == "jiq" else 1.0))
+            mean_q = lam / one_minus_rho
+            quantiles = {q: -math.log1p(-q) / one_minus_rho for q in QUANTILES}
+        else:
+            mean_q = float(np.sum(tail_arr[1:])) + remainder
+            qs = response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+            quantiles = {q: float(v) for q, v in zip(QUANTILES, qs)}
+
+    iq_dist, iq_rest = None, 0.0
+    join = delete = probe = 0.0
+    if kind == "jiq":
+        iq_dist, iq_rest = _iqueue_host(p0, lam, ratio, d)
+        lam_d = math.exp(d * log_lam)
+        join = lam * (1.0 - p0 * lam_d)  # s_1 - s_2
+        delete = lam * p0 * -math.expm1(d * log_lam)
+        probe = d * lam * p0 if d >= 2 else 0.0
+    elif kind == "pod" and d >= 2:
+        probe = d * lam
+
+    return MeanFieldResult(
+        policy=policy,
+        load=lam,
+        ratio=ratio,
+        d=d,
+        tail=tail_arr,
+        occupancy=occupancy,
+        mean_queue_length=float(mean_q),
+        mean_response_time=float(mean_q) / lam,
+        waiting_probability=float(wait),
+        arrival_seen=seen,
+        response_quantiles=quantiles,
+        p0=p0,
+        iqueue_distribution=iq_dist,
+        join_rate=join,
+        delete_rate=delete,
+        probe_rate=probe,
+        tail_remainder=float(remainder),
+        iqueue_remainder=iq_rest,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The Wang et al. headline and inverse design
+# ---------------------------------------------------------------------------
+
+
+class HeadlineFit(NamedTuple):
+    """The ``r`` behind Wang et al.'s headline (papers/000, Sec. II, Fig. 4).
+
+    Attributes:
+        load: ``lambda`` (0.98 in the paper).
+        d: probes (2 in the paper).
+        ratio: the ``r`` that fits all targets best (least squares in ``log T``).
+        ratios: ``{policy: r}`` with ``T(policy, r)`` equal to its target.
+        mean_response_time: ``{policy: T}`` at ``ratio`` for ``jiq``, ``jiq-pod``
+            and ``pod`` (which does not depend on ``r``).
+        targets: the targets used.
+    """
+
+    load: float
+    d: int
+    ratio: float
+    ratios: dict
+    mean_response_time: dict
+    targets: dict
+
+
+_HEADLINE_TARGETS = {"jiq": 5.3, "jiq-pod": 2.6}
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "d"))
+def _log_t_and_slope(x, load, policy: str, d: int):
+    """``(log T, d log T / d log r)`` at ``log r = x``."""
+    return jax.value_and_grad(lambda v: jnp.log(mean_response_time(policy, load, jnp.exp(v), d)))(x)
+
+
+def _log_t_of_log_r(policy: str, load: float, d: int):
+    """``log r -> (log T, d log T / d log r)`` in float64 (x64 must be on)."""
+    return lambda x: _log_t_and_slope(jnp.float64(x), jnp.float64(load), policy=policy, d=d)
+
+
+def _ratio_for(policy: str, load: float, d: int, target: float) -> float:
+    """``r`` with ``T(policy, load, r) = target`` (``T`` decreases in ``r``).
+
+    Newton in ``log r`` with gradients from the implicit derivative of ``p0``,
+    inside a bisection bracket ``[1e-2, 1e4]``.
+    """
+    fn = _log_t_of_log_r(policy, load, d)
+    lo, hi = math.log(1e-2), math.log(1e4)
+    if not float(fn(hi)[0]) < math.log(target) < float(fn(lo)[0]):
+        raise ValueError(f"T({policy}) = {target} is not reached for r in [1e-2, 1e4]")
+    x = math.log(10.0)
+    for _ in range(100):
+        val, grad = (float(v) for v in fn(x))
+        g = val - math.log(target)
+        if g > 0:
+            lo = x
+        else:
+            hi = x
+        step = -g / grad if grad != 0 else math.inf
+        x_new = x + step
+        if not lo < x_new < hi:
+            x_new = 0.5 * (lo + hi)
+        if abs(x_new - x) < 1e-13:
+            return math.exp(x_new)
+        x = x_new
+    raise RuntimeError(f"no convergence solving T({policy}) = {target} for r")
+
+
+def headline_ratio(load: float = 0.98, d: int = 2, targets: dict | None = None) -> HeadlineFit:
+    """Find the ``r`` behind Wang et al.'s headline figures.
+
+    Wang, Feng and Cheng (papers/000) state that at ``lambda = 0.98`` (``d = 2``)
+    ``T`` is about 2.6 for JIQ-Pod, 5.3 for JIQ and 4.5 for Pod, without giving
+    ``r`` in the text. This solves ``T(policy, r) = target`` for each target and
+    fits one ``r`` to all (golden-section search on
+    ``sum (log T - log target)**2`` between the single-policy solutions).
+
+    Args:
+        load: ``lambda``.
+        d: probes of JIQ-Pod(d) and Pod(d).
+        targets: ``{policy: T}``; default ``{"jiq": 5.3, "jiq-pod": 2.6}``.
+
+    Returns:
+        A :class:`HeadlineFit`. (With the defaults: ``r`` close to 10, where
+        ``T`` is about 5.39, 2.54 and 4.52.)
+    """
+    targets = dict(_HEADLINE_TARGETS if targets is None else targets)
+    with jax.enable_x64(True):
+        ratios = {p: _ratio_for(p, load, d, t) for p, t in targets.items()}
+        fns = {p: _log_t_of_log_r(p, load, d) for p in targets}
+
+        def misfit(x):
+            return sum((float(fns[p](x)[0]) - math.log(t)) ** 2 for p, t in targets.items())
+
+        lo, hi = math.log(min(ratios.values())), math.log(max(ratios.values()))
+        golden = (math.sqrt(5.0) - 1.0) / 2.0
+        x1, x2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        f1, f2 = misfit(x1), misfit(x2)
+        while hi - lo > 1e-10:
+            if f1 <= f2:
+                hi, x2, f2 = x2, x1, f1
+                x1 = hi - golden * (hi - lo)
+                f1 = misfit(x1)
+            else:
+                lo, x1, f1 = x1, x2, f2
+                x2 = lo + golden * (hi - lo)
+                f2 = misfit(x2)
+        ratio = math.exp(0.5 * (lo + hi))
+        times = {
+            p: float(mean_response_time(p, load, ratio, d if p in ("jiq-pod", "pod") else 1))
+            for p in ("jiq", "jiq-pod", "pod")
+        }
+    return HeadlineFit(float(load), int(d), ratio, ratios, times, targets)
+
+
+class MaxLoadResult(NamedTuple):
+    """Largest load meeting a mean-response-time target.
+
+    Attributes:
+        load: ``lambda*`` (0 when infeasible, 1 when every load meets the target).
+        mean_response_time: ``T(lambda*)``.
+        status: 0 converged; 1 no convergence within ``max_steps``; 2 non-finite;
+            3 infeasible (``target <= 1 = T(0+)``); 4 every load in (0, 1) meets it.
+        steps: optimiser steps taken.
+    """
+
+    load: float
+    mean_response_time: float
+    status: int
+    steps: int
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "d", "max_steps"))
+def _max_load_impl(target, ratio, tol, policy: str, d: int, max_steps: int):
+    """L-BFGS (optax) on ``theta = logit(lambda)``, loss ``(log T - log target)**2 / 2``."""
+    log_target = jnp.log(target)
+
+    def residual(theta):
+        return jnp.log(mean_response_time(policy, jax.nn.sigmoid(theta), ratio, d)) - log_target
+
+    def loss(theta):
+        return 0.5 * residual(theta) ** 2
+
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(loss)
+    # Random's answer 1 - 1/target: the JIQ family and Pod(d) are faster, so lambda* is above it.
+    start = jnp.clip(1.0 - 1.0 / target, 1e-6, 1.0 - 1e-6)
+    theta0 = jnp.log(start) - jnp.log1p(-start)
+
+    def cond(carry):
+        _, _, k, res = carry
+        return (k < max_steps) & ~(jnp.abs(res) <= tol) & jnp.isfinite(res)
+
+    def body(carry):
+        theta, state, k, _ = carry
+        value, grad = value_and_grad(theta, state=state)
+        updates, state = opt.update(grad, state, theta, value=value, grad=grad, value_fn=loss)
+        theta = optax.apply_updates(theta, updates)
+        return theta, state, k + 1, residual(theta)
+
+    theta, _, steps, res = jax.lax.while_loop(
+        cond, body, (theta0, opt.init(theta0), jnp.zeros((), jnp.int32), residual(theta0))
+    )
+    # Step just below the root if the last iterate is above it (T(lambda*) <= target).
+    dres = jax.grad(residual)(theta)
+    theta = jnp.where(res > 0, theta - 2.0 * res / dres, theta)
+    lam = jax.nn.sigmoid(theta)
+    return lam, mean_response_time(policy, lam, ratio, d), steps, res
+
+
+def max_load_for_target(
+    target_T: float,
+    ratio: float | None = None,
+    policy: str = "jiq-pod",
+    d: int = 2,
+    *,
+    tol: float = 1e-11,
+    max_steps: int = 100,
+) -> MaxLoadResult:
+    """Largest ``lambda`` whose mean-field mean response time is at most ``target_T``.
+
+    Inverse design through the differentiable solver: ``T`` increases with
+    ``lambda``, so ``lambda*`` is the root of ``log T(lambda) = log target``;
+    optax's L-BFGS (zoom line search) minimises its square over the
+    unconstrained ``theta = logit(lambda)``, with gradients of ``p0`` from
+    implicit differentiation; a last first-order correction moves a root
+    approximation from just above to just below the target. Float64 (x64
+    switched on for the call).
+
+    Args:
+        target_T: the target mean response time (> 1 to be feasible).
+        ratio: ``r`` (JIQ family).
+        policy: a closed-form policy name.
+        d: probes of ``pod`` / ``jiq-pod``.
+        tol: tolerance on ``|log T - log target|``.
+        max_steps: optimiser step limit.
+
+    Returns:
+        A :class:`MaxLoadResult`.
+    """
+    kind, d = _resolve(policy, d)
+    target = float(target_T)
+    if kind == "jiq" and ratio is None:
+        raise ValueError(f"policy {policy!r} needs ratio")
+    if not target > 1.0:
+        return MaxLoadResult(0.0, 1.0, 3, 0)
+    if kind == "jsq":
+        return MaxLoadResult(1.0, 1.0, 4, 0)
+    with jax.enable_x64(True):
+        lam, t, steps, res = _max_load_impl(
+            jnp.float64(target),
+            jnp.float64(1.0 if ratio is None else ratio),
+            jnp.float64(tol),
+            policy=policy,
+            d=d,
+            max_steps=int(max_steps),
+        )
+        lam, t, steps, res = float(lam), float(t), int(steps), float(res)
+    if not (math.isfinite(lam) and math.isfinite(t) and math.isfinite(res)):
+        status = 2
+    elif abs(res) <= tol:
+        status = 0
+    else:
+        status = 1
+    return MaxLoadResult(lam, t, status, steps)

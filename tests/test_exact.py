@@ -1,0 +1,348 @@
+"""Tests of the exact stationary solver :mod:`jaxqueue.exact` (the simulator's oracle).
+
+Closed forms (M/M/1, independent M/M/1 under Random, M/M/1/b blocking), the
+identities between policies that the rules imply, message and flow accounting,
+and input validation. All cases are small: the file runs in a few seconds.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import jaxqueue.exact as exact
+from jaxqueue.exact import POLICIES, solve_exact
+
+LAM = 0.6
+
+
+def _same(a, b, rtol=1e-9, atol=1e-12, skip=()):
+    """Every metric of two results agrees (but those in ``skip``)."""
+    for name in ("tail", "occupancy", "arrival_seen", "iqueue_distribution"):
+        x, y = getattr(a, name), getattr(b, name)
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+    for name in (
+        "mean_queue_length",
+        "mean_response_time",
+        "waiting_probability",
+        "blocking_probability",
+        "p0",
+        "join_rate",
+        "delete_rate",
+        "probe_rate",
+        "truncated_mass",
+    ):
+        if name in skip:
+            continue
+        x, y = getattr(a, name), getattr(b, name)
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+
+
+# ---------------------------------------------------------------- closed forms
+
+
+@pytest.mark.parametrize("policy", ["random", "jsq", "i1f", "jiq", "jiq-original", "jiq-threshold"])
+def test_single_server_is_mm1(policy):
+    lam, bound = 0.5, 40
+    res = solve_exact(policy, 1, 1, lam, queue_bound=bound)
+    assert res.truncated_mass < 1e-11
+    assert res.mean_response_time == pytest.approx(1 / (1 - lam), rel=1e-9)
+    assert res.waiting_probability == pytest.approx(lam, rel=1e-9)
+    i = np.arange(15)
+    np.testing.assert_allclose(res.tail[:15], lam**i, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(res.arrival_seen[:15], (1 - lam) * lam**i, rtol=1e-9, atol=1e-11)
+    # exactly, the truncated chain is M/M/1/bound
+    i = np.arange(bound + 1)
+    np.testing.assert_allclose(res.tail, (lam**i - lam ** (bound + 1)) / (1 - lam ** (bound + 1)))
+    assert res.mean_queue_length == pytest.approx(lam / (1 - lam), rel=1e-9)
+
+
+def test_random_gives_independent_mm1_marginals():
+    lam = 0.5
+    bound = 30
+    res = solve_exact("random", 3, 1, lam, queue_bound=bound)
+    i = np.arange(12)
+    np.testing.assert_allclose(res.tail[:12], lam**i, rtol=1e-6)
+    assert res.mean_response_time == pytest.approx(1 / (1 - lam), rel=1e-7)
+    # exactly: truncation drops per server, so the servers are independent
+    # M/M/1/bound (5456 states: the iterative solver, accurate to ~1e-12 absolute)
+    i = np.arange(bound + 1)
+    s = (lam**i - lam ** (bound + 1)) / (1 - lam ** (bound + 1))
+    np.testing.assert_allclose(res.tail, s, rtol=1e-9, atol=1e-12)
+    at_bound = lam**bound * (1 - lam) / (1 - lam ** (bound + 1))
+    assert res.truncated_mass == pytest.approx(1 - (1 - at_bound) ** 3, rel=1e-3, abs=1e-12)
+    assert res.truncation_loss == pytest.approx(at_bound, rel=1e-3, abs=1e-12)
+    # the dispatchers do not matter to Random
+    _same(res, solve_exact("random", 3, 3, lam, queue_bound=30), rtol=1e-8)
+
+
+@pytest.mark.parametrize("b, rho", [(1, 0.7), (3, 0.7), (3, 1.3), (4, 1.0)])
+def test_mm1b_blocking(b, rho):
+    res = solve_exact("jsq", 1, 1, rho, buffer=b)
+    expected = 1 / (b + 1) if rho == 1.0 else (1 - rho) * rho**b / (1 - rho ** (b + 1))
+    assert res.blocking_probability == pytest.approx(expected, rel=1e-8)
+    occ = rho ** np.arange(b + 1)
+    np.testing.assert_allclose(res.occupancy, occ / occ.sum(), rtol=1e-8)
+    assert res.truncated_mass == 0.0 and res.queue_bound is None
+
+
+# ------------------------------------------------------- identities between policies
+
+
+def test_jiq_threshold_with_z0_is_jiq():
+    a = solve_exact("jiq-threshold", 3, 2, 0.7, z=0, queue_bound=10)
+    b = solve_exact("jiq", 3, 2, 0.7, queue_bound=10)
+    assert a.n_states == b.n_states
+    _same(a, b)
+
+
+@pytest.mark.parametrize("policy", ["jiq-pod", "jiq-sq"])
+def test_d1_variants_are_jiq(policy):
+    a = solve_exact(policy, 3, 2, 0.7, d=1, buffer=4)
+    b = solve_exact("jiq", 3, 2, 0.7, buffer=4)
+    _same(a, b)
+
+
+def test_pod_probing_all_servers_is_jsq():
+    a = solve_exact("pod", 3, 1, LAM, d=3, queue_bound=12)
+    b = solve_exact("jsq", 3, 1, LAM, queue_bound=12)
+    _same(a, b, skip=("probe_rate",))
+    assert a.probe_rate == pytest.approx(3 * LAM) and b.probe_rate == 0.0
+
+
+def test_idle_first_else_jsq_is_jsq():
+    # NOTES: JIQ-Pod(d) with M = 1 is "idle first, else JSQ(d)"; d = N is JSQ.
+    a = solve_exact("jiq-pod", 3, 1, LAM, d=3, queue_bound=12)
+    b = solve_exact("jsq", 3, 1, LAM, queue_bound=12)
+    for name in ("tail", "arrival_seen"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-13)
+    assert a.mean_response_time == pytest.approx(b.mean_response_time, rel=1e-9)
+
+
+def test_i1f_is_jsq_with_two_servers_and_two_places():
+    a = solve_exact("i1f", 2, 1, 1.2, buffer=2)
+    b = solve_exact("jsq", 2, 1, 1.2, buffer=2)
+    _same(a, b)
+
+
+def test_threshold_at_the_buffer_with_one_dispatcher_is_random():
+    # z >= buffer: every server is always listed, and the one dispatcher picks
+    # a uniform listed server, i.e. a uniform server.
+    a = solve_exact("jiq-threshold", 3, 1, 0.9, z=3, buffer=3)
+    b = solve_exact("random", 3, 1, 0.9, buffer=3)
+    for name in ("tail", "arrival_seen", "blocking_probability", "mean_response_time"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9)
+    assert a.delete_rate == 0.0 and a.p0 == 0.0
+
+
+@pytest.mark.parametrize(
+    "policy, opts, n, m, kw",
+    [
+        ("pod", {"d": 2}, 3, 2, {"queue_bound": 5}),
+        ("jiq-pod", {"d": 2}, 3, 2, {"queue_bound": 4}),
+        ("jiq-sq", {"d": 2}, 3, 3, {"buffer": 2, "load": 1.3}),
+        ("jiq-original", {}, 3, 2, {"queue_bound": 4}),
+        ("jiq-threshold", {"z": 1}, 3, 2, {"queue_bound": 4}),
+    ],
+)
+def test_symmetry_lumping_is_exact(policy, opts, n, m, kw):
+    kw = {"load": LAM, **kw, **opts}
+    a = solve_exact(policy, n, m, **kw)
+    b = solve_exact(policy, n, m, symmetry=False, **kw)
+    assert a.n_states < b.n_states
+    _same(a, b)
+    if policy == "jiq-original":
+        assert a.stale_fraction == pytest.approx(b.stale_fraction, rel=1e-9)
+
+
+# ------------------------------------------------------------ accounting
+
+
+CASES = [
+    ("random", {}, 3, 1, None),
+    ("jsq", {}, 3, 1, None),
+    ("pod", {"d": 2}, 3, 1, None),
+    ("i1f", {}, 3, 1, None),
+    ("jiq", {}, 4, 2, None),
+    ("jiq-pod", {"d": 2}, 4, 2, None),
+    ("jiq-sq", {"d": 2}, 4, 2, None),
+    ("jiq-original", {}, 3, 2, None),
+    ("jiq-threshold", {"z": 1}, 4, 2, None),
+    ("jiq", {}, 4, 2, 2),
+    ("jiq-original", {}, 3, 2, 2),
+    ("i1f", {}, 4, 1, 2),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}{c[1]}-N{c[2]}-M{c[3]}-b{c[4]}")
+def case(request):
+    policy, opts, n, m, b = request.param
+    load = 0.7 if b is None else 1.1
+    res = solve_exact(policy, n, m, load, buffer=b, queue_bound=12 if b is None else None, **opts)
+    return res
+
+
+def test_conservation_and_little(case):
+    res = case
+    lam = res.load
+    lost = res.blocking_probability + res.truncation_loss
+    # work conservation: departures (one per busy server) = accepted arrivals
+    assert res.tail[1] == pytest.approx(lam * (1 - lost), rel=1e-9)
+    assert res.tail[0] == pytest.approx(1.0)
+    assert res.occupancy.sum() == pytest.approx(1.0)
+    assert np.all(np.diff(res.tail) <= 1e-15)
+    # Little's law on the accepted throughput, and the PASTA form
+    t_little = res.mean_queue_length / (lam * (1 - lost))
+    assert res.mean_response_time == pytest.approx(t_little, rel=1e-9)
+    k = np.arange(len(res.arrival_seen))
+    assert res.mean_response_time == pytest.approx(np.sum((k + 1) * res.arrival_seen), rel=1e-9)
+    assert res.waiting_probability == pytest.approx(1 - res.arrival_seen[0], rel=1e-12)
+    assert res.arrival_seen.sum() == pytest.approx(1.0)
+    if res.buffer is None:
+        assert res.blocking_probability == 0.0 and 0 < res.truncated_mass < 0.1
+    else:
+        assert res.blocking_probability > 0 and res.truncated_mass == 0.0
+        assert len(res.tail) == res.buffer + 1 and len(res.arrival_seen) == res.buffer
+
+
+def test_messages(case):
+    res = case
+    lam, n, m, d = res.load, res.n_servers, res.n_dispatchers, res.d
+    picks = lam * (1 - res.p0)  # per server: arrivals at dispatchers with a non-empty I-queue
+    if res.policy in ("random", "jsq", "i1f", "pod"):
+        assert math.isnan(res.p0) and np.all(np.isnan(res.iqueue_distribution))
+        assert res.join_rate == 0.0 and res.delete_rate == 0.0
+        assert res.probe_rate == pytest.approx(d * lam if res.policy == "pod" and d >= 2 else 0.0)
+        return
+    iq = res.iqueue_distribution
+    assert iq.sum() == pytest.approx(1.0) and iq[0] == pytest.approx(res.p0)
+    mean_listed = m * float(np.arange(n + 1) @ iq) / n  # listed servers per server
+    if res.policy in ("jiq", "jiq-pod", "jiq-sq"):
+        # servers join exactly when they become idle; I-queues hold the idle servers
+        assert res.join_rate == pytest.approx(res.occupancy[1], rel=1e-9)
+        assert mean_listed == pytest.approx(res.occupancy[0], rel=1e-9)
+    if res.policy != "jiq-original":
+        # each listing ends by a pick or by a delete request
+        assert res.join_rate == pytest.approx(picks + res.delete_rate, rel=1e-9)
+        assert math.isnan(res.stale_fraction)
+    if res.policy == "jiq-original":
+        assert res.delete_rate == 0.0
+        assert res.join_rate == pytest.approx(picks, rel=1e-9)  # listings end only by picks
+        assert 0 < res.stale_fraction < 1 - res.p0
+    if res.policy == "jiq-threshold":
+        assert mean_listed == pytest.approx(res.occupancy[: res.z + 1].sum(), rel=1e-9)
+    expected_probes = {
+        "jiq-pod": d * lam * res.p0 if d >= 2 else 0.0,
+        "jiq-sq": d * res.join_rate if d >= 2 else 0.0,
+    }.get(res.policy, 0.0)
+    assert res.probe_rate == pytest.approx(expected_probes, rel=1e-9, abs=1e-15)
+
+
+def test_jiq_join_rate_is_rate_of_becoming_idle():
+    res = solve_exact("jiq", 4, 2, 0.8, queue_bound=12)
+    assert res.join_rate == pytest.approx(res.occupancy[1], rel=1e-9)
+    assert res.delete_rate > 0
+
+
+# ------------------------------------------------------------ truncation
+
+
+def test_truncated_mass_small_and_shrinking():
+    masses, times = [], []
+    for bound in (6, 9, 12):
+        res = solve_exact("jsq", 3, 1, 0.5, queue_bound=bound)
+        masses.append(res.truncated_mass)
+        times.append(res.mean_response_time)
+        assert res.queue_bound == bound and len(res.tail) == bound + 1
+    assert masses[0] > masses[1] > masses[2] and masses[2] < 1e-9
+    assert abs(times[2] - times[1]) < 1e-6
+
+
+def test_default_bound_reaches_tolerance():
+    res = solve_exact("jiq-pod", 3, 2, LAM, d=2)  # warnings are errors in this suite
+    assert res.truncated_mass <= 1e-9 and res.truncation_loss <= 1e-9
+
+
+def test_default_bound_warns_when_budget_too_small():
+    with pytest.warns(UserWarning, match="truncated_mass"):
+        res = solve_exact("random", 2, 1, 0.9, default_max_states=100)
+    assert res.n_states <= 200
+
+
+def test_max_states_is_enforced():
+    with pytest.raises(ValueError, match="max_states"):
+        solve_exact("random", 3, 1, LAM, queue_bound=20, max_states=100)
+
+
+# ------------------------------------------------------------ solvers
+
+
+def test_iterative_solver_matches_direct(monkeypatch):
+    direct = solve_exact("jiq-sq", 3, 2, 0.8, d=2, queue_bound=10)
+    monkeypatch.setattr(exact, "_DIRECT_STATE_LIMIT", 10)
+    iterative = solve_exact("jiq-sq", 3, 2, 0.8, d=2, queue_bound=10)
+    _same(direct, iterative, rtol=1e-8)
+
+
+def test_dense_fallback_without_scipy(monkeypatch):
+    sparse = solve_exact("jiq-original", 2, 2, LAM, queue_bound=6)
+    monkeypatch.setattr(exact, "_sp", None)
+    monkeypatch.setattr(exact, "_spla", None)
+    dense = solve_exact("jiq-original", 2, 2, LAM, queue_bound=6)
+    _same(sparse, dense)
+    monkeypatch.setattr(exact, "DENSE_STATE_LIMIT", 10)
+    with pytest.raises(ValueError, match="DENSE_STATE_LIMIT"):
+        solve_exact("jiq-original", 2, 2, LAM, queue_bound=6)
+
+
+def test_reducible_chain_is_detected():
+    # 0 -> 1 -> 2 -> 1: state 0 cannot be reached again
+    rows, cols = np.array([0, 1, 2]), np.array([1, 2, 1])
+    with pytest.raises(RuntimeError, match="irreducible"):
+        exact._check_irreducible(3, rows, cols)
+    exact._check_irreducible(3, np.array([0, 1, 2]), np.array([1, 2, 0]))
+
+
+# ------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    "args, kw, match",
+    [
+        (("jsq-2", 3, 1, LAM), {}, "unknown policy 'jsq-2'; valid policies: random, jsq"),
+        (("jsq", 0, 1, LAM), {}, "n_servers=0"),
+        (("jsq", 3, 0, LAM), {}, "n_dispatchers=0"),
+        (("jsq", 3, 4, LAM), {}, r"n_dispatchers=4 .*<= 3"),
+        (("jsq", 3, 1, 0.0), {}, "load=0.0"),
+        (("jsq", 3, 1, -0.5), {}, "load"),
+        (("jsq", 3, 1, float("nan")), {}, "load"),
+        (("jsq", 3, 1, 1.0), {}, r"load=1.0 .*buffer=None"),
+        (("jsq", 3, 1, None), {}, "load is required"),
+        (("pod", 3, 1, LAM), {"d": 0}, "d=0"),
+        (("pod", 3, 1, LAM), {"d": 4}, r"d=4 .*<= 3"),
+        (("jiq-pod", 3, 1, LAM), {"d": 4}, r"d=4 .*<= 3"),
+        (("jiq-sq", 3, 2, LAM), {"d": 3}, r"d=3 .*<= 2"),
+        (("jiq-threshold", 3, 1, LAM), {"z": -1}, "z=-1"),
+        (("jsq", 3, 1, LAM), {"buffer": 0}, "buffer=0"),
+        (("jsq", 3, 1, LAM), {"queue_bound": 0}, "queue_bound=0"),
+        (("jsq", 3, 1, LAM), {"buffer": 2, "queue_bound": 5}, "queue_bound"),
+        (("jsq", 3, 1, LAM), {"tol": 0.0}, "tol=0.0"),
+        (("jsq", 3, 1, LAM), {"max_states": 0}, "max_states=0"),
+    ],
+)
+def test_bad_inputs_raise(args, kw, match):
+    with pytest.raises(ValueError, match=match):
+        solve_exact(*args, **kw)
+
+
+def test_bad_types_raise():
+    with pytest.raises(TypeError, match="n_servers"):
+        solve_exact("jsq", 2.5, 1, LAM)
+    with pytest.raises(TypeError, match="load"):
+        solve_exact("jsq", 2, 1, "fast")
+
+
+def test_heavy_load_is_fine_with_a_finite_buffer():
+    res = solve_exact("jiq", 2, 2, 3.0, buffer=2)
+    assert 0.5 < res.blocking_probability < 1
+    assert set(POLICIES) >= {"jiq", "jiq-threshold", "jiq-original"}

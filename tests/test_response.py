@@ -1,0 +1,114 @@
+"""Tests of the Erlang-mixture response-time law (jaxqueue.response)."""
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from jaxqueue.response import (
+    erlang_mixture_cdf,
+    erlang_mixture_mean,
+    erlang_mixture_pdf,
+    erlang_mixture_quantile,
+    erlang_mixture_sf,
+)
+
+LEVELS = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])
+
+
+def geometric(rho: float) -> np.ndarray:
+    """M/M/1 arrival-seen law (1 - rho) rho**k, truncated where rho**k < 1e-18."""
+    k_max = int(np.ceil(np.log(1e-18) / np.log(rho)))
+    return (1 - rho) * rho ** np.arange(k_max + 1)
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.5, 0.9, 0.95])
+def test_mm1_quantiles_are_exponential(rho):
+    # M/M/1 FIFO: the response time is Exp(1 - rho), quantile -log(1 - q)/(1 - rho).
+    w = geometric(rho)
+    exact = -np.log1p(-LEVELS) / (1 - rho)
+    np.testing.assert_allclose(erlang_mixture_quantile(w, LEVELS), exact, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(erlang_mixture_mean(w), 1 / (1 - rho), rtol=1e-13)
+    t = np.array([0.0, 0.3, 2.0, 10.0])
+    np.testing.assert_allclose(erlang_mixture_sf(w, t), np.exp(-(1 - rho) * t), rtol=1e-12)
+    np.testing.assert_allclose(
+        erlang_mixture_pdf(w, t), (1 - rho) * np.exp(-(1 - rho) * t), rtol=1e-12
+    )
+
+
+def test_unnormalised_weights_give_the_same_law():
+    w = geometric(0.8)
+    np.testing.assert_allclose(
+        erlang_mixture_quantile(1234.5 * w, LEVELS), erlang_mixture_quantile(w, LEVELS), rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize("k", [0, 7, 300, 800])
+def test_pure_erlang_against_scipy(k):
+    w = np.zeros(k + 1)
+    w[k] = 3.0  # unnormalised
+    q = np.array([1e-4, 0.5, 0.9, 0.99, 0.9999])
+    t = erlang_mixture_quantile(w, q)
+    # the law at the computed quantiles, in relative terms on the side that is small
+    np.testing.assert_allclose(special.gammainc(k + 1, t[:2]), q[:2], rtol=1e-10)
+    np.testing.assert_allclose(special.gammaincc(k + 1, t[2:]), 1 - q[2:], rtol=1e-10)
+    np.testing.assert_allclose(t, stats.gamma.ppf(q, k + 1), rtol=1e-9)
+    grid = np.linspace(0, 2 * (k + 1) + 20, 7)
+    np.testing.assert_allclose(erlang_mixture_cdf(w, grid), stats.gamma.cdf(grid, k + 1),
+                               rtol=1e-11, atol=1e-15)  # fmt: skip
+    np.testing.assert_allclose(erlang_mixture_pdf(w, grid), stats.gamma.pdf(grid, k + 1),
+                               rtol=1e-11, atol=1e-300)  # fmt: skip
+    assert erlang_mixture_mean(w) == pytest.approx(k + 1, rel=1e-14)
+
+
+def test_batch_shapes_and_rows_independent():
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 100, size=(4, 3, 50)).astype(float)
+    w[2, 1] = 0.0  # a replica that saw nothing
+    out = erlang_mixture_quantile(w, LEVELS)
+    assert out.shape == (4, 3, LEVELS.size)
+    assert erlang_mixture_quantile(w, 0.9).shape == (4, 3)
+    assert erlang_mixture_cdf(w, 3.0).shape == (4, 3)
+    assert erlang_mixture_cdf(w, np.array([1.0, 2.0])).shape == (4, 3, 2)
+    assert erlang_mixture_mean(w).shape == (4, 3)
+    assert np.all(np.isnan(out[2, 1])) and np.isnan(erlang_mixture_mean(w)[2, 1])
+    mask = np.ones((4, 3), bool)
+    mask[2, 1] = False
+    assert np.all(np.isfinite(out[mask]))
+    # each row equals its own one-row computation (also with the other rows' longer support)
+    for i, j in [(0, 0), (3, 2)]:
+        np.testing.assert_allclose(out[i, j], erlang_mixture_quantile(w[i, j], LEVELS), rtol=1e-12)
+    # the quantile solves the cdf
+    np.testing.assert_allclose(
+        erlang_mixture_cdf(w[0, 0], out[0, 0]), LEVELS, rtol=1e-11
+    )
+
+
+def test_cdf_monotone_and_limits():
+    rng = np.random.default_rng(1)
+    w = rng.random((5, 40)) ** 3
+    t = np.linspace(0.0, 120.0, 600)
+    cdf = erlang_mixture_cdf(w, t)
+    assert np.all(np.diff(cdf, axis=-1) >= 0)
+    np.testing.assert_array_equal(cdf[:, 0], 0.0)
+    np.testing.assert_allclose(cdf[:, -1], 1.0, atol=1e-14)
+    np.testing.assert_allclose(erlang_mixture_sf(w, t) + cdf, 1.0, atol=1e-15)
+    # the density is the derivative of the cdf
+    h = 1e-5
+    tm = np.array([0.5, 5.0, 30.0])
+    fd = (erlang_mixture_cdf(w, tm + h) - erlang_mixture_cdf(w, tm - h)) / (2 * h)
+    np.testing.assert_allclose(erlang_mixture_pdf(w, tm), fd, rtol=1e-6, atol=1e-12)
+    assert np.all(erlang_mixture_cdf(w, np.inf) == 1.0)
+
+
+def test_quantile_edges_and_errors():
+    w = geometric(0.5)
+    assert erlang_mixture_quantile(w, 0.0) == 0.0
+    assert erlang_mixture_quantile(w, 1.0) == np.inf
+    with pytest.raises(ValueError):
+        erlang_mixture_quantile(w, 1.5)
+    with pytest.raises(ValueError):
+        erlang_mixture_quantile(-w, 0.5)
+    with pytest.raises(ValueError):
+        erlang_mixture_cdf(w, -1.0)
+    with pytest.raises(ValueError):
+        erlang_mixture_quantile(w, np.ones((2, 2)))

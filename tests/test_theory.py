@@ -1,0 +1,298 @@
+"""Tests of the mean-field theory (jaxqueue.theory).
+
+Accuracy checks run in float64 under ``jax.enable_x64(True)``; array shapes are
+kept few so that little is compiled.
+"""
+
+import math
+from decimal import Decimal, localcontext
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import optimize, special
+
+from jaxqueue import theory
+
+CORNER_LOADS = (1e-4, 1 - 1e-6)
+CORNER_RATIOS = (1e-2, 1e4)
+
+
+def scipy_p0(lam: float, r: float, d: int) -> float:
+    """Independent reference: the paper's equation with scipy's gammainc, bracketed root."""
+
+    def f(p0):
+        q1 = lam * (1 - p0 * lam**d)
+        h = lam * p0 * (1 - lam**d) / (1 - lam)
+        a, c = r * q1 / h, lam * r / h
+        return np.log(p0) + special.gammaln(c + 1) + a - c * np.log(a) + np.log(special.gammainc(c, a))
+
+    return optimize.brentq(f, 1e-9, 1 - 1e-15, xtol=1e-16, rtol=4 * np.finfo(float).eps)
+
+
+def decimal_p0_error(p0: float, lam: float, r: float, d: int) -> float:
+    """Newton correction ``-F/F'`` at ``p0`` from 34-digit arithmetic on the series form.
+
+    ``F = log(p0 * sum_k prod_{j<=k} a/(c+j))``: the normalisation of the I-queue law
+    summed term by term (independent of the solver's quadrature).
+    """
+    with localcontext() as ctx:
+        ctx.prec = 34
+
+        def f(p):
+            p, lm, rr = Decimal(p), Decimal(lam), Decimal(r)
+            g = (1 - lm) / (1 - lm**d)
+            c = rr * g / p
+            a = c - rr * g * lm**d
+            total, term, k = Decimal(1), Decimal(1), 0
+            while term > total * Decimal(10) ** -33:
+                k += 1
+                term = term * a / (c + k)
+                total += term
+            return (p * total).ln()
+
+        h = Decimal(p0) * Decimal(10) ** -8
+        slope = (f(Decimal(p0) + h) - f(Decimal(p0) - h)) / (2 * h)
+        return float(-f(p0) / slope)
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_p0_matches_scipy_reference(d):
+    lam = np.array([0.1, 0.5, 0.9, 0.98])
+    r = np.array([20.0, 1.0, 10.0, 10.0])
+    with jax.enable_x64(True):
+        sol = theory.solve_p0(lam, r, d)
+    assert sol.p0.dtype == jnp.float64
+    np.testing.assert_array_equal(sol.status, 0)
+    ref = np.array([scipy_p0(a, b, d) for a, b in zip(lam, r)])
+    np.testing.assert_allclose(sol.p0, ref, rtol=0, atol=1e-11)
+    assert np.all(np.abs(np.asarray(sol.residual)) < 1e-13)
+
+
+@pytest.mark.parametrize("d", [1, 10])
+def test_extreme_corners_finite_converged_and_accurate(d):
+    lam, r = np.meshgrid(CORNER_LOADS, CORNER_RATIOS, indexing="ij")
+    with jax.enable_x64(True):
+        sol = theory.solve_p0(lam, r, d)
+    np.testing.assert_array_equal(sol.status, 0)
+    p0 = np.asarray(sol.p0)
+    assert np.all(np.isfinite(p0)) and np.all((p0 > 0) & (p0 <= 1))
+    for i in range(2):
+        for j in range(2):
+            if (i, j) == (0, 1):
+                continue  # c ~ 2e8 there: ~1.4e5 decimal terms; checked by normalisation below
+            err = decimal_p0_error(p0[i, j], lam[i, j], r[i, j], d)
+            assert abs(err) < 1e-12, (lam[i, j], r[i, j], err)
+
+
+@pytest.mark.parametrize("d", [1, 10])
+def test_iqueue_law_normalised_with_mean_r_one_minus_lambda(d):
+    # Wang et al.: sum_k k p_k is the number of idle servers per dispatcher, r (1 - lambda).
+    lam = np.array([1e-4, 0.3, 0.9, 0.999, 1 - 1e-6])
+    r = np.array([1e4, 0.01, 5.0, 300.0, 1e4])
+    with jax.enable_x64(True):
+        p0 = theory.solve_p0(lam, r, d).p0
+        dist = np.asarray(theory.iqueue_distribution(p0, lam, r, d, jmax=200_000))
+    k = np.arange(dist.shape[-1])
+    assert dist[:, -1].max() < 1e-300  # nothing left past jmax
+    np.testing.assert_allclose(dist.sum(-1), 1.0, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dist @ k, r * (1 - lam), rtol=1e-9)
+    np.testing.assert_allclose(dist[:, 0], p0, rtol=1e-15)
+    # the host-side law used by mean_field agrees
+    host, rest = theory._iqueue_host(float(p0[2]), lam[2], r[2], d)
+    np.testing.assert_allclose(host, dist[2, : host.size], rtol=1e-12, atol=1e-300)
+    assert rest < 1e-15
+
+
+def test_invalid_inputs_give_status_not_silent_nan():
+    with jax.enable_x64(True):
+        sol = theory.solve_p0(np.array([1.2, 0.5, 0.5, 0.5]), np.array([1.0, -1.0, np.inf, 2.0]))
+    np.testing.assert_array_equal(sol.status, [3, 3, 3, 0])
+    assert np.all(np.isnan(np.asarray(sol.p0)[:3])) and np.isfinite(sol.p0[3])
+    assert "invalid" in theory.STATUS_MESSAGES[3]
+    with pytest.raises(ValueError):
+        theory.solve_p0(0.5, 1.0, 0)
+
+
+def test_float32_mode_accuracy():
+    # Without x64 everything is float32; documented accuracy about 5e-7 absolute.
+    lam = np.array([0.1, 0.5, 0.9, 0.98], np.float32)
+    r = np.array([20.0, 1.0, 10.0, 10.0], np.float32)
+    sol32 = theory.solve_p0(lam, r, 2)
+    assert sol32.p0.dtype == jnp.float32
+    with jax.enable_x64(True):
+        sol64 = theory.solve_p0(lam.astype(np.float64), r.astype(np.float64), 2)
+    np.testing.assert_array_equal(sol32.status, 0)
+    np.testing.assert_allclose(np.asarray(sol32.p0, np.float64), sol64.p0, rtol=0, atol=2e-6)
+
+
+def test_gradients_match_central_differences():
+    lam = np.array([0.3, 0.9, 0.98])
+    r = np.array([0.5, 10.0, 40.0])
+    h = 1e-6  # central differences in float64: error ~ h**2 + eps / h ~ 1e-10 relative
+    with jax.enable_x64(True):
+        for d in (1, 2):
+
+            def p0(lam_, r_, d=d):
+                return theory.solve_p0(lam_, r_, d).p0
+
+            _, dp0_dlam = jax.jvp(p0, (lam, r), (np.ones(3), np.zeros(3)))
+            _, dp0_dr = jax.jvp(p0, (lam, r), (np.zeros(3), np.ones(3)))
+            fd_lam = (p0(lam + h * lam, r) - p0(lam - h * lam, r)) / (2 * h * lam)
+            fd_r = (p0(lam, r + h * r) - p0(lam, r - h * r)) / (2 * h * r)
+            np.testing.assert_allclose(dp0_dlam, fd_lam, rtol=1e-6)
+            np.testing.assert_allclose(dp0_dr, fd_r, rtol=1e-6)
+
+            policy = "jiq" if d == 1 else "jiq-pod"
+
+            def total_t(lam_, d=d, policy=policy):
+                return jnp.sum(theory.mean_response_time(policy, lam_, r, d))
+
+            grad_t = jax.grad(total_t)(lam)  # reverse mode through the custom JVP
+            t = np.asarray(theory.mean_response_time(policy, lam, r, d))
+            t_plus = np.asarray(theory.mean_response_time(policy, lam + h * lam, r, d))
+            t_minus = np.asarray(theory.mean_response_time(policy, lam - h * lam, r, d))
+            np.testing.assert_allclose(grad_t, (t_plus - t_minus) / (2 * h * lam), rtol=1e-6)
+            assert np.all(np.asarray(grad_t) > 0) and np.all(t > 1)
+
+
+def test_p0_grid_matches_pointwise_solve():
+    loads = np.array([0.05, 0.5, 0.95])
+    ratios = np.array([0.1, 1.0, 30.0, 1000.0])
+    with jax.enable_x64(True):
+        grid = theory.p0_grid(loads, ratios, 1)
+        lam, r = np.meshgrid(loads, ratios, indexing="ij")
+        point = theory.solve_p0(lam.ravel(), r.ravel(), 1)
+    assert grid.p0.shape == (3, 4)
+    np.testing.assert_array_equal(grid.status, 0)
+    np.testing.assert_allclose(grid.p0, np.asarray(point.p0).reshape(3, 4), rtol=1e-14)
+
+
+def test_random_pod_and_jsq_tails():
+    lam = 0.7
+    s = theory.mean_field("random", lam).tail
+    np.testing.assert_allclose(s, lam ** np.arange(s.size), rtol=1e-14)
+    assert theory.mean_field("random", lam).mean_response_time == pytest.approx(1 / (1 - lam), rel=1e-14)
+    np.testing.assert_allclose(theory.tail("random", lam, levels=6), lam ** np.arange(6), rtol=1e-6)
+    s_pod = theory.mean_field("pod", lam, d=3).tail
+    i = np.arange(s_pod.size)
+    np.testing.assert_allclose(s_pod, lam ** ((3.0**i - 1) / 2), rtol=1e-13)
+    np.testing.assert_allclose(theory.mean_field("pod", lam, d=1).tail, s, rtol=0)
+    jsq = theory.mean_field("jsq", lam)
+    np.testing.assert_allclose(jsq.tail, [1.0, lam])
+    assert jsq.mean_response_time == 1.0 and jsq.waiting_probability == 0.0
+
+
+def test_jiq_pod_with_d1_is_jiq_and_jiq_tail_formula():
+    a = theory.mean_field("jiq", 0.9, 5.0)
+    b = theory.mean_field("jiq-pod", 0.9, 5.0, d=1)
+    assert a.p0 == b.p0 and a.mean_response_time == b.mean_response_time
+    np.testing.assert_array_equal(a.tail, b.tail)
+    i = np.arange(a.tail.size)
+    np.testing.assert_allclose(a.tail[1:], a.p0 ** (i[1:] - 1) * 0.9 ** i[1:], rtol=1e-12)
+    assert a.mean_response_time == pytest.approx(1 / (1 - 0.9 * a.p0), rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    "policy,ratio,d",
+    [("random", None, 1), ("pod", None, 2), ("jsq", None, 1), ("jiq", 10.0, 1),
+     ("jiq-pod", 10.0, 2), ("jiq-pod", 0.5, 5)],
+)  # fmt: skip
+def test_mean_field_consistency(policy, ratio, d):
+    lam = 0.95
+    mf = theory.mean_field(policy, lam, ratio, d=d)
+    s, k = mf.tail, np.arange(mf.tail.size)
+    # tail non-increasing from 1; occupancy its differences; nothing material left out
+    assert s[0] == 1.0 and np.all(np.diff(s) <= 0) and mf.tail_remainder < 1e-15
+    np.testing.assert_allclose(mf.occupancy, s - np.append(s[1:], 0.0), rtol=1e-12, atol=1e-17)
+    # Little's law for the Erlang mixture: sum_k (k + 1) P(find k) = sum s_i / lambda
+    np.testing.assert_allclose(mf.arrival_seen.sum(), 1.0, atol=1e-14)
+    np.testing.assert_allclose((k + 1) @ mf.arrival_seen, mf.mean_response_time, rtol=1e-12)
+    np.testing.assert_allclose(mf.mean_queue_length, lam * mf.mean_response_time, rtol=1e-14)
+    np.testing.assert_allclose(mf.waiting_probability, 1 - mf.arrival_seen[0], atol=1e-14)
+    q = np.array(list(mf.response_quantiles))
+    t = np.array(list(mf.response_quantiles.values()))
+    assert np.all(np.diff(t) > 0) and t[0] > 0
+    from jaxqueue.response import erlang_mixture_cdf
+
+    np.testing.assert_allclose(erlang_mixture_cdf(mf.arrival_seen, t), q, rtol=1e-10)
+    # the jnp helpers agree
+    with jax.enable_x64(True):
+        t_jnp = float(theory.mean_response_time(policy, lam, ratio, d))
+        s_jnp = np.asarray(theory.tail(policy, lam, ratio, d, levels=s.size))
+    assert t_jnp == pytest.approx(mf.mean_response_time, rel=1e-12)
+    np.testing.assert_allclose(s_jnp, s, rtol=1e-12, atol=1e-300)
+    if policy in ("jiq", "jiq-pod"):
+        dd = mf.d
+        assert 0 < mf.p0 < 1 and mf.iqueue_distribution[0] == pytest.approx(mf.p0, rel=1e-15)
+        assert np.arange(mf.iqueue_distribution.size) @ mf.iqueue_distribution == pytest.approx(
+            ratio * (1 - lam), rel=1e-11
+        )
+        # joins = leaves: own-dispatcher assignments lambda (1 - p0) plus delete requests
+        assert mf.join_rate == pytest.approx(s[1] - s[2], rel=1e-12)
+        assert mf.join_rate == pytest.approx(lam * (1 - mf.p0) + mf.delete_rate, rel=1e-12)
+        assert mf.delete_rate == pytest.approx(lam * mf.p0 * (1 - lam**dd), rel=1e-12)
+        assert mf.probe_rate == (lam * mf.p0 * dd if dd >= 2 else 0.0)
+        assert mf.waiting_probability == pytest.approx(mf.p0 * lam**dd, rel=1e-12)
+    else:
+        assert math.isnan(mf.p0) and mf.iqueue_distribution is None
+        assert mf.join_rate == mf.delete_rate == 0.0
+        assert mf.probe_rate == (lam * d if policy == "pod" else 0.0)
+
+
+def test_ordering_jiq_pod_beats_pod_and_jiq():
+    # Wang et al.: JIQ-Pod(d) has the shortest mean response time of the three.
+    for lam, r in [(0.5, 1.0), (0.9, 10.0), (0.99, 2.0)]:
+        t_jp = theory.mean_field("jiq-pod", lam, r, d=2).mean_response_time
+        assert t_jp < theory.mean_field("jiq", lam, r).mean_response_time
+        assert t_jp < theory.mean_field("pod", lam, d=2).mean_response_time
+
+
+def test_headline_figures():
+    fit = theory.headline_ratio()
+    assert 9.0 < fit.ratio < 11.0
+    # each single-policy ratio reproduces its target
+    with jax.enable_x64(True):
+        for policy, target in fit.targets.items():
+            d = 2 if policy == "jiq-pod" else 1
+            t = float(theory.mean_response_time(policy, 0.98, fit.ratios[policy], d))
+            assert t == pytest.approx(target, rel=1e-9)
+    at10 = {
+        p: theory.mean_field(p, 0.98, 10.0, d=2).mean_response_time for p in ("jiq", "jiq-pod", "pod")
+    }
+    assert at10["jiq"] == pytest.approx(5.3, abs=0.1)
+    assert at10["jiq-pod"] == pytest.approx(2.6, abs=0.1)
+    assert at10["pod"] == pytest.approx(4.5, abs=0.02)
+    assert fit.mean_response_time["pod"] == pytest.approx(at10["pod"], rel=1e-14)
+
+
+@pytest.mark.parametrize("policy,ratio,d", [("jiq-pod", 10.0, 2), ("random", None, 1)])
+def test_max_load_for_target(policy, ratio, d):
+    target = 3.0
+    res = theory.max_load_for_target(target, ratio, policy, d)
+    assert res.status == 0
+    with jax.enable_x64(True):
+        t_star = float(theory.mean_response_time(policy, res.load, ratio, d))
+        t_above = float(theory.mean_response_time(policy, res.load + 1e-7, ratio, d))
+    assert t_star <= target + 1e-9 and t_above > target
+    assert res.mean_response_time == pytest.approx(t_star, rel=1e-14)
+    if policy == "random":
+        assert res.load == pytest.approx(1 - 1 / target, abs=1e-10)
+
+
+def test_max_load_edge_cases():
+    assert theory.max_load_for_target(0.9, 10.0).status == 3
+    assert theory.max_load_for_target(2.0, policy="jsq", d=1).status == 4
+
+
+def test_policies_without_closed_form():
+    for name in ("i1f", "jiq-sq", "jiq-original", "jiq-threshold"):
+        with pytest.raises(NotImplementedError, match=name):
+            theory.mean_field(name, 0.5, 1.0)
+    with pytest.raises(NotImplementedError, match="jiq-threshold"):
+        theory.mean_field("jiq-threshold", 0.5, 1.0, z=1)
+    with pytest.raises(ValueError, match="unknown policy"):
+        theory.mean_field("nope", 0.5, 1.0)
+    with pytest.raises(ValueError):
+        theory.mean_field("jiq", 0.5)  # needs a ratio
