@@ -276,9 +276,10 @@ def sweep(
     padded = -(-total // unit) * unit
     load_vec = np.repeat(np.asarray(loads, np.float32), replicas)
     load_vec = np.concatenate([load_vec, np.full(padded - total, load_vec[-1], np.float32)])
-    counts, iq_counts = _initial_counts(init, system, pol, lmax)
-    one = engine.init(counts, iq_counts, system, pol)
-    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (padded,) + x.shape), one)
+    # each load's replicas start from that load's initial state
+    starts = [engine.init(*_initial_counts(init, system, pol, lam), system, pol) for lam in loads]
+    group = np.minimum(np.arange(padded) // replicas, len(loads) - 1)
+    state = jax.tree.map(lambda *xs: jnp.stack(xs)[group], *starts)
     mesh = jax.sharding.Mesh(np.asarray(devs), ("replica",))
     sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
     state = jax.device_put(state, sharded)
