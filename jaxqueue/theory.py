@@ -267,10 +267,6 @@ def _residual_and_slope(u, load, ratio, d: int):
     return f, slope, scale
 
 
-def _residual(u, load, ratio, d: int):
-    return _residual_and_slope(u, load, ratio, d)[0]
-
-
 class P0Solution(NamedTuple):
     """Solution of the ``p0`` equation, per point (arrays of the broadcast input shape).
 
@@ -374,8 +370,10 @@ def _p0_core_jvp(d, primals, tangents):
     dload, dratio = tangents
     sol = _p0_core(load, ratio, d)
     u = jnp.log(sol.p0)
-    f_u = _residual_and_slope(u, load, ratio, d)[1]
-    _, f_theta = jax.jvp(lambda lam, r: _residual(u, lam, r, d), (load, ratio), (dload, dratio))
+    # One pass gives dF/du (the slope output) and dF/dtheta . tangent (the JVP of F).
+    (_, f_u, _), (f_theta, _, _) = jax.jvp(
+        lambda lam, r: _residual_and_slope(u, lam, r, d), (load, ratio), (dload, dratio)
+    )
     dp0 = -sol.p0 * f_theta / f_u
     zero_int = np.zeros(sol.status.shape, dtype=jax.dtypes.float0)
     return sol, P0Solution(dp0, zero_int, zero_int, jnp.zeros_like(sol.residual))
@@ -526,14 +524,16 @@ def _exponents(d: int, levels: int) -> tuple[np.ndarray, np.ndarray]:
     Wang, Feng and Cheng (papers/000), Table I: ``e_lam = (d**i - 1)/(d - 1)``,
     ``e_p0 = (d**(i-1) - 1)/(d - 1)`` (``i`` and ``i - 1`` for ``d = 1``), ``s_0 = 1``.
     """
-    i = np.arange(levels)
     if d == 1:
-        e_lam = i.astype(np.float64)
-        e_p0 = np.maximum(i - 1, 0).astype(np.float64)
-    else:
-        e_lam = np.array([min((d**k - 1) // (d - 1), _EXPONENT_CAP) for k in i], np.float64)
+        i = np.arange(levels, dtype=np.float64)
+        e_lam = i
+        e_p0 = np.maximum(i - 1.0, 0.0)
+    else:  # Python integers: d**k would overflow int64
+        e_lam = np.array(
+            [min((d**k - 1) // (d - 1), _EXPONENT_CAP) for k in range(levels)], np.float64
+        )
         e_p0 = np.array(
-            [min((d ** (k - 1) - 1) // (d - 1), _EXPONENT_CAP) if k else 0 for k in i],
+            [min((d ** (k - 1) - 1) // (d - 1), _EXPONENT_CAP) if k else 0 for k in range(levels)],
             np.float64,
         )
     return e_lam, e_p0
@@ -550,7 +550,6 @@ def _need_ratio(policy: str, ratio):
     return ratio
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "d", "levels"))
 def tail(policy: str, load, ratio=None, d: int = 1, levels: int = 32):
     """Mean-field tail ``s_0 .. s_{levels-1}`` (``s_i``: fraction with at least ``i`` tasks).
 
@@ -558,7 +557,9 @@ def tail(policy: str, load, ratio=None, d: int = 1, levels: int = 32):
     (Random: ``lambda**i``, Mitzenmacher's Pod result), JIQ-Pod(d)
     ``p0**((d**(i-1)-1)/(d-1)) * lambda**((d**i-1)/(d-1))`` (JIQ: ``p0**(i-1) lambda**i``);
     JSQ's limit is ``s_1 = lambda``, ``s_i = 0`` for ``i >= 2``. Differentiable in
-    ``load`` and ``ratio`` (through :func:`solve_p0`).
+    ``load`` and ``ratio`` (through :func:`solve_p0`). Not jitted itself: it calls
+    the compiled :func:`solve_p0` and a few array operations, so no second copy
+    of the solver is compiled; it works inside ``jax.jit``, ``grad`` and ``vmap``.
 
     Args:
         policy: one of :data:`CLOSED_FORM_POLICIES` (static).
@@ -585,14 +586,14 @@ def tail(policy: str, load, ratio=None, d: int = 1, levels: int = 32):
     return jnp.exp(log_s)
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "d"))
 def mean_response_time(policy: str, load, ratio=None, d: int = 1):
     """Mean-field mean response time ``T = sum_{i>=1} s_i / lambda`` (Little's law).
 
     Closed forms (Wang, Feng and Cheng, papers/000, Table I): Random
     ``1/(1 - lambda)``; JIQ ``1/(1 - lambda p0)``; JSQ 1; Pod(d) and JIQ-Pod(d)
     by summing the doubly exponential tail (enough terms for
-    ``1 - lambda >= 4e-11``). Differentiable in ``load`` and ``ratio``.
+    ``1 - lambda >= 4e-11``). Differentiable in ``load`` and ``ratio``; not
+    jitted itself (see :func:`tail`).
 
     Args:
         policy: one of :data:`CLOSED_FORM_POLICIES` (static).
@@ -921,15 +922,16 @@ class HeadlineFit(NamedTuple):
 _HEADLINE_TARGETS = {"jiq": 5.3, "jiq-pod": 2.6}
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "d"))
-def _log_t_and_slope(x, load, policy: str, d: int):
-    """``(log T, d log T / d log r)`` at ``log r = x``."""
-    return jax.value_and_grad(lambda v: jnp.log(mean_response_time(policy, load, jnp.exp(v), d)))(x)
-
-
 def _log_t_of_log_r(policy: str, load: float, d: int):
-    """``log r -> (log T, d log T / d log r)`` in float64 (x64 must be on)."""
-    return lambda x: _log_t_and_slope(jnp.float64(x), jnp.float64(load), policy=policy, d=d)
+    """``log r -> (log T, d log T / d log r)`` in float64 (x64 must be on).
+
+    Forward mode through the compiled solver (its JVP program is compiled once).
+    """
+
+    def log_t(x):
+        return jnp.log(mean_response_time(policy, jnp.float64(load), jnp.exp(x), d))
+
+    return lambda x: jax.jvp(log_t, (jnp.float64(x),), (jnp.float64(1.0),))
 
 
 def _ratio_for(policy: str, load: float, d: int, target: float) -> float:
@@ -981,10 +983,11 @@ def headline_ratio(load: float = 0.98, d: int = 2, targets: dict | None = None) 
     targets = dict(_HEADLINE_TARGETS if targets is None else targets)
     with jax.enable_x64(True):
         ratios = {p: _ratio_for(p, load, d, t) for p, t in targets.items()}
-        fns = {p: _log_t_of_log_r(p, load, d) for p in targets}
-
         def misfit(x):
-            return sum((float(fns[p](x)[0]) - math.log(t)) ** 2 for p, t in targets.items())
+            return sum(
+                (math.log(float(mean_response_time(p, load, math.exp(x), d))) - math.log(t)) ** 2
+                for p, t in targets.items()
+            )
 
         lo, hi = math.log(min(ratios.values())), math.log(max(ratios.values()))
         golden = (math.sqrt(5.0) - 1.0) / 2.0
