@@ -138,8 +138,10 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         system, policy: static.
 
     Returns:
-        ``(new_core, event)`` where ``event`` is a dict of int32 scalars and the
-        one-hot ``seen`` increment, consumed by :func:`run_blocks`.
+        ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
+        levels gaining and losing a server (``up``, ``down``), the level an
+        accepted arrival found (``seen``; ``levels + 1`` for none), and the
+        event counts, consumed by :func:`run_blocks`.
     """
     n = system.n_servers
     levels = system.levels
@@ -159,14 +161,15 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     full = k >= levels
     accepted = is_arrival & ~full
 
-    idx = jnp.arange(levels + 1, dtype=jnp.int32)
-    new_tail = (
-        tail
-        + ((idx == k + 1) & accepted).astype(jnp.int32)
-        - ((idx == k_dep) & departs).astype(jnp.int32)
-    )
+    # Changes as scatter-adds at one index each (O(1), not a pass over the
+    # levels); an index past the end (``levels + 1``) is dropped.
+    nowhere = levels + 1
+    up = jnp.where(accepted, k + 1, nowhere)
+    down = jnp.where(departs, k_dep, nowhere)
+    new_tail = tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
 
     joins = jnp.int32(0)
+    iq_up = iq_down = jnp.int32(iq_tail.shape[0])  # nowhere
     probes = jnp.where(is_arrival, route.probes, 0)
     iq_overflow = jnp.bool_(False)
     new_iq, new_listed = iq_tail, iq_listed
@@ -176,16 +179,14 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         probes = probes + jnp.where(to_idle, join_probes, 0)
         if system.n_dispatchers > 1:
             top = system.iqueue_levels
-            jdx = jnp.arange(top + 1, dtype=jnp.int32)
             iq_overflow = to_idle & (join_size >= top)
             leave = is_arrival & (route.iq_remove >= 1)
             join = to_idle & ~iq_overflow
             s_out, s_in = route.iq_remove, join_size + 1  # sizes before / after the change
-            new_iq = (
-                iq_tail
-                - ((jdx == s_out) & leave).astype(jnp.int32)
-                + ((jdx == s_in) & join).astype(jnp.int32)
-            )
+            iq_up = jnp.where(join, s_in, top + 1)
+            iq_down = jnp.where(leave, s_out, top + 1)
+            new_iq = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
+            jdx = jnp.arange(top + 1, dtype=jnp.int32)
             # An I-queue of size s holds s listed servers, counted in iq_listed[0..s].
             new_listed = (
                 iq_listed
@@ -195,7 +196,11 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
 
     finite = system.buffer is not None
     event = dict(
-        seen=((idx == k) & accepted).astype(jnp.int32),
+        up=up,
+        down=down,
+        iq_up=iq_up,
+        iq_down=iq_down,
+        seen=jnp.where(accepted, k, nowhere),
         arrivals=is_arrival.astype(jnp.int32),
         blocked=(is_arrival & full).astype(jnp.int32) if finite else jnp.int32(0),
         overflow=jnp.int32(0) if finite else (is_arrival & full).astype(jnp.int32),
@@ -230,16 +235,29 @@ def _block(state: State, key, replica, block, load, system: System, policy: Poli
     iq0 = _iq_view(state.core, system, policy)
     counters = ("arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes")
 
+    # Time sums over the block by changes: a server moving at step t counts in
+    # the BLOCK - t post-step states left, so sum_t tail_t = BLOCK * tail_0 +
+    # sum of (BLOCK - t) * (+1 at up, -1 at down): O(1) per step.
+    by_changes = policy.uses_iqueues and system.n_dispatchers > 1
+
     def body(carry, t):
         core, acc_tail, acc_iq, seen, cnt = carry
         core, ev = step(core, step_words(bkey, t, nw), load, system, policy)
         cnt = tuple(c + ev[name] for c, name in zip(cnt, counters))
-        acc_tail = acc_tail + core.tail
-        acc_iq = acc_iq + _iq_view(core, system, policy)
-        return (core, acc_tail, acc_iq, seen + ev["seen"], cnt), None
+        left = BLOCK - t
+        acc_tail = acc_tail.at[ev["up"]].add(left, mode="drop")
+        acc_tail = acc_tail.at[ev["down"]].add(-left, mode="drop")
+        if by_changes:
+            acc_iq = acc_iq.at[ev["iq_up"]].add(left, mode="drop")
+            acc_iq = acc_iq.at[ev["iq_down"]].add(-left, mode="drop")
+        else:
+            acc_iq = acc_iq + _iq_view(core, system, policy)
+        seen = seen.at[ev["seen"]].add(1, mode="drop")
+        return (core, acc_tail, acc_iq, seen, cnt), None
 
     zeros = tuple(jnp.int32(0) for _ in counters)
-    carry0 = (state.core, jnp.zeros_like(state.core.tail), jnp.zeros_like(iq0),
+    acc_iq0 = BLOCK * iq0 if by_changes else jnp.zeros_like(iq0)
+    carry0 = (state.core, BLOCK * state.core.tail, acc_iq0,
               jnp.zeros_like(state.stats.seen), zeros)  # fmt: skip
     (core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)

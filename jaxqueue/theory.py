@@ -98,6 +98,7 @@ __all__ = [
     "tail",
     "mean_response_time",
     "mean_field",
+    "to_dict",
     "headline_ratio",
     "max_load_for_target",
 ]
@@ -614,7 +615,7 @@ def mean_response_time(policy: str, load, ratio=None, d: int = 1):
     else:
         (load,) = _as_float_arrays(load)
         p0 = jnp.ones_like(load)
-    if d == 1:  # geometric tail: 1 / (1 - lambda p0), with 1 - lambda p0 = (1 - lambda) + lambda (1 - p0)
+    if d == 1:  # geometric: 1 / (1 - lambda p0), 1 - lambda p0 = (1 - lambda) + lambda (1 - p0)
         return 1.0 / ((1.0 - load) + load * (1.0 - p0))
     e_lam, e_p0 = _exponents(d, _terms_for(d))
     # s_i / lambda for i >= 1
@@ -893,6 +894,60 @@ def mean_field(
     )
 
 
+def _json_value(x):
+    if x is None:
+        return None
+    if isinstance(x, np.ndarray):
+        return [_json_value(v) for v in x.tolist()]
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def to_dict(result: MeanFieldResult) -> dict:
+    """A JSON-serialisable dict in the layout of ``SimulationResult.to_dict``.
+
+    Each metric is ``{"mean": value, "ci95": None}`` (a prediction has no
+    confidence interval); ``p0`` and ``iqueue_distribution`` are ``None``
+    outside the JIQ family; percentiles also appear as ``response_p50`` etc.
+
+    Args:
+        result: a :class:`MeanFieldResult`.
+
+    Returns:
+        A dict of metrics plus ``"settings"`` (policy, load, ratio, d, levels
+        and the truncation remainders).
+    """
+
+    def metric(x):
+        return None if x is None else {"mean": _json_value(x), "ci95": None}
+
+    out = {
+        name: metric(getattr(result, name))
+        for name in (
+            "mean_queue_length", "mean_response_time", "waiting_probability",
+            "join_rate", "delete_rate", "probe_rate",
+        )
+    }  # fmt: skip
+    out["blocking_probability"] = metric(0.0)  # infinite buffers
+    for q, t in result.response_quantiles.items():
+        out["response_p" + f"{100 * q:g}".replace(".", "_")] = metric(t)
+    out["p0"] = None if math.isnan(result.p0) else metric(result.p0)
+    for name in ("tail", "occupancy", "arrival_seen", "iqueue_distribution"):
+        out[name] = metric(getattr(result, name))
+    out["response_quantiles"] = {str(q): metric(t) for q, t in result.response_quantiles.items()}
+    out["settings"] = {
+        "source": "mean-field",
+        "policy": result.policy,
+        "load": result.load,
+        "ratio": result.ratio,
+        "d": result.d,
+        "levels": int(result.tail.size),
+        "tail_remainder": result.tail_remainder,
+        "iqueue_remainder": result.iqueue_remainder,
+    }
+    return out
+
+
 # ---------------------------------------------------------------------------
 # The Wang et al. headline and inverse design
 # ---------------------------------------------------------------------------
@@ -928,10 +983,13 @@ def _log_t_of_log_r(policy: str, load: float, d: int):
     Forward mode through the compiled solver (its JVP program is compiled once).
     """
 
-    def log_t(x):
-        return jnp.log(mean_response_time(policy, jnp.float64(load), jnp.exp(x), d))
+    def log_t(lam, x):
+        return jnp.log(mean_response_time(policy, lam, jnp.exp(x), d))
 
-    return lambda x: jax.jvp(log_t, (jnp.float64(x),), (jnp.float64(1.0),))
+    # Both inputs carry tangents (a zero one for the load): the same JVP program
+    # as for gradients in (load, ratio), so nothing new is compiled.
+    zero, one = jnp.float64(0.0), jnp.float64(1.0)
+    return lambda x: jax.jvp(log_t, (jnp.float64(load), jnp.float64(x)), (zero, one))
 
 
 def _ratio_for(policy: str, load: float, d: int, target: float) -> float:

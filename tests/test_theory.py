@@ -26,7 +26,8 @@ def scipy_p0(lam: float, r: float, d: int) -> float:
         q1 = lam * (1 - p0 * lam**d)
         h = lam * p0 * (1 - lam**d) / (1 - lam)
         a, c = r * q1 / h, lam * r / h
-        return np.log(p0) + special.gammaln(c + 1) + a - c * np.log(a) + np.log(special.gammainc(c, a))
+        log_p = np.log(special.gammainc(c, a))
+        return np.log(p0) + special.gammaln(c + 1) + a - c * np.log(a) + log_p
 
     return optimize.brentq(f, 1e-9, 1 - 1e-15, xtol=1e-16, rtol=4 * np.finfo(float).eps)
 
@@ -117,8 +118,10 @@ def test_float32_mode_accuracy():
     # Without x64 everything is float32; documented accuracy about 5e-7 absolute.
     lam = np.array([0.1, 0.5, 0.9, 0.98], np.float32)
     r = np.array([20.0, 1.0, 10.0, 10.0], np.float32)
-    sol32 = theory.solve_p0(lam, r, 2)
-    assert sol32.p0.dtype == jnp.float32
+    with jax.enable_x64(False):
+        sol32 = theory.solve_p0(lam, r, 2)
+        assert sol32.p0.dtype == jnp.float32
+        sol32 = jax.tree_util.tree_map(np.asarray, sol32)
     with jax.enable_x64(True):
         sol64 = theory.solve_p0(lam.astype(np.float64), r.astype(np.float64), 2)
     np.testing.assert_array_equal(sol32.status, 0)
@@ -145,11 +148,11 @@ def test_gradients_match_central_differences(d):
 
             policy = "jiq" if d == 1 else "jiq-pod"
 
-            def t(lam_):
-                return theory.mean_response_time(policy, lam_, r, d)
+            def t(lam_, r_):
+                return theory.mean_response_time(policy, lam_, r_, d)
 
-            _, dt_dlam = jax.jvp(t, (jnp.float64(lam),), (jnp.float64(1.0),))
-            fd_t = (t(lam * (1 + h)) - t(lam * (1 - h))) / (2 * h * lam)
+            _, dt_dlam = jax.jvp(t, x, (jnp.float64(1.0), jnp.float64(0.0)))
+            fd_t = (t(lam * (1 + h), r) - t(lam * (1 - h), r)) / (2 * h * lam)
             assert float(dt_dlam) == pytest.approx(float(fd_t), rel=1e-6)
 
 
@@ -181,7 +184,8 @@ def test_random_pod_and_jsq_tails():
     lam = 0.7
     s = theory.mean_field("random", lam).tail
     np.testing.assert_allclose(s, lam ** np.arange(s.size), rtol=1e-14)
-    assert theory.mean_field("random", lam).mean_response_time == pytest.approx(1 / (1 - lam), rel=1e-14)
+    t_random = theory.mean_field("random", lam).mean_response_time
+    assert t_random == pytest.approx(1 / (1 - lam), rel=1e-14)
     np.testing.assert_allclose(theory.tail("random", lam, levels=6), lam ** np.arange(6), rtol=1e-6)
     s_pod = theory.mean_field("pod", lam, d=3).tail
     i = np.arange(s_pod.size)
@@ -270,7 +274,8 @@ def test_headline_figures():
             t = float(theory.mean_response_time(policy, 0.98, fit.ratios[policy], d))
             assert t == pytest.approx(target, rel=1e-9)
     at10 = {
-        p: theory.mean_field(p, 0.98, 10.0, d=2).mean_response_time for p in ("jiq", "jiq-pod", "pod")
+        p: theory.mean_field(p, 0.98, 10.0, d=2).mean_response_time
+        for p in ("jiq", "jiq-pod", "pod")
     }
     assert at10["jiq"] == pytest.approx(5.3, abs=0.1)
     assert at10["jiq-pod"] == pytest.approx(2.6, abs=0.1)
@@ -295,6 +300,17 @@ def test_max_load_for_target(policy, ratio, d):
 def test_max_load_edge_cases():
     assert theory.max_load_for_target(0.9, 10.0).status == 3
     assert theory.max_load_for_target(2.0, policy="jsq", d=1).status == 4
+
+
+def test_to_dict_is_json_and_mirrors_the_result():
+    import json
+
+    mf = theory.mean_field("jiq-pod", 0.9, 10.0, d=2)
+    out = json.loads(json.dumps(theory.to_dict(mf)))
+    assert out["mean_response_time"]["mean"] == mf.mean_response_time
+    assert out["p0"]["mean"] == mf.p0 and out["tail"]["mean"] == mf.tail.tolist()
+    assert out["response_p99_9"]["mean"] == mf.response_quantiles[0.999]
+    assert theory.to_dict(theory.mean_field("pod", 0.9, d=2))["p0"] is None
 
 
 def test_policies_without_closed_form():
