@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+import numpy as np
+
 __all__ = ["main"]
 
 
@@ -115,22 +117,57 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _mean_field_json(mf) -> dict:
+    """A MeanFieldResult in the JSON layout of ``simulate`` (``ci95`` is 0: no sampling)."""
+
+    def metric(x):
+        if x is None:
+            return None
+        arr = np.asarray(x, np.float64)
+        if arr.ndim:
+            return {"mean": arr.tolist(), "ci95": [0.0] * arr.size}
+        return None if math.isnan(float(arr)) else {"mean": float(arr), "ci95": 0.0}
+
+    out = {
+        name: metric(getattr(mf, name))
+        for name in ("mean_queue_length", "mean_response_time", "waiting_probability",
+                     "join_rate", "delete_rate", "probe_rate", "p0", "tail", "occupancy",
+                     "arrival_seen", "iqueue_distribution")
+    }  # fmt: skip
+    out["blocking_probability"] = {"mean": 0.0, "ci95": 0.0}
+    out["response_quantiles"] = {
+        str(q): {"mean": float(t), "ci95": 0.0} for q, t in mf.response_quantiles.items()
+    }
+    out["settings"] = {"policy": mf.policy, "load": mf.load, "ratio": mf.ratio, "d": mf.d,
+                       "kind": "mean-field", "versions": _versions()}  # fmt: skip
+    return out
+
+
+def _versions() -> dict:
+    import jax
+
+    from jaxqueue import __version__
+
+    return {"jaxqueue": __version__, "jax": jax.__version__, "numpy": np.__version__}
+
+
 def _cmd_theory(args) -> int:
     from jaxqueue import theory
 
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d or 1, levels=args.levels)
-    out = theory.to_dict(mf)
+    out = _mean_field_json(mf)
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"mean field: {args.policy} d={args.d or 1} load={args.load} ratio={args.ratio}")
+    ratio = "" if mf.ratio is None else f"  r={mf.ratio:g}"
+    print(f"mean field: {args.policy}  d={mf.d}  load={args.load}{ratio}")
     for name in ("p0", "mean_response_time", "waiting_probability", "mean_queue_length",
                  "join_rate", "delete_rate", "probe_rate"):  # fmt: skip
         val = out.get(name)
         if val is not None:
             print(f"  {name:24s} {val['mean']:.6g}")
-    for i, v in enumerate(out["tail"]["mean"]):
-        if i and v > 1e-9:
+    for i, v in enumerate(out["tail"]["mean"][1:25], start=1):
+        if v > 1e-6:
             print(f"  s_{i:<22d} {v:.6g}")
     return 0
 

@@ -110,6 +110,14 @@ def test_cli_json_stands_alone_on_stdout(capsys):
     assert "[jaxqueue]" in out.err
 
 
+def test_cli_theory_json_uses_the_simulator_field_names(capsys):
+    assert cli_main(["theory", "--policy", "jiq", "--load", "0.98", "--ratio", "10", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert abs(data["mean_response_time"]["mean"] - 1 / (1 - 0.98 * data["p0"]["mean"])) < 1e-9
+    sim_fields = {"mean_response_time", "waiting_probability", "tail", "p0", "join_rate"}
+    assert sim_fields <= set(data)
+
+
 def test_cli_bad_input_is_a_clear_error(capsys):
     code = cli_main(["simulate", "--policy", "nope", "--servers", "8", "--load", "0.5"])
     assert code == 2
