@@ -35,12 +35,12 @@ import numpy as np  # noqa: E402
 import jaxqueue as jq  # noqa: E402
 from jaxqueue import engine, levels  # noqa: E402
 from jaxqueue.config import System  # noqa: E402
-from jaxqueue.driver import run_blocks, tile_for  # noqa: E402
+from jaxqueue.driver import run_blocks  # noqa: E402
 from jaxqueue.rng import BLOCK  # noqa: E402
 
 
-def measure(name: str, n: int, ratio: float, load: float, replicas: int, target_events: float,
-            tile: int | None = None) -> dict:  # fmt: skip
+def measure(name: str, n: int, ratio: float, load: float, replicas: int,
+            target_events: float) -> dict:  # fmt: skip
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name, **({"d": 2} if name in ("pod", "jiq-pod", "jiq-sq") else {}))
     m = max(1, int(round(n / ratio)))
@@ -48,8 +48,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int, target_
     iq = levels.default_iqueue_levels(pol, n, m, load) if pol.uses_iqueues and m > 1 else 0
     system = System(n, m, None, lv, iq)
     devs = jax.devices()
-    tile = tile_for(replicas, len(devs), devs[0].platform) if tile is None else tile
-    padded = -(-replicas // (len(devs) * max(tile, 1))) * len(devs) * max(tile, 1)
+    padded = -(-replicas // len(devs)) * len(devs)
     counts = np.zeros(lv + 1, np.int64)
     counts[0] = n
     iq_counts = None
@@ -69,7 +68,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int, target_
     blocks = max(1, int(target_events // (padded * BLOCK)))
     t0 = time.perf_counter()
     state = run_blocks(state, key, ids, jnp.int32(0), jnp.int32(1), lam, system=system,
-                       policy=pol, tile=tile, mesh=mesh)  # fmt: skip
+                       policy=pol, mesh=mesh)  # fmt: skip
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
     best = float("inf")
@@ -77,14 +76,14 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int, target_
     for _ in range(3):
         t0 = time.perf_counter()
         state = run_blocks(state, key, ids, jnp.int32(first), jnp.int32(blocks), lam,
-                           system=system, policy=pol, tile=tile, mesh=mesh)  # fmt: skip
+                           system=system, policy=pol, mesh=mesh)  # fmt: skip
         jax.block_until_ready(state)
         best = min(best, time.perf_counter() - t0)
         first += blocks
     events = replicas * blocks * BLOCK  # padded replicas are not counted
     return {
         "policy": pol.label(), "n_servers": n, "n_dispatchers": m, "load": load,
-        "replicas": replicas, "levels": lv, "iqueue_levels": iq, "tile": tile,
+        "replicas": replicas, "levels": lv, "iqueue_levels": iq,
         "events_per_second": events / best, "seconds": best, "events": events,
         "compile_and_first_block_seconds": compile_s,
     }  # fmt: skip

@@ -32,9 +32,7 @@ from jaxqueue.levels import default_iqueue_levels, default_levels, required_leve
 from jaxqueue.policies import Policy, make
 from jaxqueue.rng import BLOCK
 
-__all__ = [
-    "simulate", "sweep", "run_blocks", "tile_for", "LevelOverflowError", "steps_per_time_unit",
-]  # fmt: skip
+__all__ = ["simulate", "sweep", "run_blocks", "LevelOverflowError", "steps_per_time_unit"]
 
 
 class LevelOverflowError(RuntimeError):
@@ -46,35 +44,21 @@ def steps_per_time_unit(n_servers: int, load: float) -> float:
     return n_servers * (load + 1.0)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("system", "policy", "tile", "mesh"), donate_argnames=("state",)
-)
-def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, policy, tile=0,
-               mesh=None):  # fmt: skip
+@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("state",))
+def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, policy, mesh=None):
     """:func:`jaxqueue.engine.run_blocks`, jit-compiled and spread over a mesh.
 
     With a ``mesh`` (axis ``"replica"``), each device advances its own shard
-    of replicas (``shard_map``; no communication), tiled by ``tile``.
+    of replicas (``shard_map``; no communication). On a CPU, XLA runs each
+    device on its own thread, so this is what puts every core to work.
     """
-    run = functools.partial(engine.run_blocks, system=system, policy=policy, tile=tile)
+    run = functools.partial(engine.run_blocks, system=system, policy=policy)
     if mesh is None or mesh.size == 1:
         return run(state, key, replicas, first_block, n_blocks, load)
     spec, rep = PartitionSpec("replica"), PartitionSpec()
     return jax.shard_map(
         run, mesh=mesh, in_specs=(spec, rep, spec, rep, rep, spec), out_specs=spec, check_vma=False
     )(state, key, replicas, first_block, n_blocks, load)
-
-
-#: Replicas per tile on a CPU: small enough that a tile's state stays in cache.
-CPU_TILE = 512
-
-
-def tile_for(replicas: int, n_devices: int, platform: str) -> int:
-    """Tile size for a batch: whole shards on accelerators, cache-sized on CPUs."""
-    per_device = -(-replicas // n_devices)
-    if platform != "cpu" or per_device <= CPU_TILE:
-        return 0
-    return CPU_TILE
 
 
 def _initial_counts(init, system: System, policy: Policy, load: float):
@@ -271,9 +255,7 @@ def sweep(
     # ---- state, keys, sharding ------------------------------------------------
     devs = list(devices) if devices is not None else jax.devices()
     total = replicas * len(loads)
-    tile = tile_for(total, len(devs), devs[0].platform)
-    unit = len(devs) * max(tile, 1)
-    padded = -(-total // unit) * unit
+    padded = -(-total // len(devs)) * len(devs)
     load_vec = np.repeat(np.asarray(loads, np.float32), replicas)
     load_vec = np.concatenate([load_vec, np.full(padded - total, load_vec[-1], np.float32)])
     # each load's replicas start from that load's initial state
@@ -295,7 +277,7 @@ def sweep(
             n = min(chunk, count - done)
             t0 = time.perf_counter()
             state = run_blocks(state, key, replica_ids, jnp.int32(first + done), jnp.int32(n),
-                               load_arr, system=system, policy=pol, tile=tile, mesh=mesh)  # fmt: skip
+                               load_arr, system=system, policy=pol, mesh=mesh)  # fmt: skip
             over = int(jnp.sum(state.stats.overflow)) + int(jnp.sum(state.stats.iq_overflow))
             dt = time.perf_counter() - t0
             done += n

@@ -285,23 +285,17 @@ def run_blocks(
     load: jax.Array,
     system: System,
     policy: Policy,
-    tile: int = 0,
 ) -> State:
     """Advance a batch of replicas by ``n_blocks`` blocks of BLOCK steps.
 
-    Replicas are processed in tiles of ``tile`` replicas, one tile after the
-    other, each for all ``n_blocks`` blocks: a tile's state stays in the CPU's
-    cache instead of streaming the whole batch through memory at every step.
-    ``tile = 0`` runs the whole batch as one tile (what a GPU wants).
-
     Args:
-        state: batched State (leading replica axis ``R``, a multiple of ``tile``).
+        state: batched State (leading replica axis ``R``).
         key: typed PRNG key of the run.
         replicas: int32 ``(R,)`` global replica indices (keys by position).
         first_block: int32 scalar, index of the first block to run.
         n_blocks: int32 scalar (traced: any count without recompiling).
         load: float32 ``(R,)``, each replica's ``lambda``.
-        system, policy, tile: static.
+        system, policy: static.
 
     Returns:
         The advanced batched State.
@@ -312,19 +306,7 @@ def run_blocks(
 
     batched = jax.vmap(one, in_axes=(0, 0, 0, None))
 
-    def run_tile(args):
-        state, replicas, load = args
+    def body(i, state):
+        return batched(state, replicas, load, first_block + i)
 
-        def body(i, state):
-            return batched(state, replicas, load, first_block + i)
-
-        return jax.lax.fori_loop(0, n_blocks, body, state)
-
-    r = replicas.shape[0]
-    if tile <= 0 or tile >= r:
-        return run_tile((state, replicas, load))
-    if r % tile:
-        raise ValueError(f"the batch of {r} replicas is not a multiple of tile={tile}")
-    split = lambda x: x.reshape((r // tile, tile) + x.shape[1:])  # noqa: E731
-    out = jax.lax.map(run_tile, jax.tree.map(split, (state, replicas, load)))
-    return jax.tree.map(lambda x: x.reshape((r,) + x.shape[2:]), out)
+    return jax.lax.fori_loop(0, n_blocks, body, state)

@@ -104,7 +104,7 @@ def test_finite_buffer_blocks_and_never_overflows():
     assert np.asarray(ev["overflow"]).sum() == 0
 
 
-def _run(policy, replicas_ids, n_blocks=2, devices=None, tile=0):
+def _run(policy, replicas_ids, n_blocks=2, devices=None):
     system = _system(policy)
     one = engine.State(_start(policy, system), engine.zero_stats(system, policy))
     r = len(replicas_ids)
@@ -118,7 +118,7 @@ def _run(policy, replicas_ids, n_blocks=2, devices=None, tile=0):
         state, ids, load = jax.device_put((state, ids, load), sh)
     out = run_blocks(
         state, jax.random.key(11), ids, jnp.int32(0), jnp.int32(n_blocks), load,
-        system=system, policy=policy, tile=tile, mesh=mesh,
+        system=system, policy=policy, mesh=mesh,
     )
     return jax.tree.map(np.asarray, out)
 
@@ -130,10 +130,8 @@ def test_batching_sharding_and_chunking_do_not_change_results():
     for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(single)):
         np.testing.assert_array_equal(a[2], b[0])
     sharded = _run(policy, [0, 1, 2, 3], devices=jax.devices()[:2])
-    tiled = _run(policy, [0, 1, 2, 3], devices=jax.devices()[:2], tile=1)
-    for a, b, c in zip(*map(jax.tree.leaves, (batch, sharded, tiled))):
+    for a, b in zip(jax.tree.leaves(batch), jax.tree.leaves(sharded)):
         np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(a, c)
     assert len(jax.devices()) == 2
 
 
