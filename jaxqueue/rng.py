@@ -9,8 +9,9 @@ Within a block, JAX's threefry generator supplies a 64-bit block key once, and
 the words of each step come from a counter-based hash of ``(block key, step,
 word)``: two rounds of a 32-bit avalanche mixer (the "triple32" constants), a
 bijection of the counter for a fixed key, so no word repeats inside a block.
-This is about six times cheaper than drawing every word from threefry on a CPU
-and is what lets a step cost a few nanoseconds per replica.
+On a CPU it produces words about six times faster than threefry (4.8e8 against
+7.2e7 words per second on one core), yet it is still about 40% of a Pod(2)
+step's cost.
 
 Integer draws are exact to ``2**-64``: an index in ``[0, n)`` is the high part
 of a 64-bit uniform fraction times ``n`` (two words), so the probability of any
@@ -70,9 +71,7 @@ def step_words(bkey: jax.Array, step_in_block: jax.Array, n_words: int) -> jax.A
         uint32 array of shape ``(n_words,)``.
     """
     ctr = step_in_block.astype(_U32) * _U32(n_words) + jnp.arange(n_words, dtype=_U32)
-    # The barrier materialises the words once; otherwise XLA recomputes the
-    # hash inside every fusion that reads them.
-    return jax.lax.optimization_barrier(_mix(_mix(ctr ^ bkey[0]) ^ bkey[1]))
+    return _mix(_mix(ctr ^ bkey[0]) ^ bkey[1])
 
 
 def _mulhi(a: jax.Array, b: jax.Array) -> jax.Array:
