@@ -1,0 +1,52 @@
+"""Random words and integer draws: exactness of the arithmetic and basic statistics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.rng import BLOCK, block_keys, step_words, uniform_index
+
+
+def test_uniform_index_is_the_exact_64_bit_product():
+    rng = np.random.default_rng(0)
+    hi = rng.integers(0, 2**32, 4000, dtype=np.uint64)
+    lo = rng.integers(0, 2**32, 4000, dtype=np.uint64)
+    edge = np.array([0, 1, 2**31, 2**32 - 1], dtype=np.uint64)
+    hi = np.concatenate([hi, np.repeat(edge, 4)])
+    lo = np.concatenate([lo, np.tile(edge, 4)])
+    for n in (1, 2, 3, 1000, 999_983, 10**6, 2**31 - 1):
+        got = np.asarray(uniform_index(jnp.asarray(hi, jnp.uint32), jnp.asarray(lo, jnp.uint32), n))
+        want = [((int(h) << 32 | int(lo_)) * n) >> 64 for h, lo_ in zip(hi, lo)]
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def _words(n_blocks=64, replica=0, n_words=4):
+    key = jax.random.key(123)
+
+    def block(b):
+        bkey = block_keys(key, replica, b)
+        return jax.vmap(lambda t: step_words(bkey, t, n_words))(jnp.arange(BLOCK))
+
+    return np.asarray(jax.jit(jax.vmap(block))(jnp.arange(n_blocks))).reshape(-1)
+
+
+def test_words_are_uniform_and_serially_uncorrelated():
+    w = _words()  # 65536 words
+    # chi-square on the top 8 bits: 255 degrees of freedom, 99.9% point 330.5
+    counts = np.bincount(w >> 24, minlength=256)
+    expected = w.size / 256
+    assert ((counts - expected) ** 2 / expected).sum() < 330.5
+    # and on the low 8 bits
+    counts = np.bincount(w & 255, minlength=256)
+    assert ((counts - expected) ** 2 / expected).sum() < 330.5
+    # lag-1 correlation of uniforms: sd 1/sqrt(n); bound at 4.4 sd (99.999%)
+    u = w / 2.0**32
+    r = np.corrcoef(u[:-1], u[1:])[0, 1]
+    assert abs(r) < 4.4 / np.sqrt(u.size)
+
+
+def test_replica_streams_differ_and_are_uncorrelated():
+    a, b = _words(replica=0, n_blocks=16), _words(replica=1, n_blocks=16)
+    assert np.mean(a == b) < 1e-3
+    r = np.corrcoef(a / 2.0**32, b / 2.0**32)[0, 1]
+    assert abs(r) < 4.4 / np.sqrt(a.size)
