@@ -10,10 +10,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["System", "check_int", "check_load", "MAX_STEPS"]
+from jaxqueue.rng import BLOCK
+
+__all__ = ["System", "check_int", "check_load", "MAX_STEPS", "MAX_SERVERS"]
 
 #: Per-replica step counters are int32.
 MAX_STEPS = 2**31 - 1
+
+#: Block time sums are exact int32 sums of up to BLOCK * N server counts.
+MAX_SERVERS = (2**31 - 1) // BLOCK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +45,7 @@ class System:
     iqueue_levels: int = 0
 
     def __post_init__(self):
-        check_int("n_servers", self.n_servers, 1, 2**31 - 1)
+        check_int("n_servers", self.n_servers, 1, MAX_SERVERS)
         check_int("n_dispatchers", self.n_dispatchers, 1, self.n_servers)
         if self.buffer is not None:
             check_int("buffer", self.buffer, 1, 10**6)

@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from jaxqueue import engine
-from jaxqueue.config import MAX_STEPS, System, check_int, check_load
+from jaxqueue.config import MAX_SERVERS, MAX_STEPS, System, check_int, check_load
 from jaxqueue.estimators import SimulationResult, from_stats
 from jaxqueue.levels import default_iqueue_levels, default_levels, required_levels
 from jaxqueue.policies import Policy, make
@@ -201,7 +201,7 @@ def sweep(
         One :class:`SimulationResult` per load, in order.
     """
     pol = make(policy, d=d, z=z)
-    check_int("n_servers", n_servers, 1, 2**31 - 1)
+    check_int("n_servers", n_servers, 1, MAX_SERVERS)
     check_int("n_dispatchers", n_dispatchers, 1, n_servers)
     loads = [check_load(x, buffer) for x in np.atleast_1d(np.asarray(loads, dtype=object))]
     if not loads:
