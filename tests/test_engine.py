@@ -159,3 +159,13 @@ def test_iqueue_overflow_is_reported():
     kw = dict(n_servers=40, n_dispatchers=8, load=0.1, replicas=2, steps=8 * BLOCK, warmup=0)
     with pytest.raises(jq.LevelOverflowError, match="iqueue_levels=6"):
         jq.simulate("jiq", levels=8, iqueue_levels=6, **kw)
+
+
+def test_runs_with_the_same_shapes_do_not_recompile():
+    kw = dict(n_servers=20, n_dispatchers=4, replicas=3, warmup=BLOCK, levels=12, iqueue_levels=12)
+    jq.simulate("jiq", load=0.8, steps=4 * BLOCK, seed=1, **kw)
+    before = run_blocks._cache_size()
+    # other loads, seeds and lengths reuse the compiled chunk
+    jq.simulate("jiq", load=0.5, steps=9 * BLOCK, seed=2, **kw)
+    jq.sweep("jiq", loads=[0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
+    assert run_blocks._cache_size() == before
