@@ -8,7 +8,7 @@ idle-first-else-JSQ(d) scheme.
 
 __version__ = "0.1.0"
 
-from jaxqueue.config import System
+from jaxqueue.config import System, halfin_whitt_load, heavy_traffic_load
 from jaxqueue.estimators import Estimate, SimulationResult
 from jaxqueue.policies import Policy, available, make, register
 from jaxqueue.driver import LevelOverflowError, simulate, steps_per_time_unit, sweep
@@ -16,6 +16,8 @@ from jaxqueue.driver import LevelOverflowError, simulate, steps_per_time_unit, s
 __all__ = [
     "__version__",
     "System",
+    "heavy_traffic_load",
+    "halfin_whitt_load",
     "Estimate",
     "SimulationResult",
     "Policy",

@@ -12,7 +12,10 @@ import math
 
 from jaxqueue.rng import BLOCK
 
-__all__ = ["System", "check_int", "check_load", "MAX_STEPS", "MAX_SERVERS"]
+__all__ = [
+    "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
+    "MAX_STEPS", "MAX_SERVERS",
+]  # fmt: skip
 
 #: Per-replica step counters are int32.
 MAX_STEPS = 2**31 - 1
@@ -95,3 +98,19 @@ def check_load(load: float, buffer: int | None) -> float:
     if value > 1e6:
         raise ValueError(f"load={load} is out of range: need load <= 1e6")
     return value
+
+
+def heavy_traffic_load(n_servers: int, alpha: float) -> float:
+    """``lambda = 1 - N**(-alpha)``, the heavy-traffic regime of Liu and Ying (0.5 <= alpha < 1)."""
+    check_int("n_servers", n_servers, 2, MAX_SERVERS)
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha={alpha} is out of range: need 0 < alpha <= 1")
+    return 1.0 - n_servers ** (-float(alpha))
+
+
+def halfin_whitt_load(n_servers: int, beta: float) -> float:
+    """``lambda = 1 - beta / sqrt(N)``, the Halfin-Whitt regime of Mukherjee et al."""
+    check_int("n_servers", n_servers, 1, MAX_SERVERS)
+    if not 0.0 < beta < math.sqrt(n_servers):
+        raise ValueError(f"beta={beta} is out of range: need 0 < beta < sqrt(N) = {math.sqrt(n_servers):.4g}")
+    return 1.0 - beta / math.sqrt(n_servers)

@@ -130,3 +130,12 @@ def test_module_entry_point_lists_policies():
         [sys.executable, "-m", "jaxqueue", "policies"], capture_output=True, text=True, check=True
     )
     assert set(out.stdout.split()) == set(jq.available())
+
+
+def test_heavy_traffic_scalings():
+    assert jq.heavy_traffic_load(10_000, 0.5) == pytest.approx(0.99)
+    assert jq.halfin_whitt_load(10_000, 2.0) == pytest.approx(0.98)
+    with pytest.raises(ValueError, match="alpha=1.5 is out of range"):
+        jq.heavy_traffic_load(100, 1.5)
+    with pytest.raises(ValueError, match="beta=20.0 is out of range"):
+        jq.halfin_whitt_load(100, 20.0)
