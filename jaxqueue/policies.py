@@ -41,6 +41,10 @@ __all__ = [
     "Policy",
     "Route",
     "View",
+    "Draw",
+    "Servers",
+    "Dispatchers",
+    "ListedServer",
     "Random",
     "JSQ",
     "PowerOfD",
@@ -140,20 +144,131 @@ def _max_of_distinct(words: jax.Array, n, d: int) -> jax.Array:
     return jnp.max(chosen)
 
 
-def _probe_words(d: int, n_servers: int) -> int:
-    return 0 if d == n_servers and d > 1 else 2 * d
+# ----------------------------------------------------------------------------
+# Draws: the random outcomes a policy decides on
+# ----------------------------------------------------------------------------
 
 
-def _min_of_probes(view: View, words: jax.Array, d: int, n_servers: int) -> jax.Array:
-    """Queue length of the shortest of ``d`` distinct uniformly probed servers."""
-    if d == n_servers and d > 1:  # every server probed: exactly JSQ
-        return level_of(view.tail, jnp.int32(n_servers - 1))
-    return level_of(view.tail, _max_of_distinct(words, n_servers, d))
+class Draw:
+    """One random outcome a policy's decision depends on.
+
+    A draw has two readings of the same rule: :meth:`sample` draws it exactly
+    in a finite system from random words (the simulator), :meth:`law` gives
+    its distribution in the mean-field limit from the occupancy fractions
+    (the generic mean field of :mod:`jaxqueue.meanfield`). A policy's
+    decision is written once, on the outcomes, and serves both.
+    """
+
+    def n_words(self, system: System) -> int:
+        raise NotImplementedError
+
+    def sample(self, view: View, words: jax.Array, system: System) -> jax.Array:
+        raise NotImplementedError
+
+    def law(self, view: View, system: System) -> jax.Array:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Servers(Draw):
+    """Queue length of the shortest of ``d`` distinct uniformly random servers.
+
+    ``d = 1``: a uniformly random server. ``exhaustive``: every server (JSQ),
+    no randomness. In the limit the shortest of ``d`` has at least ``k`` tasks
+    with probability ``s_k**d``; JSQ's is the shortest queue present.
+    """
+
+    d: int = 1
+    exhaustive: bool = False
+
+    def n_words(self, system):
+        return 0 if self.exhaustive else 2 * self.d
+
+    def sample(self, view, words, system):
+        n = system.n_servers
+        index = jnp.int32(n - 1) if self.exhaustive else _max_of_distinct(words, n, self.d)
+        return level_of(view.tail, index)
+
+    def law(self, view, system):
+        s = view.tail
+        if self.exhaustive:
+            k = jnp.sum(s[1:] >= 1.0)
+            return (jnp.arange(s.shape[0]) == k).astype(s.dtype)
+        p = s**self.d
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatchers(Draw):
+    """I-queue size of the shortest of ``d`` distinct uniformly random dispatchers.
+
+    With one dispatcher its I-queue holds every idle server. In the limit the
+    shortest of ``d`` lists at least ``j`` servers with probability ``Q_j**d``;
+    with one dispatcher the law is on {0: empty, 1: not empty}.
+    """
+
+    d: int = 1
+
+    def n_words(self, system):
+        return 0 if system.n_dispatchers == 1 else 2 * self.d
+
+    def sample(self, view, words, system):
+        if system.n_dispatchers == 1:
+            return view.idle
+        return level_of(view.iq_tail, _max_of_distinct(words, system.n_dispatchers, self.d))
+
+    def law(self, view, system):
+        if system.n_dispatchers == 1:
+            busy = (view.idle <= 0).astype(view.tail.dtype)
+            return jnp.stack([busy, 1.0 - busy])
+        p = view.iq_tail**self.d
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedServer(Draw):
+    """Size of the I-queue that lists a uniformly random idle server.
+
+    Listed servers are ordered by the size of their I-queue, largest first;
+    ``iq_listed[j]`` of them sit in I-queues of size >= j, so the I-queue of
+    the ``v``-th has size ``#{j >= 1: iq_listed[j] > v}``, ``v`` uniform on
+    ``[0, idle)``. In the limit: size-biased, ``j (Q_j - Q_{j+1}) / sum``.
+    """
+
+    def n_words(self, system):
+        return 0 if system.n_dispatchers == 1 else 2
+
+    def sample(self, view, words, system):
+        if system.n_dispatchers == 1:
+            return view.idle
+        return level_of(view.iq_listed, _random_index(words, view.idle))
+
+    def law(self, view, system):
+        if system.n_dispatchers == 1:
+            return jnp.array([0.0, 1.0], view.tail.dtype)
+        q = view.iq_tail
+        mass = jnp.arange(q.shape[0]) * (q - jnp.concatenate([q[1:], jnp.zeros_like(q[:1])]))
+        total = jnp.sum(mass)
+        return jnp.where(total > 0, mass / jnp.where(total > 0, total, 1.0), 0.0)
+
+
+def _sample_all(draws, view, words, system):
+    outcomes, at = [], 0
+    for draw in draws:
+        n = draw.n_words(system)
+        outcomes.append(draw.sample(view, words[at : at + n], system))
+        at += n
+    return tuple(outcomes)
 
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """Base class of the exchangeable policies (frozen and hashable: static under jit)."""
+    """Base class of the exchangeable policies (frozen and hashable: static under jit).
+
+    A policy names the random outcomes it needs (:meth:`draws`,
+    :meth:`join_draws`) and decides on them (:meth:`decide`,
+    :meth:`decide_join`); sampling and the mean-field laws come from the draws.
+    """
 
     name: ClassVar[str] = ""
     uses_iqueues: ClassVar[bool] = False
@@ -161,21 +276,38 @@ class Policy:
     def validate(self, system: System) -> None:
         """Raise ValueError if the policy's options do not fit ``system``."""
 
+    def draws(self, system: System) -> tuple:
+        """The draws an arrival's routing depends on."""
+        raise NotImplementedError
+
+    def decide(self, view: View, outcomes: tuple, system: System) -> Route:
+        """Route an arrival given its draws' outcomes (broadcasts over outcome arrays)."""
+        raise NotImplementedError
+
+    def join_draws(self, system: System) -> tuple:
+        """The draws a newly idle server's choice of I-queue depends on."""
+        return ()
+
+    def decide_join(self, view: View, outcomes: tuple, system: System):
+        """Size of the I-queue a newly idle server joins, and probes sent."""
+        return _ZERO, _ZERO
+
     def route_words(self, system: System) -> int:
         """Number of uint32 words :meth:`route` consumes."""
-        raise NotImplementedError
+        return sum(d.n_words(system) for d in self.draws(system))
 
     def idle_words(self, system: System) -> int:
         """Number of uint32 words :meth:`on_idle` consumes."""
-        return 0
+        return sum(d.n_words(system) for d in self.join_draws(system))
 
     def route(self, view: View, words: jax.Array, system: System) -> Route:
-        """Choose the server (by queue length) for an arrival."""
-        raise NotImplementedError
+        """Sample the draws from ``words`` and route an arrival."""
+        return self.decide(view, _sample_all(self.draws(system), view, words, system), system)
 
     def on_idle(self, view: View, words: jax.Array, system: System):
-        """Size of the I-queue a newly idle server joins, and probes sent."""
-        return _ZERO, _ZERO
+        """Sample the join draws from ``words``: I-queue size joined, probes sent."""
+        outcomes = _sample_all(self.join_draws(system), view, words, system)
+        return self.decide_join(view, outcomes, system)
 
     def options(self) -> dict:
         """The policy's options, e.g. ``{"d": 2}``."""
@@ -185,6 +317,11 @@ class Policy:
         """A short display name such as ``pod(d=2)``."""
         opts = ",".join(f"{k}={v}" for k, v in self.options().items())
         return f"{self.name}({opts})" if opts else self.name
+
+
+def _server_draw(d: int, system: System) -> Servers:
+    """Pod(d)'s draw; probing every server is JSQ."""
+    return Servers(exhaustive=True) if d == system.n_servers and d > 1 else Servers(d)
 
 
 def _check_d(d, system: System, what: str = "servers") -> None:
@@ -213,12 +350,11 @@ class Random(Policy):
 
     name: ClassVar[str] = "random"
 
-    def route_words(self, system):
-        return 2
+    def draws(self, system):
+        return (Servers(1),)
 
-    def route(self, view, words, system):
-        level = level_of(view.tail, _random_index(words, system.n_servers))
-        return Route(level, _ZERO, _ZERO, _ZERO)
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], _ZERO, _ZERO, _ZERO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,12 +366,11 @@ class JSQ(Policy):
 
     name: ClassVar[str] = "jsq"
 
-    def route_words(self, system):
-        return 0
+    def draws(self, system):
+        return (Servers(exhaustive=True),)
 
-    def route(self, view, words, system):
-        level = level_of(view.tail, jnp.int32(system.n_servers - 1))
-        return Route(level, _ZERO, _ZERO, _ZERO)
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], _ZERO, _ZERO, _ZERO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,13 +388,11 @@ class PowerOfD(Policy):
     def validate(self, system):
         _check_d(self.d, system)
 
-    def route_words(self, system):
-        return _probe_words(self.d, system.n_servers)
+    def draws(self, system):
+        return (_server_draw(self.d, system),)
 
-    def route(self, view, words, system):
-        level = _min_of_probes(view, words, self.d, system.n_servers)
-        probes = jnp.int32(self.d if self.d >= 2 else 0)
-        return Route(level, _ZERO, _ZERO, probes)
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], _ZERO, _ZERO, jnp.int32(self.d if self.d >= 2 else 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,16 +405,16 @@ class IdleOneFirst(Policy):
 
     name: ClassVar[str] = "i1f"
 
-    def route_words(self, system):
-        return 2
+    def draws(self, system):
+        return (Servers(1),)
 
-    def route(self, view, words, system):
-        n = system.n_servers
-        random_level = level_of(view.tail, _random_index(words, n))
-        has_idle = view.tail[1] < n
-        has_one = view.tail[2] < n if view.tail.shape[0] > 2 else jnp.bool_(False)
-        level = jnp.where(has_idle, 0, jnp.where(has_one, 1, random_level))
-        return Route(level.astype(jnp.int32), _ZERO, _ZERO, _ZERO)
+    def decide(self, view, outcomes, system):
+        tail = view.tail
+        has_idle = view.idle > 0
+        # servers with exactly one task (with one place per server, every busy one)
+        has_one = (tail[1] - tail[2] if tail.shape[0] > 2 else tail[1]) > 0
+        level = jnp.where(has_idle, 0, jnp.where(has_one, 1, outcomes[0]))
+        return Route(jnp.asarray(level, jnp.int32), _ZERO, _ZERO, _ZERO)
 
 
 # ----------------------------------------------------------------------------
@@ -289,25 +422,18 @@ class IdleOneFirst(Policy):
 # ----------------------------------------------------------------------------
 
 
-def _dispatcher_iq_size(view: View, words: jax.Array, system: System) -> jax.Array:
-    """I-queue size of a uniformly random dispatcher (2 words)."""
-    if system.n_dispatchers == 1:
-        return view.idle
-    return level_of(view.iq_tail, _random_index(words, system.n_dispatchers))
-
-
-def _iq_of_idle_server(view: View, words: jax.Array, system: System) -> jax.Array:
-    """Size of the I-queue listing a uniformly random idle server (2 words).
-
-    Listed servers are ordered by the size of their I-queue, largest first;
-    ``iq_listed[j]`` of them sit in I-queues of size >= j, so the I-queue of
-    the ``v``-th has size ``#{j >= 1: iq_listed[j] > v}``, ``v`` uniform on
-    ``[0, idle)``.
-    """
-    if system.n_dispatchers == 1:
-        return view.idle
-    v = _random_index(words, view.idle)
-    return level_of(view.iq_listed, v)
+def _jiq_decide(fallback, own, hit_iq, fallback_probes: int) -> Route:
+    """JIQ routing given the fallback's queue length, the dispatcher's I-queue
+    size and the I-queue size of the idle server a delete request would hit."""
+    empty = own == 0
+    level = jnp.where(empty, fallback, 0)
+    hit_idle = empty & (fallback == 0)
+    iq_remove = jnp.where(empty, jnp.where(hit_idle, hit_iq, 0), own)
+    probes = jnp.where(empty, fallback_probes, 0)
+    return Route(
+        jnp.asarray(level, jnp.int32), jnp.asarray(iq_remove, jnp.int32),
+        hit_idle.astype(jnp.int32), jnp.asarray(probes, jnp.int32),
+    )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,29 +464,20 @@ class JIQPod(Policy):
     def validate(self, system):
         _check_d(self.d, system)
 
-    def route_words(self, system):
-        return 2 + max(_probe_words(self.d, system.n_servers), 2) + 2
+    def draws(self, system):
+        # The fallback first: for d = 1 its words are the step's departure
+        # draw, so XLA computes that queue length once.
+        return (_server_draw(self.d, system), Dispatchers(1), ListedServer())
 
-    def idle_words(self, system):
-        return 2
+    def decide(self, view, outcomes, system):
+        fallback, own, hit_iq = outcomes
+        return _jiq_decide(fallback, own, hit_iq, self.d if self.d >= 2 else 0)
 
-    def route(self, view, words, system):
-        # Words: the fallback's probes first (for d = 1 the same index as the
-        # step's departure draw, so XLA computes its queue length once), then
-        # the dispatcher, then the idle server hit by a delete request.
-        nw = self.route_words(system)
-        fallback = _min_of_probes(view, words, self.d, system.n_servers)
-        own = _dispatcher_iq_size(view, words[nw - 4 : nw - 2], system)
-        empty = own == 0
-        level = jnp.where(empty, fallback, 0)
-        hit_idle = empty & (fallback == 0)
-        hit_iq = _iq_of_idle_server(view, words[nw - 2 : nw], system)
-        iq_remove = jnp.where(empty, jnp.where(hit_idle, hit_iq, 0), own)
-        probes = jnp.where(empty, self.d if self.d >= 2 else 0, 0)
-        return Route(level, iq_remove, hit_idle.astype(jnp.int32), probes.astype(jnp.int32))
+    def join_draws(self, system):
+        return (Dispatchers(1),)
 
-    def on_idle(self, view, words, system):
-        return _dispatcher_iq_size(view, words, system), _ZERO
+    def decide_join(self, view, outcomes, system):
+        return outcomes[0], _ZERO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,9 +495,6 @@ class JIQ(JIQPod):
 
     def options(self):
         return {}
-
-
-_AS_JIQ = JIQ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,22 +535,18 @@ class JIQSQ(Policy):
     def validate(self, system):
         _check_d(self.d, system, what="dispatchers")
 
-    def route_words(self, system):
-        return _AS_JIQ.route_words(system)
+    def draws(self, system):
+        return (Servers(1), Dispatchers(1), ListedServer())
 
-    def route(self, view, words, system):
-        return _AS_JIQ.route(view, words, system)
+    def decide(self, view, outcomes, system):
+        return _jiq_decide(*outcomes, 0)
 
-    def idle_words(self, system):
-        return 2 * self.d
+    def join_draws(self, system):
+        return (Dispatchers(self.d),)
 
-    def on_idle(self, view, words, system):
-        if system.n_dispatchers == 1:
-            return view.idle, _ZERO
-        index = _max_of_distinct(words, system.n_dispatchers, self.d)
-        probes = jnp.int32(self.d if self.d >= 2 else 0)
-        return level_of(view.iq_tail, index), probes
-
+    def decide_join(self, view, outcomes, system):
+        probes = self.d if self.d >= 2 and system.n_dispatchers > 1 else 0
+        return outcomes[0], jnp.int32(probes)
 
 
 # ----------------------------------------------------------------------------
