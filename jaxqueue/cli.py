@@ -117,32 +117,6 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
-def _mean_field_json(mf) -> dict:
-    """A MeanFieldResult in the JSON layout of ``simulate`` (``ci95`` is 0: no sampling)."""
-
-    def metric(x):
-        if x is None:
-            return None
-        arr = np.asarray(x, np.float64)
-        if arr.ndim:
-            return {"mean": arr.tolist(), "ci95": [0.0] * arr.size}
-        return None if math.isnan(float(arr)) else {"mean": float(arr), "ci95": 0.0}
-
-    out = {
-        name: metric(getattr(mf, name))
-        for name in ("mean_queue_length", "mean_response_time", "waiting_probability",
-                     "join_rate", "delete_rate", "probe_rate", "p0", "tail", "occupancy",
-                     "arrival_seen", "iqueue_distribution")
-    }  # fmt: skip
-    out["blocking_probability"] = {"mean": 0.0, "ci95": 0.0}
-    out["response_quantiles"] = {
-        str(q): {"mean": float(t), "ci95": 0.0} for q, t in mf.response_quantiles.items()
-    }
-    out["settings"] = {"policy": mf.policy, "load": mf.load, "ratio": mf.ratio, "d": mf.d,
-                       "kind": "mean-field", "versions": _versions()}  # fmt: skip
-    return out
-
-
 def _versions() -> dict:
     import jax
 
@@ -155,7 +129,8 @@ def _cmd_theory(args) -> int:
     from jaxqueue import theory
 
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d or 1, levels=args.levels)
-    out = _mean_field_json(mf)
+    out = theory.to_dict(mf)
+    out["settings"]["versions"] = _versions()
     if args.json:
         print(json.dumps(out))
         return 0

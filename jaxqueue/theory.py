@@ -84,6 +84,7 @@ import numpy as np
 import optax
 
 from jaxqueue import response
+from jaxqueue.policies import make as make_policy
 
 __all__ = [
     "CLOSED_FORM_POLICIES",
@@ -104,7 +105,9 @@ __all__ = [
 ]
 
 CLOSED_FORM_POLICIES = ("random", "pod", "jsq", "jiq", "jiq-pod")
-_OTHER_POLICIES = ("i1f", "jiq-sq", "jiq-original", "jiq-threshold", "idle-first")
+#: Policies whose mean field is the generic fixed point of :mod:`jaxqueue.meanfield`.
+GENERIC_POLICIES = ("i1f", "jiq-sq", "idle-first")
+_OTHER_POLICIES = GENERIC_POLICIES + ("jiq-original", "jiq-threshold")
 
 #: Solver status codes (per point).
 STATUS_MESSAGES = {
@@ -509,11 +512,13 @@ def _resolve(policy: str, d) -> tuple[str, int]:
             "jiq": ("jiq", 1),
             "jiq-pod": ("jiq", d),
         }[policy]
+    if policy in GENERIC_POLICIES:
+        return "generic", d
     if policy in _OTHER_POLICIES:
         raise NotImplementedError(
-            f"no closed-form mean field for policy {policy!r}; closed forms exist for "
-            f"{', '.join(CLOSED_FORM_POLICIES)} (the others need the generic mean-field "
-            "fixed point, not written yet)"
+            f"no mean field for policy {policy!r}: its I-queues list busy servers, so its "
+            f"state is not exchangeable; mean fields exist for "
+            f"{', '.join(CLOSED_FORM_POLICIES + GENERIC_POLICIES)}"
         )
     raise ValueError(
         f"unknown policy {policy!r}; valid names: "
@@ -657,6 +662,8 @@ class MeanFieldResult(NamedTuple):
         join_rate: I-queue joins per server per unit time.
         delete_rate: delete requests per server per unit time.
         probe_rate: server probes per server per unit time.
+        blocking_probability: probability an arrival is blocked (finite buffers, generic).
+        status: 0, or the generic solver's failure code.
         tail_remainder: ``sum_{i >= levels} s_i``, the mass the truncated tail
             leaves out (below ``1e-15`` with the automatic level count unless
             that would pass 100000 levels).
@@ -682,6 +689,8 @@ class MeanFieldResult(NamedTuple):
     probe_rate: float
     tail_remainder: float
     iqueue_remainder: float
+    blocking_probability: float = 0.0
+    status: int = 0
 
 
 def _host_p0(load: float, ratio: float, d: int) -> float:
@@ -809,6 +818,18 @@ def mean_field(
     """
     del z
     kind, d = _resolve(policy, d)
+    if kind == "generic":  # no closed form: the generic fixed point of jaxqueue.meanfield
+        from jaxqueue import meanfield
+
+        opts = {"d": d} if policy in ("jiq-sq", "idle-first") else {}
+        fp = meanfield.fixed_point(policy, load, ratio if policy == "jiq-sq" else None,
+                                   levels=levels or 40, **opts)  # fmt: skip
+        if fp.status != 0:
+            raise RuntimeError(
+                f"the generic mean-field fixed point of {policy!r} did not converge "
+                f"(residual {fp.residual:.3g})"
+            )
+        return meanfield.as_result(fp, make_policy(policy, **opts), load, ratio)
     lam = float(load)
     if not 0.0 < lam < 1.0:
         raise ValueError(f"load must lie in (0, 1); got {load!r}")
@@ -932,7 +953,7 @@ def to_dict(result: MeanFieldResult) -> dict:
             "join_rate", "delete_rate", "probe_rate",
         )
     }  # fmt: skip
-    out["blocking_probability"] = metric(0.0)  # infinite buffers
+    out["blocking_probability"] = metric(result.blocking_probability)
     for q, t in result.response_quantiles.items():
         out["response_p" + f"{100 * q:g}".replace(".", "_")] = metric(t)
     out["p0"] = None if math.isnan(result.p0) else metric(result.p0)

@@ -313,8 +313,8 @@ def test_to_dict_is_json_and_mirrors_the_result():
     assert theory.to_dict(theory.mean_field("pod", 0.9, d=2))["p0"] is None
 
 
-def test_policies_without_closed_form():
-    for name in ("i1f", "jiq-sq", "jiq-original", "jiq-threshold"):
+def test_policies_without_mean_field():
+    for name in ("jiq-original", "jiq-threshold"):
         with pytest.raises(NotImplementedError, match=name):
             theory.mean_field(name, 0.5, 1.0)
     with pytest.raises(NotImplementedError, match="jiq-threshold"):

@@ -1,0 +1,300 @@
+"""Generic mean field, derived from the policies' own rules.
+
+A policy routes on a few random outcomes (its :class:`~jaxqueue.policies.Draw`
+objects) through one decision function (``decide``). The simulator samples
+the outcomes exactly from random words; here, in the limit ``N, M -> infinity``
+with ``r = N / M`` fixed, each outcome has a law given by the occupancy
+fractions, and the *same* decision function, evaluated on the grid of all
+outcomes, gives the law of where an arrival goes. So the drift cannot drift
+apart from the simulator.
+
+State: ``s_k`` (k = 1..L), the fraction of servers with at least ``k`` tasks,
+and, for the JIQ family with many dispatchers, ``Q_j`` (j = 1..J), the fraction
+of dispatchers listing at least ``j`` servers. Per unit time:
+
+* ``ds_k/dt = lambda * P(an arrival is accepted at a server with k-1 tasks)
+  - (s_k - s_{k+1})``;
+* ``dQ_j/dt = r * [(s_1 - s_2) * P(a newly idle server joins an I-queue of
+  size j-1) - lambda * P(an arrival takes a listed server from an I-queue of
+  size j)]``.
+
+The fixed point is found by damped Newton with ``jax.jacobian`` from the end
+of an ODE run (RK4), with the conservation law of the JIQ family (the
+I-queues list exactly the idle servers, ``sum_j Q_j / r = 1 - s_1``) in place
+of one equation. :func:`transient` integrates the ODE itself. For the closed
+forms of :mod:`jaxqueue.theory` this reproduces them (tested); it also gives
+JIQ-SQ(d), I1F, idle-first-else-JSQ(d) and finite buffers.
+
+Policies whose routing jumps at the fixed point (JSQ-like rules with
+``lambda >= 1`` and a finite buffer, where ``s_1 = 1`` exactly) have a drift
+that is not differentiable there; Newton then reports ``status = 1`` rather
+than a wrong answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.config import MAX_SERVERS, System
+from jaxqueue.policies import Policy, View, make
+
+__all__ = [
+    "Rates", "FixedPoint", "limit_system", "drift", "rates", "fixed_point", "transient", "as_result",
+]  # fmt: skip
+
+
+def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels: int,
+                 buffer: int | None = None) -> System:  # fmt: skip
+    """A stand-in System for the limit: many servers, one or many dispatchers.
+
+    ``ratio = None`` or ``inf`` means one dispatcher (its I-queue holds every
+    idle server).
+    """
+    single = ratio is None or math.isinf(ratio) or not policy.uses_iqueues
+    n = MAX_SERVERS
+    m = 1 if single else max(2, int(n / max(ratio, 1e-6)) if ratio >= 1 else n)
+    iq = 0 if single else iqueue_levels
+    return System(n, min(m, n), buffer, buffer if buffer is not None else levels, iq)
+
+
+def _split(x, system: System):
+    L, J = system.levels, system.iqueue_levels
+    one = jnp.ones((1,), x.dtype)
+    s = jnp.concatenate([one, x[:L]])
+    q = jnp.concatenate([one, x[L : L + J]]) if J else one
+    return s, q
+
+
+class Rates(NamedTuple):
+    """Laws and rates at one state (fractions; per server per unit time)."""
+
+    level: jax.Array  # (L + 1,) law of the queue length an arrival's server has
+    iq_remove: jax.Array  # (J + 1,) law of the size of the I-queue losing a listed server
+    join: jax.Array  # (J + 1,) law of the size of the I-queue a newly idle server joins
+    deletes: jax.Array  # expected delete requests per arrival
+    probes: jax.Array  # expected probes per arrival
+    join_probes: jax.Array  # expected probes per join
+
+
+def _law_of(outcomes_law, values, size):
+    """Law of an integer function of independent outcomes: segment-sum of weights."""
+    w = functools.reduce(jnp.multiply, outcomes_law)
+    v = jnp.broadcast_to(values, w.shape).reshape(-1)
+    return jax.ops.segment_sum(jnp.broadcast_to(w, w.shape).reshape(-1), v, num_segments=size)
+
+
+def _grid(draws, view, system):
+    """The outcome grid of a policy's draws: outcome arrays and their laws, broadcast."""
+    laws, outs = [], []
+    k = len(draws)
+    for i, draw in enumerate(draws):
+        law = draw.law(view, system)
+        shape = [1] * k
+        shape[i] = law.shape[0]
+        laws.append(law.reshape(shape))
+        outs.append(jnp.arange(law.shape[0], dtype=jnp.int32).reshape(shape))
+    return laws, tuple(outs)
+
+
+def rates(x, policy: Policy, system: System) -> Rates:
+    """The arrival and join laws of ``policy`` at state ``x`` in the limit."""
+    s, q = _split(x, system)
+    view = View(tail=s, iq_tail=q, iq_listed=None, idle=1.0 - s[1])
+    L, J = system.levels, system.iqueue_levels
+    laws, outs = _grid(policy.draws(system), view, system)
+    route = policy.decide(view, outs, system)
+    w = functools.reduce(jnp.multiply, laws)
+    expect = lambda v: jnp.sum(w * v)  # noqa: E731
+    level = _law_of(laws, jnp.minimum(route.level, L), L + 1)
+    iq_remove = _law_of(laws, jnp.minimum(route.iq_remove, J), J + 1)
+    jlaws, jouts = _grid(policy.join_draws(system), view, system)
+    if jlaws:
+        size, jprobes = policy.decide_join(view, jouts, system)
+        join = _law_of(jlaws, jnp.minimum(size, J), J + 1)
+        join_probes = jnp.sum(functools.reduce(jnp.multiply, jlaws) * jprobes)
+    else:
+        join, join_probes = jnp.zeros(J + 1, x.dtype), jnp.zeros((), x.dtype)
+    return Rates(level, iq_remove, join, expect(route.deletes), expect(route.probes), join_probes)
+
+
+def drift(x, load, ratio, policy: Policy, system: System) -> jax.Array:
+    """``dx/dt`` of the mean-field ODE (``x = [s_1..s_L, Q_1..Q_J]``)."""
+    s, q = _split(x, system)
+    L, J = system.levels, system.iqueue_levels
+    rt = rates(x, policy, system)
+    s_next = jnp.concatenate([s[1:], jnp.zeros((1,), x.dtype)])
+    ds = load * rt.level[:L] - (s[1:] - s_next[1:])  # arrivals at level k-1 < L are accepted
+    if not J:
+        return ds
+    idle_rate = s[1] - s[2] if L >= 2 else s[1]
+    dq = ratio * (idle_rate * rt.join[:J] - load * rt.iq_remove[1:])
+    return jnp.concatenate([ds, dq])
+
+
+def _residual(x, load, ratio, policy, system):
+    f = drift(x, load, ratio, policy, system)
+    if system.iqueue_levels:
+        L = system.levels
+        # the I-queues list exactly the idle servers: replaces the Q_1 equation
+        conserve = jnp.sum(x[L:]) / ratio - (1.0 - x[0])
+        f = f.at[L].set(conserve)
+    return f
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system", "steps"))
+def _rk4(x, load, ratio, dt, policy, system, steps):
+    def f(x):
+        return drift(x, load, ratio, policy, system)
+
+    def body(x, _):
+        k1 = f(x)
+        k2 = f(x + 0.5 * dt * k1)
+        k3 = f(x + 0.5 * dt * k2)
+        k4 = f(x + dt * k3)
+        x = jnp.clip(x + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), 0.0, 1.0)
+        return x, x
+
+    return jax.lax.scan(body, x, None, length=steps)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _newton_step(x, load, ratio, policy, system):
+    f = _residual(x, load, ratio, policy, system)
+    jac = jax.jacobian(lambda y: _residual(y, load, ratio, policy, system))(x)
+    dx = jnp.linalg.solve(jac, -f)
+    return f, dx
+
+
+def _empty_start(system: System, ratio) -> np.ndarray:
+    x = np.zeros(system.levels + system.iqueue_levels)
+    if system.iqueue_levels:  # all servers idle, r listed per I-queue
+        x[system.levels : system.levels + min(int(ratio), system.iqueue_levels)] = 1.0
+    return x
+
+
+class FixedPoint(NamedTuple):
+    """The generic mean-field fixed point and its metrics (host values).
+
+    Attributes:
+        tail: ``(L + 1,)`` ``s_0..s_L``.
+        iq_tail: ``(J + 1,)`` ``Q_0..Q_J`` (``(1,)`` without I-queues).
+        rates: the :class:`Rates` at the fixed point.
+        residual: max-norm of the drift there.
+        status: 0 converged, 1 Newton did not converge (see the module notes).
+        iterations: Newton steps taken.
+        truncated: ``s_L`` (infinite buffers) and ``Q_J``: the mass at the bounds.
+    """
+
+    tail: np.ndarray
+    iq_tail: np.ndarray
+    rates: Rates
+    residual: float
+    status: int
+    iterations: int
+    truncated: tuple
+
+
+def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
+                buffer: int | None = None, levels: int = 40, iqueue_levels: int | None = None,
+                tol: float = 1e-12, warmup_time: float = 50.0, dt: float = 0.1,
+                max_newton: int = 50) -> FixedPoint:  # fmt: skip
+    """Fixed point of the generic mean field (float64: x64 is switched on for the call).
+
+    Args:
+        policy: name or Policy (options via ``d``).
+        load: ``lambda`` (> 0; < 1 unless ``buffer`` is given).
+        ratio: ``r = N / M`` for the JIQ family; None for one dispatcher.
+        buffer: places per server, or None (then ``levels`` bounds the tail).
+        levels, iqueue_levels: truncation of the tail and of the I-queue sizes
+            (default ``max(30, 4 r + 10)``); the mass at the bounds is reported.
+        tol: residual at which Newton stops.
+        warmup_time, dt: the ODE run (RK4) that gives Newton its start.
+    """
+    pol = make(policy, d=d)
+    if iqueue_levels is None:
+        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
+    system = limit_system(pol, ratio, levels, iqueue_levels, buffer)
+    with jax.enable_x64(True):
+        lam = jnp.float64(load)
+        r = jnp.float64(ratio if system.iqueue_levels else 1.0)
+        x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
+        steps = int(math.ceil(warmup_time / dt))
+        x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
+        status, it, res = 1, 0, math.inf
+        for it in range(1, max_newton + 1):
+            f, dx = _newton_step(x, lam, r, pol, system)
+            res = float(jnp.max(jnp.abs(f)))
+            if not np.all(np.isfinite(np.asarray(dx))):
+                break
+            if res < tol:
+                status = 0
+                break
+            x = jnp.clip(x + dx, 0.0, 1.0)
+        rt = rates(x, pol, system)
+        rt = Rates(*(np.asarray(v, np.float64) for v in rt))
+        s, q = (np.asarray(v, np.float64) for v in _split(x, system))
+    truncated = (float(s[-1]) if buffer is None else 0.0, float(q[-1]) if q.size > 1 else 0.0)
+    return FixedPoint(s, q, rt, res, status, it, truncated)
+
+
+def transient(policy, load: float, ratio: float | None = None, *, d: int | None = None,
+              buffer: int | None = None, levels: int = 40, iqueue_levels: int | None = None,
+              t_end: float = 50.0, dt: float = 0.1, x0=None):  # fmt: skip
+    """The mean-field ODE from ``x0`` (default: empty system), by RK4.
+
+    Returns:
+        ``(times, tails, iq_tails)``: ``(T,)``, ``(T, L + 1)``, ``(T, J + 1)``.
+    """
+    pol = make(policy, d=d)
+    if iqueue_levels is None:
+        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
+    system = limit_system(pol, ratio, levels, iqueue_levels, buffer)
+    steps = int(math.ceil(t_end / dt))
+    with jax.enable_x64(True):
+        start = _empty_start(system, ratio or 1.0) if x0 is None else np.asarray(x0)
+        _, xs = _rk4(jnp.asarray(start, jnp.float64), jnp.float64(load),
+                     jnp.float64(ratio if system.iqueue_levels else 1.0), jnp.float64(dt),
+                     pol, system, steps)  # fmt: skip
+        xs = np.asarray(xs)
+    L = system.levels
+    ones = np.ones((steps, 1))
+    tails = np.concatenate([ones, xs[:, :L]], axis=1)
+    iq = np.concatenate([ones, xs[:, L:]], axis=1)
+    return dt * np.arange(1, steps + 1), tails, iq
+
+
+def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, buffer=None):
+    """A :class:`jaxqueue.theory.MeanFieldResult` from a generic fixed point."""
+    from jaxqueue import theory
+    from jaxqueue.response import erlang_mixture_quantile
+
+    pol = make(policy)
+    s, q, rt = fp.tail, fp.iq_tail, fp.rates
+    L = s.size - 1
+    occupancy = s - np.concatenate([s[1:], [0.0]])
+    blocked = float(rt.level[L]) if buffer is not None else 0.0
+    seen = rt.level[:L] / max(1e-300, 1.0 - blocked) if buffer is not None else rt.level[:L]
+    seen = seen / seen.sum()
+    quantiles = erlang_mixture_quantile(seen, np.array(theory.QUANTILES))
+    idle_rate = float(s[1] - (s[2] if L >= 2 else 0.0))
+    iq = q.size > 1
+    join = idle_rate if pol.uses_iqueues else 0.0
+    return theory.MeanFieldResult(
+        policy=pol.name, load=float(load), ratio=ratio, d=int(pol.options().get("d", 1)),
+        tail=s, occupancy=occupancy, mean_queue_length=float(s[1:].sum()),
+        mean_response_time=float(np.arange(1, L + 1) @ seen),
+        waiting_probability=float(1.0 - seen[0]), arrival_seen=seen,
+        response_quantiles=dict(zip(theory.QUANTILES, map(float, quantiles))),
+        p0=float(1.0 - q[1]) if iq else (float(s[1] >= 1.0) if pol.uses_iqueues else math.nan),
+        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
+        join_rate=join, delete_rate=float(load * rt.deletes),
+        probe_rate=float(load * rt.probes + join * rt.join_probes),
+        tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
+        blocking_probability=blocked, status=fp.status,
+    )  # fmt: skip
