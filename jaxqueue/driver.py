@@ -99,7 +99,7 @@ def _initial_counts(init, system: System, policy: Policy, load: float):
         full[: min(occ.size, levels + 1)] = occ[: levels + 1]
         counts = _round_counts(full, n)
     iq_counts = None
-    if policy.uses_iqueues and m > 1:
+    if policy.uses_iqueues and m > 1 and not policy.per_server:
         idle = int(counts[0])
         q, extra = divmod(idle, m)
         if q + (extra > 0) > system.iqueue_levels:
@@ -244,7 +244,7 @@ def sweep(
                 )
             lv = levels
     iq = 0
-    if pol.uses_iqueues and n_dispatchers > 1:
+    if pol.uses_iqueues and (n_dispatchers > 1 or pol.per_server):
         iq = iqueue_levels if iqueue_levels is not None else default_iqueue_levels(
             pol, n_servers, n_dispatchers, min(loads)
         )
@@ -332,7 +332,8 @@ def sweep(
         part = {k: v[sl] for k, v in host.items()}
         results.append(
             from_stats(part, load_vec[sl].astype(np.float64), pol.uses_iqueues,
-                       n_dispatchers == 1, settings)  # fmt: skip
+                       n_dispatchers == 1 and not pol.per_server, settings,
+                       stale=pol.name == "jiq-original")  # fmt: skip
         )
     return results
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.config import System
+from jaxqueue.listed import N_WORDS, Lists, init_lists, step_listed
 from jaxqueue.policies import Policy, View, level_of
 from jaxqueue.rng import BLOCK, bernoulli, block_keys, step_words, uniform_index
 
@@ -44,6 +45,7 @@ class Core(NamedTuple):
     tail: jax.Array  # (levels + 1,)
     iq_tail: jax.Array  # (iqueue_levels + 1,) or (1,)
     iq_listed: jax.Array  # (iqueue_levels + 1,) or (1,): listed servers in I-queues of size >= j
+    lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
 
 
 class Stats(NamedTuple):
@@ -66,6 +68,7 @@ class Stats(NamedTuple):
     joins: jax.Array
     deletes: jax.Array
     probes: jax.Array
+    stale: jax.Array
     steps: jax.Array
 
 
@@ -80,11 +83,15 @@ def iq_width(system: System, policy: Policy) -> int:
     """Length of the accumulated I-queue tail: ``iqueue_levels + 1``, or 2 for ``M = 1``."""
     if not policy.uses_iqueues:
         return 1
-    return 2 if system.n_dispatchers == 1 else system.iqueue_levels + 1
+    if system.n_dispatchers == 1 and not policy.per_server:
+        return 2
+    return system.iqueue_levels + 1
 
 
 def n_words(system: System, policy: Policy) -> int:
     """Random words one step consumes: event type, then the larger of the branches."""
+    if policy.per_server:
+        return N_WORDS
     departure = 2 + policy.idle_words(system)
     return 1 + max(departure, policy.route_words(system))
 
@@ -96,7 +103,7 @@ def zero_stats(system: System, policy: Policy) -> Stats:
     w = iq_width(system, policy)
     return Stats(
         f(system.levels + 1), f(system.levels + 1), f(w), f(w),
-        jnp.zeros((system.levels + 1,), jnp.int32), i, i, i, i, i, i, i, i,
+        jnp.zeros((system.levels + 1,), jnp.int32), i, i, i, i, i, i, i, i, i,
     )  # fmt: skip
 
 
@@ -111,6 +118,12 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
     """
     counts = np.asarray(counts, np.int64)
     tail = np.cumsum(counts[::-1])[::-1]
+    as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    if policy.per_server:
+        lists = init_lists(counts, system, policy.threshold)
+        sizes = np.asarray(lists.sizes)
+        iq_tail = (sizes[None, :] >= np.arange(system.iqueue_levels + 1)[:, None]).sum(axis=1)
+        return Core(as32(tail), as32(iq_tail), as32([0]), lists)
     if policy.uses_iqueues and system.n_dispatchers > 1:
         iq_counts = np.asarray(iq_counts, np.int64)
         iq_tail = np.cumsum(iq_counts[::-1])[::-1]
@@ -119,7 +132,6 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
     else:
         iq_tail = np.array([system.n_dispatchers])
         iq_listed = np.array([0])
-    as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     return Core(as32(tail), as32(iq_tail), as32(iq_listed))
 
 
@@ -143,9 +155,15 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         accepted arrival found (``seen``; ``levels + 1`` for none), and the
         event counts, consumed by :func:`run_blocks`.
     """
+    if policy.per_server:
+        tail, iq_tail, lists, event = step_listed(
+            core.tail, core.iq_tail, core.lists, words, load, system,
+            policy.threshold, deletes=policy.name == "jiq-threshold",
+        )  # fmt: skip
+        return Core(tail, iq_tail, core.iq_listed, lists), event
     n = system.n_servers
     levels = system.levels
-    tail, iq_tail, iq_listed = core
+    tail, iq_tail, iq_listed, _ = core
     idle = jnp.int32(n) - tail[1]
     view = View(tail, iq_tail, iq_listed, idle)
     is_arrival = bernoulli(words[0], load / (1.0 + load))
@@ -208,13 +226,14 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         joins=joins,
         deletes=jnp.where(is_arrival, route.deletes, 0),
         probes=probes,
+        stale=jnp.int32(0),
     )
     return Core(new_tail, new_iq, new_listed), event
 
 
 def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
     """The I-queue tail that is time-averaged (``[1, idle > 0]`` when ``M = 1``)."""
-    if not policy.uses_iqueues:
+    if not policy.uses_iqueues or policy.per_server:
         return core.iq_tail
     if system.n_dispatchers == 1:
         idle = jnp.int32(system.n_servers) - core.tail[1]
@@ -233,12 +252,14 @@ def _block(state: State, key, replica, block, load, system: System, policy: Poli
     bkey = block_keys(key, replica, block)
     nw = n_words(system, policy)
     iq0 = _iq_view(state.core, system, policy)
-    counters = ("arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes")
+    counters = (
+        "arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes", "stale",
+    )  # fmt: skip
 
     # Time sums over the block by changes: a server moving at step t counts in
     # the BLOCK - t post-step states left, so sum_t tail_t = BLOCK * tail_0 +
     # sum of (BLOCK - t) * (+1 at up, -1 at down): O(1) per step.
-    by_changes = policy.uses_iqueues and system.n_dispatchers > 1
+    by_changes = policy.per_server or (policy.uses_iqueues and system.n_dispatchers > 1)
 
     def body(carry, t):
         core, acc_tail, acc_iq, seen, cnt = carry
@@ -266,7 +287,7 @@ def _block(state: State, key, replica, block, load, system: System, policy: Poli
     tail_sum, tail_comp = _kahan(
         s.tail_sum, s.tail_comp, acc_tail.astype(jnp.float32) / system.n_servers
     )
-    iq_norm = 1 if system.n_dispatchers == 1 else system.n_dispatchers
+    iq_norm = system.n_dispatchers
     iq_sum, iq_comp = _kahan(s.iq_sum, s.iq_comp, acc_iq.astype(jnp.float32) / iq_norm)
     updates = {name: getattr(s, name) + c for name, c in zip(counters, cnt)}
     stats = Stats(

@@ -114,6 +114,8 @@ class SimulationResult:
         iqueue_distribution: fraction of I-queues holding exactly j servers
             (JIQ family with several dispatchers, else None).
         join_rate, delete_rate, probe_rate: messages per server per unit time.
+        stale_fraction: JIQ-Original: fraction of arrivals sent to a listed
+            server that was no longer idle (else None).
         overflow: arrivals lost at the level bound (infinite buffers; should be 0).
         iq_overflow: idle servers that found their I-queue at its bound.
         settings: the settings and versions that produced the result.
@@ -132,6 +134,7 @@ class SimulationResult:
     join_rate: Estimate
     delete_rate: Estimate
     probe_rate: Estimate
+    stale_fraction: Estimate | None
     overflow: int
     iq_overflow: int
     settings: dict
@@ -149,12 +152,17 @@ class SimulationResult:
             out[_qname(q)] = est
         if self.p0 is not None:
             out["p0"] = self.p0
+        if self.stale_fraction is not None:
+            out["stale_fraction"] = self.stale_fraction
         return out
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict: each metric as ``{"mean", "ci95"}``."""
         out: dict[str, Any] = {k: v.to_json() for k, v in self.scalar_metrics().items()}
         out["p0"] = self.p0.to_json() if self.p0 is not None else None
+        out["stale_fraction"] = (
+            self.stale_fraction.to_json() if self.stale_fraction is not None else None
+        )
         out["tail"] = self.tail.to_json()
         out["occupancy"] = self.occupancy.to_json()
         out["arrival_seen"] = self.arrival_seen.to_json()
@@ -200,14 +208,17 @@ def _qname(q: float) -> str:
 
 
 def from_stats(stats: dict[str, np.ndarray], load: np.ndarray, uses_iqueues: bool,
-               single_dispatcher: bool, settings: dict) -> SimulationResult:  # fmt: skip
+               single_dispatcher: bool, settings: dict, stale: bool = False,
+               ) -> SimulationResult:  # fmt: skip
     """Turn per-replica running sums (numpy, leading replica axis) into a result.
 
     Args:
         stats: the fields of :class:`jaxqueue.engine.Stats` as numpy arrays.
         load: float ``(R,)`` the replicas' lambda.
         uses_iqueues: whether the policy keeps I-queues.
-        single_dispatcher: ``M = 1`` (then only ``p0`` is measured of the I-queues).
+        single_dispatcher: only ``p0`` is measured of the I-queues (exchangeable
+            policies with ``M = 1``, whose one I-queue holds every idle server).
+        stale: report the fraction of stale picks (JIQ-Original).
         settings: recorded with the result.
     """
     steps = stats["steps"].astype(np.float64)
@@ -251,6 +262,9 @@ def from_stats(stats: dict[str, np.ndarray], load: np.ndarray, uses_iqueues: boo
         join_rate=estimate(stats["joins"] * per_time),
         delete_rate=estimate(stats["deletes"] * per_time),
         probe_rate=estimate(stats["probes"] * per_time),
+        stale_fraction=estimate(stats["stale"] / stats["arrivals"].astype(np.float64))
+        if stale
+        else None,
         overflow=int(stats["overflow"].sum()),
         iq_overflow=int(stats["iq_overflow"].sum()),
         settings=settings,

@@ -106,6 +106,8 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     from jaxqueue import theory
 
     ratio = n_servers / n_dispatchers
+    if policy.per_server and n_dispatchers == 1:
+        return n_servers  # the one I-queue may list every server
     d = int(policy.options().get("d", 1)) if policy.name == "jiq-pod" else 1
     d = min(d, 64)
     p0 = _jiq_p0(float(load), ratio, d)
@@ -116,4 +118,6 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     below = np.nonzero(n_dispatchers * surv < 1e-6)[0]
     base = int(below[0]) if below.size else jmax
     bound = base + max(4, base // 2)
+    if policy.per_server:  # lists also hold busy servers (stale or below the threshold)
+        bound = 2 * bound + int(math.ceil(ratio))
     return int(min(n_servers, max(start, 4 * math.ceil(bound / 4))))

@@ -52,6 +52,8 @@ __all__ = [
     "JIQ",
     "JIQPod",
     "JIQSQ",
+    "JIQOriginal",
+    "JIQThreshold",
     "make",
     "available",
     "register",
@@ -272,6 +274,8 @@ class Policy:
 
     name: ClassVar[str] = ""
     uses_iqueues: ClassVar[bool] = False
+    #: True for policies stepped on per-server state (:mod:`jaxqueue.listed`).
+    per_server: ClassVar[bool] = False
 
     def validate(self, system: System) -> None:
         """Raise ValueError if the policy's options do not fit ``system``."""
@@ -550,6 +554,70 @@ class JIQSQ(Policy):
 
 
 # ----------------------------------------------------------------------------
+# JIQ variants whose I-queues can list busy servers (per-server state)
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class JIQOriginal(Policy):
+    """JIQ-Original (Lu et al. 2011), as compared by Wang, Feng and Cheng.
+
+    Semantics (stepped on per-server state, :mod:`jaxqueue.listed`):
+
+    * A server that becomes idle and is not listed joins a uniformly random
+      I-queue (a join request). A server is listed at most once: one that
+      becomes idle while still listed does not join again.
+    * An arrival goes to a uniformly random dispatcher. If its I-queue is
+      non-empty it sends the task to a uniformly random listed server, which
+      leaves the I-queue, *even if that server is busy* (a stale pick, counted
+      in ``stale_fraction``; a full server's task is blocked all the same).
+    * Otherwise it sends the task to a uniformly random server. There are no
+      delete requests: a listed server that gets a task this way stays listed.
+    """
+
+    name: ClassVar[str] = "jiq-original"
+    uses_iqueues: ClassVar[bool] = True
+    per_server: ClassVar[bool] = True
+
+    @property
+    def threshold(self) -> int:
+        return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class JIQThreshold(Policy):
+    """JIQ-Threshold(z) (Wang, Feng, Cheng; Mitzenmacher): servers listed while holding <= z tasks.
+
+    Semantics (stepped on per-server state, :mod:`jaxqueue.listed`): a server
+    is listed, in exactly one I-queue, exactly while it holds at most ``z``
+    tasks.
+
+    * A server whose queue drops to ``z`` joins a uniformly random I-queue.
+    * A dispatcher with a non-empty I-queue sends the task to a uniformly
+      random listed server and removes it from its I-queue; if the server
+      still holds at most ``z`` tasks it at once joins a uniformly random
+      I-queue again (a join request).
+    * A dispatcher with an empty I-queue sends the task to a uniformly random
+      server; if that takes a listed server past ``z``, a delete request
+      removes it from its I-queue.
+
+    ``z = 0`` is JIQ (with delete requests).
+    """
+
+    name: ClassVar[str] = "jiq-threshold"
+    uses_iqueues: ClassVar[bool] = True
+    per_server: ClassVar[bool] = True
+    z: int = 1
+
+    def validate(self, system):
+        check_int("z", self.z, 0, 10**6)
+
+    @property
+    def threshold(self) -> int:
+        return self.z
+
+
+# ----------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------
 
@@ -562,7 +630,8 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-for _cls in (Random, JSQ, PowerOfD, IdleOneFirst, JIQ, JIQPod, JIQSQ, IdleFirst):
+for _cls in (Random, JSQ, PowerOfD, IdleOneFirst, JIQ, JIQPod, JIQSQ, IdleFirst, JIQOriginal,
+             JIQThreshold):  # fmt: skip
     register(_cls)
 
 

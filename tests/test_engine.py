@@ -169,3 +169,41 @@ def test_runs_with_the_same_shapes_do_not_recompile():
     jq.simulate("jiq", load=0.5, steps=9 * BLOCK, seed=2, **kw)
     jq.sweep("jiq", loads=[0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
     assert run_blocks._cache_size() == before
+
+
+@pytest.mark.parametrize("name, z", [("jiq-original", 0), ("jiq-threshold", 1), ("jiq-threshold", 2)])
+@pytest.mark.parametrize("m", [1, M])
+def test_per_server_lists_after_every_step(name, z, m):
+    policy = jq.make(name, z=z if name == "jiq-threshold" else None)
+    cap = N  # room for every server in any list
+    system = System(N, m, None, LEVELS, cap)
+    core0 = engine.core_from_counts(np.eye(1, LEVELS + 1, 0, dtype=np.int64)[0] * N, None,
+                                    system, policy)  # fmt: skip
+    cores, ev = _trajectory(core0, jax.random.key(5), jnp.float32(0.8), system, policy, 3000)
+    q = np.asarray(cores.lists.q)
+    slots, sizes, where = (np.asarray(x) for x in cores.lists[1:])
+    tail = np.asarray(cores.tail)
+    levels = np.arange(LEVELS + 1)
+    # the occupancy tails are those of the per-server queue lengths
+    assert (tail == (q[:, None, :] >= levels[None, :, None]).sum(axis=2)).all()
+    iq = np.asarray(cores.iq_tail)
+    assert (iq == (sizes[:, None, :] >= np.arange(cap + 1)[None, :, None]).sum(axis=2)).all()
+    for t in range(0, 3000, 7):
+        listed = [int(s) for d in range(m) for s in slots[t, d, : sizes[t, d]]]
+        assert len(listed) == len(set(listed)), "a server is listed twice"
+        for d in range(m):
+            for c in range(sizes[t, d]):
+                assert where[t, slots[t, d, c]] == d * cap + c
+        assert (where[t] >= 0).sum() == len(listed)
+        is_listed = where[t] >= 0
+        if name == "jiq-threshold":  # listed exactly while holding at most z tasks
+            assert (is_listed == (q[t] <= z)).all()
+        else:  # every idle server is listed (busy ones may be, stale)
+            assert is_listed[q[t] == 0].all()
+    assert np.asarray(ev["joins"]).sum() > 0
+    # with one dispatcher the fallback only runs when nothing is listed: no
+    # stale picks and no delete requests can happen
+    other = np.asarray(ev["stale" if name == "jiq-original" else "deletes"]).sum()
+    assert (other > 0) == (m > 1)
+    if name == "jiq-original":
+        assert np.asarray(ev["deletes"]).sum() == 0
