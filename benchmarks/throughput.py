@@ -6,7 +6,10 @@
 
 Rows: Pod(2) and JIQ at N = 1000, r = 10, lambda = 0.9 for 1, 100, 1000 and
 10000 replicas, then N = 100 and N = 10^6 at the largest batch, which shows
-that the cost of an event does not grow with N. Each figure is the best of
+that the cost of an event does not grow with N. JIQ-Original and
+JIQ-Threshold(1) keep per-server state: their rows are N = 1000 and, at 100
+replicas, N = 100 and N = 10^4 (XLA still copies the per-server arrays at
+every step, so their cost grows with N; see the README). Each figure is the best of
 three timed chunks after a compile-and-warm call; one event is one
 uniformized step of one replica. Runs on all devices of the default backend;
 on a CPU, one device per core is exposed unless XLA_FLAGS says otherwise.
@@ -42,10 +45,12 @@ from jaxqueue.rng import BLOCK  # noqa: E402
 def measure(name: str, n: int, ratio: float, load: float, replicas: int,
             target_events: float) -> dict:  # fmt: skip
     """Best-of-three replica-events per second for one configuration."""
-    pol = jq.make(name, **({"d": 2} if name in ("pod", "jiq-pod", "jiq-sq") else {}))
+    opts = {"d": 2} if name in ("pod", "jiq-pod", "jiq-sq") else {}
+    pol = jq.make(name, **({"z": 1} if name == "jiq-threshold" else opts))
     m = max(1, int(round(n / ratio)))
     lv = levels.default_levels(pol, n, m, load)
-    iq = levels.default_iqueue_levels(pol, n, m, load) if pol.uses_iqueues and m > 1 else 0
+    use_iq = pol.uses_iqueues and (m > 1 or pol.per_server)
+    iq = levels.default_iqueue_levels(pol, n, m, load) if use_iq else 0
     system = System(n, m, None, lv, iq)
     devs = jax.devices()
     padded = -(-replicas // len(devs)) * len(devs)
@@ -93,14 +98,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer and shorter rows")
-    ap.add_argument("--policies", default="pod,jiq")
+    ap.add_argument("--policies", default="pod,jiq,jiq-original,jiq-threshold")
     ap.add_argument("--events", type=float, default=2e8, help="events per timed chunk")
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p]
     rows = []
     batches = (1, 100, 1000, 10000) if not args.quick else (100, 10000)
-    configs = [(p, 1000, r) for p in pols for r in batches]
-    configs += [(p, n, batches[-1]) for p in pols for n in (100, 10**6)]
+    configs = [(p, 1000, r) for p in pols for r in batches if r <= 1000 or not jq.make(p).per_server]
+    for p in pols:
+        per_server = jq.make(p).per_server
+        for n in (100, 10**4) if per_server else (100, 10**6):
+            configs.append((p, n, 100 if per_server else batches[-1]))
     for name, n, r in configs:
         target = args.events * (0.2 if args.quick else 1.0) * min(1.0, r / 1000)
         row = measure(name, n, 10.0, 0.9, r, max(target, 2e5))

@@ -152,7 +152,7 @@ def _cmd_compare(args) -> int:
 
     rows = compare(
         [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
-        ratio=args.ratio, loads=args.loads, d=args.d, time_units=args.time,
+        ratio=args.ratio, loads=args.loads, d=args.d, z=args.z, time_units=args.time,
         warmup_time=args.warmup_time, replicas=args.replicas, seed=args.seed,
         progress=args.progress, log=sys.stderr,
     )  # fmt: skip
@@ -160,11 +160,14 @@ def _cmd_compare(args) -> int:
         print(json.dumps({"rows": rows}))
         return 0
     print(f"N = {args.servers}, r = {args.ratio:g}: mean response time, simulation (95% CI) vs mean field")
-    print(f"{'policy':14s} {'load':>6s} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
+    print(f"{'policy':18s} {'load':>6s} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
     for r in rows:
         sim = f"{r['sim_mean']:.4f} ± {r['sim_ci95']:.4f}"
+        if r["theory"] is None:
+            print(f"{r['policy_label']:18s} {r['load']:6.3f} {sim:>20s} {'-':>11s} {'-':>8s}")
+            continue
         ratio = (r["sim_mean"] - r["theory"]) / r["sim_ci95"] if r["sim_ci95"] else float("nan")
-        print(f"{r['policy_label']:14s} {r['load']:6.3f} {sim:>20s} {r['theory']:11.4f} {ratio:8.2f}")
+        print(f"{r['policy_label']:18s} {r['load']:6.3f} {sim:>20s} {r['theory']:11.4f} {ratio:8.2f}")
     return 0
 
 
