@@ -139,3 +139,14 @@ def test_heavy_traffic_scalings():
         jq.heavy_traffic_load(100, 1.5)
     with pytest.raises(ValueError, match="beta=20.0 is out of range"):
         jq.halfin_whitt_load(100, 20.0)
+
+
+def test_cli_per_server_policies(capsys):
+    args = ["simulate", "--servers", "6", "--dispatchers", "2", "--load", "0.5", "--replicas", "2",
+            "--steps", "2048", "--warmup", "256", "--levels", "48", "--json"]  # fmt: skip
+    assert cli_main(args[:1] + ["--policy", "jiq-threshold", "--z", "2"] + args[1:]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["options"] == {"z": 2} and data["stale_fraction"] is None
+    assert cli_main(args[:1] + ["--policy", "jiq-original"] + args[1:]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert 0 <= data["stale_fraction"]["mean"] < 1 and data["delete_rate"]["mean"] == 0.0
