@@ -2,8 +2,8 @@
 
 N FIFO servers with exp(1) service, Poisson arrivals of rate ``lambda * N``,
 M dispatchers, and the policies of the papers: Random, JSQ, Pod(d), I1F, JIQ
-(with delete requests), JIQ-Pod(d), JIQ-SQ(d) and the single-dispatcher
-idle-first-else-JSQ(d) scheme.
+(with delete requests), JIQ-Pod(d), JIQ-SQ(d), the single-dispatcher
+idle-first-else-JSQ(d) scheme, JIQ-Original and JIQ-Threshold(z).
 """
 
 __version__ = "0.1.0"

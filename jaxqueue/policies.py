@@ -1,23 +1,31 @@
 """Load-balancing policies as small units, and their registry.
 
-Every policy here is exchangeable: servers are interchangeable and so are
-dispatchers, so a replica's state is held as occupancy tails (see
-:mod:`jaxqueue.engine`): ``tail[k]`` servers hold at least ``k`` tasks and, for
-the JIQ family, ``iq_tail[j]`` dispatchers list at least ``j`` idle servers.
+Every policy here but JIQ-Original and JIQ-Threshold (which step on
+per-server state, :mod:`jaxqueue.listed`) is exchangeable: servers are
+interchangeable and so are dispatchers, so a replica's state is held as
+occupancy tails (see :mod:`jaxqueue.engine`): ``tail[k]`` servers hold at
+least ``k`` tasks and, for the JIQ family, ``iq_tail[j]`` dispatchers list at
+least ``j`` idle servers.
 Servers are thought of as sorted by queue length, longest first, so server
 index ``i`` holds ``level_of(tail, i) = #{k >= 1: tail[k] > i}`` tasks and a
 uniformly random server is a uniformly random index. The same holds for
 dispatchers and their I-queue sizes.
 
-A policy answers two questions, each from a fixed number of random words:
+An exchangeable policy names the random outcomes it decides on (its
+:class:`Draw` objects: a random server's queue length, the shortest of ``d``
+probes, a dispatcher's I-queue size, the I-queue of a random idle server) and
+decides on them:
 
-* :meth:`Policy.route` -- an arrival: which queue length does the chosen server
-  have, which I-queue (by size) loses a listed server, and which messages
-  were sent;
-* :meth:`Policy.on_idle` -- a server just became idle: the size of the I-queue
-  it joins (JIQ family only).
+* :meth:`Policy.decide` -- an arrival: the chosen server's queue length, the
+  size of the I-queue that loses a listed server, and the messages sent;
+* :meth:`Policy.decide_join` -- a server just became idle: the size of the
+  I-queue it joins (JIQ family only).
 
-Add a policy by writing one class and registering it with :func:`register`.
+The simulator samples the draws exactly from random words
+(:meth:`Policy.route`, :meth:`Policy.on_idle`); the generic mean field
+(:mod:`jaxqueue.meanfield`) reads the same decision under the draws' limit
+laws. Add a policy by writing one class and registering it with
+:func:`register`.
 
 Probes are always of *distinct* servers (or distinct I-queues for JIQ-SQ), as
 in the papers: the minimum queue length among ``d`` distinct servers is the
