@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.config import System
-from jaxqueue.listed import N_WORDS, Lists, init_lists, step_listed
+from jaxqueue.listed import N_WORDS, Lists, init_lists, step_event, step_listed
 from jaxqueue.policies import Policy, View, level_of
 from jaxqueue.rng import BLOCK, bernoulli, block_keys, step_words, uniform_index
 
@@ -212,22 +212,11 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
                 + jnp.where(join, jnp.where(jdx == s_in, s_in, jdx < s_in), 0)
             )
 
-    finite = system.buffer is not None
-    event = dict(
-        up=up,
-        down=down,
-        iq_up=iq_up,
-        iq_down=iq_down,
-        seen=jnp.where(accepted, k, nowhere),
-        arrivals=is_arrival.astype(jnp.int32),
-        blocked=(is_arrival & full).astype(jnp.int32) if finite else jnp.int32(0),
-        overflow=jnp.int32(0) if finite else (is_arrival & full).astype(jnp.int32),
-        iq_overflow=iq_overflow.astype(jnp.int32),
-        joins=joins,
-        deletes=jnp.where(is_arrival, route.deletes, 0),
-        probes=probes,
-        stale=jnp.int32(0),
-    )
+    event = step_event(
+        system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k,
+        is_arrival=is_arrival, full=full, iq_overflow=iq_overflow, joins=joins,
+        deletes=jnp.where(is_arrival, route.deletes, 0), probes=probes, stale=jnp.int32(0),
+    )  # fmt: skip
     return Core(new_tail, new_iq, new_listed), event
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from jaxqueue.config import System
 from jaxqueue.rng import bernoulli, uniform_index
 
-__all__ = ["Lists", "init_lists", "step_listed", "N_WORDS"]
+__all__ = ["Lists", "init_lists", "step_listed", "step_event", "N_WORDS"]
 
 #: Words per step: type, server (2), dispatcher (2), list slot (2), rejoin dispatcher (2).
 N_WORDS = 9
@@ -41,6 +41,33 @@ class Lists(NamedTuple):
     slots: jax.Array  # (M, C)
     sizes: jax.Array  # (M,)
     where: jax.Array  # (N,)
+
+
+def step_event(system: System, *, up, down, iq_up, iq_down, accepted, level, is_arrival, full,
+               iq_overflow, joins, deletes, probes, stale) -> dict:  # fmt: skip
+    """The record of one step that the block accumulators consume (int32 scalars).
+
+    ``up``/``down``: levels gaining and losing a server; ``iq_up``/``iq_down``:
+    I-queue sizes gaining and losing a dispatcher; ``seen``: the level an
+    accepted arrival found. Indices past the end mean "none".
+    """
+    finite = system.buffer is not None
+    blocked = (is_arrival & full).astype(jnp.int32)
+    return dict(
+        up=up,
+        down=down,
+        iq_up=iq_up,
+        iq_down=iq_down,
+        seen=jnp.where(accepted, level, system.levels + 1),
+        arrivals=is_arrival.astype(jnp.int32),
+        blocked=blocked if finite else jnp.int32(0),
+        overflow=jnp.int32(0) if finite else blocked,
+        iq_overflow=iq_overflow.astype(jnp.int32),
+        joins=joins,
+        deletes=deletes,
+        probes=probes,
+        stale=stale,
+    )
 
 
 def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
@@ -144,20 +171,10 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     iq_up = jnp.where(join & ~iq_over, in_size + 1, cap + 1)
     iq_down = jnp.where(leave, out_size, cap + 1)
     iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
-    finite = system.buffer is not None
-    event = dict(
-        up=up,
-        down=down,
-        iq_up=iq_up,
-        iq_down=iq_down,
-        seen=jnp.where(accepted, k_arr, nowhere),
-        arrivals=is_arrival.astype(jnp.int32),
-        blocked=(is_arrival & full).astype(jnp.int32) if finite else jnp.int32(0),
-        overflow=jnp.int32(0) if finite else (is_arrival & full).astype(jnp.int32),
-        iq_overflow=iq_over.astype(jnp.int32),
-        joins=(join & ~iq_over).astype(jnp.int32),
-        deletes=deleted.astype(jnp.int32),
-        probes=jnp.int32(0),
-        stale=stale.astype(jnp.int32),
-    )
+    event = step_event(
+        system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k_arr,
+        is_arrival=is_arrival, full=full, iq_overflow=iq_over,
+        joins=(join & ~iq_over).astype(jnp.int32), deletes=deleted.astype(jnp.int32),
+        probes=jnp.int32(0), stale=stale.astype(jnp.int32),
+    )  # fmt: skip
     return tail, iq_tail, lists, event
