@@ -7,9 +7,8 @@
 Rows: Pod(2) and JIQ at N = 1000, r = 10, lambda = 0.9 for 1, 100, 1000 and
 10000 replicas, then N = 100 and N = 10^6 at the largest batch, which shows
 that the cost of an event does not grow with N. JIQ-Original and
-JIQ-Threshold(1) keep per-server state: their rows are N = 1000 and, at 100
-replicas, N = 100 and N = 10^4 (XLA still copies the per-server arrays at
-every step, so their cost grows with N; see the README). Each figure is the best of
+JIQ-Threshold(1) keep per-server state (O(N) memory per replica): their rows
+are N = 1000 and, at 100 replicas, N = 100 and N = 10^4. Each figure is the best of
 three timed chunks after a compile-and-warm call; one event is one
 uniformized step of one replica. Runs on all devices of the default backend;
 on a CPU, one device per core is exposed unless XLA_FLAGS says otherwise.

@@ -123,58 +123,85 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     or stale) or JIQ-Threshold(z) (``deletes=True``: listed exactly while holding
     at most ``z`` tasks). See the policies' docstrings for the rules.
 
+    All reads of the per-server arrays come first, stacked into one array
+    behind an optimization barrier, and each array is then written by one
+    scatter whose colliding writes are resolved here. Otherwise XLA re-reads
+    the arrays inside fusions that run after a write, and copies them at every
+    step (measured: O(N) per event).
+
     Returns:
         ``(tail, iq_tail, lists, event)`` with the exchangeable engine's event keys
         plus ``stale``.
     """
     n, m, cap, levels = system.n_servers, system.n_dispatchers, system.iqueue_levels, system.levels
+    q, slots, sizes, where = lists
     is_arrival = bernoulli(words[0], load / (1.0 + load))
-    server = uniform_index(words[1], words[2], n)  # departure's server / fallback's server
-    dsp = uniform_index(words[3], words[4], m)  # arrival's dispatcher / a joiner's I-queue
-
-    # -- arrival ---------------------------------------------------------------
-    size = lists.sizes[dsp]
-    has = size > 0
+    server = uniform_index(words[1], words[2], n)
+    dsp = uniform_index(words[3], words[4], m)
+    rejoin_to = uniform_index(words[7], words[8], m)
+    join_to = jnp.where(is_arrival, rejoin_to, dsp)
+    # -- reads, all before any write, stacked into one materialised array --------
+    size = sizes[dsp]
     slot = uniform_index(words[5], words[6], size)
-    picked = lists.slots[dsp, jnp.minimum(slot, cap - 1)]
-    target = jnp.where(has, picked, server)
-    k_arr = lists.q[target]
+    picked = slots[dsp, jnp.minimum(slot, cap - 1)]
+    target = jnp.where(size > 0, picked, server)
+    w_target = where[target]
+    d_safe = jnp.clip(w_target // cap, 0, m - 1)
+    out_size = sizes[d_safe]
+    reads = jnp.stack([
+        size, target, q[target], w_target, q[server], where[server], out_size,
+        slots[d_safe, jnp.clip(out_size - 1, 0, cap - 1)], sizes[join_to],
+    ])  # fmt: skip
+    reads = jax.lax.optimization_barrier(reads)
+    size, target, k_arr, w_target, k_dep, w_server, out_size, last, in_size = (
+        reads[i] for i in range(9)
+    )
+    has = size > 0
+    d_out, c_out = w_target // cap, w_target % cap
+
     full = k_arr >= levels
     accepted = is_arrival & ~full
     stale = is_arrival & has & (k_arr > 0)
     after = k_arr + accepted.astype(jnp.int32)
-    listed = lists.where[target] >= 0
-    # a pick always leaves its list; a fallback leaves it by a delete request
-    # only under JIQ-Threshold, when the task takes the server past z
-    deleted = is_arrival & ~has & listed & (after > z) if deletes else jnp.bool_(False)
+    deleted = (is_arrival & ~has & (w_target >= 0) & (after > z)) if deletes else jnp.bool_(False)
     leave = (is_arrival & has) | deleted
-    # -- departure -------------------------------------------------------------
-    k_dep = lists.q[server]
     departs = ~is_arrival & (k_dep >= 1)
-    drops_to = k_dep - 1
-    joins_dep = departs & (drops_to == z) & (lists.where[server] < 0)
-
-    who = jnp.where(is_arrival, target, server)
-    delta = jnp.where(is_arrival, accepted.astype(jnp.int32), -departs.astype(jnp.int32))
-    lists = lists._replace(q=lists.q.at[who].add(delta))
-    lists, out_size = _remove(lists, target, leave, cap)
-    # JIQ-Threshold: a picked server still at or below z rejoins at once
+    joins_dep = departs & (k_dep - 1 == z) & (w_server < 0)
     rejoin = (is_arrival & has & (after <= z)) if deletes else jnp.bool_(False)
     join = rejoin | joins_dep
-    join_to = jnp.where(is_arrival, uniform_index(words[7], words[8], m), dsp)
-    lists, in_size, iq_over = _add(lists, who, join_to, join, cap)
+    who = jnp.where(is_arrival, target, server)
+    in_size = in_size - (leave & (join_to == d_out)).astype(jnp.int32)
+    ok = join & (in_size < cap)
+    iq_over = join & ~ok
+
+    # -- writes: one scatter per array (an index past the end is dropped) ---------
+    delta = jnp.where(is_arrival, accepted.astype(jnp.int32), -departs.astype(jnp.int32))
+    q = q.at[who].add(delta)
+    slots = slots.at[
+        jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
+        jnp.stack([c_out, in_size]),
+    ].set(jnp.stack([last, who]), mode="drop")
+    moved = leave & (last != target)
+    cleared = leave & ~(ok & (who == target))
+    where = where.at[
+        jnp.stack([jnp.where(moved, last, n), jnp.where(cleared, target, n), jnp.where(ok, who, n)])
+    ].set(jnp.stack([w_target, jnp.int32(-1), join_to * cap + in_size]), mode="drop")
+    sizes = sizes.at[jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)])].add(
+        jnp.stack([jnp.int32(-1), jnp.int32(1)]), mode="drop"
+    )
+    lists = Lists(q, slots, sizes, where)
 
     nowhere = levels + 1
     up = jnp.where(accepted, k_arr + 1, nowhere)
     down = jnp.where(departs, k_dep, nowhere)
     tail = tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
-    iq_up = jnp.where(join & ~iq_over, in_size + 1, cap + 1)
+    iq_up = jnp.where(ok, in_size + 1, cap + 1)
     iq_down = jnp.where(leave, out_size, cap + 1)
     iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
     event = step_event(
         system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k_arr,
         is_arrival=is_arrival, full=full, iq_overflow=iq_over,
-        joins=(join & ~iq_over).astype(jnp.int32), deletes=deleted.astype(jnp.int32),
+        joins=ok.astype(jnp.int32), deletes=deleted.astype(jnp.int32),
         probes=jnp.int32(0), stale=stale.astype(jnp.int32),
     )  # fmt: skip
     return tail, iq_tail, lists, event
