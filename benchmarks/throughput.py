@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import jaxqueue as jq  # noqa: E402
 from jaxqueue import engine, levels  # noqa: E402
 from jaxqueue.config import System  # noqa: E402
-from jaxqueue.driver import run_blocks  # noqa: E402
+from jaxqueue.driver import initial_counts, run_blocks  # noqa: E402
 from jaxqueue.rng import BLOCK  # noqa: E402
 
 
@@ -53,16 +53,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     system = System(n, m, None, lv, iq)
     devs = jax.devices()
     padded = -(-replicas // len(devs)) * len(devs)
-    counts = np.zeros(lv + 1, np.int64)
-    counts[0] = n
-    iq_counts = None
-    if pol.uses_iqueues and m > 1:
-        iq_counts = np.zeros(iq + 1, np.int64)
-        q, extra = divmod(n, m)
-        iq_counts[q] += m - extra
-        if extra:
-            iq_counts[q + 1] += extra
-    one = engine.init(counts, iq_counts, system, pol)
+    one = engine.init(*initial_counts("empty", system, pol, load), system, pol)
     mesh = jax.sharding.Mesh(np.asarray(devs), ("replica",))
     sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
     state = jax.device_put(jax.tree.map(lambda x: jnp.broadcast_to(x, (padded,) + x.shape), one), sh)

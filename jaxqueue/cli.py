@@ -10,8 +10,6 @@ import json
 import math
 import sys
 
-import numpy as np
-
 __all__ = ["main"]
 
 
@@ -117,20 +115,13 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
-def _versions() -> dict:
-    import jax
-
-    from jaxqueue import __version__
-
-    return {"jaxqueue": __version__, "jax": jax.__version__, "numpy": np.__version__}
-
-
 def _cmd_theory(args) -> int:
     from jaxqueue import theory
+    from jaxqueue.driver import versions
 
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d or 1, levels=args.levels)
     out = theory.to_dict(mf)
-    out["settings"]["versions"] = _versions()
+    out["settings"]["versions"] = versions()
     if args.json:
         print(json.dumps(out))
         return 0

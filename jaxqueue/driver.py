@@ -32,7 +32,10 @@ from jaxqueue.levels import default_iqueue_levels, default_levels, required_leve
 from jaxqueue.policies import Policy, make
 from jaxqueue.rng import BLOCK
 
-__all__ = ["simulate", "sweep", "run_blocks", "LevelOverflowError", "steps_per_time_unit"]
+__all__ = [
+    "simulate", "sweep", "run_blocks", "initial_counts", "versions", "LevelOverflowError",
+    "steps_per_time_unit",
+]  # fmt: skip
 
 
 class LevelOverflowError(RuntimeError):
@@ -61,8 +64,16 @@ def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, pol
     )(state, key, replicas, first_block, n_blocks, load)
 
 
-def _initial_counts(init, system: System, policy: Policy, load: float):
-    """Occupancy counts (and I-queue counts) of the starting state."""
+def initial_counts(init, system: System, policy: Policy, load: float):
+    """Occupancy counts, and I-queue counts where the state has them, of a start.
+
+    Args:
+        init: ``"empty"``, ``"mean-field"`` or an occupancy array (see :func:`sweep`).
+
+    Returns:
+        ``(counts, iq_counts)`` for :func:`jaxqueue.engine.init`; idle servers
+        are spread over the I-queues as evenly as possible.
+    """
     n, m, levels = system.n_servers, system.n_dispatchers, system.levels
     if isinstance(init, str):
         if init == "empty":
@@ -78,7 +89,7 @@ def _initial_counts(init, system: System, policy: Policy, load: float):
                     f"init='mean-field' needs a closed-form mean field: {err}; "
                     "start 'empty' or pass an occupancy array"
                 ) from None
-            return _initial_counts(np.asarray(mf.occupancy, np.float64), system, policy, load)
+            return initial_counts(np.asarray(mf.occupancy, np.float64), system, policy, load)
         else:
             raise ValueError(f"init={init!r} is not valid: use 'empty', 'mean-field' or an array")
     else:
@@ -124,7 +135,8 @@ def _round_counts(frac: np.ndarray, n: int) -> np.ndarray:
     return counts
 
 
-def _versions() -> dict:
+def versions() -> dict:
+    """Versions of jaxqueue and what it runs on, recorded with every result."""
     from jaxqueue import __version__
 
     return {
@@ -259,7 +271,7 @@ def sweep(
     load_vec = np.repeat(np.asarray(loads, np.float32), replicas)
     load_vec = np.concatenate([load_vec, np.full(padded - total, load_vec[-1], np.float32)])
     # each load's replicas start from that load's initial state
-    starts = [engine.init(*_initial_counts(init, system, pol, lam), system, pol) for lam in loads]
+    starts = [engine.init(*initial_counts(init, system, pol, lam), system, pol) for lam in loads]
     group = np.minimum(np.arange(padded) // replicas, len(loads) - 1)
     state = jax.tree.map(lambda *xs: jnp.stack(xs)[group], *starts)
     mesh = jax.sharding.Mesh(np.asarray(devs), ("replica",))
@@ -327,7 +339,7 @@ def sweep(
             "devices": len(devs),
             "platform": devs[0].platform,
             "wall_seconds": wall,
-            "versions": _versions(),
+            "versions": versions(),
         }
         part = {k: v[sl] for k, v in host.items()}
         results.append(

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxqueue.response import erlang_mixture_quantile
+from jaxqueue.response import erlang_mixture_mean, erlang_mixture_quantile
 
 __all__ = ["Estimate", "SimulationResult", "t_quantile_975", "estimate", "QUANTILES"]
 
@@ -64,10 +64,6 @@ class Estimate:
     def to_json(self):
         conv = lambda x: _json_number(x)  # noqa: E731
         return {"mean": conv(self.mean), "ci95": conv(self.ci95)}
-
-    def contains(self, value, slack=0.0) -> Any:
-        """Whether ``value`` lies within the interval widened by ``slack``."""
-        return np.abs(np.asarray(self.mean) - value) <= np.asarray(self.ci95) + slack
 
 
 def _json_number(x):
@@ -228,8 +224,7 @@ def from_stats(stats: dict[str, np.ndarray], load: np.ndarray, uses_iqueues: boo
     accepted = seen.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         seen_dist = seen / accepted[:, None]
-        k = np.arange(seen.shape[1])
-        mean_T = (seen_dist * (k + 1)).sum(axis=1)
+        mean_T = erlang_mixture_mean(seen)
         wait = 1.0 - seen_dist[:, 0]
         blocking = stats["blocked"] / stats["arrivals"].astype(np.float64)
     # messages per server per unit time: count / (N * time), time = steps / (N (1 + lambda))

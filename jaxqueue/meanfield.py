@@ -58,9 +58,9 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
     """
     single = ratio is None or math.isinf(ratio) or not policy.uses_iqueues
     n = MAX_SERVERS
-    m = 1 if single else max(2, int(n / max(ratio, 1e-6)) if ratio >= 1 else n)
+    m = 1 if single else min(n, max(2, int(n / ratio)))
     iq = 0 if single else iqueue_levels
-    return System(n, min(m, n), buffer, buffer if buffer is not None else levels, iq)
+    return System(n, m, buffer, buffer if buffer is not None else levels, iq)
 
 
 def _split(x, system: System):
@@ -86,7 +86,7 @@ def _law_of(outcomes_law, values, size):
     """Law of an integer function of independent outcomes: segment-sum of weights."""
     w = functools.reduce(jnp.multiply, outcomes_law)
     v = jnp.broadcast_to(values, w.shape).reshape(-1)
-    return jax.ops.segment_sum(jnp.broadcast_to(w, w.shape).reshape(-1), v, num_segments=size)
+    return jax.ops.segment_sum(w.reshape(-1), v, num_segments=size)
 
 
 def _grid(draws, view, system):
@@ -272,7 +272,7 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
 def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, buffer=None):
     """A :class:`jaxqueue.theory.MeanFieldResult` from a generic fixed point."""
     from jaxqueue import theory
-    from jaxqueue.response import erlang_mixture_quantile
+    from jaxqueue.response import erlang_mixture_mean, erlang_mixture_quantile
 
     pol = make(policy)
     s, q, rt = fp.tail, fp.iq_tail, fp.rates
@@ -288,7 +288,7 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, buffer=N
     return theory.MeanFieldResult(
         policy=pol.name, load=float(load), ratio=ratio, d=int(pol.options().get("d", 1)),
         tail=s, occupancy=occupancy, mean_queue_length=float(s[1:].sum()),
-        mean_response_time=float(np.arange(1, L + 1) @ seen),
+        mean_response_time=float(erlang_mixture_mean(seen)),
         waiting_probability=float(1.0 - seen[0]), arrival_seen=seen,
         response_quantiles=dict(zip(theory.QUANTILES, map(float, quantiles))),
         p0=float(1.0 - q[1]) if iq else (float(s[1] >= 1.0) if pol.uses_iqueues else math.nan),

@@ -11,7 +11,7 @@ import pytest
 import jaxqueue as jq
 from jaxqueue import engine
 from jaxqueue.config import System
-from jaxqueue.driver import run_blocks
+from jaxqueue.driver import initial_counts, run_blocks
 from jaxqueue.rng import BLOCK, step_words
 
 # One small system per policy; shapes shared across tests to keep compiles few.
@@ -33,15 +33,7 @@ def _system(policy, m=M, buffer=None):
 
 
 def _start(policy, system):
-    counts = np.zeros(system.levels + 1, np.int64)
-    counts[0] = N
-    iq = None
-    if policy.uses_iqueues and system.n_dispatchers > 1:
-        iq = np.zeros(system.iqueue_levels + 1, np.int64)
-        q, extra = divmod(N, system.n_dispatchers)
-        iq[q] += system.n_dispatchers - extra
-        iq[q + 1] += extra
-    return engine.core_from_counts(counts, iq, system, policy)
+    return engine.core_from_counts(*initial_counts("empty", system, policy, 0.8), system, policy)
 
 
 @functools.partial(jax.jit, static_argnames=("system", "policy", "n"))
