@@ -39,7 +39,8 @@ def _time(loads, ratios, d):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
-    ap.add_argument("--d", type=int, default=1)
+    ap.add_argument("--d", type=int, default=1,
+                    help="probes of the JIQ-Pod(d) fallback (default 1: JIQ)")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = {}

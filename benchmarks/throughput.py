@@ -35,32 +35,23 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxqueue as jq  # noqa: E402
-from jaxqueue import engine, levels  # noqa: E402
-from jaxqueue.config import System  # noqa: E402
-from jaxqueue.driver import initial_counts, run_blocks  # noqa: E402
-from jaxqueue.rng import BLOCK  # noqa: E402
+from jaxqueue.core.rng import BLOCK  # noqa: E402
+from jaxqueue.sim import runner  # noqa: E402
+from jaxqueue.sim.blocks import run_blocks  # noqa: E402
 
 
 def measure(name: str, n: int, ratio: float, load: float, replicas: int,
             target_events: float) -> dict:  # fmt: skip
     """Best-of-three replica-events per second for one configuration."""
-    opts = {"d": 2} if name in ("pod", "jiq-pod", "jiq-sq") else {}
-    pol = jq.make(name, **({"z": 1} if name == "jiq-threshold" else opts))
+    pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
-    lv = levels.default_levels(pol, n, m, load)
-    use_iq = pol.uses_iqueues and (m > 1 or pol.per_server)
-    iq = levels.default_iqueue_levels(pol, n, m, load) if use_iq else 0
-    system = System(n, m, None, lv, iq)
-    devs = jax.devices()
-    padded = -(-replicas // len(devs)) * len(devs)
-    one = engine.init(*initial_counts("empty", system, pol, load), system, pol)
-    mesh = jax.sharding.Mesh(np.asarray(devs), ("replica",))
-    sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-    state = jax.device_put(jax.tree.map(lambda x: jnp.broadcast_to(x, (padded,) + x.shape), one), sh)
-    ids = jax.device_put(jnp.arange(padded, dtype=jnp.int32), sh)
-    lam = jax.device_put(jnp.full((padded,), load, jnp.float32), sh)
+    plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=BLOCK, warmup=0)
+    system = plan.system
+    lv, iq = system.levels, system.iqueue_levels
+    state = runner.initial_state(plan)
+    mesh, _, ids, lam = runner.placement(plan)
     key = jax.random.key(0)
-    blocks = max(1, int(target_events // (padded * BLOCK)))
+    blocks = max(1, int(target_events // (plan.padded * BLOCK)))
     t0 = time.perf_counter()
     state = run_blocks(state, key, ids, jnp.int32(0), jnp.int32(1), lam, system=system,
                        policy=pol, mesh=mesh)  # fmt: skip

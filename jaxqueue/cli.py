@@ -1,6 +1,8 @@
-"""Command line: ``python -m jaxqueue {simulate,theory,compare,policies}``.
+"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,policies}``.
 
 ``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
+``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
+:mod:`jaxqueue.results.schema`), so their outputs can be compared field by field.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ import argparse
 import json
 import math
 import sys
+
+import numpy as np
+
+from jaxqueue.results.estimates import Estimate
 
 __all__ = ["main"]
 
@@ -60,7 +66,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_policy(p)
     p.add_argument("--load", type=float, required=True, help="lambda")
     p.add_argument("--ratio", type=float, default=None, help="r = N / M (JIQ family)")
-    p.add_argument("--levels", type=int, default=None, help="tail entries to print")
+    p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
+    p.add_argument("--levels", type=int, default=None,
+                   help="largest queue length of the printed tail (default: automatic)")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("exact", help="exact stationary solution of a small system")
+    _add_policy(p)
+    p.add_argument("--servers", type=int, required=True, help="N (small: the state space grows fast)")
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument("--load", type=float, required=True, help="lambda")
+    p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
+    p.add_argument("--queue-bound", type=int, default=None,
+                   help="truncation of infinite buffers (default: automatic, mass below 1e-9)")  # fmt: skip
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
@@ -81,65 +99,85 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _fmt(est, digits=4) -> str:
-    if est is None:
+def _fmt(value, digits=4) -> str:
+    if value is None:
         return "-"
-    if isinstance(est.ci95, float) and math.isnan(est.ci95):
-        return f"{est.mean:.{digits}f}"
-    return f"{est.mean:.{digits}f} ± {est.ci95:.{digits}f}"
+    mean, half = (value.mean, value.ci95) if isinstance(value, Estimate) else (value, None)
+    if half is None or (isinstance(half, float) and math.isnan(half)):
+        return f"{mean:.{digits}g}" if digits > 4 else f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
-def _cmd_simulate(args) -> int:
-    from jaxqueue.driver import simulate
+def _print_result(res, title: str) -> None:
+    print(title)
+    print("metric" + (" (mean ± 95% CI half-width)" if res.source == "simulation" else ""))
+    digits = 4 if res.source == "simulation" else 6
+    for name, value in res.scalar_metrics().items():
+        print(f"  {name:24s} {_fmt(value, digits)}")
+    for q, value in sorted(res.response_quantiles.items()):
+        print(f"  {'response p' + format(100 * q, 'g'):24s} {_fmt(value, digits)}")
+    tail = res.tail.mean if isinstance(res.tail, Estimate) else np.asarray(res.tail)
+    half = res.tail.ci95 if isinstance(res.tail, Estimate) else None
+    upto = int(min(len(tail), max(3, (tail > 1e-6).sum() + 1)))
+    for i in range(1, upto):
+        ci = f" ± {half[i]:.6f}" if half is not None else ""
+        print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
 
-    res = simulate(
-        args.policy, args.servers, args.dispatchers, args.load, d=args.d, z=args.z,
-        buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
-        seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
-        init=args.init, progress=args.progress,
-    )  # fmt: skip
+
+def _emit(res, args) -> int:
     if args.json:
         print(json.dumps(res.to_dict()))
         return 0
     s = res.settings
-    print(f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
-          f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
-          f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units")  # fmt: skip
-    print("metric (mean ± 95% CI half-width)")
-    for name, est in res.scalar_metrics().items():
-        print(f"  {name:24s} {_fmt(est)}")
-    tail = res.tail
-    upto = int(min(len(tail.mean), max(3, (tail.mean > 1e-6).sum() + 1)))
-    for i in range(1, upto):
-        print(f"  s_{i:<22d} {tail.mean[i]:.6f} ± {tail.ci95[i]:.6f}")
+    if res.source == "simulation":
+        title = (f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+                 f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
+                 f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units")  # fmt: skip
+    elif res.source == "exact":
+        title = (f"exact: {s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+                 f"load={s['load']}  buffer={s['buffer']}  ({res.n_states} states, "
+                 f"truncated mass {res.truncated_mass:.2g})")  # fmt: skip
+    else:
+        ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
+        title = f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
+    _print_result(res, title)
     return 0
+
+
+def _cmd_simulate(args) -> int:
+    from jaxqueue.api import simulate
+
+    res = simulate(
+        args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
+        buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
+        seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
+        init=args.init, progress=args.progress,
+    )  # fmt: skip
+    return _emit(res, args)
 
 
 def _cmd_theory(args) -> int:
     from jaxqueue import theory
-    from jaxqueue.driver import versions
+    from jaxqueue.core.versions import versions
 
-    mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d or 1, levels=args.levels)
-    out = theory.to_dict(mf)
-    out["settings"]["versions"] = versions()
-    if args.json:
-        print(json.dumps(out))
-        return 0
-    ratio = "" if mf.ratio is None else f"  r={mf.ratio:g}"
-    print(f"mean field: {args.policy}  d={mf.d}  load={args.load}{ratio}")
-    for name in ("p0", "mean_response_time", "waiting_probability", "mean_queue_length",
-                 "join_rate", "delete_rate", "probe_rate"):  # fmt: skip
-        val = out.get(name)
-        if val is not None:
-            print(f"  {name:24s} {val['mean']:.6g}")
-    for i, v in enumerate(out["tail"]["mean"][1:25], start=1):
-        if v > 1e-6:
-            print(f"  s_{i:<22d} {v:.6g}")
-    return 0
+    mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z,
+                           buffer=args.buffer, levels=args.levels)  # fmt: skip
+    mf.settings["versions"] = versions()
+    return _emit(mf, args)
+
+
+def _cmd_exact(args) -> int:
+    from jaxqueue.core.versions import versions
+    from jaxqueue.exact import solve_exact
+
+    res = solve_exact(args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
+                      buffer=args.buffer, queue_bound=args.queue_bound)  # fmt: skip
+    res.settings["versions"] = versions()
+    return _emit(res, args)
 
 
 def _cmd_compare(args) -> int:
-    from jaxqueue.compare import compare
+    from jaxqueue.studies.compare import compare
 
     rows = compare(
         [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
@@ -148,17 +186,18 @@ def _cmd_compare(args) -> int:
         progress=args.progress, log=sys.stderr,
     )  # fmt: skip
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json.dumps({"rows": [r.to_dict() for r in rows]}))
         return 0
     print(f"N = {args.servers}, r = {args.ratio:g}: mean response time, simulation (95% CI) vs mean field")
     print(f"{'policy':18s} {'load':>6s} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
     for r in rows:
-        sim = f"{r['sim_mean']:.4f} ± {r['sim_ci95']:.4f}"
-        if r["theory"] is None:
-            print(f"{r['policy_label']:18s} {r['load']:6.3f} {sim:>20s} {'-':>11s} {'-':>8s}")
+        t = r.simulation.mean_response_time
+        sim = f"{t.mean:.4f} ± {t.ci95:.4f}"
+        if r.mean_field is None:
+            print(f"{r.policy_label:18s} {r.load:6.3f} {sim:>20s} {'-':>11s} {'-':>8s}")
             continue
-        ratio = (r["sim_mean"] - r["theory"]) / r["sim_ci95"] if r["sim_ci95"] else float("nan")
-        print(f"{r['policy_label']:18s} {r['load']:6.3f} {sim:>20s} {r['theory']:11.4f} {ratio:8.2f}")
+        print(f"{r.policy_label:18s} {r.load:6.3f} {sim:>20s} "
+              f"{r.mean_field.mean_response_time:11.4f} {r.z_score():8.2f}")  # fmt: skip
     return 0
 
 
@@ -166,13 +205,13 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "policies":
-            from jaxqueue.policies import available
+            from jaxqueue.policies.registry import available
 
             print("\n".join(available()))
             return 0
-        return {"simulate": _cmd_simulate, "theory": _cmd_theory, "compare": _cmd_compare}[
-            args.command
-        ](args)
+        commands = {"simulate": _cmd_simulate, "theory": _cmd_theory, "exact": _cmd_exact,
+                    "compare": _cmd_compare}  # fmt: skip
+        return commands[args.command](args)
     except (ValueError, TypeError, NotImplementedError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

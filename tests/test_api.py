@@ -1,4 +1,9 @@
-"""Public API: closed-form special cases, bad input, result forms, command line."""
+"""Public API: closed-form special cases, bad input, result forms, command line.
+
+Statistical comparisons use :func:`jaxqueue.tolerance`: a two-sided Student-t
+tolerance for the replicas used, family-wise 0.001 over the stated family
+(Bonferroni).
+"""
 
 import json
 import subprocess
@@ -9,50 +14,60 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
+from jaxqueue.exact import solve_exact
+from jaxqueue.results.stats import within
+from jaxqueue.sim.blocks import run_blocks
 
 # Shapes reused across the tests of this file: levels=48 for the infinite-buffer runs.
 MM1 = dict(replicas=32, steps=2**17, warmup=2**12, levels=48, seed=3)
 
 
+@pytest.mark.slow
 def test_single_server_is_mm1():
     lam = 0.5
-    res = jq.simulate("random", 1, 1, lam, **MM1)
-    # 3 comparisons at a family-wise 99.9% level: z = 3.40, factor 1.74 on ci95
-    f = 3.40 / 1.96
+    res = jq.simulate("random", lam, 1, 1, **MM1)
     t, wait = res.mean_response_time, res.waiting_probability
-    assert abs(t.mean - 1 / (1 - lam)) <= f * t.ci95
-    assert abs(wait.mean - lam) <= f * wait.ci95
-    # Exponential(1 - lam) response time: p90 = log(10) / (1 - lam)
-    p90 = res.response_quantiles[0.9]
-    assert abs(p90.mean - np.log(10) / (1 - lam)) <= f * p90.ci95
+    p90 = res.response_quantiles[0.9]  # Exponential(1 - lam): p90 = log(10) / (1 - lam)
+    family = 3
+    assert within(t, 1 / (1 - lam), family)
+    assert within(wait, lam, family)
+    assert within(p90, np.log(10) / (1 - lam), family)
 
 
+@pytest.mark.slow
 def test_random_servers_are_independent_mm1_queues():
     lam = 0.5
-    res = jq.simulate("random", 8, 1, lam, **MM1)
+    res = jq.simulate("random", lam, 8, 1, **MM1)
     i = np.arange(1, 7)
-    # 6 comparisons, family-wise 99.9%: z = 3.59
-    f = 3.59 / 1.96
-    assert np.all(np.abs(res.tail.mean[i] - lam**i) <= f * res.tail.ci95[i])
+    tail = jq.Estimate(res.tail.mean[i], res.tail.ci95[i], res.tail.n)
+    assert within(tail, lam**i, family=len(i))
     assert res.p0 is None and res.join_rate.mean == 0.0 and res.probe_rate.mean == 0.0
 
 
+@pytest.mark.slow
 def test_result_forms():
-    res = jq.simulate("jiq-pod", 8, 2, 0.5, d=2, replicas=4, steps=4096, warmup=512,
+    res = jq.simulate("jiq-pod", 0.5, 8, 2, d=2, replicas=4, steps=4096, warmup=512,
                       levels=48, iqueue_levels=8)  # fmt: skip
     d = res.to_dict()
     json.dumps(d)
+    assert d["source"] == "simulation" and res.source == "simulation"
     assert set(d["mean_response_time"]) == {"mean", "ci95"}
+    assert set(d["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
     assert len(d["tail"]["mean"]) == 49 and d["tail"]["mean"][0] == 1.0
     assert d["settings"]["policy"] == "jiq-pod" and d["settings"]["options"] == {"d": 2}
+    assert d["stale_fraction"] is None and d["diagnostics"] == {"overflow": 0, "iq_overflow": 0}
+    assert res.n_servers == 8 and res.overflow == 0  # settings and diagnostics as attributes
+    assert res.mean_response_time.n == 4
     rows = res.records()
     names = {r["metric"] for r in rows}
-    assert {"mean_response_time", "p0", "tail", "iqueue_distribution", "response_p99_9"} <= names
-    assert all(r["load"] == 0.5 for r in rows)
+    assert {"mean_response_time", "p0", "tail", "iqueue_distribution", "response_quantile"} <= names
+    assert all(r["load"] == 0.5 and r["source"] == "simulation" for r in rows)
+    assert {r["index"] for r in rows if r["metric"] == "response_quantile"} == {0.5, 0.9, 0.99, 0.999}
 
 
+@pytest.mark.slow
 def test_sweep_returns_one_result_per_load():
-    out = jq.sweep("pod", 8, 1, [0.3, 0.6], d=2, replicas=4, steps=4096, warmup=512, levels=48)
+    out = jq.sweep("pod", [0.3, 0.6], 8, 1, d=2, replicas=4, steps=4096, warmup=512, levels=48)
     assert [r.settings["load"] for r in out] == [0.3, 0.6]
     assert out[0].mean_response_time.mean < out[1].mean_response_time.mean
 
@@ -80,22 +95,33 @@ def test_sweep_returns_one_result_per_load():
         (dict(buffer=0), "buffer=0 is out of range"),
         (dict(init="full"), "init='full' is not valid"),
         (dict(on_overflow="clip"), "on_overflow='clip' is not valid"),
+        (dict(policy="pod", z=1), "takes no option z"),
+        (dict(policy="jiq-threshold", z=-1), "z=-1 is out of range"),
     ],
 )
 def test_bad_input_is_rejected_before_compiling(kwargs, match):
-    base = dict(policy="random", n_servers=8, n_dispatchers=1, load=0.5, replicas=2, steps=1000)
+    base = dict(policy="random", load=0.5, n_servers=8, n_dispatchers=1, replicas=2, steps=1000)
     base.update(kwargs)
     policy = base.pop("policy")
+    compiled = run_blocks._cache_size()
     with pytest.raises(ValueError, match=match.replace("(", r"\(")):
         jq.simulate(policy, **base)
+    assert run_blocks._cache_size() == compiled  # nothing compiled
 
 
+@pytest.mark.slow
 def test_finite_buffer_allows_overload():
-    res = jq.simulate("jsq", 8, 1, 1.5, buffer=2, replicas=4, steps=4096, warmup=512)
-    assert res.blocking_probability.mean > 0.2
-    assert res.settings["levels"] == 2
+    lam, b = 1.5, 2
+    res = jq.simulate("jsq", lam, 8, 1, buffer=b, replicas=8, steps=2**14, warmup=1024)
+    assert res.settings["levels"] == b
+    ex = solve_exact("jsq", lam, 8, 1, buffer=b)
+    assert ex.blocking_probability > 0.2
+    family = 2
+    assert within(res.blocking_probability, ex.blocking_probability, family)
+    assert within(res.mean_queue_length, ex.mean_queue_length, family)
 
 
+@pytest.mark.slow
 def test_cli_json_stands_alone_on_stdout(capsys):
     code = cli_main(
         ["simulate", "--policy", "pod", "--d", "2", "--servers", "8", "--dispatchers", "1",
@@ -116,8 +142,42 @@ def test_cli_theory_json_uses_the_simulator_field_names(capsys):
     assert cli_main(["theory", "--policy", "jiq", "--load", "0.98", "--ratio", "10", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert abs(data["mean_response_time"]["mean"] - 1 / (1 - 0.98 * data["p0"]["mean"])) < 1e-9
+    assert data["source"] == "mean-field" and data["mean_response_time"]["ci95"] is None
     sim_fields = {"mean_response_time", "waiting_probability", "tail", "p0", "join_rate"}
     assert sim_fields <= set(data)
+
+
+@pytest.mark.slow
+def test_cli_simulate_theory_and_exact_print_the_same_keys(capsys):
+    common = ["--policy", "jiq-pod", "--d", "2", "--load", "0.5", "--json"]
+    size = ["--servers", "3", "--dispatchers", "2"]
+    run = ["--replicas", "2", "--steps", "1024", "--warmup", "256", "--levels", "48",
+           "--iqueue-levels", "3"]  # fmt: skip
+    outs = {}
+    for cmd, extra in (("simulate", size + run), ("theory", ["--ratio", "1.5"]), ("exact", size)):
+        assert cli_main([cmd] + common + extra) == 0
+        outs[cmd] = json.loads(capsys.readouterr().out)
+    keys = {cmd: set(data) for cmd, data in outs.items()}
+    assert keys["simulate"] == keys["theory"] == keys["exact"]
+    assert {"mean_response_time", "waiting_probability", "blocking_probability", "tail", "p0",
+            "source", "settings", "diagnostics", "response_quantiles"} <= keys["exact"]  # fmt: skip
+    assert [outs[c]["source"] for c in ("simulate", "theory", "exact")] == [
+        "simulation", "mean-field", "exact"]  # fmt: skip
+    for cmd in outs:  # the quantile form is the same everywhere
+        assert set(outs[cmd]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
+        assert set(outs[cmd]["mean_response_time"]) == {"mean", "ci95"}
+    # an exact JIQ-Pod with M = 2: p0 present; none for Pod
+    assert outs["exact"]["p0"]["mean"] > 0
+    assert cli_main(["exact", "--policy", "pod", "--servers", "3", "--load", "0.5", "--json"]) == 0
+    pod = json.loads(capsys.readouterr().out)
+    assert pod["p0"] is None and pod["settings"]["options"] == {"d": 2}
+
+
+def test_cli_exact_text_and_bad_option(capsys):
+    assert cli_main(["exact", "--policy", "jsq", "--servers", "2", "--load", "0.5"]) == 0
+    assert "mean_response_time" in capsys.readouterr().out
+    assert cli_main(["exact", "--policy", "jsq", "--d", "2", "--servers", "2", "--load", "0.5"]) == 2
+    assert "takes no option d" in capsys.readouterr().err
 
 
 def test_cli_bad_input_is_a_clear_error(capsys):
@@ -126,6 +186,7 @@ def test_cli_bad_input_is_a_clear_error(capsys):
     assert "valid names" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_module_entry_point_lists_policies():
     out = subprocess.run(
         [sys.executable, "-m", "jaxqueue", "policies"], capture_output=True, text=True, check=True
@@ -142,6 +203,7 @@ def test_heavy_traffic_scalings():
         jq.halfin_whitt_load(100, 20.0)
 
 
+@pytest.mark.slow
 def test_cli_per_server_policies(capsys):
     args = ["simulate", "--servers", "6", "--dispatchers", "2", "--load", "0.5", "--replicas", "2",
             "--steps", "2048", "--warmup", "256", "--levels", "48", "--json"]  # fmt: skip

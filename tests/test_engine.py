@@ -1,5 +1,8 @@
 """Registry-wide checks of the step kernel: invariants after every step,
-reproducibility, batching and sharding invariance, overflow reporting."""
+reproducibility, batching and sharding invariance, resumable runs, overflow reporting.
+
+Policies come from the registry (``jaxqueue.available()``), each with its
+default options, so a new policy is checked without touching this file."""
 
 import functools
 
@@ -9,22 +12,20 @@ import numpy as np
 import pytest
 
 import jaxqueue as jq
-from jaxqueue import engine
-from jaxqueue.config import System
-from jaxqueue.driver import initial_counts, run_blocks
-from jaxqueue.rng import BLOCK, step_words
+from jaxqueue.core.rng import BLOCK, step_words
+from jaxqueue.core.system import System
+from jaxqueue.sim import runner
+from jaxqueue.sim.blocks import run_blocks
+from jaxqueue.sim.initial import initial_counts
+from jaxqueue.sim.state import State, core_from_counts, n_words, zero_stats
+from jaxqueue.sim.step import step
 
 # One small system per policy; shapes shared across tests to keep compiles few.
 N, M, LEVELS, IQ = 12, 3, 20, 12
-POLICIES = {
-    "random": {},
-    "jsq": {},
-    "pod": {"d": 2},
-    "i1f": {},
-    "jiq": {},
-    "jiq-pod": {"d": 3},
-    "jiq-sq": {"d": 2},
-}
+OCCUPANCY = [n for n in jq.available() if jq.make(n).engine == "occupancy"]
+PER_SERVER = [n for n in jq.available() if jq.make(n).engine == "per-server"]
+CASES = [(name, m) for name in OCCUPANCY for m in (1, M)
+         if m == 1 or not jq.make(name).single_dispatcher]  # fmt: skip
 
 
 def _system(policy, m=M, buffer=None):
@@ -33,29 +34,29 @@ def _system(policy, m=M, buffer=None):
 
 
 def _start(policy, system):
-    return engine.core_from_counts(*initial_counts("empty", system, policy, 0.8), system, policy)
+    return core_from_counts(*initial_counts("empty", system, policy, 0.8), system, policy)
 
 
 @functools.partial(jax.jit, static_argnames=("system", "policy", "n"))
 def _trajectory(core, key, load, system, policy, n):
     """n steps of one replica, returning every core and event."""
     bkey = jax.random.bits(key, (2,), jnp.uint32)
-    nw = engine.n_words(system, policy)
+    nw = n_words(system, policy)
 
     def body(core, t):
-        new, ev = engine.step(core, step_words(bkey, t, nw), load, system, policy)
+        new, ev = step(core, step_words(bkey, t, nw), load, system, policy)
         return new, (new, ev)
 
     _, out = jax.lax.scan(body, core, jnp.arange(n, dtype=jnp.int32))
     return out
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
-@pytest.mark.parametrize("m", [1, M])
+@pytest.mark.parametrize("name, m", CASES)
+@pytest.mark.slow
 def test_invariants_after_every_step(name, m):
-    policy = jq.make(name, **POLICIES[name])
-    if name == "jiq-sq" and m == 1:
-        policy = jq.make(name, d=1)
+    policy = jq.make(name)
+    if "d" in policy.options():  # every d <= min(N, M) is valid; use 3 where it fits
+        policy = jq.make(name, d=min(3, N if name != "jiq-sq" else m))
     system = _system(policy, m)
     core0 = _start(policy, system)
     cores, ev = _trajectory(core0, jax.random.key(7), jnp.float32(0.8), system, policy, 3000)
@@ -85,6 +86,7 @@ def test_invariants_after_every_step(name, m):
         assert np.asarray(ev["deletes"]).sum() > 0
 
 
+@pytest.mark.slow
 def test_finite_buffer_blocks_and_never_overflows():
     policy = jq.make("random")
     system = _system(policy, 1, buffer=2)
@@ -98,7 +100,7 @@ def test_finite_buffer_blocks_and_never_overflows():
 
 def _run(policy, replicas_ids, n_blocks=2, devices=None):
     system = _system(policy)
-    one = engine.State(_start(policy, system), engine.zero_stats(system, policy))
+    one = State(_start(policy, system), zero_stats(system, policy))
     r = len(replicas_ids)
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (r,) + x.shape), one)
     ids = jnp.asarray(replicas_ids, jnp.int32)
@@ -115,6 +117,7 @@ def _run(policy, replicas_ids, n_blocks=2, devices=None):
     return jax.tree.map(np.asarray, out)
 
 
+@pytest.mark.slow
 def test_batching_sharding_and_chunking_do_not_change_results():
     policy = jq.make("jiq-pod", d=2)
     batch = _run(policy, [0, 1, 2, 3])
@@ -127,8 +130,9 @@ def test_batching_sharding_and_chunking_do_not_change_results():
     assert len(jax.devices()) == 2
 
 
+@pytest.mark.slow
 def test_same_key_same_result_and_chunking_invariance():
-    kw = dict(n_servers=20, n_dispatchers=4, load=0.8, replicas=3, steps=4 * BLOCK,
+    kw = dict(load=0.8, n_servers=20, n_dispatchers=4, replicas=3, steps=4 * BLOCK,
               warmup=BLOCK, levels=12, iqueue_levels=12)  # fmt: skip
     a = jq.simulate("jiq", seed=5, **kw)
     b = jq.simulate("jiq", seed=5, **kw, devices=jax.devices()[:1])
@@ -144,33 +148,63 @@ def test_overflow_is_reported_not_clipped():
     with pytest.raises(jq.LevelOverflowError, match="levels=3"):
         jq.simulate("random", **kw)
     res = jq.simulate("random", on_overflow="report", **kw)
-    assert res.overflow > 0
+    assert res.overflow > 0 and res.to_dict()["diagnostics"]["overflow"] == res.overflow
 
 
+@pytest.mark.slow
 def test_iqueue_overflow_is_reported():
-    kw = dict(n_servers=40, n_dispatchers=8, load=0.1, replicas=2, steps=8 * BLOCK, warmup=0)
+    kw = dict(n_servers=40, n_dispatchers=8, load=0.1, replicas=2, steps=8 * BLOCK, warmup=0,
+              levels=8, iqueue_levels=6)  # fmt: skip
     with pytest.raises(jq.LevelOverflowError, match="iqueue_levels=6"):
-        jq.simulate("jiq", levels=8, iqueue_levels=6, **kw)
+        jq.simulate("jiq", **kw)
+    res = jq.simulate("jiq", on_overflow="report", **kw)
+    assert res.iq_overflow > 0 and res.overflow == 0
+    assert res.to_dict()["diagnostics"]["iq_overflow"] == res.iq_overflow
 
 
+@pytest.mark.slow
 def test_runs_with_the_same_shapes_do_not_recompile():
     kw = dict(n_servers=20, n_dispatchers=4, replicas=3, warmup=BLOCK, levels=12, iqueue_levels=12)
     jq.simulate("jiq", load=0.8, steps=4 * BLOCK, seed=1, **kw)
     before = run_blocks._cache_size()
     # other loads, seeds and lengths reuse the compiled chunk
     jq.simulate("jiq", load=0.5, steps=9 * BLOCK, seed=2, **kw)
-    jq.sweep("jiq", loads=[0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
+    jq.sweep("jiq", [0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
     assert run_blocks._cache_size() == before
 
 
-@pytest.mark.parametrize("name, z", [("jiq-original", 0), ("jiq-threshold", 1), ("jiq-threshold", 2)])
+def test_plan_state_and_next_block_are_an_exact_checkpoint():
+    """Any split of a run into advance() calls, across the warm-up boundary, gives the same result."""
+    p = runner.plan("jiq-pod", [0.7, 0.8], 20, 4, replicas=3, steps=5 * BLOCK, warmup=3 * BLOCK,
+                    levels=12, iqueue_levels=12, seed=4)  # fmt: skip
+    whole = runner.collect(p, runner.advance(p, runner.initial_state(p), 0, p.total_blocks))
+    state = runner.initial_state(p)
+    for first, count in ((0, 2), (2, 1), (3, 0), (3, 4), (7, 1)):  # 3 is the warm-up boundary
+        state = runner.advance(p, state, first, count)
+        # a checkpoint: the state leaves the devices and comes back
+        state = jax.device_put(jax.tree.map(np.asarray, state), runner.placement(p)[1])
+    split = runner.collect(p, state)
+    for a, b in zip(whole, split):
+        np.testing.assert_array_equal(a.tail.mean, b.tail.mean)
+        assert a.mean_response_time == b.mean_response_time and a.p0 == b.p0
+    with pytest.raises(ValueError, match="n_blocks=9 is out of range"):
+        runner.advance(p, state, 0, 9)
+
+
+PER_SERVER_CASES = [(name, opts) for name in PER_SERVER
+                    for opts in ([{"z": 1}, {"z": 2}] if "z" in jq.make(name).options() else [{}])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, opts", PER_SERVER_CASES)
 @pytest.mark.parametrize("m", [1, M])
-def test_per_server_lists_after_every_step(name, z, m):
-    policy = jq.make(name, z=z if name == "jiq-threshold" else None)
+def test_per_server_lists_after_every_step(name, opts, m):
+    policy = jq.make(name, **opts)
+    z = policy.threshold
     cap = N  # room for every server in any list
     system = System(N, m, None, LEVELS, cap)
-    core0 = engine.core_from_counts(np.eye(1, LEVELS + 1, 0, dtype=np.int64)[0] * N, None,
-                                    system, policy)  # fmt: skip
+    core0 = core_from_counts(np.eye(1, LEVELS + 1, 0, dtype=np.int64)[0] * N, None,
+                             system, policy)  # fmt: skip
     cores, ev = _trajectory(core0, jax.random.key(5), jnp.float32(0.8), system, policy, 3000)
     q = np.asarray(cores.lists.q)
     slots, sizes, where = (np.asarray(x) for x in cores.lists[1:])
@@ -188,14 +222,14 @@ def test_per_server_lists_after_every_step(name, z, m):
                 assert where[t, slots[t, d, c]] == d * cap + c
         assert (where[t] >= 0).sum() == len(listed)
         is_listed = where[t] >= 0
-        if name == "jiq-threshold":  # listed exactly while holding at most z tasks
+        if policy.delete_requests:  # listed exactly while holding at most z tasks
             assert (is_listed == (q[t] <= z)).all()
         else:  # every idle server is listed (busy ones may be, stale)
             assert is_listed[q[t] == 0].all()
     assert np.asarray(ev["joins"]).sum() > 0
     # with one dispatcher the fallback only runs when nothing is listed: no
     # stale picks and no delete requests can happen
-    other = np.asarray(ev["stale" if name == "jiq-original" else "deletes"]).sum()
+    other = np.asarray(ev["stale" if policy.stale_picks else "deletes"]).sum()
     assert (other > 0) == (m > 1)
-    if name == "jiq-original":
+    if not policy.delete_requests:
         assert np.asarray(ev["deletes"]).sum() == 0

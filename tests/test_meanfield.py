@@ -1,22 +1,31 @@
-"""The generic mean field (jaxqueue.meanfield), derived from the policies' own rules."""
+"""The generic mean field (jaxqueue.theory.meanfield), derived from the policies' own rules."""
 
 import numpy as np
 import pytest
 
 import jaxqueue as jq
-from jaxqueue import meanfield, theory
+from jaxqueue import theory
+from jaxqueue.core.status import Status
+from jaxqueue.policies import make
+from jaxqueue.theory import meanfield
+
+slow = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
     "name, d, ratio, levels",
-    [("pod", 2, None, 40), ("pod", 3, None, 40), ("jiq", None, 10.0, 40), ("jiq-pod", 2, 10.0, 40),
-     ("jiq", None, 2.0, 120), ("jsq", None, None, 40)],  # fmt: skip
+    [("pod", 2, None, 40), ("pod", 3, None, 40),
+     pytest.param("jiq", None, 10.0, 40, marks=slow),
+     pytest.param("jiq-pod", 2, 10.0, 40, marks=slow),
+     pytest.param("jiq", None, 2.0, 120, marks=slow), ("jsq", None, None, 40)],  # fmt: skip
 )
+@pytest.mark.slow
 def test_reproduces_the_closed_forms(name, d, ratio, levels):
     fp = meanfield.fixed_point(name, 0.9, ratio, d=d, levels=levels)
-    assert fp.status == 0 and fp.residual < 1e-12
+    assert fp.status is Status.CONVERGED and fp.residual < 1e-12
+    assert fp.tail.size == levels + 1  # levels: the largest queue length represented
     assert fp.truncated[0] < 1e-13 and fp.truncated[1] < 1e-13
-    mf = theory.mean_field(name, 0.9, ratio, d=d or 1)
+    mf = theory.mean_field(name, 0.9, ratio, d=d)
     k = min(len(mf.tail), fp.tail.size)
     np.testing.assert_allclose(fp.tail[:k], mf.tail[:k], rtol=0, atol=1e-10)
     if ratio is not None:
@@ -28,13 +37,16 @@ def test_reproduces_the_closed_forms(name, d, ratio, levels):
         assert abs(0.9 * fp.rates.deletes - mf.delete_rate) < 1e-10
 
 
+@slow
+@pytest.mark.slow
 def test_single_dispatcher_idle_first_and_i1f_fill_idle_servers_first():
     for name, d in (("idle-first", 2), ("i1f", None)):
-        mf = theory.mean_field(name, 0.9, None, d=d or 1)
+        mf = theory.mean_field(name, 0.9, None, d=d)
         np.testing.assert_allclose(mf.tail[:3], [1.0, 0.9, 0.0], atol=1e-12)
         assert mf.mean_response_time == pytest.approx(1.0, abs=1e-12)
 
 
+@slow
 def test_jiq_sq_balances_iqueues_better_than_jiq():
     sq = theory.mean_field("jiq-sq", 0.9, 10.0, d=2)
     jiq = theory.mean_field("jiq", 0.9, 10.0)
@@ -47,6 +59,7 @@ def test_jiq_sq_balances_iqueues_better_than_jiq():
     assert sq.probe_rate == pytest.approx(2 * sq.join_rate, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_transient_from_empty_reaches_the_fixed_point():
     times, tails, _ = meanfield.transient("pod", 0.9, d=2, t_end=400.0)
     fp = meanfield.fixed_point("pod", 0.9, d=2)
@@ -55,6 +68,7 @@ def test_transient_from_empty_reaches_the_fixed_point():
     assert times[-1] == pytest.approx(400.0)
 
 
+@slow
 def test_finite_buffer_overload_against_simulation():
     """Pod(2), b = 3, lambda = 1.2 at N = 10^4: blocking and tail within the CI.
 
@@ -63,10 +77,10 @@ def test_finite_buffer_overload_against_simulation():
     of 10/N relative.
     """
     fp = meanfield.fixed_point("pod", 1.2, d=2, buffer=3)
-    assert fp.status == 0
-    mf = meanfield.as_result(fp, jq.make("pod", d=2), 1.2, None, buffer=3)
+    assert fp.status is Status.CONVERGED
+    mf = meanfield.as_result(fp, make("pod", d=2), 1.2, None, buffer=3)
     n = 10_000
-    res = jq.simulate("pod", n, 1, 1.2, d=2, buffer=3, replicas=8, steps=40 * n * 22 // 10,
+    res = jq.simulate("pod", 1.2, n, 1, d=2, buffer=3, replicas=8, steps=40 * n * 22 // 10,
                       warmup=10 * n * 22 // 10, init=mf.occupancy, seed=4)  # fmt: skip
     f, allow = 3.48 / 1.96, 10.0 / n
     pairs = [(res.blocking_probability, mf.blocking_probability)] + [
@@ -74,3 +88,30 @@ def test_finite_buffer_overload_against_simulation():
     ]
     for est, want in pairs:
         assert abs(est.mean - want) <= f * est.ci95 + allow * want, (est, want)
+
+
+@pytest.mark.slow
+def test_mean_field_with_a_buffer_is_the_generic_fixed_point():
+    """A finite buffer takes every policy with a mean field to the generic path."""
+    mf = theory.mean_field("pod", 1.2, buffer=3)  # Pod's default d = 2
+    fp = meanfield.fixed_point("pod", 1.2, d=2, buffer=3)
+    want = meanfield.as_result(fp, make("pod", d=2), 1.2, None, buffer=3)
+    assert isinstance(mf, theory.MeanFieldResult) and mf.status is Status.CONVERGED
+    assert mf.buffer == 3 and mf.levels == 3 and mf.d == 2
+    for name in ("tail", "occupancy", "arrival_seen"):
+        np.testing.assert_array_equal(getattr(mf, name), getattr(want, name))
+        assert getattr(mf, name).shape == (4,)
+    assert mf.arrival_seen[3] == 0.0  # an arrival that finds b tasks is blocked
+    assert mf.blocking_probability == want.blocking_probability > 0
+    assert mf.response_quantiles == want.response_quantiles and mf.p0 is None
+    with pytest.raises(ValueError, match="levels=5 must equal buffer=3"):
+        theory.mean_field("pod", 1.2, buffer=3, levels=5)
+    with pytest.raises(ValueError, match="load"):
+        theory.mean_field("pod", 1.2)  # infinite buffers need load < 1
+
+
+def test_policies_without_mean_field_fail_in_the_generic_path_too():
+    with pytest.raises(NotImplementedError, match="not exchangeable"):
+        meanfield.fixed_point("jiq-original", 0.9, 10.0)
+    with pytest.raises(NotImplementedError, match="jiq-original"):
+        theory.mean_field("jiq-original", 0.9, 10.0, buffer=4)

@@ -1,10 +1,10 @@
-"""Tests of the Erlang-mixture response-time law (jaxqueue.response)."""
+"""Tests of the Erlang-mixture response-time law (jaxqueue.results.response)."""
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
-from jaxqueue.response import (
+from jaxqueue.results.response import (
     erlang_mixture_cdf,
     erlang_mixture_mean,
     erlang_mixture_pdf,

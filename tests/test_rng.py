@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.rng import BLOCK, block_keys, step_words, uniform_index
+from jaxqueue.core.rng import BLOCK, block_keys, step_words, uniform_index
 
 
 def test_uniform_index_is_the_exact_64_bit_product():

@@ -4,7 +4,8 @@ Accuracy checks run in float64 under ``jax.enable_x64(True)``; array shapes are
 kept few so that little is compiled.
 """
 
-import math
+import json
+import re
 from decimal import Decimal, localcontext
 
 import jax
@@ -14,6 +15,13 @@ import pytest
 from scipy import optimize, special
 
 from jaxqueue import theory
+from jaxqueue.core import status
+from jaxqueue.core.status import Status
+from jaxqueue.policies import JIQThreshold, make, option_names
+from jaxqueue.results.response import erlang_mixture_cdf
+from jaxqueue.results.schema import QUANTILES
+from jaxqueue.studies.headline import headline_ratio
+from jaxqueue.theory import closed_forms
 
 CORNER_LOADS = (1e-4, 1 - 1e-6)
 CORNER_RATIOS = (1e-2, 1e4)
@@ -58,7 +66,7 @@ def decimal_p0_error(p0: float, lam: float, r: float, d: int) -> float:
         return float(-f(p0) / slope)
 
 
-@pytest.mark.parametrize("d", [1, 2])
+@pytest.mark.parametrize("d", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_p0_matches_scipy_reference(d):
     lam = np.array([0.1, 0.5, 0.9, 0.98])
     r = np.array([20.0, 1.0, 10.0, 10.0])
@@ -72,6 +80,7 @@ def test_p0_matches_scipy_reference(d):
 
 
 @pytest.mark.parametrize("d", [1, 10])
+@pytest.mark.slow
 def test_extreme_corners_finite_converged_and_accurate(d):
     lam, r = (x.ravel() for x in np.meshgrid(CORNER_LOADS, CORNER_RATIOS, indexing="ij"))
     with jax.enable_x64(True):
@@ -86,6 +95,7 @@ def test_extreme_corners_finite_converged_and_accurate(d):
 
 
 @pytest.mark.parametrize("d", [1, 10])
+@pytest.mark.slow
 def test_iqueue_law_normalised_with_mean_r_one_minus_lambda(d):
     # Wang et al.: sum_k k p_k is the number of idle servers per dispatcher, r (1 - lambda).
     lam = np.array([1e-4, 0.3, 0.999, 1 - 1e-6])
@@ -99,7 +109,7 @@ def test_iqueue_law_normalised_with_mean_r_one_minus_lambda(d):
     np.testing.assert_allclose(dist @ k, r * (1 - lam), rtol=1e-9)
     np.testing.assert_allclose(dist[:, 0], p0, rtol=1e-15)
     # the host-side law used by mean_field agrees
-    host, rest = theory._iqueue_host(float(p0[2]), lam[2], r[2], d)
+    host, rest = closed_forms._iqueue_host(float(p0[2]), lam[2], r[2], d)
     np.testing.assert_allclose(host, dist[2, : host.size], rtol=1e-12, atol=1e-300)
     assert rest < 1e-15
 
@@ -107,13 +117,16 @@ def test_iqueue_law_normalised_with_mean_r_one_minus_lambda(d):
 def test_invalid_inputs_give_status_not_silent_nan():
     with jax.enable_x64(True):
         sol = theory.solve_p0(np.array([1.2, 0.5, 0.5, 0.5]), np.array([1.0, -1.0, np.inf, 2.0]))
-    np.testing.assert_array_equal(sol.status, [3, 3, 3, 0])
+    invalid, ok = Status.INVALID_INPUT, Status.CONVERGED
+    np.testing.assert_array_equal(sol.status, [invalid, invalid, invalid, ok])
+    assert [Status(int(c)) for c in sol.status] == [invalid, invalid, invalid, ok]
     assert np.all(np.isnan(np.asarray(sol.p0)[:3])) and np.isfinite(sol.p0[3])
-    assert "invalid" in theory.STATUS_MESSAGES[3]
+    assert "invalid" in status.message(sol.status[0])
     with pytest.raises(ValueError):
         theory.solve_p0(0.5, 1.0, 0)
 
 
+@pytest.mark.slow
 def test_float32_mode_accuracy():
     # Without x64 everything is float32; documented accuracy about 5e-7 absolute.
     lam = np.array([0.1, 0.5, 0.9, 0.98], np.float32)
@@ -128,6 +141,7 @@ def test_float32_mode_accuracy():
     np.testing.assert_allclose(np.asarray(sol32.p0, np.float64), sol64.p0, rtol=0, atol=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [1, 2])
 def test_gradients_match_central_differences(d):
     h = 1e-6  # central differences in float64: error ~ h**2 + eps / h, ~1e-10 relative
@@ -146,28 +160,31 @@ def test_gradients_match_central_differences(d):
             assert float(dp0_dr) == pytest.approx(float(fd_r), rel=1e-6)
             assert float(dp0_dlam) > 0 > float(dp0_dr)  # busier: more empty I-queues
 
-            policy = "jiq" if d == 1 else "jiq-pod"
+            # JIQ-Pod(1) is JIQ, which takes no option d
+            policy, opts = ("jiq", {}) if d == 1 else ("jiq-pod", {"d": d})
 
             def t(lam_, r_):
-                return theory.mean_response_time(policy, lam_, r_, d)
+                return theory.mean_response_time(policy, lam_, r_, **opts)
 
             _, dt_dlam = jax.jvp(t, x, (jnp.float64(1.0), jnp.float64(0.0)))
             fd_t = (t(lam * (1 + h), r) - t(lam * (1 - h), r)) / (2 * h * lam)
             assert float(dt_dlam) == pytest.approx(float(fd_t), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_reverse_mode_gradient_of_vectorised_response_time():
     lam = np.array([0.3, 0.5, 0.9, 0.98])
     r = np.array([0.5, 2.0, 10.0, 40.0])
     h = 1e-6
     with jax.enable_x64(True):
-        grad = jax.grad(lambda x: jnp.sum(theory.mean_response_time("jiq-pod", x, r, 2)))(lam)
-        t_plus = np.asarray(theory.mean_response_time("jiq-pod", lam * (1 + h), r, 2))
-        t_minus = np.asarray(theory.mean_response_time("jiq-pod", lam * (1 - h), r, 2))
+        grad = jax.grad(lambda x: jnp.sum(theory.mean_response_time("jiq-pod", x, r, d=2)))(lam)
+        t_plus = np.asarray(theory.mean_response_time("jiq-pod", lam * (1 + h), r, d=2))
+        t_minus = np.asarray(theory.mean_response_time("jiq-pod", lam * (1 - h), r, d=2))
         grad = np.asarray(grad)
     np.testing.assert_allclose(grad, (t_plus - t_minus) / (2 * h * lam), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_p0_grid_matches_pointwise_solve():
     loads = np.array([0.05, 0.5, 0.95])
     ratios = np.array([0.1, 1.0, 30.0, 1000.0])
@@ -186,7 +203,7 @@ def test_random_pod_and_jsq_tails():
     np.testing.assert_allclose(s, lam ** np.arange(s.size), rtol=1e-14)
     t_random = theory.mean_field("random", lam).mean_response_time
     assert t_random == pytest.approx(1 / (1 - lam), rel=1e-14)
-    np.testing.assert_allclose(theory.tail("random", lam, levels=6), lam ** np.arange(6), rtol=1e-6)
+    np.testing.assert_allclose(theory.tail("random", lam, levels=6), lam ** np.arange(7), rtol=1e-6)
     s_pod = theory.mean_field("pod", lam, d=3).tail
     i = np.arange(s_pod.size)
     np.testing.assert_allclose(s_pod, lam ** ((3.0**i - 1) / 2), rtol=1e-13)
@@ -196,6 +213,7 @@ def test_random_pod_and_jsq_tails():
     assert jsq.mean_response_time == 1.0 and jsq.waiting_probability == 0.0
 
 
+@pytest.mark.slow
 def test_jiq_pod_with_d1_is_jiq_and_jiq_tail_formula():
     a = theory.mean_field("jiq", 0.9, 5.0)
     b = theory.mean_field("jiq-pod", 0.9, 5.0, d=1)
@@ -209,17 +227,19 @@ def test_jiq_pod_with_d1_is_jiq_and_jiq_tail_formula():
 
 @pytest.mark.parametrize(
     "policy,ratio,d",
-    [("random", None, 1), ("pod", None, 2), ("jsq", None, 1), ("jiq", 10.0, 1),
+    [("random", None, None), ("pod", None, 2), ("jsq", None, None), ("jiq", 10.0, None),
      ("jiq-pod", 10.0, 2), ("jiq-pod", 0.5, 10)],
 )  # fmt: skip
+@pytest.mark.slow
 def test_mean_field_consistency(policy, ratio, d):
     lam = 0.95
     mf = theory.mean_field(policy, lam, ratio, d=d)
     s, k = mf.tail, np.arange(mf.tail.size)
+    assert mf.levels == s.size - 1 and mf.occupancy.size == mf.arrival_seen.size == s.size
     # tail non-increasing from 1; occupancy its differences; nothing material left out
     assert s[0] == 1.0 and np.all(np.diff(s) <= 0) and mf.tail_remainder < 1e-15
     np.testing.assert_allclose(mf.occupancy[:-1], -np.diff(s), rtol=1e-12, atol=1e-17)
-    # the last entry is s_{L-1} - s_L, with s_L <= tail_remainder
+    # the last entry is s_L - s_{L+1}, with s_{L+1} <= tail_remainder
     assert 0 <= s[-1] - mf.occupancy[-1] <= mf.tail_remainder + 1e-15 * s[-1]
     # Little's law for the Erlang mixture: sum_k (k + 1) P(find k) = sum s_i / lambda
     np.testing.assert_allclose(mf.arrival_seen.sum(), 1.0, atol=1e-14)
@@ -228,14 +248,16 @@ def test_mean_field_consistency(policy, ratio, d):
     np.testing.assert_allclose(mf.waiting_probability, 1 - mf.arrival_seen[0], atol=1e-14)
     q = np.array(list(mf.response_quantiles))
     t = np.array(list(mf.response_quantiles.values()))
+    assert tuple(q) == QUANTILES
+    assert all(type(v) is float for v in mf.response_quantiles.values())
     assert np.all(np.diff(t) > 0) and t[0] > 0
-    from jaxqueue.response import erlang_mixture_cdf
-
     np.testing.assert_allclose(erlang_mixture_cdf(mf.arrival_seen, t), q, rtol=1e-10)
+    assert mf.blocking_probability == 0.0 and mf.stale_fraction is None
+    assert mf.status is Status.CONVERGED
     # the jnp helpers agree
     with jax.enable_x64(True):
-        t_jnp = float(theory.mean_response_time(policy, lam, ratio, d))
-        s_jnp = np.asarray(theory.tail(policy, lam, ratio, d, levels=s.size))
+        t_jnp = float(theory.mean_response_time(policy, lam, ratio, d=d))
+        s_jnp = np.asarray(theory.tail(policy, lam, ratio, d=d, levels=mf.levels))
     assert t_jnp == pytest.approx(mf.mean_response_time, rel=1e-12)
     np.testing.assert_allclose(s_jnp, s, rtol=1e-12, atol=1e-300)
     if policy in ("jiq", "jiq-pod"):
@@ -251,11 +273,12 @@ def test_mean_field_consistency(policy, ratio, d):
         assert mf.probe_rate == (lam * mf.p0 * dd if dd >= 2 else 0.0)
         assert mf.waiting_probability == pytest.approx(mf.p0 * lam**dd, rel=1e-12)
     else:
-        assert math.isnan(mf.p0) and mf.iqueue_distribution is None
+        assert mf.p0 is None and mf.iqueue_distribution is None
         assert mf.join_rate == mf.delete_rate == 0.0
         assert mf.probe_rate == (lam * d if policy == "pod" else 0.0)
 
 
+@pytest.mark.slow
 def test_ordering_jiq_pod_beats_pod_and_jiq():
     # Wang et al.: JIQ-Pod(d) has the shortest mean response time of the three.
     for lam, r in [(0.5, 1.0), (0.9, 10.0), (0.99, 2.0)]:
@@ -264,17 +287,23 @@ def test_ordering_jiq_pod_beats_pod_and_jiq():
         assert t_jp < theory.mean_field("pod", lam, d=2).mean_response_time
 
 
+def _d_where_taken(policy, d):
+    """``{"d": d}`` for a policy that takes ``d`` (pod, jiq-pod), nothing for jiq."""
+    return {"d": d} if "d" in option_names(policy) else {}
+
+
+@pytest.mark.slow
 def test_headline_figures():
-    fit = theory.headline_ratio()
+    fit = headline_ratio()
     assert 9.0 < fit.ratio < 11.0
     # each single-policy ratio reproduces its target
     with jax.enable_x64(True):
         for policy, target in fit.targets.items():
-            d = 2 if policy == "jiq-pod" else 1
-            t = float(theory.mean_response_time(policy, 0.98, fit.ratios[policy], d))
+            opts = _d_where_taken(policy, 2)
+            t = float(theory.mean_response_time(policy, 0.98, fit.ratios[policy], **opts))
             assert t == pytest.approx(target, rel=1e-9)
     at10 = {
-        p: theory.mean_field(p, 0.98, 10.0, d=2).mean_response_time
+        p: theory.mean_field(p, 0.98, 10.0, **_d_where_taken(p, 2)).mean_response_time
         for p in ("jiq", "jiq-pod", "pod")
     }
     assert at10["jiq"] == pytest.approx(5.3, abs=0.1)
@@ -283,14 +312,18 @@ def test_headline_figures():
     assert fit.mean_response_time["pod"] == pytest.approx(at10["pod"], rel=1e-14)
 
 
-@pytest.mark.parametrize("policy,ratio,d", [("jiq-pod", 10.0, 2), ("random", None, 1)])
+@pytest.mark.parametrize(
+    "policy,ratio,d",
+    [pytest.param("jiq-pod", 10.0, 2, marks=pytest.mark.slow),
+     pytest.param("random", None, None, marks=pytest.mark.slow)],
+)
 def test_max_load_for_target(policy, ratio, d):
     target = 3.0
-    res = theory.max_load_for_target(target, ratio, policy, d)
-    assert res.status == 0
+    res = theory.max_load_for_target(policy, target, ratio, d=d)
+    assert res.status is Status.CONVERGED
     with jax.enable_x64(True):
-        t_star = float(theory.mean_response_time(policy, res.load, ratio, d))
-        t_above = float(theory.mean_response_time(policy, res.load + 1e-7, ratio, d))
+        t_star = float(theory.mean_response_time(policy, res.load, ratio, d=d))
+        t_above = float(theory.mean_response_time(policy, res.load + 1e-7, ratio, d=d))
     assert t_star <= target + 1e-9 and t_above > target
     assert res.mean_response_time == pytest.approx(t_star, rel=1e-14)
     if policy == "random":
@@ -298,19 +331,31 @@ def test_max_load_for_target(policy, ratio, d):
 
 
 def test_max_load_edge_cases():
-    assert theory.max_load_for_target(0.9, 10.0).status == 3
-    assert theory.max_load_for_target(2.0, policy="jsq", d=1).status == 4
+    infeasible = theory.max_load_for_target("jiq-pod", 0.9, 10.0)
+    assert infeasible.status is Status.INFEASIBLE and infeasible.load == 0.0
+    unbounded = theory.max_load_for_target("jsq", 2.0)
+    assert unbounded.status is Status.UNBOUNDED and unbounded.load == 1.0
+    with pytest.raises(ValueError, match="needs ratio"):
+        theory.max_load_for_target("jiq", 3.0)
+    with pytest.raises(ValueError, match="no closed-form"):
+        theory.max_load_for_target("i1f", 3.0)
 
 
 def test_to_dict_is_json_and_mirrors_the_result():
-    import json
-
     mf = theory.mean_field("jiq-pod", 0.9, 10.0, d=2)
-    out = json.loads(json.dumps(theory.to_dict(mf)))
-    assert out["mean_response_time"]["mean"] == mf.mean_response_time
+    assert isinstance(mf, theory.MeanFieldResult) and mf.source == "mean-field"
+    out = json.loads(json.dumps(mf.to_dict()))
+    assert out["source"] == "mean-field"
+    assert out["mean_response_time"] == {"mean": mf.mean_response_time, "ci95": None}
     assert out["p0"]["mean"] == mf.p0 and out["tail"]["mean"] == mf.tail.tolist()
-    assert out["response_p99_9"]["mean"] == mf.response_quantiles[0.999]
-    assert theory.to_dict(theory.mean_field("pod", 0.9, d=2))["p0"] is None
+    assert out["response_quantiles"]["0.999"]["mean"] == mf.response_quantiles[0.999]
+    assert out["stale_fraction"] is None and out["blocking_probability"]["mean"] == 0.0
+    assert out["settings"]["policy_label"] == "jiq-pod(d=2)" and out["settings"]["d"] == 2
+    assert out["settings"]["levels"] == mf.tail.size - 1
+    assert out["diagnostics"]["status"] == 0
+    assert out["diagnostics"]["tail_remainder"] == mf.tail_remainder
+    pod = theory.mean_field("pod", 0.9, d=2).to_dict()
+    assert pod["p0"] is None and pod["iqueue_distribution"] is None
 
 
 def test_policies_without_mean_field():
@@ -323,3 +368,105 @@ def test_policies_without_mean_field():
         theory.mean_field("nope", 0.5, 1.0)
     with pytest.raises(ValueError):
         theory.mean_field("jiq", 0.5)  # needs a ratio
+
+
+@pytest.mark.slow
+def test_pod_default_d_is_the_policy_default_as_in_simulate():
+    # simulate builds its policy with make(name): Pod's default is d = 2
+    default = make("pod")
+    assert default.d == 2
+    mf = theory.mean_field("pod", 0.9)
+    assert mf.d == 2 and mf.options == default.options() and mf.policy_label == default.label()
+    explicit = theory.mean_field("pod", 0.9, d=2)
+    assert mf.mean_response_time == explicit.mean_response_time
+    np.testing.assert_array_equal(mf.tail, explicit.tail)
+    # not Random's (d = 1)
+    assert mf.mean_response_time < theory.mean_field("random", 0.9).mean_response_time
+    with jax.enable_x64(True):
+        t_default = float(theory.mean_response_time("pod", 0.9))
+        s_default = np.asarray(theory.tail("pod", 0.9, levels=5))
+        s_two = np.asarray(theory.tail("pod", 0.9, d=2, levels=5))
+    assert t_default == pytest.approx(mf.mean_response_time, rel=1e-12)
+    np.testing.assert_array_equal(s_default, s_two)
+    # the JIQ family likewise: jiq-pod's default d = 2
+    assert theory.mean_field("jiq-pod", 0.9, 10.0).d == make("jiq-pod").d == 2
+
+
+def test_options_a_policy_does_not_take_are_errors():
+    with pytest.raises(ValueError, match=r"'jiq' takes no option d"):
+        theory.mean_field("jiq", 0.9, 10, d=2)
+    with pytest.raises(ValueError, match=r"'random' takes no option d"):
+        theory.mean_field("random", 0.9, d=1)
+    with pytest.raises(ValueError, match=r"'pod' takes no option z"):
+        theory.mean_field("pod", 0.9, z=1)
+    with pytest.raises(ValueError, match=r"takes no option d"):
+        theory.tail("jsq", 0.9, d=2)
+    with pytest.raises(ValueError, match=r"takes no option d"):
+        theory.mean_response_time("jiq", 0.9, 10.0, d=2)
+
+
+def test_jiq_threshold_has_no_mean_field_and_says_why():
+    reason = JIQThreshold.no_mean_field
+    assert reason
+    with pytest.raises(NotImplementedError, match=re.escape(reason)):
+        theory.mean_field("jiq-threshold", 0.5, 10)
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        theory.tail("jiq-threshold", 0.5, 10.0)
+
+
+def test_array_functions_need_a_closed_form():
+    for name in ("i1f", "jiq-sq", "idle-first"):
+        with pytest.raises(ValueError, match="no closed-form mean field.*generic fixed point"):
+            theory.tail(name, 0.9, 10.0)
+        with pytest.raises(ValueError, match="no closed-form mean field"):
+            theory.mean_response_time(name, 0.9, 10.0)
+    with pytest.raises(ValueError, match="needs ratio"):
+        theory.tail("jiq", 0.9)
+
+
+def test_status_codes_are_status_members():
+    assert theory.Status is Status
+    with jax.enable_x64(True):
+        sol = theory.solve_p0(np.array([0.5, 1.5]), np.array([2.0, 2.0]))
+    assert [Status(int(c)) for c in sol.status] == [Status.CONVERGED, Status.INVALID_INPUT]
+    assert not hasattr(theory, "STATUS_MESSAGES") and not hasattr(theory, "to_dict")
+    mf = theory.mean_field("jiq", 0.9, 10.0)
+    assert isinstance(mf.status, Status) and mf.status is Status.CONVERGED
+    assert mf.diagnostics["status"] is Status.CONVERGED
+    # the generic path's statuses: tests/test_meanfield.py and the levels test below
+    res = theory.max_load_for_target("random", 3.0)
+    assert isinstance(res.status, Status)
+
+
+@pytest.mark.parametrize("policy,ratio", [("pod", None), ("jsq", None), ("jiq", 10.0)])
+def test_levels_is_the_largest_queue_length(policy, ratio):
+    # as the simulator's System.levels: arrays over k = 0..levels, levels + 1 entries
+    n = 6
+    with jax.enable_x64(True):
+        s = np.asarray(theory.tail(policy, 0.9, ratio, levels=n))
+    assert s.shape == (n + 1,)
+    mf = theory.mean_field(policy, 0.9, ratio, levels=n)
+    for arr in (mf.tail, mf.occupancy, mf.arrival_seen):
+        assert arr.shape == (n + 1,)
+    assert mf.levels == mf.settings["levels"] == n
+    np.testing.assert_allclose(mf.tail, s, rtol=1e-12, atol=1e-300)
+    # the remainder is the mass past level n: the auto-sized tail's entries n+1, n+2, ...
+    full = theory.mean_field(policy, 0.9, ratio)
+    if full.tail.size > n + 1:
+        rest = full.tail[n + 1 :].sum() + full.tail_remainder
+        assert mf.tail_remainder == pytest.approx(rest, rel=1e-12)
+        np.testing.assert_array_equal(mf.tail, full.tail[: n + 1])
+    with pytest.raises(ValueError, match="levels"):
+        theory.mean_field(policy, 0.9, ratio, levels=0)
+
+
+@pytest.mark.slow
+def test_levels_convention_of_the_generic_path():
+    n = 12
+    mf = theory.mean_field("i1f", 0.9, levels=n)
+    assert mf.tail.shape == mf.occupancy.shape == mf.arrival_seen.shape == (n + 1,)
+    assert mf.levels == n and mf.arrival_seen[n] == 0.0 and mf.p0 is None
+    assert mf.status is Status.CONVERGED
+    assert mf.blocking_probability == 0.0 and mf.stale_fraction is None
+    assert mf.iqueue_distribution is None
+    assert tuple(mf.response_quantiles) == QUANTILES

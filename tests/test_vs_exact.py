@@ -1,25 +1,73 @@
 """The simulator against the exact stationary solution of small systems.
 
-Each case runs 32 replicas with a fixed seed and compares every metric with
-the exact CTMC solution of :mod:`jaxqueue.exact` (an independent per-server
-implementation of the same rules). Tolerance: the 95% confidence half-width
-scaled to a family-wise 99.9% level over all the comparisons of this file
-(Bonferroni over about 150 comparisons: z = 4.50 instead of 1.96, a factor
-of 2.3); the exact solution's truncated mass is below 1e-7, far below the intervals.
+The exact solutions come from :mod:`jaxqueue.exact` (an independent
+per-server implementation of the same rules). Every comparison is a two-sided
+Student-t test for the replicas used (:func:`jaxqueue.tolerance`), family-wise
+0.001 (Bonferroni) over the comparisons of its tier, the family counted from
+the tables below. The exact solutions' truncated mass is below 1e-7, far below
+the intervals.
+
+Two tiers:
+
+* fast: every registered policy (``jaxqueue.available()``, default options)
+  once, on a 3-server system with 4 places per server (a small exact chain,
+  no truncation), comparing the mean response time, the waiting and blocking
+  probabilities and, where it applies, ``p0``; the simulated and exact results
+  also have the same keys;
+* slow: a table of cases (options, finite buffers, per-server policies), each
+  compared metric by metric.
 """
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
 import jaxqueue as jq
 from jaxqueue.exact import solve_exact
+from jaxqueue.results.stats import tolerance
 
-FAMILY = 4.50 / 1.96
 LOAD = 0.6
-STEPS = 2**18
 REPLICAS = 32
+STEPS = 2**18
+
+# ---------------------------------------------------------------------------- fast tier
+
+FAST_STEPS = 2**15
+FAST_BUFFER = 4
+FAST_POLICIES = jq.available()
+FAST_METRICS = ("mean_response_time", "waiting_probability", "blocking_probability", "p0")
+FAST_FAMILY = len(FAST_POLICIES) * len(FAST_METRICS)
+
+
+def _exact(name, opts, lam, n, m, b):
+    # the per-server chains are larger: their automatic bound stops near 1e-7
+    tol = 1e-7 if jq.make(name, **opts).per_server else 1e-9
+    ex = solve_exact(name, lam, n, m, buffer=b, tol=tol, **opts)
+    assert ex.truncated_mass < 1e-7
+    return ex
+
+
+@pytest.mark.parametrize("name", FAST_POLICIES)
+def test_every_policy_against_its_exact_chain(name):
+    policy = jq.make(name)
+    n, m = 3, (1 if policy.single_dispatcher or not policy.uses_iqueues else 2)
+    sim = jq.simulate(name, LOAD, n, m, buffer=FAST_BUFFER, replicas=REPLICAS, steps=FAST_STEPS,
+                      warmup=4096, seed=11, devices=jax.devices()[:1],
+                      iqueue_levels=n if policy.uses_iqueues and (m > 1 or policy.per_server)
+                      else None)  # fmt: skip
+    ex = _exact(name, {}, LOAD, n, m, FAST_BUFFER)
+    assert set(sim.to_dict()) == set(ex.to_dict())
+    for metric in FAST_METRICS:
+        est, exact = getattr(sim, metric), getattr(ex, metric)
+        if exact is None:
+            assert est is None, metric
+            continue
+        _close(est, exact, metric, FAST_FAMILY)
+
+
+# ---------------------------------------------------------------------------- slow tier
 
 CASES = [
     # (policy, options, N, M, buffer, load)
@@ -38,53 +86,51 @@ CASES = [
     ("jiq-threshold", {"z": 0}, 3, 2, None, LOAD),
     ("jiq-original", {}, 3, 1, 3, 0.9),
 ]
-
-
-def _exact(name, opts, n, m, lam, b):
-    """The oracle: idle-first is JIQ-Pod with M = 1; JIQ-Threshold(0) is JIQ."""
-    if name == "idle-first":
-        name = "jiq-pod"
-    if name == "jiq-threshold" and opts["z"] == 0:
-        name, opts = "jiq", {}
-    # JIQ-Original's state space is larger: its automatic bound stops near 1e-7
-    tol = 1e-7 if name == "jiq-original" else 1e-9
-    return solve_exact(name, n, m, lam, buffer=b, tol=tol, **opts)
+# The comparisons of one case (an upper bound: those that do not apply are skipped):
+# entries per metric; the I-queue law has at most N + 1 = 5 entries.
+COMPARED = {
+    "tail s_1..s_3": 3, "mean_response_time": 1, "waiting_probability": 1,
+    "mean_queue_length": 1, "blocking_probability": 1, "join_rate": 1, "delete_rate": 1,
+    "probe_rate": 1, "p0": 1, "stale_fraction": 1, "iqueue_distribution": 5,
+}  # fmt: skip
+FAMILY = len(CASES) * sum(COMPARED.values()) + 1  # + the JSQ identity test below
 
 
 def _ids(case):
     name, opts, n, m, b, lam = case
-    return f"{name}{opts.get('d', '')}-N{n}-M{m}-b{b}-l{lam}"
+    return f"{name}{''.join(str(v) for v in opts.values())}-N{n}-M{m}-b{b}-l{lam}"
 
 
 @pytest.fixture(scope="module", params=CASES, ids=_ids)
 def pair(request):
     name, opts, n, m, b, lam = request.param
     sim = jq.simulate(
-        name, n, m, lam, buffer=b, replicas=REPLICAS, steps=STEPS, warmup=4096, seed=1,
+        name, lam, n, m, buffer=b, replicas=REPLICAS, steps=STEPS, warmup=4096, seed=1,
         iqueue_levels=n if m > 1 else None, **opts,
     )  # fmt: skip
-    ex = _exact(name, opts, n, m, lam, b)
-    assert ex.truncated_mass < 1e-7
-    return sim, ex
+    return sim, _exact(name, opts, lam, n, m, b)
 
 
-def _close(est, exact, what):
-    tol = FAMILY * np.asarray(est.ci95)
+def _close(est, exact, what, family=FAMILY):
+    exact = np.asarray(exact, np.float64)
     err = np.abs(np.asarray(est.mean) - exact)
+    tol = tolerance(est, family)
     assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, exact {exact}"
     # a zero-width interval is only acceptable where the value is exactly right
     assert np.all((np.asarray(est.ci95) > 0) | (err == 0)), what
 
 
+def _slice(est, a, b):
+    return jq.Estimate(np.asarray(est.mean)[a:b], np.asarray(est.ci95)[a:b], est.n)
+
+
+@pytest.mark.slow
 def test_tail(pair):
     sim, ex = pair
     _close(_slice(sim.tail, 1, 4), ex.tail[1:4], "tail s_1..s_3")
 
 
-def _slice(est, a, b):
-    return jq.Estimate(np.asarray(est.mean)[a:b], np.asarray(est.ci95)[a:b])
-
-
+@pytest.mark.slow
 def test_response_time_and_waiting(pair):
     sim, ex = pair
     _close(sim.mean_response_time, ex.mean_response_time, "mean response time")
@@ -92,15 +138,17 @@ def test_response_time_and_waiting(pair):
     _close(sim.mean_queue_length, ex.mean_queue_length, "mean queue length")
 
 
+@pytest.mark.slow
 def test_blocking(pair):
     sim, ex = pair
     if ex.buffer is None:
-        assert sim.blocking_probability.mean == 0.0
+        assert sim.blocking_probability.mean == 0.0 and ex.blocking_probability == 0.0
     else:
         assert ex.blocking_probability > 0.01
         _close(sim.blocking_probability, ex.blocking_probability, "blocking probability")
 
 
+@pytest.mark.slow
 def test_messages(pair):
     sim, ex = pair
     for name in ("join_rate", "delete_rate", "probe_rate"):
@@ -112,21 +160,25 @@ def test_messages(pair):
             _close(est, exact, name)
 
 
+@pytest.mark.slow
 def test_iqueues(pair):
     sim, ex = pair
-    if math.isnan(ex.p0):
-        assert sim.p0 is None
+    if ex.p0 is None:
+        assert sim.p0 is None and sim.iqueue_distribution is None
         return
     _close(sim.p0, ex.p0, "p0")
+    assert (sim.stale_fraction is None) == (ex.stale_fraction is None)
     if sim.stale_fraction is not None:
         _close(sim.stale_fraction, ex.stale_fraction, "stale picks")
     if sim.iqueue_distribution is not None:
         k = len(sim.iqueue_distribution.mean)
         _close(sim.iqueue_distribution, ex.iqueue_distribution[:k], "I-queue sizes")
+        assert math.isclose(float(np.sum(ex.iqueue_distribution[k:])), 0.0, abs_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_pod_with_all_servers_probed_is_jsq():
     kw = dict(replicas=REPLICAS, steps=STEPS, warmup=4096, seed=2, levels=24)
-    sim = jq.simulate("jiq-pod", 3, 1, LOAD, d=3, **kw)
-    ex = solve_exact("jsq", 3, 1, LOAD)
+    sim = jq.simulate("jiq-pod", LOAD, 3, 1, d=3, **kw)
+    ex = solve_exact("jsq", LOAD, 3, 1)
     _close(sim.mean_response_time, ex.mean_response_time, "jiq-pod(d=N), M=1 vs JSQ")

@@ -1,8 +1,12 @@
-"""Static system configuration and input validation.
+"""The system's static configuration, its time scale, and input validation.
 
 Everything that fixes an array shape or a branch lives in :class:`System`, a
 frozen, hashable dataclass that ``jax.jit`` treats as static. What a sweep
 varies or a gradient flows through (the load) is passed as an array.
+
+The service rate is written here once (:data:`SERVICE_RATE`); the
+uniformization constants (:func:`event_rate`, :func:`arrival_probability`,
+:func:`steps_per_time_unit`) and the response-time scale derive from it.
 """
 
 from __future__ import annotations
@@ -10,12 +14,32 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jaxqueue.rng import BLOCK
+from jaxqueue.core.rng import BLOCK
 
 __all__ = [
     "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
-    "MAX_STEPS", "MAX_SERVERS",
+    "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate", "arrival_probability",
+    "steps_per_time_unit",
 ]  # fmt: skip
+
+#: Service rate of every server (tasks per unit time). Loads are per server and
+#: in units of this rate, so ``lambda < 1`` is the stability condition.
+SERVICE_RATE = 1.0
+
+
+def event_rate(load):
+    """Uniformization rate per server: ``lambda + mu`` (arrivals plus a potential completion)."""
+    return load + SERVICE_RATE
+
+
+def arrival_probability(load):
+    """Probability that a uniformized step is an arrival: ``lambda / (lambda + mu)``."""
+    return load / event_rate(load)
+
+
+def steps_per_time_unit(n_servers: int, load: float) -> float:
+    """Uniformized steps per unit of time: ``N * (lambda + mu)``."""
+    return n_servers * event_rate(load)
 
 #: Per-replica step counters are int32.
 MAX_STEPS = 2**31 - 1

@@ -2,14 +2,14 @@
 
 Service is exp(1) and FIFO, so a task that finds ``k`` tasks at its server
 leaves after an Erlang(``k + 1``, 1) time (its own service plus the ``k`` ahead
-of it; NOTES.md, "Response times without tagging tasks"). The response time of
-a random arrival is then the mixture
+of it; see docs/simulation.md, "Response times without tagged tasks"). The
+response time of a random arrival is then the mixture
 
     F(t) = sum_k w_k * P(Erlang(k + 1, 1) <= t),
 
 where ``w_k`` is the probability that an arrival finds ``k`` tasks (the
-``arrival_seen`` distribution of the simulator and of
-:func:`jaxqueue.theory.mean_field`). Everything here works on the Poisson
+``arrival_seen`` distribution of every result, simulated, mean-field or
+exact). Times here are in units of the mean service time. Everything here works on the Poisson
 side of the Erlang-Poisson duality,
 
     P(Erlang(k + 1, 1) > t) = P(Poisson(t) <= k),

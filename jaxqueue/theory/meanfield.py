@@ -10,7 +10,11 @@ apart from the simulator.
 
 State: ``s_k`` (k = 1..L), the fraction of servers with at least ``k`` tasks,
 and, for the JIQ family with many dispatchers, ``Q_j`` (j = 1..J), the fraction
-of dispatchers listing at least ``j`` servers. Per unit time:
+of dispatchers listing at least ``j`` servers. ``L`` is ``levels``, the largest
+queue length represented (as the simulator's ``System.levels``), so tails have
+``L + 1`` entries ``s_0..s_L``. Time is in units of the mean service time
+(:data:`jaxqueue.core.system.SERVICE_RATE` is 1, so a server with tasks
+completes one at rate 1). Per unit time:
 
 * ``ds_k/dt = lambda * P(an arrival is accepted at a server with k-1 tasks)
   - (s_k - s_{k+1})``;
@@ -22,13 +26,20 @@ The fixed point is found by damped Newton with ``jax.jacobian`` from the end
 of an ODE run (RK4), with the conservation law of the JIQ family (the
 I-queues list exactly the idle servers, ``sum_j Q_j / r = 1 - s_1``) in place
 of one equation. :func:`transient` integrates the ODE itself. For the closed
-forms of :mod:`jaxqueue.theory` this reproduces them (tested); it also gives
-JIQ-SQ(d), I1F, idle-first-else-JSQ(d) and finite buffers.
+forms of :mod:`jaxqueue.theory.closed_forms` this reproduces them (tested); it
+also gives JIQ-SQ(d) (whose fluid limit Mitzenmacher studies in "Analyzing
+Distributed Join-Idle-Queue: A Fluid Limit Approach", arXiv:1606.01833), I1F,
+idle-first-else-JSQ(d) and finite buffers. :func:`as_result` turns a fixed
+point into a :class:`~jaxqueue.theory.result.MeanFieldResult`.
 
 Policies whose routing jumps at the fixed point (JSQ-like rules with
 ``lambda >= 1`` and a finite buffer, where ``s_1 = 1`` exactly) have a drift
-that is not differentiable there; Newton then reports ``status = 1`` rather
-than a wrong answer.
+that is not differentiable there; Newton then reports a failure status
+(``Status.MAX_ITERATIONS`` or ``Status.NON_FINITE``) rather than a wrong answer.
+
+Within :mod:`jaxqueue.theory` this module depends on
+:mod:`jaxqueue.theory.result` only, never on the closed forms:
+:func:`jaxqueue.theory.mean_field` chooses between the two.
 """
 
 from __future__ import annotations
@@ -41,11 +52,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.config import MAX_SERVERS, System
+from jaxqueue.core.status import Status
+from jaxqueue.core.system import MAX_SERVERS, System, check_int
 from jaxqueue.policies import Policy, View, make
+from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
+from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "limit_system", "drift", "rates", "fixed_point", "transient", "as_result",
+    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "rates", "fixed_point",
+    "transient", "as_result",
 ]  # fmt: skip
 
 
@@ -54,9 +70,10 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
     """A stand-in System for the limit: many servers, one or many dispatchers.
 
     ``ratio = None`` or ``inf`` means one dispatcher (its I-queue holds every
-    idle server).
+    idle server), as does a single-dispatcher policy or one without I-queues.
     """
-    single = ratio is None or math.isinf(ratio) or not policy.uses_iqueues
+    single = (ratio is None or math.isinf(ratio) or not policy.uses_iqueues
+              or policy.single_dispatcher)  # fmt: skip
     n = MAX_SERVERS
     m = 1 if single else min(n, max(2, int(n / ratio)))
     iq = 0 if single else iqueue_levels
@@ -186,7 +203,9 @@ class FixedPoint(NamedTuple):
         iq_tail: ``(J + 1,)`` ``Q_0..Q_J`` (``(1,)`` without I-queues).
         rates: the :class:`Rates` at the fixed point.
         residual: max-norm of the drift there.
-        status: 0 converged, 1 Newton did not converge (see the module notes).
+        status: a :class:`~jaxqueue.core.status.Status`: ``CONVERGED``,
+            ``MAX_ITERATIONS`` (Newton did not converge) or ``NON_FINITE`` (a
+            non-finite Newton step); see the module notes.
         iterations: Newton steps taken.
         truncated: ``s_L`` (infinite buffers) and ``Q_J``: the mass at the bounds.
     """
@@ -195,45 +214,69 @@ class FixedPoint(NamedTuple):
     iq_tail: np.ndarray
     rates: Rates
     residual: float
-    status: int
+    status: Status
     iterations: int
     truncated: tuple
 
 
+#: ``levels`` of the generic mean field with infinite buffers unless given.
+DEFAULT_LEVELS = 40
+
+
+def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
+    """The policy (``make(policy, d=d)``, with a mean field) and the limit System."""
+    pol = make(policy, d=d)
+    if pol.no_mean_field is not None:
+        raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
+    if "d" in pol.options():
+        check_int("d", pol.options()["d"], 1, MAX_SERVERS)
+    if levels is None:
+        levels = DEFAULT_LEVELS if buffer is None else buffer
+    elif buffer is not None and levels != buffer:
+        raise ValueError(f"levels={levels} must equal buffer={buffer} for finite buffers")
+    if iqueue_levels is None:
+        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
+    return pol, limit_system(pol, ratio, levels, iqueue_levels, buffer)
+
+
 def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
-                buffer: int | None = None, levels: int = 40, iqueue_levels: int | None = None,
-                tol: float = 1e-12, warmup_time: float = 50.0, dt: float = 0.1,
-                max_newton: int = 50) -> FixedPoint:  # fmt: skip
+                buffer: int | None = None, levels: int | None = None,
+                iqueue_levels: int | None = None, tol: float = 1e-12, warmup_time: float = 50.0,
+                dt: float = 0.1, max_newton: int = 50) -> FixedPoint:  # fmt: skip
     """Fixed point of the generic mean field (float64: x64 is switched on for the call).
 
     Args:
         policy: name or Policy (options via ``d``).
         load: ``lambda`` (> 0; < 1 unless ``buffer`` is given).
-        ratio: ``r = N / M`` for the JIQ family; None for one dispatcher.
+        ratio: ``r = N / M`` for the JIQ family; None (or inf) for one dispatcher.
         buffer: places per server, or None (then ``levels`` bounds the tail).
-        levels, iqueue_levels: truncation of the tail and of the I-queue sizes
-            (default ``max(30, 4 r + 10)``); the mass at the bounds is reported.
+        levels: the largest queue length represented (tails ``s_0..s_levels``);
+            default :data:`DEFAULT_LEVELS`, or ``buffer`` (which it must equal
+            for finite buffers).
+        iqueue_levels: the largest I-queue size represented (default
+            ``max(30, 4 r + 10)``); the mass at both bounds is reported.
         tol: residual at which Newton stops.
         warmup_time, dt: the ODE run (RK4) that gives Newton its start.
+
+    Raises:
+        NotImplementedError: for a policy without a mean field (with the reason).
     """
-    pol = make(policy, d=d)
-    if iqueue_levels is None:
-        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
-    system = limit_system(pol, ratio, levels, iqueue_levels, buffer)
+    pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     with jax.enable_x64(True):
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)
         x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
         steps = int(math.ceil(warmup_time / dt))
         x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
-        status, it, res = 1, 0, math.inf
+        status, it, res = Status.MAX_ITERATIONS, 0, math.inf
         for it in range(1, max_newton + 1):
             f, dx = _newton_step(x, lam, r, pol, system)
             res = float(jnp.max(jnp.abs(f)))
             if not np.all(np.isfinite(np.asarray(dx))):
+                status = Status.NON_FINITE
                 break
             if res < tol:
-                status = 0
+                status = Status.CONVERGED
                 break
             x = jnp.clip(x + dx, 0.0, 1.0)
         rt = rates(x, pol, system)
@@ -244,17 +287,17 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
 
 
 def transient(policy, load: float, ratio: float | None = None, *, d: int | None = None,
-              buffer: int | None = None, levels: int = 40, iqueue_levels: int | None = None,
-              t_end: float = 50.0, dt: float = 0.1, x0=None):  # fmt: skip
+              buffer: int | None = None, levels: int | None = None,
+              iqueue_levels: int | None = None, t_end: float = 50.0, dt: float = 0.1,
+              x0=None):  # fmt: skip
     """The mean-field ODE from ``x0`` (default: empty system), by RK4.
+
+    Arguments as for :func:`fixed_point`; ``x0`` is ``[s_1..s_L, Q_1..Q_J]``.
 
     Returns:
         ``(times, tails, iq_tails)``: ``(T,)``, ``(T, L + 1)``, ``(T, J + 1)``.
     """
-    pol = make(policy, d=d)
-    if iqueue_levels is None:
-        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
-    system = limit_system(pol, ratio, levels, iqueue_levels, buffer)
+    pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     steps = int(math.ceil(t_end / dt))
     with jax.enable_x64(True):
         start = _empty_start(system, ratio or 1.0) if x0 is None else np.asarray(x0)
@@ -269,32 +312,46 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
     return dt * np.arange(1, steps + 1), tails, iq
 
 
-def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, buffer=None):
-    """A :class:`jaxqueue.theory.MeanFieldResult` from a generic fixed point."""
-    from jaxqueue import theory
-    from jaxqueue.response import erlang_mixture_mean, erlang_mixture_quantile
+def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
+              buffer: int | None = None) -> MeanFieldResult:  # fmt: skip
+    """A :class:`~jaxqueue.theory.result.MeanFieldResult` from a generic fixed point.
 
+    ``arrival_seen[k]`` is the law of the tasks an *accepted* arrival finds
+    (0 at ``k = levels``: an arrival there is blocked, or left out of the
+    truncated model); the response time is its Erlang(``k + 1``, 1) mixture,
+    in units of the mean service time.
+
+    Args:
+        fp: the fixed point of ``policy`` at ``load`` and ``ratio``.
+        policy: name or Policy, as given to :func:`fixed_point`.
+        ratio: ``r`` as given (recorded in the settings).
+        buffer: as given to :func:`fixed_point` (``None``: infinite buffers).
+    """
     pol = make(policy)
     s, q, rt = fp.tail, fp.iq_tail, fp.rates
     L = s.size - 1
     occupancy = s - np.concatenate([s[1:], [0.0]])
     blocked = float(rt.level[L]) if buffer is not None else 0.0
     seen = rt.level[:L] / max(1e-300, 1.0 - blocked) if buffer is not None else rt.level[:L]
-    seen = seen / seen.sum()
-    quantiles = erlang_mixture_quantile(seen, np.array(theory.QUANTILES))
+    seen = np.append(seen / seen.sum(), 0.0)
+    quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES))
     idle_rate = float(s[1] - (s[2] if L >= 2 else 0.0))
     iq = q.size > 1
     join = idle_rate if pol.uses_iqueues else 0.0
-    return theory.MeanFieldResult(
-        policy=pol.name, load=float(load), ratio=ratio, d=int(pol.options().get("d", 1)),
-        tail=s, occupancy=occupancy, mean_queue_length=float(s[1:].sum()),
-        mean_response_time=float(erlang_mixture_mean(seen)),
-        waiting_probability=float(1.0 - seen[0]), arrival_seen=seen,
-        response_quantiles=dict(zip(theory.QUANTILES, map(float, quantiles))),
-        p0=float(1.0 - q[1]) if iq else (float(s[1] >= 1.0) if pol.uses_iqueues else math.nan),
-        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
-        join_rate=join, delete_rate=float(load * rt.deletes),
-        probe_rate=float(load * rt.probes + join * rt.join_probes),
+    if iq:
+        p0 = float(1.0 - q[1])
+    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
+        p0 = float(s[1] >= 1.0)
+    else:
+        p0 = None
+    return build(
+        pol, load=load, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
+        tail=s, occupancy=occupancy, arrival_seen=seen,
+        mean_queue_length=float(s[1:].sum()), mean_response_time=erlang_mixture_mean(seen),
+        waiting_probability=1.0 - seen[0], blocking_probability=blocked,
+        p0=p0, iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
+        join_rate=join, delete_rate=load * rt.deletes,
+        probe_rate=load * rt.probes + join * rt.join_probes,
+        response_quantiles=quantiles, status=fp.status,
         tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
-        blocking_probability=blocked, status=fp.status,
     )  # fmt: skip

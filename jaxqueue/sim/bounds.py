@@ -13,7 +13,9 @@ import math
 
 import numpy as np
 
-from jaxqueue.policies import Policy
+from jaxqueue.policies.base import Policy
+from jaxqueue.policies.classic import Random
+from jaxqueue.theory.p0 import iqueue_distribution, solve_p0
 
 __all__ = ["mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels"]
 
@@ -21,9 +23,7 @@ _MAX_SEARCH = 100_000
 
 
 def _jiq_p0(load: float, ratio: float, d: int) -> float:
-    from jaxqueue import theory
-
-    sol = theory.solve_p0(load, ratio, d)
+    sol = solve_p0(load, ratio, d)
     p0 = float(sol.p0)
     if not 0.0 < p0 <= 1.0 or int(sol.status) != 0:
         return 1.0  # the bound p0 <= 1 is always safe
@@ -33,22 +33,18 @@ def _jiq_p0(load: float, ratio: float, d: int) -> float:
 def mean_field_tail_bound(policy: Policy, n_servers: int, n_dispatchers: int, load: float):
     """A function ``i -> log s_i`` bounding the mean-field tail of ``policy``.
 
-    Random: ``s_i = lambda**i``; Pod(d): ``lambda**((d**i - 1)/(d - 1))``; JIQ-Pod(d):
-    ``p0**((d**(i-1) - 1)/(d - 1)) * lambda**((d**i - 1)/(d - 1))``. JSQ and I1F
-    are bounded by Pod(2), JIQ-SQ by JIQ, a single dispatcher's JIQ-Pod(d) by
-    Pod(d).
+    The policy names the bound (:meth:`~jaxqueue.policies.Policy.tail_bound`):
+    Pod(d)'s ``lambda**((d**i - 1)/(d - 1))`` (Random: ``d = 1``), times
+    JIQ-Pod(d)'s ``p0**((d**(i-1) - 1)/(d - 1))`` where the policy says so and
+    there are several dispatchers. (JSQ and I1F are bounded by Pod(2), JIQ-SQ
+    by JIQ, a single dispatcher's JIQ-Pod(d) by Pod(d).)
     """
     lam = float(load)
-    name = policy.name
-    d = int(policy.options().get("d", 1)) if name not in ("jiq-sq",) else 1
-    if name in ("jsq", "i1f"):
-        d = 2
-    if name == "random":
-        d = 1
+    d, with_p0 = policy.tail_bound()
     if d >= n_servers and n_servers > 1:
         d = max(2, min(d, 64))
     log_p0 = 0.0
-    if policy.uses_iqueues and n_dispatchers > 1:
+    if with_p0 and n_dispatchers > 1:
         log_p0 = math.log(_jiq_p0(lam, n_servers / n_dispatchers, d))
 
     def log_tail(i: int) -> float:
@@ -88,8 +84,6 @@ def default_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: flo
     tail ``lambda**L`` for smaller systems.
     """
     if n_servers < SMALL_SYSTEM:
-        from jaxqueue.policies import Random
-
         policy = Random()
     log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
     base = _first_level(log_tail, -math.log(n_servers) + math.log(1e-6))
@@ -103,17 +97,14 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     JIQ-Pod): ``M * P(size >= J) < 1e-6``, plus half again; at least one more
     than the ``ceil(N / M)`` of an empty start, at most ``N``.
     """
-    from jaxqueue import theory
-
     ratio = n_servers / n_dispatchers
     if policy.per_server and n_dispatchers == 1:
         return n_servers  # the one I-queue may list every server
-    d = int(policy.options().get("d", 1)) if policy.name == "jiq-pod" else 1
-    d = min(d, 64)
+    d = min(policy.tail_bound()[0], 64)
     p0 = _jiq_p0(float(load), ratio, d)
     start = int(math.ceil(ratio)) + 1
     jmax = max(64, int(8 * ratio + 64))
-    dist = np.asarray(theory.iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
+    dist = np.asarray(iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
     surv = np.cumsum(dist[::-1])[::-1]
     below = np.nonzero(n_dispatchers * surv < 1e-6)[0]
     base = int(below[0]) if below.size else jmax

@@ -25,10 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.config import System
-from jaxqueue.rng import bernoulli, uniform_index
+from jaxqueue.core.rng import bernoulli, uniform_index
+from jaxqueue.core.system import System, arrival_probability
+from jaxqueue.sim.events import step_event
 
-__all__ = ["Lists", "init_lists", "step_listed", "step_event", "N_WORDS"]
+__all__ = ["Lists", "init_lists", "step_listed", "N_WORDS"]
 
 #: Words per step: type, server (2), dispatcher (2), list slot (2), rejoin dispatcher (2).
 N_WORDS = 9
@@ -41,33 +42,6 @@ class Lists(NamedTuple):
     slots: jax.Array  # (M, C)
     sizes: jax.Array  # (M,)
     where: jax.Array  # (N,)
-
-
-def step_event(system: System, *, up, down, iq_up, iq_down, accepted, level, is_arrival, full,
-               iq_overflow, joins, deletes, probes, stale) -> dict:  # fmt: skip
-    """The record of one step that the block accumulators consume (int32 scalars).
-
-    ``up``/``down``: levels gaining and losing a server; ``iq_up``/``iq_down``:
-    I-queue sizes gaining and losing a dispatcher; ``seen``: the level an
-    accepted arrival found. Indices past the end mean "none".
-    """
-    finite = system.buffer is not None
-    blocked = (is_arrival & full).astype(jnp.int32)
-    return dict(
-        up=up,
-        down=down,
-        iq_up=iq_up,
-        iq_down=iq_down,
-        seen=jnp.where(accepted, level, system.levels + 1),
-        arrivals=is_arrival.astype(jnp.int32),
-        blocked=blocked if finite else jnp.int32(0),
-        overflow=jnp.int32(0) if finite else blocked,
-        iq_overflow=iq_overflow.astype(jnp.int32),
-        joins=joins,
-        deletes=deletes,
-        probes=probes,
-        stale=stale,
-    )
 
 
 def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
@@ -135,7 +109,7 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     """
     n, m, cap, levels = system.n_servers, system.n_dispatchers, system.iqueue_levels, system.levels
     q, slots, sizes, where = lists
-    is_arrival = bernoulli(words[0], load / (1.0 + load))
+    is_arrival = bernoulli(words[0], arrival_probability(load))
     server = uniform_index(words[1], words[2], n)
     dsp = uniform_index(words[3], words[4], m)
     rejoin_to = uniform_index(words[7], words[8], m)

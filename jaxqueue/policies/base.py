@@ -1,0 +1,406 @@
+"""The policy interface: draws, a decision, and what the rest of the package needs to know.
+
+Every policy but JIQ-Original and JIQ-Threshold (which step on per-server
+state, :mod:`jaxqueue.sim.per_server`) is exchangeable: servers are
+interchangeable and so are dispatchers, so a replica's state is held as
+occupancy tails (see :mod:`jaxqueue.sim.step`): ``tail[k]`` servers hold at
+least ``k`` tasks and, for the JIQ family, ``iq_tail[j]`` dispatchers list at
+least ``j`` idle servers.
+Servers are thought of as sorted by queue length, longest first, so server
+index ``i`` holds ``level_of(tail, i) = #{k >= 1: tail[k] > i}`` tasks and a
+uniformly random server is a uniformly random index. The same holds for
+dispatchers and their I-queue sizes.
+
+An exchangeable policy names the random outcomes it decides on (its
+:class:`Draw` objects: a random server's queue length, the shortest of ``d``
+probes, a dispatcher's I-queue size, the I-queue of a random idle server) and
+decides on them:
+
+* :meth:`Policy.decide` -- an arrival: the chosen server's queue length, the
+  size of the I-queue that loses a listed server, and the messages sent;
+* :meth:`Policy.decide_join` -- a server just became idle: the size of the
+  I-queue it joins (JIQ family only).
+
+The simulator samples the draws exactly from random words
+(:meth:`Policy.route`, :meth:`Policy.on_idle`); the generic mean field
+(:mod:`jaxqueue.theory.meanfield`) reads the same decision under the draws'
+limit laws.
+
+Besides its rule, a policy declares everything the package dispatches on, so
+that no module outside ``jaxqueue.policies`` switches on policy names:
+
+* :attr:`Policy.name` -- its name in the registry and on the command line;
+* :attr:`Policy.references` -- keys of :data:`jaxqueue.policies.references.REFERENCES`
+  (the docstring cites the same papers);
+* :attr:`Policy.engine` -- ``"occupancy"`` or ``"per-server"`` (the simulator path);
+* :meth:`Policy.closed_form` and :attr:`Policy.no_mean_field` -- the mean-field
+  path: a closed form, the generic fixed point, or none (with the reason);
+* :meth:`Policy.exact_rule` -- the rule of the exact CTMC solver that is this policy;
+* :meth:`Policy.tail_bound` -- a closed-form tail that bounds its mean-field tail
+  (the default level bounds of the simulator).
+
+Probes are always of *distinct* servers (or distinct I-queues for JIQ-SQ), as
+in the papers: the minimum queue length among ``d`` distinct servers is the
+queue length of the largest of ``d`` distinct indices, drawn exactly with
+Floyd's algorithm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxqueue.core.system import System, check_int
+from jaxqueue.core.rng import uniform_index
+
+__all__ = [
+    "Policy", "ClosedForm", "Route", "View", "Draw", "Servers", "Dispatchers", "ListedServer",
+    "level_of", "check_d", "server_draw", "ZERO", "MAX_PROBES", "ENGINES",
+]  # fmt: skip
+
+#: The simulator paths: occupancy tails (exchangeable policies) or per-server state.
+ENGINES = ("occupancy", "per-server")
+
+#: Largest ``d`` for which distinct probes are drawn one by one (Floyd's
+#: algorithm, O(d^2) per event); ``d = N`` is handled exactly as JSQ.
+MAX_PROBES = 64
+
+
+class View(NamedTuple):
+    """What a policy sees of one replica (single-replica arrays).
+
+    Attributes:
+        tail: int32 ``(levels + 1,)``; ``tail[k]`` servers hold >= k tasks.
+        iq_tail: int32 ``(iqueue_levels + 1,)``; ``iq_tail[j]`` dispatchers list
+            >= j servers (shape ``(1,)`` when unused).
+        iq_listed: int32, same shape; ``iq_listed[j]`` listed servers sit in
+            I-queues of size >= j (``sum_{i >= j} i * #(I-queues of size i)``).
+        idle: int32 scalar, number of idle servers.
+    """
+
+    tail: jax.Array
+    iq_tail: jax.Array
+    iq_listed: jax.Array
+    idle: jax.Array
+
+
+class Route(NamedTuple):
+    """Where an arrival goes (single replica).
+
+    Attributes:
+        level: int32, tasks the chosen server holds before the arrival.
+        iq_remove: int32, size of the I-queue that loses a listed server (0: none).
+        deletes: int32, delete requests sent.
+        probes: int32, probe messages sent.
+    """
+
+    level: jax.Array
+    iq_remove: jax.Array
+    deletes: jax.Array
+    probes: jax.Array
+
+
+ZERO = jnp.int32(0)
+
+
+def level_of(tail: jax.Array, index: jax.Array) -> jax.Array:
+    """Queue length of the server (or I-queue size of the dispatcher) at ``index``.
+
+    Items are sorted longest first; ``tail[k]`` of them have length >= k.
+    """
+    return jnp.sum(tail[1:] > index, dtype=jnp.int32)
+
+
+def _random_index(words: jax.Array, n) -> jax.Array:
+    return uniform_index(words[0], words[1], n)
+
+
+def _max_of_distinct(words: jax.Array, n, d: int) -> jax.Array:
+    """Largest element of a uniformly random ``d``-subset of ``[0, n)``.
+
+    Floyd's algorithm: for ``j = n-d, ..., n-1`` draw ``t`` uniform on
+    ``[0, j]`` and add ``t``, or ``j`` if ``t`` was already chosen. Uses ``2d``
+    words. ``n >= d`` is required.
+    """
+    if d == 1:
+        return _random_index(words, n)
+    if d <= 8:  # unrolled: d(d-1)/2 comparisons
+        chosen = []
+        for i in range(d):
+            j = n - d + i
+            t = uniform_index(words[2 * i], words[2 * i + 1], j + 1)
+            dup = jnp.bool_(False)
+            for c in chosen:
+                dup = dup | (c == t)
+            chosen.append(jnp.where(dup, j, t))
+        return functools.reduce(jnp.maximum, chosen)
+    chosen = jnp.full((d,), -1, jnp.int32)
+
+    def body(i, chosen):
+        j = n - d + i
+        t = uniform_index(words[2 * i], words[2 * i + 1], j + 1)
+        pick = jnp.where(jnp.any(chosen == t), j, t)
+        return chosen.at[i].set(pick)
+
+    chosen = jax.lax.fori_loop(0, d, body, chosen)
+    return jnp.max(chosen)
+
+
+# ----------------------------------------------------------------------------
+# Draws: the random outcomes a policy decides on
+# ----------------------------------------------------------------------------
+
+
+class Draw:
+    """One random outcome a policy's decision depends on.
+
+    A draw has two readings of the same rule: :meth:`sample` draws it exactly
+    in a finite system from random words (the simulator), :meth:`law` gives
+    its distribution in the mean-field limit from the occupancy fractions
+    (the generic mean field of :mod:`jaxqueue.theory.meanfield`). A policy's
+    decision is written once, on the outcomes, and serves both.
+    """
+
+    def n_words(self, system: System) -> int:
+        raise NotImplementedError
+
+    def sample(self, view: View, words: jax.Array, system: System) -> jax.Array:
+        raise NotImplementedError
+
+    def law(self, view: View, system: System) -> jax.Array:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Servers(Draw):
+    """Queue length of the shortest of ``d`` distinct uniformly random servers.
+
+    ``d = 1``: a uniformly random server. ``exhaustive``: every server (JSQ),
+    no randomness. In the limit the shortest of ``d`` has at least ``k`` tasks
+    with probability ``s_k**d``; JSQ's is the shortest queue present.
+    """
+
+    d: int = 1
+    exhaustive: bool = False
+
+    def n_words(self, system):
+        return 0 if self.exhaustive else 2 * self.d
+
+    def sample(self, view, words, system):
+        n = system.n_servers
+        index = jnp.int32(n - 1) if self.exhaustive else _max_of_distinct(words, n, self.d)
+        return level_of(view.tail, index)
+
+    def law(self, view, system):
+        s = view.tail
+        if self.exhaustive:
+            k = jnp.sum(s[1:] >= 1.0)
+            return (jnp.arange(s.shape[0]) == k).astype(s.dtype)
+        p = s**self.d
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatchers(Draw):
+    """I-queue size of the shortest of ``d`` distinct uniformly random dispatchers.
+
+    With one dispatcher its I-queue holds every idle server. In the limit the
+    shortest of ``d`` lists at least ``j`` servers with probability ``Q_j**d``;
+    with one dispatcher the law is on {0: empty, 1: not empty}.
+    """
+
+    d: int = 1
+
+    def n_words(self, system):
+        return 0 if system.n_dispatchers == 1 else 2 * self.d
+
+    def sample(self, view, words, system):
+        if system.n_dispatchers == 1:
+            return view.idle
+        return level_of(view.iq_tail, _max_of_distinct(words, system.n_dispatchers, self.d))
+
+    def law(self, view, system):
+        if system.n_dispatchers == 1:
+            busy = (view.idle <= 0).astype(view.tail.dtype)
+            return jnp.stack([busy, 1.0 - busy])
+        p = view.iq_tail**self.d
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedServer(Draw):
+    """Size of the I-queue that lists a uniformly random idle server.
+
+    Listed servers are ordered by the size of their I-queue, largest first;
+    ``iq_listed[j]`` of them sit in I-queues of size >= j, so the I-queue of
+    the ``v``-th has size ``#{j >= 1: iq_listed[j] > v}``, ``v`` uniform on
+    ``[0, idle)``. In the limit: size-biased, ``j (Q_j - Q_{j+1}) / sum``.
+    """
+
+    def n_words(self, system):
+        return 0 if system.n_dispatchers == 1 else 2
+
+    def sample(self, view, words, system):
+        if system.n_dispatchers == 1:
+            return view.idle
+        return level_of(view.iq_listed, _random_index(words, view.idle))
+
+    def law(self, view, system):
+        if system.n_dispatchers == 1:
+            return jnp.array([0.0, 1.0], view.tail.dtype)
+        q = view.iq_tail
+        mass = jnp.arange(q.shape[0]) * (q - jnp.concatenate([q[1:], jnp.zeros_like(q[:1])]))
+        total = jnp.sum(mass)
+        return jnp.where(total > 0, mass / jnp.where(total > 0, total, 1.0), 0.0)
+
+
+def _sample_all(draws, view, words, system):
+    outcomes, at = [], 0
+    for draw in draws:
+        n = draw.n_words(system)
+        outcomes.append(draw.sample(view, words[at : at + n], system))
+        at += n
+    return tuple(outcomes)
+
+
+class ClosedForm(NamedTuple):
+    """A mean-field closed form (see :mod:`jaxqueue.theory.closed_forms`).
+
+    Attributes:
+        family: ``"pod"`` (Pod(d); Random is ``d = 1``), ``"jsq"`` or
+            ``"jiq-pod"`` (JIQ-Pod(d); JIQ is ``d = 1``).
+        d: the probes of the family's formula.
+    """
+
+    family: str
+    d: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Base class of all policies (frozen and hashable: static under jit).
+
+    An exchangeable policy names the random outcomes it needs (:meth:`draws`,
+    :meth:`join_draws`) and decides on them (:meth:`decide`,
+    :meth:`decide_join`); sampling and the mean-field laws come from the
+    draws. The class attributes and the methods after ``decide_join`` say how
+    the rest of the package treats the policy (see the module docstring).
+    """
+
+    #: Registry and command-line name.
+    name: ClassVar[str] = ""
+    #: Keys of :data:`jaxqueue.policies.references.REFERENCES` the rule comes from.
+    references: ClassVar[tuple] = ()
+    #: Whether dispatchers keep I-queues (JIQ family).
+    uses_iqueues: ClassVar[bool] = False
+    #: The simulator path, one of :data:`ENGINES`.
+    engine: ClassVar[str] = "occupancy"
+    #: Whether a dispatcher can pick a listed server that is busy (reports ``stale_fraction``).
+    stale_picks: ClassVar[bool] = False
+    #: Whether the policy is defined for one dispatcher only.
+    single_dispatcher: ClassVar[bool] = False
+    #: Why the policy has no mean field (``None``: it has one, closed-form or generic).
+    no_mean_field: ClassVar[str | None] = None
+
+    @property
+    def per_server(self) -> bool:
+        """True for policies stepped on per-server state."""
+        return self.engine == "per-server"
+
+    def validate(self, system: System) -> None:
+        """Raise ValueError if the policy's options do not fit ``system``."""
+        if self.single_dispatcher and system.n_dispatchers != 1:
+            raise ValueError(
+                f"n_dispatchers={system.n_dispatchers} is out of range: {self.name!r} is a "
+                "single-dispatcher scheme, need n_dispatchers = 1"
+            )
+
+    def draws(self, system: System) -> tuple:
+        """The draws an arrival's routing depends on."""
+        raise NotImplementedError
+
+    def decide(self, view: View, outcomes: tuple, system: System) -> Route:
+        """Route an arrival given its draws' outcomes (broadcasts over outcome arrays)."""
+        raise NotImplementedError
+
+    def join_draws(self, system: System) -> tuple:
+        """The draws a newly idle server's choice of I-queue depends on."""
+        return ()
+
+    def decide_join(self, view: View, outcomes: tuple, system: System):
+        """Size of the I-queue a newly idle server joins, and probes sent."""
+        return ZERO, ZERO
+
+    # ---- how the package treats the policy ------------------------------------
+
+    def closed_form(self) -> ClosedForm | None:
+        """The mean-field closed form this policy is, or None (generic or no mean field)."""
+        return None
+
+    def mean_field_kind(self) -> str:
+        """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.meanfield`) or ``"none"``."""
+        if self.closed_form() is not None:
+            return "closed-form"
+        return "generic" if self.no_mean_field is None else "none"
+
+    def exact_rule(self) -> tuple[str, dict]:
+        """``(rule, options)`` of :mod:`jaxqueue.exact` that solves this policy exactly."""
+        raise NotImplementedError(f"policy {self.name!r} declares no exact CTMC rule")
+
+    def tail_bound(self) -> tuple[int, bool]:
+        """``(d, with_p0)``: the mean-field tail of Pod(d) (times JIQ-Pod(d)'s ``p0``
+        factors when ``with_p0`` and there are several dispatchers) bounds this
+        policy's; used for the default level bounds."""
+        return 1, False
+
+    # ---- sampling ----------------------------------------------------------------
+
+    def route_words(self, system: System) -> int:
+        """Number of uint32 words :meth:`route` consumes."""
+        return sum(d.n_words(system) for d in self.draws(system))
+
+    def idle_words(self, system: System) -> int:
+        """Number of uint32 words :meth:`on_idle` consumes."""
+        return sum(d.n_words(system) for d in self.join_draws(system))
+
+    def route(self, view: View, words: jax.Array, system: System) -> Route:
+        """Sample the draws from ``words`` and route an arrival."""
+        return self.decide(view, _sample_all(self.draws(system), view, words, system), system)
+
+    def on_idle(self, view: View, words: jax.Array, system: System):
+        """Sample the join draws from ``words``: I-queue size joined, probes sent."""
+        outcomes = _sample_all(self.join_draws(system), view, words, system)
+        return self.decide_join(view, outcomes, system)
+
+    def options(self) -> dict:
+        """The policy's options, e.g. ``{"d": 2}`` (only those a user can set)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    def label(self) -> str:
+        """A short display name such as ``pod(d=2)``."""
+        opts = ",".join(f"{k}={v}" for k, v in self.options().items())
+        return f"{self.name}({opts})" if opts else self.name
+
+
+def server_draw(d: int, system: System) -> Servers:
+    """Pod(d)'s draw; probing every server is JSQ."""
+    return Servers(exhaustive=True) if d == system.n_servers and d > 1 else Servers(d)
+
+
+def check_d(d, system: System, what: str = "servers") -> None:
+    """Check ``d`` distinct probes of servers (or of dispatchers) against ``system``."""
+    upper = system.n_servers if what == "servers" else system.n_dispatchers
+    check_int("d", d, 1, upper)
+    if what == "servers" and MAX_PROBES < d < upper:
+        raise ValueError(
+            f"d={d} is out of range: distinct probes are drawn exactly for "
+            f"1 <= d <= {MAX_PROBES} or d = n_servers ({upper}, which is JSQ)"
+        )
+    if what == "dispatchers" and d > MAX_PROBES:
+        raise ValueError(f"d={d} is out of range: need 1 <= d <= min(n_dispatchers, {MAX_PROBES})")
+
+

@@ -1,0 +1,129 @@
+"""The classic policies: Random, JSQ, Power-of-d and Idle-One-First."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import jax.numpy as jnp
+
+from jaxqueue.policies.base import ZERO, ClosedForm, Policy, Route, Servers, check_d, server_draw
+
+__all__ = ["Random", "JSQ", "PowerOfD", "IdleOneFirst"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Random(Policy):
+    """Random: each arrival joins a uniformly random server.
+
+    The baseline of Wang, Feng and Cheng (arXiv:1709.10119). The servers are
+    independent M/M/1 queues; ``s_i = lambda**i``. Sends no messages.
+    """
+
+    name: ClassVar[str] = "random"
+    references: ClassVar[tuple] = ("wang2017",)
+
+    def closed_form(self):
+        return ClosedForm("pod", 1)
+
+    def exact_rule(self):
+        return "random", {}
+
+    def draws(self, system):
+        return (Servers(1),)
+
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], ZERO, ZERO, ZERO)
+
+
+@dataclasses.dataclass(frozen=True)
+class JSQ(Policy):
+    """Join-the-Shortest-Queue: a shortest queue, ties uniform.
+
+    As studied by Liu and Ying (arXiv:1912.11904). Centralised (it knows
+    every queue), so it sends no probe messages. Mean-field limit:
+    ``s_1 = lambda``, ``s_i = 0`` for ``i >= 2``.
+    """
+
+    name: ClassVar[str] = "jsq"
+    references: ClassVar[tuple] = ("liu2019",)
+
+    def closed_form(self):
+        return ClosedForm("jsq", 1)
+
+    def exact_rule(self):
+        return "jsq", {}
+
+    def tail_bound(self):
+        return 2, False
+
+    def draws(self, system):
+        return (Servers(exhaustive=True),)
+
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], ZERO, ZERO, ZERO)
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerOfD(Policy):
+    """Power-of-d / JSQ(d) (Mitzenmacher, "The power of two choices in randomized
+    load balancing", IEEE TPDS 2001), as compared by Wang, Feng and Cheng
+    (arXiv:1709.10119).
+
+    Probe ``d`` distinct servers uniformly at random and join the shortest,
+    ties uniform. ``d = 1`` is Random, ``d = N`` is JSQ. Sends ``d`` probes
+    per arrival when ``d >= 2``. Mean field: ``s_i = lambda**((d**i-1)/(d-1))``.
+    """
+
+    name: ClassVar[str] = "pod"
+    references: ClassVar[tuple] = ("mitzenmacher2001", "wang2017")
+    d: int = 2
+
+    def validate(self, system):
+        super().validate(system)
+        check_d(self.d, system)
+
+    def closed_form(self):
+        return ClosedForm("pod", self.d)
+
+    def exact_rule(self):
+        return "pod", {"d": self.d}
+
+    def tail_bound(self):
+        return self.d, False
+
+    def draws(self, system):
+        return (server_draw(self.d, system),)
+
+    def decide(self, view, outcomes, system):
+        return Route(outcomes[0], ZERO, ZERO, jnp.int32(self.d if self.d >= 2 else 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleOneFirst(Policy):
+    """Idle-One-First, I1F (Liu and Ying, arXiv:1912.11904).
+
+    An idle server if any, else a server with exactly one task if any, else a
+    uniformly random server. Centralised: no probe messages. Mean field: the
+    generic fixed point.
+    """
+
+    name: ClassVar[str] = "i1f"
+    references: ClassVar[tuple] = ("liu2019",)
+
+    def exact_rule(self):
+        return "i1f", {}
+
+    def tail_bound(self):
+        return 2, False
+
+    def draws(self, system):
+        return (Servers(1),)
+
+    def decide(self, view, outcomes, system):
+        tail = view.tail
+        has_idle = view.idle > 0
+        # servers with exactly one task (with one place per server, every busy one)
+        has_one = (tail[1] - tail[2] if tail.shape[0] > 2 else tail[1]) > 0
+        level = jnp.where(has_idle, 0, jnp.where(has_one, 1, outcomes[0]))
+        return Route(jnp.asarray(level, jnp.int32), ZERO, ZERO, ZERO)

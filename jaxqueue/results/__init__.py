@@ -1,0 +1,19 @@
+"""Results: estimates with confidence intervals, the one result schema, response-time laws.
+
+* :mod:`~jaxqueue.results.stats`: Student-t quantiles and the tolerance helper;
+* :mod:`~jaxqueue.results.estimates`: :class:`Estimate` across replicas;
+* :mod:`~jaxqueue.results.schema`: :class:`Result`, the metric names shared by
+  simulation, mean field and exact solutions;
+* :mod:`~jaxqueue.results.simulation`: :class:`SimulationResult`;
+* :mod:`~jaxqueue.results.response`: Erlang-mixture response-time laws.
+"""
+
+from jaxqueue.results.estimates import Estimate, estimate
+from jaxqueue.results.schema import METRICS, QUANTILES, SCALAR_METRICS, VECTOR_METRICS, Result
+from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.results.stats import student_t_quantile, tolerance, within
+
+__all__ = [
+    "Estimate", "estimate", "Result", "SimulationResult", "METRICS", "SCALAR_METRICS",
+    "VECTOR_METRICS", "QUANTILES", "student_t_quantile", "tolerance", "within",
+]  # fmt: skip

@@ -1,0 +1,190 @@
+"""One vocabulary for results: simulation, mean field and exact CTMC.
+
+Every result carries the same metric names (:data:`SCALAR_METRICS`,
+:data:`VECTOR_METRICS`, ``response_quantiles``), the same missing-value
+convention (``None``: the metric does not apply, e.g. ``p0`` without
+I-queues), the same quantile form (``{q: value}`` for ``q`` in
+:data:`QUANTILES`), a ``source`` (``"simulation"``, ``"mean-field"`` or
+``"exact"``), ``settings`` (what produced it) and ``diagnostics`` (what the
+source reports about its own accuracy: overflow counts, truncated mass,
+solver status).
+
+A simulated metric is an :class:`~jaxqueue.results.estimates.Estimate`
+(mean and 95% half-width); a mean-field or exact metric is a float (or a
+float64 array for vector metrics). :meth:`Result.to_dict` writes both as
+``{"mean": ..., "ci95": ...}`` (``ci95`` is ``None`` for a value with no
+sampling error), so the JSON of the three sources has the same keys.
+
+Settings and diagnostics are also readable as attributes
+(``res.n_servers``, ``mf.ratio``, ``ex.truncated_mass``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from jaxqueue.results.estimates import Estimate, json_number
+
+__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "METRICS", "QUANTILES", "SOURCES"]
+
+#: Scalar metrics, per server and per unit time where a rate.
+SCALAR_METRICS = (
+    "mean_queue_length",  # mean tasks per server, sum_{i>=1} s_i
+    "mean_response_time",  # mean sojourn time of accepted tasks
+    "waiting_probability",  # P(an accepted task finds its server busy)
+    "blocking_probability",  # P(an arrival is blocked); 0 with infinite buffers
+    "p0",  # fraction of empty I-queues (JIQ family; None otherwise)
+    "join_rate",  # join-I-queue requests per server per unit time
+    "delete_rate",  # delete requests per server per unit time
+    "probe_rate",  # probe messages per server per unit time
+    "stale_fraction",  # JIQ-Original: fraction of arrivals sent to a busy listed server
+)
+#: Vector metrics, indexed by queue length ``k = 0..levels`` (I-queue size for
+#: ``iqueue_distribution``).
+VECTOR_METRICS = ("tail", "occupancy", "arrival_seen", "iqueue_distribution")
+METRICS = SCALAR_METRICS + VECTOR_METRICS
+#: Response-time quantile levels reported by every source.
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+SOURCES = ("simulation", "mean-field", "exact")
+
+# Settings copied into every row of Result.records(), where present.
+_ROW_SETTINGS = ("policy", "policy_label", "n_servers", "n_dispatchers", "ratio", "load", "buffer")
+
+
+def metric_json(value):
+    """``{"mean", "ci95"}`` for an Estimate or a plain value; ``None`` for a missing metric."""
+    if value is None:
+        return None
+    if isinstance(value, Estimate):
+        return value.to_json()
+    return {"mean": json_number(value), "ci95": None}
+
+
+def _json_setting(x):
+    if isinstance(x, dict):
+        return {str(k): _json_setting(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_setting(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_number(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return json_number(x)
+    return x
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Result:
+    """Metrics of one configuration, from one source (see the module docstring).
+
+    Attributes:
+        tail: ``s_i``, the fraction of servers with at least ``i`` tasks, ``i = 0..levels``.
+        occupancy: fraction of servers with exactly ``k`` tasks.
+        arrival_seen: law of the tasks an accepted arrival finds at its server;
+            the response time is the Erlang mixture with these weights.
+        iqueue_distribution: fraction of I-queues listing exactly ``j``
+            servers (JIQ family, else None; the simulator of the exchangeable
+            policies measures it with several dispatchers only, as with one
+            it is the law of the number of idle servers).
+        mean_queue_length, mean_response_time, waiting_probability,
+        blocking_probability, p0, join_rate, delete_rate, probe_rate,
+        stale_fraction: see :data:`SCALAR_METRICS`.
+        response_quantiles: ``{q: value}`` for ``q`` in :data:`QUANTILES`.
+        settings: what produced the result: at least ``policy``,
+            ``policy_label``, ``options`` and ``load``.
+        diagnostics: the source's own accuracy report.
+    """
+
+    source: ClassVar[str] = ""
+
+    tail: Any
+    occupancy: Any
+    arrival_seen: Any
+    iqueue_distribution: Any = None
+    mean_queue_length: Any
+    mean_response_time: Any
+    waiting_probability: Any
+    blocking_probability: Any
+    p0: Any = None
+    join_rate: Any
+    delete_rate: Any
+    probe_rate: Any
+    stale_fraction: Any = None
+    response_quantiles: dict
+    settings: dict
+    diagnostics: dict = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        # Only called when normal lookup fails: settings and diagnostics by name.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for part in ("settings", "diagnostics"):
+            values = self.__dict__.get(part) or {}
+            if name in values:
+                return values[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def scalar_metrics(self) -> dict:
+        """The scalar metrics that apply, by name (missing ones left out)."""
+        return {k: getattr(self, k) for k in SCALAR_METRICS if getattr(self, k) is not None}
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict with the same keys for every source.
+
+        Each metric is ``{"mean": ..., "ci95": ...}`` (lists for vector
+        metrics) or ``None`` where it does not apply; ``response_quantiles``
+        maps ``"0.99"`` etc. to the same form.
+        """
+        out: dict[str, Any] = {name: metric_json(getattr(self, name)) for name in METRICS}
+        out["response_quantiles"] = {
+            str(q): metric_json(v) for q, v in sorted(self.response_quantiles.items())
+        }
+        out["source"] = self.source
+        out["settings"] = _json_setting(self.settings)
+        out["diagnostics"] = _json_setting(self.diagnostics)
+        return out
+
+    def records(self) -> list[dict]:
+        """A flat table: one row per metric (and per index for vector metrics and quantiles)."""
+        base = {"source": self.source}
+        base.update({k: self.settings[k] for k in _ROW_SETTINGS if k in self.settings})
+
+        def row(metric, index, value):
+            if isinstance(value, Estimate):
+                mean, half = value.mean, value.ci95
+            else:
+                mean, half = value, None
+            return {**base, "metric": metric, "index": index, "mean": _scalar(mean),
+                    "ci95": None if half is None else _scalar(half)}  # fmt: skip
+
+        rows = [row(name, None, v) for name, v in self.scalar_metrics().items()]
+        for q, v in sorted(self.response_quantiles.items()):
+            rows.append(row("response_quantile", q, v))
+        for name in VECTOR_METRICS:
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, Estimate):
+                means, halves = np.atleast_1d(v.mean), np.atleast_1d(v.ci95)
+                for i, (m, h) in enumerate(zip(means, halves)):
+                    rows.append(row(name, i, Estimate(m, h, v.n)))
+            else:
+                for i, m in enumerate(np.atleast_1d(v)):
+                    rows.append(row(name, i, m))
+        return rows
+
+    def to_frame(self):
+        """The :meth:`records` as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame needs pandas: pip install pandas") from err
+        return pd.DataFrame(self.records())
+
+
+def _scalar(x):
+    return None if x is None else float(x)

@@ -1,0 +1,107 @@
+"""The step kernel of the lockstep uniformized simulator (one replica, one step).
+
+The state is a replica's occupancy tails (:mod:`jaxqueue.sim.state`), so one
+event costs O(levels + iqueue_levels), whatever ``N`` and ``M`` are; the
+per-server policies step on their lists instead (:mod:`jaxqueue.sim.per_server`).
+
+Uniformization: the total event rate is bounded by ``N * (lambda + mu)``. Each
+step is an arrival with probability ``lambda / (lambda + mu)``, otherwise a
+potential departure from a uniformly random server (a no-op if it is idle).
+The embedded chain has the CTMC's stationary law, so time averages are step
+averages, and one unit of time is ``N * (lambda + mu)`` steps
+(:func:`jaxqueue.core.system.steps_per_time_unit`). Every replica takes the
+same steps, so replicas advance together as batched array updates.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxqueue.core.rng import bernoulli, uniform_index
+from jaxqueue.core.system import System, arrival_probability
+from jaxqueue.policies.base import Policy, View, level_of
+from jaxqueue.sim.events import step_event
+from jaxqueue.sim.per_server import step_listed
+from jaxqueue.sim.state import Core
+
+__all__ = ["step"]
+
+
+def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy):
+    """One uniformized step of one replica.
+
+    Args:
+        core: the replica's Markov state.
+        words: uint32 ``(n_words(system, policy),)`` random words.
+        load: float32 scalar, ``lambda``.
+        system, policy: static.
+
+    Returns:
+        ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
+        levels gaining and losing a server (``up``, ``down``), the level an
+        accepted arrival found (``seen``; ``levels + 1`` for none), and the
+        event counts, consumed by :func:`run_blocks`.
+    """
+    if policy.per_server:
+        tail, iq_tail, lists, event = step_listed(
+            core.tail, core.iq_tail, core.lists, words, load, system,
+            policy.threshold, deletes=policy.delete_requests,
+        )  # fmt: skip
+        return Core(tail, iq_tail, core.iq_listed, lists), event
+    n = system.n_servers
+    levels = system.levels
+    tail, iq_tail, iq_listed, _ = core
+    idle = jnp.int32(n) - tail[1]
+    view = View(tail, iq_tail, iq_listed, idle)
+    is_arrival = bernoulli(words[0], arrival_probability(load))
+
+    # Departure branch: a uniformly random server completes a task if busy.
+    k_dep = level_of(tail, uniform_index(words[1], words[2], n))
+    departs = ~is_arrival & (k_dep >= 1)
+    to_idle = departs & (k_dep == 1)
+
+    # Arrival branch.
+    route = policy.route(view, words[1:], system)
+    k = route.level
+    full = k >= levels
+    accepted = is_arrival & ~full
+
+    # Changes as scatter-adds at one index each (O(1), not a pass over the
+    # levels); an index past the end (``levels + 1``) is dropped.
+    nowhere = levels + 1
+    up = jnp.where(accepted, k + 1, nowhere)
+    down = jnp.where(departs, k_dep, nowhere)
+    new_tail = tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
+
+    joins = jnp.int32(0)
+    iq_up = iq_down = jnp.int32(iq_tail.shape[0])  # nowhere
+    probes = jnp.where(is_arrival, route.probes, 0)
+    iq_overflow = jnp.bool_(False)
+    new_iq, new_listed = iq_tail, iq_listed
+    if policy.uses_iqueues:
+        join_size, join_probes = policy.on_idle(view, words[3:], system)
+        joins = to_idle.astype(jnp.int32)
+        probes = probes + jnp.where(to_idle, join_probes, 0)
+        if system.n_dispatchers > 1:
+            top = system.iqueue_levels
+            iq_overflow = to_idle & (join_size >= top)
+            leave = is_arrival & (route.iq_remove >= 1)
+            join = to_idle & ~iq_overflow
+            s_out, s_in = route.iq_remove, join_size + 1  # sizes before / after the change
+            iq_up = jnp.where(join, s_in, top + 1)
+            iq_down = jnp.where(leave, s_out, top + 1)
+            new_iq = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
+            jdx = jnp.arange(top + 1, dtype=jnp.int32)
+            # An I-queue of size s holds s listed servers, counted in iq_listed[0..s].
+            new_listed = (
+                iq_listed
+                - jnp.where(leave, jnp.where(jdx == s_out, s_out, jdx < s_out), 0)
+                + jnp.where(join, jnp.where(jdx == s_in, s_in, jdx < s_in), 0)
+            )
+
+    event = step_event(
+        system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k,
+        is_arrival=is_arrival, full=full, iq_overflow=iq_overflow, joins=joins,
+        deletes=jnp.where(is_arrival, route.deletes, 0), probes=probes, stale=jnp.int32(0),
+    )  # fmt: skip
+    return Core(new_tail, new_iq, new_listed), event

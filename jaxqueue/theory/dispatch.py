@@ -1,0 +1,105 @@
+"""``mean_field``: the mean field of any policy at one point, chosen by its declarations.
+
+A policy declares which mean field it has (:meth:`jaxqueue.policies.Policy.mean_field_kind`):
+a closed form (:mod:`jaxqueue.theory.closed_forms`), the generic fixed point
+(:mod:`jaxqueue.theory.meanfield`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
+gives the reason). This module is the only one that knows both paths; neither
+imports it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from jaxqueue.core.system import check_int, check_load
+from jaxqueue.policies import make
+from jaxqueue.theory import meanfield
+from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
+from jaxqueue.theory.result import MeanFieldResult
+
+__all__ = ["mean_field"]
+
+_MAX_LEVELS = 10**6
+
+
+def mean_field(
+    policy,
+    load: float,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    z: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+) -> MeanFieldResult:
+    """All mean-field metrics of a policy at one point (float64, host side).
+
+    The policy is built as ``make(policy, d=d, z=z)``: options left at ``None``
+    take the policy's defaults (``pod`` and ``jiq-pod`` probe ``d = 2``, as in
+    the simulator), and an option the policy does not take is an error. Then:
+
+    * a policy with a closed form and infinite buffers gets it
+      (:func:`jaxqueue.theory.closed_forms.closed_form_result`);
+    * otherwise, including every policy with a finite ``buffer``, the generic
+      fixed point (:func:`jaxqueue.theory.meanfield.fixed_point`), with one
+      dispatcher for single-dispatcher policies and policies without I-queues;
+    * a policy without a mean field raises :class:`NotImplementedError`.
+
+    The mean field is in units of the mean service time
+    (:data:`jaxqueue.core.system.SERVICE_RATE` is 1); see
+    :mod:`jaxqueue.theory.result`.
+
+    Args:
+        policy: a policy name or :class:`~jaxqueue.policies.Policy`.
+        load: ``lambda`` (in ``(0, 1)`` for infinite buffers, ``> 0`` with a buffer).
+        ratio: ``r = N / M``; closed forms of the JIQ family need it, the generic
+            fixed point reads ``None`` as one dispatcher; recorded for the others.
+        d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
+        z: JIQ-Threshold's option, accepted so that a policy's options can be
+            passed through (that policy has no mean field).
+        buffer: places per server, or ``None`` for infinite buffers.
+        levels: the largest queue length represented: the arrays have
+            ``levels + 1`` entries (as the simulator's ``levels``; equal to
+            ``buffer`` for finite buffers). ``None``: closed forms take the
+            fewest with less than ``1e-15`` of tail mass left out, the generic
+            fixed point :data:`~jaxqueue.theory.meanfield.DEFAULT_LEVELS` (or
+            ``buffer``).
+
+    Returns:
+        A :class:`~jaxqueue.theory.result.MeanFieldResult`.
+
+    Raises:
+        NotImplementedError: for a policy without a mean field (with the reason).
+        ValueError: for unknown names, options the policy does not take, or
+            invalid arguments.
+        RuntimeError: if a solver fails (``p0``, or the generic fixed point).
+
+    Example:
+        >>> from jaxqueue import theory
+        >>> mf = theory.mean_field("jiq-pod", 0.98, 10.0)  # d = 2, the policy's default
+        >>> round(mf.mean_response_time, 2)
+        2.54
+    """
+    pol = make(policy, d=d, z=z)
+    if pol.mean_field_kind() == "none":
+        raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
+    if buffer is not None:
+        check_int("buffer", buffer, 1, _MAX_LEVELS)
+    if levels is not None:
+        check_int("levels", levels, 1, _MAX_LEVELS)
+    lam = check_load(load, buffer)
+    if pol.closed_form() is not None and buffer is None:
+        pol, cf = closed_form_of(pol)  # checks the declared family and d
+        return closed_form_result(pol, cf, lam, ratio, levels)
+
+    one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
+    fp_ratio = None if one_dispatcher else ratio
+    if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
+        raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
+    fp = meanfield.fixed_point(pol, lam, fp_ratio, buffer=buffer, levels=levels)
+    if fp.status != 0:
+        raise RuntimeError(
+            f"the generic mean-field fixed point of {pol.label()!r} did not converge: "
+            f"{fp.status.name} (residual {fp.residual:.3g})"
+        )
+    return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer)

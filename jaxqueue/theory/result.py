@@ -1,0 +1,141 @@
+"""The mean-field result: one :class:`~jaxqueue.results.schema.Result` for every policy.
+
+Closed forms (:mod:`jaxqueue.theory.closed_forms`) and the generic fixed
+point (:mod:`jaxqueue.theory.meanfield`) both build their result here, so the
+two paths report the same fields in the same types: metrics as Python floats
+and float64 arrays, ``None`` where a metric does not apply.
+
+Units: the mean field is in units of the mean service time ``1 / mu`` with
+``mu`` = :data:`jaxqueue.core.system.SERVICE_RATE` (= 1), like the simulator:
+loads are ``lambda / mu`` per server, times (mean response time, quantiles of
+the Erlang(``k + 1``, ``mu``) mixture) are in mean service times and rates
+(joins, deletes, probes) are per server per mean service time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from jaxqueue.core.status import Status
+from jaxqueue.policies import Policy
+from jaxqueue.results.schema import QUANTILES, Result
+
+__all__ = ["MeanFieldResult", "build"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeanFieldResult(Result):
+    """Mean-field metrics of one policy at one point (host floats and float64 arrays).
+
+    The metric fields are those of :class:`~jaxqueue.results.schema.Result`;
+    vector metrics are indexed by queue length ``k = 0..levels``
+    (``levels + 1`` entries). ``p0`` and ``iqueue_distribution`` are ``None``
+    for policies without I-queues (``iqueue_distribution`` also with one
+    dispatcher); ``stale_fraction`` is always ``None`` (no mean field has stale
+    picks); ``blocking_probability`` is 0.0 with infinite buffers.
+
+    Settings (also readable as attributes, e.g. ``mf.d``):
+        policy: the registry name; policy_label: e.g. ``pod(d=2)``; options:
+        the policy's options; load: ``lambda``; ratio: ``r = N / M`` as given
+        (``None``: not given; unused by policies without I-queues); d: the
+        effective probe count (1 for random, jsq, jiq and i1f); buffer: places
+        per server or ``None``; levels: the largest queue length represented,
+        ``len(tail) - 1``.
+
+    Diagnostics (also readable as attributes, e.g. ``mf.status``):
+        status: a :class:`~jaxqueue.core.status.Status` (``CONVERGED`` for a
+        returned result); tail_remainder: the tail mass the arrays leave out
+        (closed forms: ``sum_{i > levels} s_i``, below ``1e-15`` with the
+        automatic level count unless that would pass 100000 levels; generic
+        fixed point with infinite buffers: ``s_levels``, the mass at the
+        bound); iqueue_remainder: the I-queue mass past the returned sizes (0
+        without I-queues).
+    """
+
+    source: ClassVar[str] = "mean-field"
+
+
+def _array(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def build(
+    policy: Policy,
+    *,
+    load: float,
+    ratio: float | None,
+    d: int,
+    buffer: int | None,
+    tail,
+    occupancy,
+    arrival_seen,
+    mean_queue_length: float,
+    mean_response_time: float,
+    waiting_probability: float,
+    blocking_probability: float,
+    p0: float | None,
+    iqueue_distribution,
+    join_rate: float,
+    delete_rate: float,
+    probe_rate: float,
+    response_quantiles,
+    status: Status = Status.CONVERGED,
+    tail_remainder: float = 0.0,
+    iqueue_remainder: float = 0.0,
+) -> MeanFieldResult:
+    """A :class:`MeanFieldResult` with every value in its documented type.
+
+    ``response_quantiles`` is a sequence of values for :data:`QUANTILES` in
+    order, or a ``{q: value}`` dict with exactly those keys.
+    """
+    tail, occupancy, arrival_seen = _array(tail), _array(occupancy), _array(arrival_seen)
+    if not (tail.ndim == 1 and tail.shape == occupancy.shape == arrival_seen.shape):
+        raise ValueError(
+            f"tail, occupancy and arrival_seen must be 1-D of one length; got {tail.shape}, "
+            f"{occupancy.shape}, {arrival_seen.shape}"
+        )
+    if isinstance(response_quantiles, dict):
+        if set(response_quantiles) != set(QUANTILES):
+            raise ValueError(f"response_quantiles must have the keys {QUANTILES}")
+        quantiles = {q: float(response_quantiles[q]) for q in QUANTILES}
+    else:
+        quantiles = dict(zip(QUANTILES, map(float, response_quantiles), strict=True))
+    if p0 is not None and math.isnan(p0):
+        raise ValueError("p0 is None where it does not apply, never NaN")
+    settings = {
+        "policy": policy.name,
+        "policy_label": policy.label(),
+        "options": policy.options(),
+        "load": float(load),
+        "ratio": None if ratio is None else float(ratio),
+        "d": int(d),
+        "buffer": buffer,
+        "levels": int(tail.size - 1),
+    }
+    diagnostics = {
+        "status": Status(status),
+        "tail_remainder": float(tail_remainder),
+        "iqueue_remainder": float(iqueue_remainder),
+    }
+    return MeanFieldResult(
+        tail=tail,
+        occupancy=occupancy,
+        arrival_seen=arrival_seen,
+        iqueue_distribution=None if iqueue_distribution is None else _array(iqueue_distribution),
+        mean_queue_length=float(mean_queue_length),
+        mean_response_time=float(mean_response_time),
+        waiting_probability=float(waiting_probability),
+        blocking_probability=float(blocking_probability),
+        p0=None if p0 is None else float(p0),
+        join_rate=float(join_rate),
+        delete_rate=float(delete_rate),
+        probe_rate=float(probe_rate),
+        stale_fraction=None,
+        response_quantiles=quantiles,
+        settings=settings,
+        diagnostics=diagnostics,
+    )
