@@ -250,8 +250,7 @@ def advance(p: Plan, state: State, first_block: int, n_blocks: int, *,
     while at < end:
         if at == p.warmup_blocks:
             state = _reset_stats(p, state)
-        stop = p.warmup_blocks if at < p.warmup_blocks else end
-        stop = min(stop, end)
+        stop = min(p.warmup_blocks, end) if at < p.warmup_blocks else end
         phase = "warm-up" if at < p.warmup_blocks else "measure"
         state = _run_chunks(p, state, key, ids, loads, mesh, at, stop, phase, progress)
         at = stop
