@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
