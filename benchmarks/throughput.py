@@ -49,11 +49,10 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
     state = runner.initial_state(plan)
-    mesh, _, ids, lam = runner.placement(plan)
-    key = jax.random.key(0)
+    mesh, _, keys, lam = runner.placement(plan)
     blocks = max(1, int(target_events // (plan.padded * BLOCK)))
     t0 = time.perf_counter()
-    state = run_blocks(state, key, ids, jnp.int32(0), jnp.int32(1), lam, system=system,
+    state = run_blocks(state, keys, jnp.int32(0), jnp.int32(1), lam, system=system,
                        policy=pol, mesh=mesh)  # fmt: skip
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
@@ -61,7 +60,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     first = 1
     for _ in range(3):
         t0 = time.perf_counter()
-        state = run_blocks(state, key, ids, jnp.int32(first), jnp.int32(blocks), lam,
+        state = run_blocks(state, keys, jnp.int32(first), jnp.int32(blocks), lam,
                            system=system, policy=pol, mesh=mesh)  # fmt: skip
         jax.block_until_ready(state)
         best = min(best, time.perf_counter() - t0)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,policies}``.
+"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,sweep,export,policies}``.
 
 ``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
 ``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
@@ -94,6 +94,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", action="store_true")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("sweep", help="run a grid experiment (a TOML spec) into a result store")
+    p.add_argument("spec", help="the spec file (TOML)")
+    p.add_argument("--store", default=None,
+                   help="SQLite result store; the same command resumes (default: NAME.sqlite)")  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="apply the spec's [quick] overrides")
+    p.add_argument("--batch-points", type=int, default=None,
+                   help="points per batch (default 32)")  # fmt: skip
+    p.add_argument("--progress", action="store_true", help="progress on stderr")
+
+    p = sub.add_parser("export", help="export a result store")
+    p.add_argument("store", help="the SQLite result store")
+    p.add_argument("--csv", required=True, help="write one row per point and metric to this CSV")
 
     sub.add_parser("policies", help="list the policy names")
     return ap
@@ -201,6 +214,28 @@ def _cmd_compare(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, run_grid
+    from jaxqueue.studies.spec import load_spec
+
+    spec = load_spec(args.spec, quick=args.quick)
+    store = args.store or f"{spec.name}.sqlite"
+    ran = run_grid(spec, store, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
+                   progress=args.progress)  # fmt: skip
+    print(f"[jaxqueue] {spec.name}: ran {ran} of {len(spec.points)} points into {store}",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from jaxqueue.studies.store import Store
+
+    with Store.open_existing(args.store) as store:
+        n = store.export_csv(args.csv)
+    print(f"[jaxqueue] wrote {n} rows to {args.csv}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -210,9 +245,9 @@ def main(argv=None) -> int:
             print("\n".join(available()))
             return 0
         commands = {"simulate": _cmd_simulate, "theory": _cmd_theory, "exact": _cmd_exact,
-                    "compare": _cmd_compare}  # fmt: skip
+                    "compare": _cmd_compare, "sweep": _cmd_sweep, "export": _cmd_export}  # fmt: skip
         return commands[args.command](args)
-    except (ValueError, TypeError, NotImplementedError) as err:
+    except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except RuntimeError as err:  # LevelOverflowError and friends

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxqueue as jq
-from jaxqueue.core.rng import BLOCK, step_words
+from jaxqueue.core.rng import BLOCK, replica_keys, step_words
 from jaxqueue.core.system import System
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
@@ -103,15 +103,15 @@ def _run(policy, replicas_ids, n_blocks=2, devices=None):
     one = State(_start(policy, system), zero_stats(system, policy))
     r = len(replicas_ids)
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (r,) + x.shape), one)
-    ids = jnp.asarray(replicas_ids, jnp.int32)
+    keys = replica_keys(11, np.asarray(replicas_ids))
     load = jnp.full((r,), 0.8, jnp.float32)
     mesh = None
     if devices is not None:
         mesh = jax.sharding.Mesh(np.asarray(devices), ("replica",))
         sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-        state, ids, load = jax.device_put((state, ids, load), sh)
+        state, keys, load = jax.device_put((state, keys, load), sh)
     out = run_blocks(
-        state, jax.random.key(11), ids, jnp.int32(0), jnp.int32(n_blocks), load,
+        state, keys, jnp.int32(0), jnp.int32(n_blocks), load,
         system=system, policy=policy, mesh=mesh,
     )
     return jax.tree.map(np.asarray, out)

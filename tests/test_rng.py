@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.rng import BLOCK, block_keys, step_words, uniform_index
+from jaxqueue.core.rng import BLOCK, block_keys, replica_keys, step_words, uniform_index
 
 
 def test_uniform_index_is_the_exact_64_bit_product():
@@ -21,10 +21,10 @@ def test_uniform_index_is_the_exact_64_bit_product():
 
 
 def _words(n_blocks=64, replica=0, n_words=4):
-    key = jax.random.key(123)
+    rkey = replica_keys(123, np.array([replica]))[0]
 
     def block(b):
-        bkey = block_keys(key, replica, b)
+        bkey = block_keys(rkey, b)
         return jax.vmap(lambda t: step_words(bkey, t, n_words))(jnp.arange(BLOCK))
 
     return np.asarray(jax.jit(jax.vmap(block))(jnp.arange(n_blocks))).reshape(-1)
@@ -50,3 +50,14 @@ def test_replica_streams_differ_and_are_uncorrelated():
     assert np.mean(a == b) < 1e-3
     r = np.corrcoef(a / 2.0**32, b / 2.0**32)[0, 1]
     assert abs(r) < 4.4 / np.sqrt(a.size)
+
+
+def test_replica_keys_are_the_positional_fold_ins():
+    """fold_in(key, i) per replica, and fold_in(fold_in(key, w), i) with stream words."""
+    key = jax.random.key(5)
+    got = np.asarray(replica_keys(5, np.array([0, 7])))
+    want = np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(key, i))) for i in (0, 7)])
+    np.testing.assert_array_equal(got, want)
+    got = np.asarray(replica_keys(5, np.array([3]), np.array([99])))[0]
+    want = jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, 99), 3))
+    np.testing.assert_array_equal(got, np.asarray(want))

@@ -1,9 +1,12 @@
 """Random words and exact integer draws for the lockstep simulator.
 
-Keys by position. Replica ``i`` of a run with key ``key`` owns the stream
-``fold_in(fold_in(key, i), b)`` for its ``b``-th block of ``BLOCK`` uniformized
-steps, so results do not depend on how many replicas run together, on how the
-run is cut into chunks, or on how replicas are spread over devices.
+Keys by position. Every replica has its own key (:func:`replica_keys`): replica
+``i`` of a run with key ``key`` has ``fold_in(key, i)``, and a grid point's
+replicas ``fold_in(fold_in(key, w), i)`` with a word ``w`` derived from the
+point itself. Its ``b``-th block of ``BLOCK`` uniformized steps draws from
+``fold_in(replica key, b)``, so results do not depend on how many replicas run
+together, on how the run is cut into chunks, or on how replicas are spread
+over devices.
 
 Within a block, JAX's threefry generator supplies a 64-bit block key once, and
 the words of each step come from a counter-based hash of ``(block key, step,
@@ -24,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BLOCK", "block_keys", "step_words", "uniform_index", "bernoulli"]
+__all__ = ["BLOCK", "replica_keys", "block_keys", "step_words", "uniform_index", "bernoulli"]
 
 #: Uniformized steps per random block (the unit of key derivation and of the
 #: exact integer accumulation of time averages).
@@ -44,18 +47,41 @@ def _mix(x: jax.Array) -> jax.Array:
     return x ^ (x >> 14)
 
 
-def block_keys(key: jax.Array, replica: jax.Array, block: jax.Array) -> jax.Array:
+def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
+    """The raw key data of each replica (host call; what :func:`block_keys` takes).
+
+    Args:
+        seed: the run's integer seed (``jax.random.key(seed)``).
+        replicas: int ``(R,)`` replica indices.
+        streams: ``None`` (replica ``i`` gets ``fold_in(key, i)``) or int
+            ``(R,)`` stream words (``fold_in(fold_in(key, w), i)``).
+
+    Returns:
+        uint32 ``(R, 2)``, the replicas' key data.
+    """
+    key = jax.random.key(int(seed))
+    replicas = jnp.asarray(replicas, jnp.uint32)
+    if streams is None:
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(replicas)
+    else:
+        streams = jnp.asarray(streams, jnp.uint32)
+        keys = jax.vmap(lambda w, i: jax.random.fold_in(jax.random.fold_in(key, w), i))(
+            streams, replicas
+        )
+    return jax.random.key_data(keys)
+
+
+def block_keys(replica_key: jax.Array, block: jax.Array) -> jax.Array:
     """The 64-bit key (two uint32 words) of one replica's block.
 
     Args:
-        key: a typed PRNG key (``jax.random.key``).
-        replica: int scalar, the replica's global index.
+        replica_key: uint32 ``(2,)``, the replica's key data (:func:`replica_keys`).
         block: int scalar, the block's index from the start of the run.
 
     Returns:
         uint32 array of shape ``(2,)``.
     """
-    k = jax.random.fold_in(jax.random.fold_in(key, replica), block)
+    k = jax.random.fold_in(jax.random.wrap_key_data(replica_key), block)
     return jax.random.bits(k, (2,), jnp.uint32)
 
 

@@ -19,8 +19,11 @@ from jaxqueue.core.rng import BLOCK
 __all__ = [
     "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
     "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate", "arrival_probability",
-    "steps_per_time_unit",
+    "steps_per_time_unit", "DEFAULT_WARMUP_TIME",
 ]  # fmt: skip
+
+#: Default warm-up of a run, in units of time at its (largest) load.
+DEFAULT_WARMUP_TIME = 100.0
 
 #: Service rate of every server (tasks per unit time). Loads are per server and
 #: in units of this rate, so ``lambda < 1`` is the stability condition.

@@ -38,9 +38,9 @@ def _kahan(total, comp, x):
     return t, (t - total) - y
 
 
-def _block(state: State, key, replica, block, load, system: System, policy: Policy) -> State:
+def _block(state: State, replica_key, block, load, system: System, policy: Policy) -> State:
     """Run one block of BLOCK steps for one replica."""
-    bkey = block_keys(key, replica, block)
+    bkey = block_keys(replica_key, block)
     nw = n_words(system, policy)
     iq0 = _iq_view(state.core, system, policy)
     counters = (
@@ -90,8 +90,7 @@ def _block(state: State, key, replica, block, load, system: System, policy: Poli
 
 def advance_blocks(
     state: State,
-    key: jax.Array,
-    replicas: jax.Array,
+    keys: jax.Array,
     first_block: jax.Array,
     n_blocks: jax.Array,
     load: jax.Array,
@@ -102,8 +101,8 @@ def advance_blocks(
 
     Args:
         state: batched State (leading replica axis ``R``).
-        key: typed PRNG key of the run.
-        replicas: int32 ``(R,)`` global replica indices (keys by position).
+        keys: uint32 ``(R, 2)``, each replica's key data
+            (:func:`jaxqueue.core.rng.replica_keys`; keys by position).
         first_block: int32 scalar, index of the first block to run.
         n_blocks: int32 scalar (traced: any count without recompiling).
         load: float32 ``(R,)``, each replica's ``lambda``.
@@ -113,19 +112,19 @@ def advance_blocks(
         The advanced batched State.
     """
 
-    def one(state, replica, load, block):
-        return _block(state, key, replica, block, load, system, policy)
+    def one(state, replica_key, load, block):
+        return _block(state, replica_key, block, load, system, policy)
 
     batched = jax.vmap(one, in_axes=(0, 0, 0, None))
 
     def body(i, state):
-        return batched(state, replicas, load, first_block + i)
+        return batched(state, keys, load, first_block + i)
 
     return jax.lax.fori_loop(0, n_blocks, body, state)
 
 
 @functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("state",))
-def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, policy, mesh=None):
+def run_blocks(state, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
     """:func:`advance_blocks`, jit-compiled and spread over a mesh.
 
     With a ``mesh`` (axis ``"replica"``), each device advances its own shard
@@ -135,8 +134,8 @@ def run_blocks(state, key, replicas, first_block, n_blocks, load, *, system, pol
     """
     run = functools.partial(advance_blocks, system=system, policy=policy)
     if mesh is None or mesh.size == 1:
-        return run(state, key, replicas, first_block, n_blocks, load)
+        return run(state, keys, first_block, n_blocks, load)
     spec, rep = PartitionSpec("replica"), PartitionSpec()
     return jax.shard_map(
-        run, mesh=mesh, in_specs=(spec, rep, spec, rep, rep, spec), out_specs=spec, check_vma=False
-    )(state, key, replicas, first_block, n_blocks, load)
+        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
+    )(state, keys, first_block, n_blocks, load)

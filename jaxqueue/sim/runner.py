@@ -10,7 +10,8 @@ A run is split so that ``(plan, state, next block)`` is an exact checkpoint:
 * :func:`advance` runs blocks ``[first_block, first_block + n_blocks)`` in
   chunks of about half a second (the chunk boundary is where progress,
   overflow checks and, later, checkpoints live). Keys are by position (replica
-  ``i`` block ``b`` draws from ``fold_in(fold_in(key, i), b)``) and the running
+  ``i`` block ``b`` draws from ``fold_in(fold_in(key, i), b)``; see
+  :func:`jaxqueue.core.rng.replica_keys` for grid points) and the running
   sums are reset exactly when block ``warmup_blocks`` starts, so any split of
   the blocks into calls gives the same result;
 * :func:`collect` turns the running sums into one result per load.
@@ -32,9 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.system import (
-    MAX_SERVERS, MAX_STEPS, System, check_int, check_load, steps_per_time_unit,
+    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
+    steps_per_time_unit,
 )  # fmt: skip
 from jaxqueue.core.versions import versions
 from jaxqueue.policies.base import Policy
@@ -47,11 +49,7 @@ from jaxqueue.sim.state import State, init, zero_stats
 
 __all__ = [
     "Plan", "plan", "initial_state", "advance", "collect", "run", "placement", "LevelOverflowError",
-    "DEFAULT_WARMUP_TIME",
 ]  # fmt: skip
-
-#: Default warm-up, in units of time at the largest load of a run.
-DEFAULT_WARMUP_TIME = 100.0
 
 
 class LevelOverflowError(RuntimeError):
@@ -73,6 +71,11 @@ class Plan:
         init: ``"empty"``, ``"mean-field"`` or an occupancy as a tuple of floats.
         on_overflow: ``"raise"`` or ``"report"``.
         devices: the devices replicas are spread over.
+        streams: ``None``: replica ``i`` of load ``j`` draws from the stream of
+            global replica ``j * replicas + i`` (keys by position); or one
+            stream word per load: its replicas ``0 .. replicas - 1`` draw from
+            ``fold_in(fold_in(key, word), i)``, which does not depend on the
+            other loads of the batch or their order (grid points).
     """
 
     policy: Policy
@@ -85,6 +88,7 @@ class Plan:
     init: str | tuple = "empty"
     on_overflow: str = "raise"
     devices: tuple = ()
+    streams: tuple | None = None
 
     @property
     def total_blocks(self) -> int:
@@ -126,6 +130,7 @@ def plan(
     init="empty",
     on_overflow: str = "raise",
     devices: Sequence | None = None,
+    streams: Sequence[int] | None = None,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -170,9 +175,16 @@ def plan(
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
         if np.ndim(init) != 1:
             raise ValueError("init must be a 1-D occupancy (fractions of servers with k tasks)")
+    if streams is not None:
+        streams = tuple(int(w) for w in streams)
+        if len(streams) != len(loads) or any(not 0 <= w < 2**32 for w in streams):
+            raise ValueError(
+                f"streams must give one word in [0, 2**32) per load: {len(loads)} loads, "
+                f"got {len(streams)} words"
+            )
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
-                start, on_overflow, devs)  # fmt: skip
+                start, on_overflow, devs, streams)  # fmt: skip
 
 
 def _levels(pol, n, m, buffer, levels, lmax) -> int:
@@ -203,12 +215,20 @@ def _iqueue_levels(pol, n, m, iqueue_levels, lmin) -> int:
 
 @functools.lru_cache(maxsize=8)
 def placement(p: Plan):
-    """The mesh, and the sharded replica indices and loads of a plan."""
+    """The mesh, and the sharded replica keys and loads of a plan."""
     mesh = jax.sharding.Mesh(np.asarray(p.devices), ("replica",))
-    sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-    ids = jax.device_put(jnp.arange(p.padded, dtype=jnp.int32), sharded)
+    if len(p.devices) > 1:
+        sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
+    else:  # what a one-device program returns: inputs and outputs alike, one compile
+        sharded = jax.sharding.SingleDeviceSharding(p.devices[0])
+    index = np.arange(p.padded)
+    if p.streams is None:
+        keys = replica_keys(p.seed, index)
+    else:
+        group = np.minimum(index // p.replicas, len(p.loads) - 1)
+        keys = replica_keys(p.seed, index - group * p.replicas, np.asarray(p.streams)[group])
     loads = jax.device_put(jnp.asarray(p.load_vector()), sharded)
-    return mesh, sharded, ids, loads
+    return mesh, sharded, jax.device_put(keys, sharded), loads
 
 
 def initial_state(p: Plan) -> State:
@@ -244,26 +264,25 @@ def advance(p: Plan, state: State, first_block: int, n_blocks: int, *,
     check_int("first_block", first_block, 0, p.total_blocks)
     check_int("n_blocks", n_blocks, 0, p.total_blocks - first_block)
     end = first_block + n_blocks
-    mesh, _, ids, loads = placement(p)
-    key = jax.random.key(p.seed)
+    mesh, _, keys, loads = placement(p)
     at = first_block
     while at < end:
         if at == p.warmup_blocks:
             state = _reset_stats(p, state)
         stop = min(p.warmup_blocks, end) if at < p.warmup_blocks else end
         phase = "warm-up" if at < p.warmup_blocks else "measure"
-        state = _run_chunks(p, state, key, ids, loads, mesh, at, stop, phase, progress)
+        state = _run_chunks(p, state, keys, loads, mesh, at, stop, phase, progress)
         at = stop
     return state
 
 
-def _run_chunks(p, state, key, ids, loads, mesh, start, stop, phase, progress):
+def _run_chunks(p, state, keys, loads, mesh, start, stop, phase, progress):
     done, chunk = start, 1
     t_start = time.perf_counter()
     while done < stop:
         n = min(chunk, stop - done)
         t0 = time.perf_counter()
-        state = run_blocks(state, key, ids, jnp.int32(done), jnp.int32(n), loads,
+        state = run_blocks(state, keys, jnp.int32(done), jnp.int32(n), loads,
                            system=p.system, policy=p.policy, mesh=mesh)  # fmt: skip
         over = int(jnp.sum(state.stats.overflow)) + int(jnp.sum(state.stats.iq_overflow))
         dt = time.perf_counter() - t0

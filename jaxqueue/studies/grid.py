@@ -1,0 +1,194 @@
+"""Grid experiments: run a spec's points in batches that share a compiled shape, into a store.
+
+Points that differ only in their load share a compiled program (the policy,
+its options, N, M and the buffer fix the shapes; the load and the run length
+are arrays or traced counts). They run as batches of a fixed number of points
+of the same run length, all replicas of a batch stepping together, so a grid
+of many loads compiles once. (With run lengths in time units each load has
+its own length, so its points form batches of their own.) Each
+point's replicas draw from streams derived from the point itself
+(:meth:`~jaxqueue.studies.spec.Point.seed_word`), and the level bounds are
+fixed per group of points of one shape over the whole spec, so a point's
+result does not depend on the other points of its batch or on the order of
+the grid. Each batch is written to the store (:mod:`jaxqueue.studies.store`)
+in one transaction when it finishes; rerunning the same spec on the same
+store skips what is there.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import OrderedDict
+
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.versions import versions
+from jaxqueue.policies.registry import make
+from jaxqueue.sim import runner
+from jaxqueue.sim.bounds import default_iqueue_levels, default_levels
+from jaxqueue.studies.spec import GridSpec, Point
+from jaxqueue.studies.store import Store
+
+__all__ = ["run_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
+
+#: Points per batch (the replicas of this many points step together).
+DEFAULT_BATCH_POINTS = 32
+
+
+def _shape_key(point: Point):
+    return (point.policy, point.options, point.servers, point.dispatchers, point.buffer)
+
+
+def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
+    """The spec's points grouped by compiled shape (policy, options, N, M, buffer), in order."""
+    groups: OrderedDict[tuple, list[Point]] = OrderedDict()
+    for point in spec.points:
+        groups.setdefault(_shape_key(point), []).append(point)
+    return groups
+
+
+def _by_length(points: list[Point], spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
+    """Points of one shape grouped by run length: replicas of one batch step in lockstep.
+
+    With a run length in steps every point has the same; with one in time
+    units each load has its own, and its points run in batches of their own
+    (the same compiled program, fewer points per batch).
+    """
+    out: OrderedDict[tuple, list[Point]] = OrderedDict()
+    for point in points:
+        out.setdefault((spec.run.steps_for(point), spec.run.warmup_for(point)), []).append(point)
+    return out
+
+
+def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
+    """Level bounds of a shape group: for its largest load (queues) and smallest (I-queues)."""
+    first = points[0]
+    pol = make(first.policy, **dict(first.options))
+    n, m = first.servers, first.dispatchers
+    loads = [p.load for p in points]
+    levels = None if first.buffer is not None else default_levels(pol, n, m, max(loads))
+    iq = None
+    if pol.uses_iqueues and (m > 1 or pol.per_server):
+        iq = default_iqueue_levels(pol, n, m, min(loads))
+    return levels, iq
+
+
+def _theory(point: Point, kind: str):
+    if kind == "none":
+        return None
+    params = point.params()
+    opts = dict(point.options)
+    if kind == "mean-field":
+        from jaxqueue.theory import mean_field
+
+        pol = make(point.policy, **opts)
+        if pol.mean_field_kind() == "none":
+            return None
+        return mean_field(pol, point.load, params["ratio"], buffer=point.buffer)
+    from jaxqueue.exact import solve_exact
+
+    return solve_exact(point.policy, point.load, point.servers, point.dispatchers,
+                       buffer=point.buffer, **opts)  # fmt: skip
+
+
+def _theory_value(result, metric: str, index):
+    if result is None:
+        return None
+    if metric == "response_quantile":
+        value = result.response_quantiles.get(index)
+        return None if value is None else float(value)
+    value = getattr(result, metric, None)
+    if value is None:
+        return None
+    if index is None:
+        return float(value)
+    index = int(index)
+    return float(value[index]) if index < len(value) else 0.0
+
+
+def _rows(point: Point, spec: GridSpec, res, theory) -> list[dict]:
+    params = point.params()
+    base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
+                                       "alpha", "beta", "d", "z", "buffer")}  # fmt: skip
+    run = {"replicas": spec.run.replicas, "steps": res.settings["steps"],
+           "warmup": res.settings["warmup"], "seed": spec.run.seed}  # fmt: skip
+    rows = []
+    for rec in res.records():
+        metric, index = rec["metric"], rec["index"]
+        rows.append({"point_id": point.point_id(), **base, "metric": metric, "idx": index,
+                     "mean": rec["mean"], "ci95": rec["ci95"],
+                     "theory": _theory_value(theory, metric, index), **run})  # fmt: skip
+    return rows
+
+
+def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_POINTS,
+             progress: bool = False, devices=None, log=sys.stderr) -> int:  # fmt: skip
+    """Run every point of ``spec`` not yet in the store at ``store_path``; returns points run.
+
+    Args:
+        spec: a validated :class:`~jaxqueue.studies.spec.GridSpec`.
+        store_path: the SQLite file (created, or resumed if it holds this spec).
+        batch_points: points per batch; a shape group with fewer points uses
+            its size, and the last batch of a group is padded to the same
+            size (padding replicas are run and dropped), so one group compiles once.
+        progress: report each batch on ``log``: points done, events per second
+            and time left.
+        devices: devices to spread replicas over (default: all).
+        log: where progress goes (stderr by default; never stdout).
+    """
+    if batch_points < 1:
+        raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
+    run = spec.run
+    groups = shape_groups(spec)
+    for points in groups.values():  # before anything runs
+        pol = make(points[0].policy, **dict(points[0].options))
+        if run.init == "mean-field" and pol.mean_field_kind() == "none":
+            raise ValueError(
+                f"init='mean-field' needs a mean field, and {pol.name!r} has none "
+                f"({pol.no_mean_field}); use init = \"empty\" for this spec"
+            )
+    with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
+        done = store.done()
+        total = len(spec.points)
+        finished = sum(p.point_id() in done for p in spec.points)
+        ran, events, t0, batch_index = 0, 0, time.perf_counter(), 0
+        for points in groups.values():
+            levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
+            lengths = _by_length(points, spec)
+            size = min(batch_points, max(len(v) for v in lengths.values()))
+            batches = []
+            for same in lengths.values():
+                todo = [p for p in same if p.point_id() not in done]
+                batches += [todo[i : i + size] for i in range(0, len(todo), size)]
+            for batch in batches:
+                pad = [batch[-1]] * (size - len(batch))
+                first = batch[0]
+                t_batch = time.perf_counter()
+                plan = runner.plan(
+                    first.policy, [p.load for p in batch + pad], first.servers,
+                    first.dispatchers, buffer=first.buffer, replicas=run.replicas,
+                    steps=run.steps_for(first), warmup=run.warmup_for(first), seed=run.seed,
+                    levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
+                    streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
+                    **dict(first.options),
+                )  # fmt: skip
+                results = runner.run(plan)[: len(batch)]
+                wall = time.perf_counter() - t_batch
+                rows, committed = [], []
+                for point, res in zip(batch, results):
+                    rows += _rows(point, spec, res, _theory(point, run.theory))
+                    committed.append((point.point_id(), point.params(), wall / len(batch)))
+                store.commit_batch(batch_index, committed, rows)
+                batch_index += 1
+                ran += len(batch)
+                finished += len(batch)
+                events += plan.n_replicas * plan.total_blocks * BLOCK
+                if progress:
+                    elapsed = time.perf_counter() - t0
+                    rate = events / max(elapsed, 1e-9)
+                    left = elapsed / ran * (total - finished) if ran else math.nan
+                    print(f"[jaxqueue] {spec.name}: {finished}/{total} points, "
+                          f"{rate:.3g} replica-steps/s, about {left:.0f} s left",
+                          file=log, flush=True)  # fmt: skip
+    return ran

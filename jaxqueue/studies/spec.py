@@ -1,0 +1,539 @@
+"""Grid-experiment specs: the TOML file of ``jaxqueue sweep SPEC.toml``.
+
+::
+
+    name = "wang-fig4"          # optional; default: the file stem
+    [grid]
+    policy = ["jiq", { name = "jiq-pod", d = [2, 3] }, "pod"]
+    servers = [1000]
+    ratio = [10]                # or dispatchers = [100]; neither: one dispatcher
+    load = [0.5, 0.7, 0.9]      # or alpha = [...] (1 - N**-alpha), beta = [...] (1 - beta/sqrt(N))
+    buffer = [0]                # optional; 0 or "inf": infinite (the default)
+    d = [2]                     # optional, for every policy (likewise z)
+    [run]
+    replicas = 16
+    time = 300                  # measured time units, or steps = ...
+    warmup_time = 50            # or warmup = steps; default 100 time units
+    seed = 0
+    init = "mean-field"         # "empty" (default) or "mean-field"
+    theory = "mean-field"       # "mean-field", "exact" or "none" (default)
+    [quick]                     # overrides for --quick: any key of [grid] or [run]
+    servers = [100]
+
+A scalar stands for a one-element list. A [quick] key replaces its whole group
+of alternatives (``steps`` there drops ``time``; ``alpha`` drops ``load``).
+Everything is checked here, before anything compiles: a :class:`SpecError`
+names the line of the offending key and the valid range. A point has a stable
+id and its own random stream (:meth:`Point.seed_word`), so its result does not
+depend on which points share its batch or on the order of the grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.system import (
+    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load, halfin_whitt_load,
+    heavy_traffic_load, steps_per_time_unit,
+)  # fmt: skip
+from jaxqueue.policies.registry import make, option_names, policy_class
+
+try:
+    import tomllib as _toml
+except ModuleNotFoundError:  # Python 3.10
+    try:
+        import tomli as _toml
+    except ModuleNotFoundError:
+        _toml = None
+
+__all__ = [
+    "SpecError", "Point", "RunSettings", "GridSpec", "load_spec", "parse_spec", "GRID_KEYS",
+    "RUN_KEYS", "INITS", "THEORIES", "DEFAULT_WARMUP_TIME", "MAX_WARMUP_RATIO", "EXACT_MAX_STATES",
+]  # fmt: skip
+
+GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
+             "z")  # fmt: skip
+RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
+INITS = ("empty", "mean-field")
+THEORIES = ("mean-field", "exact", "none")
+#: The warm-up may be at most this many times the measured part.
+MAX_WARMUP_RATIO = 10
+#: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
+EXACT_MAX_STATES = 200_000
+_TOP_KEYS = ("name", "grid", "run", "quick")
+_GROUPS = (("ratio", "dispatchers"), ("load", "alpha", "beta"), ("time", "steps"),
+           ("warmup_time", "warmup"))  # fmt: skip
+_HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
+_KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
+
+
+class SpecError(ValueError):
+    """An invalid spec; the message starts with ``line N:`` when the line is known (``.line``)."""
+
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message if line is None else f"line {line}: {message}")
+        self.line = line
+
+
+def _canonical(obj) -> str:
+    """Compact JSON with sorted keys and floats rounded to 12 significant digits."""
+    def norm(x):
+        if isinstance(x, float):
+            return float(f"{x:.12g}")
+        if isinstance(x, dict):
+            return {str(k): norm(v) for k, v in x.items()}
+        return [norm(v) for v in x] if isinstance(x, (list, tuple)) else x
+    return json.dumps(norm(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One point of a grid: a policy with its options in one system at one load.
+
+    Attributes:
+        policy: the registered policy name.
+        options: all the policy's options (defaults included) as sorted ``(key, value)`` pairs.
+        servers: ``N``.
+        dispatchers: ``M``.
+        buffer: places per server, or ``None`` for infinite buffers.
+        load: ``lambda``, arrivals per server per unit time.
+        alpha: the exponent the load came from (``1 - N**-alpha``), or None.
+        beta: the Halfin-Whitt parameter the load came from (``1 - beta/sqrt(N)``), or None.
+    """
+
+    policy: str
+    options: tuple
+    servers: int
+    dispatchers: int
+    buffer: int | None
+    load: float
+    alpha: float | None = None
+    beta: float | None = None
+
+    def params(self) -> dict:
+        """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options)."""
+        opts = dict(self.options)
+        return {"policy": self.policy, "options": opts, "servers": self.servers,
+                "dispatchers": self.dispatchers, "ratio": self.servers / self.dispatchers,
+                "buffer": self.buffer, "load": self.load, "alpha": self.alpha, "beta": self.beta,
+                "d": opts.get("d"), "z": opts.get("z")}  # fmt: skip
+
+    def point_id(self) -> str:
+        """The first 16 hex digits of the sha256 of the canonical JSON of :meth:`params`."""
+        return hashlib.sha256(_canonical(self.params()).encode()).hexdigest()[:16]
+
+    def seed_word(self, seed: int) -> int:
+        """A 31-bit integer from the sha256 of ``"<point_id>:<seed>"``: the point's stream."""
+        digest = hashlib.sha256(f"{self.point_id()}:{int(seed)}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") >> 1
+
+    def label(self) -> str:
+        """A short display name, e.g. ``pod(d=2) N=100 M=1 buffer=inf load=0.9``."""
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        text = f"{self.policy}({opts})" if opts else self.policy
+        text += f" N={self.servers} M={self.dispatchers} buffer={self.buffer or 'inf'}"
+        text += f" load={self.load:.6g}"
+        for key in ("alpha", "beta"):
+            text += f" {key}={getattr(self, key):g}" if getattr(self, key) is not None else ""
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How every point of a grid is run (checked by :func:`parse_spec`).
+
+    Attributes:
+        replicas: independent replicas per point (>= 2).
+        time: measured time units at each point's load, or None (then ``steps``).
+        steps: measured steps per replica, or None (then ``time``).
+        warmup_time: discarded time units, or None (then ``warmup``).
+        warmup: discarded steps per replica, or None (then ``warmup_time``).
+        seed: the run's seed; a point's stream comes from :meth:`Point.seed_word`.
+        init: ``"empty"`` or ``"mean-field"``.
+        theory: ``"mean-field"``, ``"exact"`` or ``"none"``.
+    """
+
+    replicas: int
+    time: float | None = None
+    steps: int | None = None
+    warmup_time: float | None = DEFAULT_WARMUP_TIME
+    warmup: int | None = None
+    seed: int = 0
+    init: str = "empty"
+    theory: str = "none"
+
+    def __post_init__(self):
+        if (self.time is None) == (self.steps is None) or (
+            (self.warmup_time is None) == (self.warmup is None)
+        ):
+            raise SpecError("RunSettings needs one of time / steps and one of warmup_time / warmup")
+
+    def _steps(self, key: str, units, count, point: Point) -> int:
+        per = steps_per_time_unit(point.servers, point.load)
+        n = count if units is None else math.ceil(units * per)
+        if n > MAX_STEPS:
+            raise SpecError(f"{key}={units:g} is {n} steps per replica at {point.label()}, out "
+                            f"of range: need at most {MAX_STEPS}; run more replicas instead")
+        return n
+
+    def steps_for(self, point: Point) -> int:
+        """Measured steps per replica at ``point``: ``ceil(time * N * (load + 1))`` or ``steps``."""
+        return self._steps("time", self.time, self.steps, point)
+
+    def warmup_for(self, point: Point) -> int:
+        """Warm-up steps per replica at ``point``, from ``warmup_time`` or ``warmup``."""
+        return self._steps("warmup_time", self.warmup_time, self.warmup, point)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+    """A parsed, validated spec.
+
+    Attributes:
+        name: the ``name`` key, else the file stem.
+        points: the grid in the spec's order: policy outermost, then servers, ratio or
+            dispatchers, buffer, the policy's options (by key), load/alpha/beta innermost.
+        run: the :class:`RunSettings`.
+        source_text: the spec file's text.
+    """
+
+    name: str
+    points: tuple
+    run: RunSettings
+    source_text: str = dataclasses.field(default="", repr=False)
+
+    def spec_hash(self) -> str:
+        """sha256 of the canonical JSON of the resolved points and run settings.
+
+        Comments, layout, the name, the order of the grid (points are sorted by id, as
+        results do not depend on it) and spellings of one value (``300`` or ``300.0``,
+        ``0`` or ``"inf"``, a default written out) do not change it; any other change does.
+        """
+        points = sorted((p.params() for p in self.points), key=_canonical)
+        payload = {"points": points, "run": dataclasses.asdict(self.run)}
+        return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def _number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _int(name: str, lo: int, hi: int):
+    return lambda value: check_int(name, value, lo, hi) or value
+
+
+def _span(name: str, zero: bool):
+    def check(value):
+        if _number(name, value) < 0 or (value == 0 and not zero):
+            need = f"{name} {'>=' if zero else '>'} 0"
+            raise ValueError(f"{name}={value} is out of range: need {need}")
+        return float(value)
+    return check
+
+
+def _choice(name: str, valid: tuple):
+    def check(value):
+        if value not in valid:
+            raise ValueError(f"{name}={value!r} is not valid: use one of {str(valid)[1:-1]}")
+        return value
+    return check
+
+
+def _buffer(value):
+    if value == "inf" or (not isinstance(value, bool) and value in (0, math.inf)):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"buffer={value} is out of range: need 1 <= buffer <= 10**6, or 0 or "
+                         '"inf" for infinite buffers')  # fmt: skip
+    return check_int("buffer", value, 1, 10**6) or value
+
+
+class _Parser:
+    """The TOML data, the [quick] overrides, and the line of every key in the source text."""
+
+    def __init__(self, text: str, quick: bool):
+        self.rows, self.keys, self.starts, table = text.splitlines(), {}, set(), ""
+        for i, row in enumerate(self.rows, 1):
+            if m := _HEADER.match(row) or _KEY.match(row):
+                table = m.group(1) if m.re is _HEADER else table
+                self.keys.setdefault((table, "" if m.re is _HEADER else m.group(1)), i)
+                self.starts.add(i)
+        try:
+            self.data = _toml.loads(text)
+        except _toml.TOMLDecodeError as err:
+            m = re.search(r"line (\d+)", str(err))
+            raise SpecError(f"not valid TOML: {err}", int(m.group(1)) if m else None) from None
+        self.vals = {}  # part -> {key: (value, the table it came from)}
+        for key, value in self.data.items():
+            if key not in _TOP_KEYS:
+                self.fail("", key, f"unknown key or table {key!r}; valid: {', '.join(_TOP_KEYS)}")
+            if key != "name" and not isinstance(value, dict):
+                self.fail("", key, f"{key} must be a table ([{key}]), got {value!r}")
+        parts = (("grid", GRID_KEYS), ("run", RUN_KEYS), ("quick", GRID_KEYS + RUN_KEYS))
+        for part, valid in parts:
+            if part != "quick" and part not in self.data:
+                raise SpecError(f"the spec has no [{part}] table", len(self.rows) or 1)
+            for key in self.data.get(part, {}):
+                if key not in valid:
+                    self.fail(part, key,
+                              f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}")
+            self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
+        if quick and "quick" not in self.data:
+            raise SpecError("--quick needs a [quick] table (any key of [grid] or [run])", 1)
+        for key, value in self.data.get("quick", {}).items() if quick else ():
+            part = self.vals["grid" if key in GRID_KEYS else "run"]
+            for other in itertools.chain(*(g for g in _GROUPS if key in g)):
+                part.pop(other, None)
+            part[key] = (value, "quick")
+
+    def line(self, part: str, key: str) -> int:
+        """The line of ``key`` in the table it came from, else of that table, else 1."""
+        table = self.vals.get(part, {}).get(key, (None, part))[1]
+        keys = self.keys
+        return (keys.get((table, key)) or keys.get(("", f"{table}.{key}"))
+                or keys.get((table or key, "")) or keys.get(("", table)) or 1)  # fmt: skip
+
+    def entry(self, start: int, name: str, nth: int) -> int:
+        """The line of the ``nth`` string ``name`` (from 0) in the value of the key at ``start``."""
+        token, found = re.compile(rf"""["']{re.escape(name)}["']"""), []
+        for i in range(start, len(self.rows) + 1):
+            if i > start and i in self.starts:
+                break
+            found += [i] * len(token.findall(self.rows[i - 1]))
+        return found[min(nth, len(found) - 1)] if found else start
+
+    def fail(self, part: str, key: str, message: str):
+        raise SpecError(message, self.line(part, key))
+
+    def has(self, part: str, key: str) -> bool:
+        return key in self.vals[part]
+
+    def get(self, part: str, key: str, default=None):
+        return self.vals[part].get(key, (default,))[0]
+
+    def one_of(self, part: str, group: tuple, required: bool):
+        given = [k for k in group if self.has(part, k)]
+        if len(given) > 1:
+            self.fail(part, max(given, key=lambda k: self.line(part, k)),
+                      f"[{part}] gives {' and '.join(given)}: give only one of {' / '.join(group)}")
+        if required and not given:
+            self.fail(part, group[0], f"[{part}] needs one of {' / '.join(group)}")
+        return given[0] if given else None
+
+    def axis(self, key: str, check) -> list:
+        """The checked values of a list key of [grid] (a scalar is a one-element list)."""
+        raw, out = self.get("grid", key), []
+        for value in raw if isinstance(raw, list) else [raw]:
+            try:
+                checked = check(value)
+            except (TypeError, ValueError) as err:
+                self.fail("grid", key, str(err))
+            if checked in out:
+                self.fail("grid", key, f"{key} lists {value!r} twice (or two values that mean "
+                          "the same)")  # fmt: skip
+            out.append(checked)
+        return out or self.fail("grid", key, f"{key} is empty: give at least one value")
+
+    def scalar(self, key: str, check, default):
+        try:
+            return check(self.get("run", key)) if self.has("run", key) else default
+        except (TypeError, ValueError) as err:
+            self.fail("run", key, str(err))
+
+    def policies(self) -> list:
+        """``(name, {option: [values]}, {option or "policy": line})`` per policy entry."""
+        if not self.has("grid", "policy"):
+            self.fail("grid", "policy", "[grid] needs policy = [...]")
+        start, entries = self.line("grid", "policy"), []
+        shared = {k: self.axis(k, lambda v: v) for k in ("d", "z") if self.has("grid", k)}
+        for entry in self.axis("policy", lambda v: v):
+            table = dict(entry) if isinstance(entry, dict) else {"name": entry}
+            name = table.pop("name", None)
+            if not isinstance(name, str):
+                self.fail("grid", "policy", "a policy is a name or an inline table of a name and "
+                          f'options, e.g. {{ name = "pod", d = [2, 3] }}; got {entry!r}')
+            line = self.entry(start, name, [e[0] for e in entries].count(name))
+            try:
+                takes = option_names(policy_class(name))
+            except ValueError as err:
+                raise SpecError(str(err), line) from None
+            opts, lines = {}, {"policy": line}
+            for key in [*table, *shared]:
+                lines[key] = line if key in table else self.line("grid", key)
+                if key not in takes:
+                    raise SpecError(f"policy {name!r} takes no option {key}; its options: "
+                                    f"{', '.join(takes) or 'none'}", lines[key])  # fmt: skip
+                if key in table and key in shared:
+                    self.fail("grid", key, f"{key} is given both in [grid] and for policy {name!r}")
+                values = shared.get(key) or _as_list(table[key])
+                if not values or len(set(map(repr, values))) < len(values):
+                    raise SpecError(f"{name}: option {key} is empty or repeats a value", line)
+                opts[key] = values
+            entries.append((name, opts, lines))
+        return entries
+
+    def dispatchers(self, n: int) -> list:
+        key = self.one_of("grid", ("ratio", "dispatchers"), required=False)
+        if key == "dispatchers":
+            return self.axis(key, _int("dispatchers", 1, n))
+
+        def from_ratio(ratio):
+            r = _number("ratio", ratio)
+            m = round(n / r) if r >= 1 else 0
+            if m < 1 or abs(n / r - m) > 1e-9 * m:
+                raise ValueError(f"ratio={ratio} does not split servers={n} into a whole number "
+                                 f"of dispatchers: need servers / ratio = an integer from 1 to {n}")
+            return m
+        return self.axis(key, from_ratio) if key else [1]
+
+    def loads(self, key: str, n: int, buffer) -> list:
+        """``(load, alpha, beta)`` per value of the load axis at ``n`` servers."""
+        def check(value):
+            x = _number(key, value)
+            if key == "load":
+                return check_load(value, buffer), None, None
+            try:
+                form = heavy_traffic_load if key == "alpha" else halfin_whitt_load
+                lam = check_load(form(n, value), buffer)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{key}={value} at servers={n}: {err}") from None
+            return lam, (x if key == "alpha" else None), (x if key == "beta" else None)
+        return self.axis(key, check)
+
+    def resolve(self, name, opts, lines, n, m, buffer, run: RunSettings):
+        """Build and validate the Policy of one grid cell (errors name the line of the cause)."""
+        try:
+            pol = make(name, **opts)
+            pol.validate(System(n, m, buffer, buffer or 1, 0))
+        except (TypeError, ValueError) as err:
+            what = re.match(r"^(\w+)(?:=| must)", str(err))
+            line = lines.get(what.group(1) if what else "") or lines["policy"]
+            if what and what.group(1) == "n_dispatchers" and m > 1:
+                line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
+            raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
+        for key in ("init", "theory"):
+            if getattr(run, key) == "mean-field" and pol.mean_field_kind() == "none":
+                self.fail("run", key, f"{key}='mean-field' needs a mean field, and {name!r} has "
+                          f"none ({pol.no_mean_field}); use {key} = "
+                          f"\"{'empty' if key == 'init' else 'none'}\" or split the grid")
+        if run.theory == "exact":
+            from jaxqueue.exact.chain import estimate_states  # numpy only
+
+            try:
+                rule, options = pol.exact_rule()
+            except NotImplementedError as err:
+                self.fail("run", "theory", f"theory='exact': {err}")
+            bound = buffer or 4
+            states = math.inf if n > 100 else estimate_states(rule, n, m, options.get("z", 0),
+                                                              bound, True)  # fmt: skip
+            if states > EXACT_MAX_STATES:
+                self.fail("run", "theory", f"theory='exact' is for small systems: {pol.label()} "
+                          f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "
+                          f'states, more than {EXACT_MAX_STATES}; use "mean-field" or "none"')
+        return pol
+
+    def run(self) -> RunSettings:
+        if not self.has("run", "replicas"):
+            self.fail("run", "replicas", "[run] needs replicas = (an int >= 2)")
+        self.one_of("run", ("time", "steps"), required=True)
+        warm = self.one_of("run", ("warmup_time", "warmup"), required=False)
+        return RunSettings(
+            replicas=self.scalar("replicas", _int("replicas", 2, 10**8), None),
+            time=self.scalar("time", _span("time", zero=False), None),
+            steps=self.scalar("steps", _int("steps", 1, MAX_STEPS), None),
+            warmup_time=self.scalar("warmup_time", _span("warmup_time", zero=True),
+                                    None if warm else DEFAULT_WARMUP_TIME),
+            warmup=self.scalar("warmup", _int("warmup", 0, MAX_STEPS), None),
+            seed=self.scalar("seed", _int("seed", 0, 2**63 - 1), 0),
+            init=self.scalar("init", _choice("init", INITS), "empty"),
+            theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
+        )  # fmt: skip
+
+    def check_steps(self, run: RunSettings, point: Point) -> None:
+        measure = "time" if run.steps is None else "steps"
+        try:
+            steps, warm = run.steps_for(point), run.warmup_for(point)
+        except SpecError as err:
+            self.fail("run", str(err).split("=")[0], str(err))
+        per = steps_per_time_unit(point.servers, point.load)
+        if warm > MAX_WARMUP_RATIO * steps:
+            self.fail("run", measure, f"a run too short for its warm-up: the warm-up is {warm} "
+                      f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
+                      f"({steps / per:.4g} time units) at {point.label()}; need warm-up <= "
+                      f"{MAX_WARMUP_RATIO} x measured part")  # fmt: skip
+        if (-(-steps // BLOCK) - (-warm // BLOCK)) * BLOCK > MAX_STEPS:
+            self.fail("run", measure, f"steps + warmup = {steps + warm} at {point.label()} is out "
+                      f"of range: need at most {MAX_STEPS} per replica; run more replicas instead")
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridSpec:
+    """Parse and check the text of a spec.
+
+    Args:
+        text: the TOML text.
+        name: the name when the spec has no ``name`` key (default ``"spec"``).
+        quick: apply the [quick] overrides.
+
+    Returns:
+        The :class:`GridSpec`.
+
+    Raises:
+        SpecError: anything invalid; the message names the line and the valid range.
+        ImportError: Python 3.10 without ``tomli``.
+    """
+    if _toml is None:
+        raise ImportError("reading spec files on Python 3.10 needs tomli: pip install tomli")
+    p = _Parser(text, quick)
+    spec_name = p.data.get("name", name if name is not None else "spec")
+    if not isinstance(spec_name, str) or not spec_name.strip() or "/" in spec_name:
+        p.fail("", "name", f"name must be a non-empty string without '/', got {spec_name!r}")
+    run = p.run()
+    policies = p.policies()
+    if not p.has("grid", "servers"):
+        p.fail("grid", "servers", "[grid] needs servers = [...]")
+    servers = p.axis("servers", _int("servers", 1, MAX_SERVERS))
+    dispatchers = {n: p.dispatchers(n) for n in servers}
+    buffers = p.axis("buffer", _buffer) if p.has("grid", "buffer") else [None]
+    key = p.one_of("grid", ("load", "alpha", "beta"), required=True)
+    loads = {(n, b): p.loads(key, n, b) for n, b in itertools.product(servers, buffers)}
+    points, seen = [], {}
+    for policy, opts, lines in policies:
+        for n in servers:
+            for m, b in itertools.product(dispatchers[n], buffers):
+                for combo in itertools.product(*(opts[k] for k in sorted(opts))):
+                    given = dict(zip(sorted(opts), combo, strict=True))
+                    pol = p.resolve(policy, given, lines, n, m, b, run)
+                    options = tuple(sorted(pol.options().items()))
+                    for lam, alpha, beta in loads[n, b]:
+                        point = Point(policy, options, n, m, b, lam, alpha, beta)
+                        if point in seen:
+                            raise SpecError(f"duplicate point {point.label()} (also from line "
+                                            f"{seen[point]})", lines["policy"])  # fmt: skip
+                        seen[point] = lines["policy"]
+                        p.check_steps(run, point)
+                        points.append(point)
+    return GridSpec(spec_name, tuple(points), run, text)
+
+
+def load_spec(path, quick: bool = False) -> GridSpec:
+    """Read and check a spec file (see :func:`parse_spec`); errors start with the path."""
+    path = Path(path)
+    try:
+        return parse_spec(path.read_text(encoding="utf-8"), name=path.stem, quick=quick)
+    except SpecError as err:
+        new = SpecError(f"{path}: {err}")
+        new.line = err.line
+        raise new from None

@@ -1,0 +1,161 @@
+"""The result store of grid sweeps: one SQLite file, one row per point and metric.
+
+SQLite (standard library) is transactional: a batch of points is written in
+one transaction when it finishes, so a sweep killed at any moment leaves
+whole batches or nothing, and the same command resumes it by skipping the
+points already committed. The store records the spec hash and the versions
+that wrote it; opening it for another spec or another code version is an
+error, never a silent mix.
+
+Tables:
+
+* ``meta(key, value)``: ``spec_hash``, ``spec_name``, ``versions`` (JSON);
+* ``points(point_id, params, batch, wall_seconds)``: one row per committed point;
+* ``results``: one row per point and metric (and index, for vector metrics
+  and quantiles), with the point's parameters, the run's settings, the
+  simulated mean and 95% half-width, and the theory value where one exists
+  (:data:`COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sqlite3
+from typing import Iterable
+
+__all__ = ["Store", "StoreMismatchError", "COLUMNS"]
+
+#: The columns of the results table (and of its CSV export), in order.
+COLUMNS = (
+    "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
+    "buffer", "metric", "idx", "mean", "ci95", "theory", "replicas", "steps", "warmup", "seed",
+)  # fmt: skip
+_TYPES = {
+    "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
+    "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
+    "d": "INTEGER", "z": "INTEGER", "buffer": "INTEGER", "metric": "TEXT NOT NULL",
+    "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL",
+    "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
+}  # fmt: skip
+#: ``idx`` of scalar metrics (SQLite primary keys must not be NULL).
+SCALAR_INDEX = -1.0
+
+
+class StoreMismatchError(RuntimeError):
+    """The store was written by another spec or another code version."""
+
+
+class Store:
+    """A sweep's SQLite store (use as a context manager, or call :meth:`close`).
+
+    Args:
+        path: the SQLite file (created if missing).
+        spec_hash: the hash of the resolved spec the sweep runs.
+        spec_name: the spec's name (recorded).
+        versions: the versions of the code (``jaxqueue.core.versions.versions()``).
+
+    Raises:
+        StoreMismatchError: the file holds results of another spec or versions.
+    """
+
+    def __init__(self, path, spec_hash: str, spec_name: str, versions: dict):
+        self.path = os.fspath(path)
+        self._db = sqlite3.connect(self.path)
+        cols = ", ".join(f"{c} {_TYPES[c]}" for c in COLUMNS)
+        with self._db:
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS points (point_id TEXT PRIMARY KEY, params TEXT, "
+                "batch INTEGER, wall_seconds REAL)"
+            )
+            self._db.execute(
+                f"CREATE TABLE IF NOT EXISTS results ({cols}, PRIMARY KEY (point_id, metric, idx))"
+            )
+        want = {"spec_hash": spec_hash, "spec_name": spec_name,
+                "versions": json.dumps(versions, sort_keys=True)}  # fmt: skip
+        have = dict(self._db.execute("SELECT key, value FROM meta"))
+        if not have:
+            with self._db:
+                self._db.executemany("INSERT INTO meta VALUES (?, ?)", sorted(want.items()))
+            return
+        if have.get("spec_hash") != spec_hash:
+            self.close()
+            raise StoreMismatchError(
+                f"{self.path} holds results of another spec (hash {have.get('spec_hash')}, "
+                f"this one {spec_hash}): use a new store file for a changed spec"
+            )
+        if have.get("versions") != want["versions"]:
+            self.close()
+            raise StoreMismatchError(
+                f"{self.path} was written by other versions ({have.get('versions')}; now "
+                f"{want['versions']}): results of different code are not mixed; use a new "
+                "store file"
+            )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def done(self) -> set[str]:
+        """The ids of the points already committed."""
+        return {row[0] for row in self._db.execute("SELECT point_id FROM points")}
+
+    def commit_batch(self, batch: int, points: Iterable[tuple[str, dict, float]],
+                     rows: Iterable[dict]) -> None:  # fmt: skip
+        """Write a finished batch in one transaction: its points and their result rows.
+
+        Args:
+            batch: the batch's index in the sweep (recorded).
+            points: ``(point_id, params, wall_seconds)`` per point.
+            rows: dicts with the keys of :data:`COLUMNS` (``idx`` may be None
+                for a scalar metric).
+        """
+        values = [
+            tuple(SCALAR_INDEX if c == "idx" and r.get(c) is None else r.get(c) for c in COLUMNS)
+            for r in rows
+        ]
+        marks = ", ".join("?" for _ in COLUMNS)
+        with self._db:  # one transaction: all of the batch or nothing
+            self._db.executemany(f"INSERT INTO results VALUES ({marks})", values)
+            self._db.executemany(
+                "INSERT INTO points VALUES (?, ?, ?, ?)",
+                [(pid, json.dumps(params, sort_keys=True), batch, wall)
+                 for pid, params, wall in points],
+            )  # fmt: skip
+
+    def rows(self) -> list[dict]:
+        """Every result row, ordered by point id, metric and index."""
+        cur = self._db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY point_id, metric, idx"
+        )
+        return [dict(zip(COLUMNS, r)) for r in cur]
+
+    def export_csv(self, path) -> int:
+        """Write :meth:`rows` as CSV (a header of :data:`COLUMNS`); returns the row count."""
+        rows = self.rows()
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            for r in rows:
+                writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+        return len(rows)
+
+    @staticmethod
+    def open_existing(path) -> "Store":
+        """Open a store for reading, whatever wrote it (export, plots)."""
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no store at {path}")
+        db = sqlite3.connect(os.fspath(path))
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        db.close()
+        return Store(path, meta["spec_hash"], meta["spec_name"], json.loads(meta["versions"]))

@@ -1,0 +1,167 @@
+"""Grid experiments: batching by compiled shape, per-point streams, the store, resuming."""
+
+import csv
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxqueue.cli import main as cli_main
+from jaxqueue.sim import runner
+from jaxqueue.sim.blocks import run_blocks
+from jaxqueue.studies.grid import run_grid, shape_groups
+from jaxqueue.studies.spec import load_spec, parse_spec
+from jaxqueue.studies.store import Store, StoreMismatchError
+
+SPEC = """
+name = "small"
+[grid]
+policy = ["pod", "jiq"]
+servers = [6]
+dispatchers = [2]
+load = [{loads}]
+[run]
+replicas = 4
+steps = 2048
+warmup = 512
+seed = 3
+theory = "mean-field"
+"""
+LOADS = "0.3, 0.5, 0.6, 0.7, 0.8"
+
+
+def _rows(path):
+    with Store.open_existing(path) as store:
+        return store.rows()
+
+
+@pytest.mark.slow
+def test_streams_make_a_point_independent_of_its_batch():
+    kw = dict(replicas=3, steps=4 * 256, warmup=256, levels=12, seed=2, devices=jax.devices()[:1])
+    both = runner.run(runner.plan("pod", [0.4, 0.7], 6, streams=[11, 22], **kw))
+    alone = runner.run(runner.plan("pod", [0.7], 6, streams=[22], **kw))
+    swapped = runner.run(runner.plan("pod", [0.7, 0.4], 6, streams=[22, 11], **kw))
+    for other in (alone[0], swapped[0]):
+        np.testing.assert_array_equal(both[1].tail.mean, other.tail.mean)
+        assert both[1].mean_response_time == other.mean_response_time
+    with pytest.raises(ValueError, match="one word in"):
+        runner.plan("pod", [0.4, 0.7], 6, streams=[1], **kw)
+
+
+@pytest.mark.slow
+def test_grid_order_and_batching_do_not_change_the_rows(tmp_path):
+    spec = parse_spec(SPEC.format(loads=LOADS))
+    shuffled = parse_spec(SPEC.format(loads="0.7, 0.3, 0.8, 0.6, 0.5"))
+    before = run_blocks._cache_size()
+    assert run_grid(spec, tmp_path / "a.sqlite", batch_points=2) == 10
+    # two shape groups (pod, jiq) of five loads each, batches of 2 (the last padded): two compiles
+    assert run_blocks._cache_size() - before <= 2
+    run_grid(shuffled, tmp_path / "b.sqlite", batch_points=5)
+    a, b = _rows(tmp_path / "a.sqlite"), _rows(tmp_path / "b.sqlite")
+    assert len(a) == len(b) > 0 and a == b
+    # the theory column: the mean field beside the simulated mean response time
+    t = [r for r in a if r["metric"] == "mean_response_time"]
+    assert len(t) == 10 and all(r["theory"] is not None and r["theory"] >= 1.0 for r in t)
+    # a rerun finds everything committed
+    assert run_grid(spec, tmp_path / "a.sqlite", batch_points=2) == 0
+
+
+@pytest.mark.slow
+def test_one_compile_for_many_loads(tmp_path):
+    loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 12))
+    spec = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')
+                      .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    assert len(shape_groups(spec)) == 1
+    before = run_blocks._cache_size()
+    assert run_grid(spec, tmp_path / "s.sqlite", batch_points=5, devices=jax.devices()[:1]) == 12
+    assert run_blocks._cache_size() - before == 1  # 3 batches (the last padded), one program
+    # run lengths in time units: each load has its own length, still one program
+    timed = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')
+                       .replace("steps = 2048", "time = 20").replace("warmup = 512", "warmup = 512")
+                       .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    before = run_blocks._cache_size()
+    assert run_grid(timed, tmp_path / "t.sqlite", batch_points=5, devices=jax.devices()[:1]) == 12
+    assert run_blocks._cache_size() - before == 1
+
+
+def test_store_refuses_another_spec_or_version(tmp_path):
+    path = tmp_path / "s.sqlite"
+    Store(path, "hash-a", "x", {"jaxqueue": "1"}).close()
+    with pytest.raises(StoreMismatchError, match="another spec"):
+        Store(path, "hash-b", "x", {"jaxqueue": "1"})
+    with pytest.raises(StoreMismatchError, match="other versions"):
+        Store(path, "hash-a", "x", {"jaxqueue": "2"})
+    with Store(path, "hash-a", "x", {"jaxqueue": "1"}) as store:
+        store.commit_batch(0, [("p1", {"load": 0.5}, 0.1)],
+                           [{"point_id": "p1", "policy": "pod", "metric": "m", "mean": 1.0}])
+        assert store.done() == {"p1"}
+        assert store.rows()[0]["idx"] == -1.0
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
+    loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 8))
+    text = SPEC.format(loads=loads).replace("steps = 2048", "steps = 40960")
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(text)
+    cmd = [sys.executable, "-m", "jaxqueue", "sweep", str(spec_file), "--batch-points", "1"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # uninterrupted
+    subprocess.run(cmd + ["--store", str(tmp_path / "full.sqlite")], check=True, env=env,
+                   capture_output=True)  # fmt: skip
+    # killed part-way: wait for the first committed batch, then SIGKILL
+    killed = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen(cmd + ["--store", str(killed)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if killed.exists():
+            try:
+                with sqlite3.connect(killed) as db:
+                    n = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+            except sqlite3.OperationalError:
+                n = 0
+            if n >= 1:
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(killed) as db:
+        part = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    assert 1 <= part < 16, "the kill must land part-way"
+    subprocess.run(cmd + ["--store", str(killed)], check=True, env=env, capture_output=True)
+    assert _rows(killed) == _rows(tmp_path / "full.sqlite")
+
+
+@pytest.mark.slow
+def test_cli_sweep_and_csv_export(tmp_path, capsys):
+    spec_file = tmp_path / "tiny.toml"
+    spec_file.write_text(SPEC.format(loads="0.5").replace('["pod", "jiq"]', '["random"]'))
+    store, out = tmp_path / "tiny.sqlite", tmp_path / "tiny.csv"
+    assert cli_main(["sweep", str(spec_file), "--store", str(store)]) == 0
+    assert cli_main(["export", str(store), "--csv", str(out)]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    need = {"policy", "servers", "dispatchers", "load", "d", "z", "buffer", "metric", "mean",
+            "ci95", "theory"}  # fmt: skip
+    assert need <= set(rows[0])
+    t = [r for r in rows if r["metric"] == "mean_response_time"]
+    assert len(t) == 1 and float(t[0]["mean"]) > 1.0 and float(t[0]["theory"]) > 1.0
+    assert capsys.readouterr().out == ""  # logs go to stderr
+    assert cli_main(["export", str(tmp_path / "missing.sqlite"), "--csv", str(out)]) == 2
+
+
+def test_the_specs_in_sweeps_parse():
+    root = os.path.join(os.path.dirname(__file__), "..", "sweeps")
+    specs = sorted(f for f in os.listdir(root) if f.endswith(".toml"))
+    assert specs
+    for name in specs:
+        for quick in (False, True):
+            spec = load_spec(os.path.join(root, name), quick=quick)
+            assert spec.points and spec.run.replicas >= 2
