@@ -179,16 +179,21 @@ class Chain:
         p = 1.0 / len(idx)
         return [(p, i) for i in idx]
 
-    def _pod(self, q):
-        """Law of the server picked by Pod(d): d distinct servers, shortest, ties uniform."""
+    @staticmethod
+    def _shortest_of(subsets, size):
+        """Law of the shortest of a uniformly random subset (ties uniform): ``{item: p}``."""
         dist = defaultdict(float)
-        w = 1.0 / len(self.server_subsets)
-        for sub in self.server_subsets:
-            best = min(q[i] for i in sub)
-            ties = [i for i in sub if q[i] == best]
+        w = 1.0 / len(subsets)
+        for sub in subsets:
+            best = min(size[i] for i in sub)
+            ties = [i for i in sub if size[i] == best]
             for i in ties:
                 dist[i] += w / len(ties)
-        return list((p, i) for i, p in dist.items())
+        return dist
+
+    def _pod(self, q):
+        """Law of the server picked by Pod(d): d distinct servers, shortest, ties uniform."""
+        return list((p, i) for i, p in self._shortest_of(self.server_subsets, q).items())
 
     def _plain_targets(self, q):
         pol, n = self.rule, self.n
@@ -224,15 +229,8 @@ class Chain:
         for b in l:
             if b >= 0:
                 sizes[b] += 1
-        dist = defaultdict(float)
-        w = 1.0 / len(self.iq_subsets)
-        for sub in self.iq_subsets:
-            best = min(sizes[j] for j in sub)
-            ties = [j for j in sub if sizes[j] == best]
-            for j in ties:
-                dist[j] += w / len(ties)
         out = []
-        for j, p in dist.items():
+        for j, p in self._shortest_of(self.iq_subsets, sizes).items():
             ln = list(l)
             ln[i] = j
             out.append((p, ln))

@@ -320,6 +320,7 @@ def collect(p: Plan, state: State, wall_seconds: float | None = None) -> list[Si
     host = {name: np.asarray(v)[: p.n_replicas] for name, v in state.stats._asdict().items()}
     load_vec = p.load_vector()
     system, pol = p.system, p.policy
+    recorded = versions()
     results = []
     for j, lam in enumerate(p.loads):
         sl = slice(j * p.replicas, (j + 1) * p.replicas)
@@ -345,7 +346,7 @@ def collect(p: Plan, state: State, wall_seconds: float | None = None) -> list[Si
             "devices": len(p.devices),
             "platform": p.devices[0].platform,
             "wall_seconds": wall_seconds,
-            "versions": versions(),
+            "versions": dict(recorded),
         }
         part = {k: v[sl] for k, v in host.items()}
         single = system.n_dispatchers == 1 and not pol.per_server

@@ -24,11 +24,13 @@ from collections import OrderedDict
 
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
+from jaxqueue.exact import solve_exact
 from jaxqueue.policies.registry import make
 from jaxqueue.sim import runner
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
+from jaxqueue.theory import mean_field
 
 __all__ = ["run_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
 
@@ -80,14 +82,10 @@ def _theory(point: Point, kind: str):
     params = point.params()
     opts = dict(point.options)
     if kind == "mean-field":
-        from jaxqueue.theory import mean_field
-
         pol = make(point.policy, **opts)
         if pol.mean_field_kind() == "none":
             return None
         return mean_field(pol, point.load, params["ratio"], buffer=point.buffer)
-    from jaxqueue.exact import solve_exact
-
     return solve_exact(point.policy, point.load, point.servers, point.dispatchers,
                        buffer=point.buffer, **opts)  # fmt: skip
 
@@ -107,7 +105,7 @@ def _theory_value(result, metric: str, index):
     return float(value[index]) if index < len(value) else 0.0
 
 
-def _rows(point: Point, spec: GridSpec, res, theory) -> list[dict]:
+def _rows(point: Point, point_id: str, spec: GridSpec, res, theory) -> list[dict]:
     params = point.params()
     base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
                                        "alpha", "beta", "d", "z", "buffer")}  # fmt: skip
@@ -116,7 +114,7 @@ def _rows(point: Point, spec: GridSpec, res, theory) -> list[dict]:
     rows = []
     for rec in res.records():
         metric, index = rec["metric"], rec["index"]
-        rows.append({"point_id": point.point_id(), **base, "metric": metric, "idx": index,
+        rows.append({"point_id": point_id, **base, "metric": metric, "idx": index,
                      "mean": rec["mean"], "ci95": rec["ci95"],
                      "theory": _theory_value(theory, metric, index), **run})  # fmt: skip
     return rows
@@ -148,18 +146,19 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 f"init='mean-field' needs a mean field, and {pol.name!r} has none "
                 f"({pol.no_mean_field}); use init = \"empty\" for this spec"
             )
+    ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
         done = store.done()
         total = len(spec.points)
-        finished = sum(p.point_id() in done for p in spec.points)
-        ran, events, t0, batch_index = 0, 0, time.perf_counter(), 0
+        finished = sum(ids[p] in done for p in spec.points)
+        ran, events, t0, batch_index = 0, 0, time.perf_counter(), store.next_batch()
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
             lengths = _by_length(points, spec)
             size = min(batch_points, max(len(v) for v in lengths.values()))
             batches = []
             for same in lengths.values():
-                todo = [p for p in same if p.point_id() not in done]
+                todo = [p for p in same if ids[p] not in done]
                 batches += [todo[i : i + size] for i in range(0, len(todo), size)]
             for batch in batches:
                 pad = [batch[-1]] * (size - len(batch))
@@ -177,8 +176,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 wall = time.perf_counter() - t_batch
                 rows, committed = [], []
                 for point, res in zip(batch, results):
-                    rows += _rows(point, spec, res, _theory(point, run.theory))
-                    committed.append((point.point_id(), point.params(), wall / len(batch)))
+                    rows += _rows(point, ids[point], spec, res, _theory(point, run.theory))
+                    committed.append((ids[point], point.params(), wall / len(batch)))
                 store.commit_batch(batch_index, committed, rows)
                 batch_index += 1
                 ran += len(batch)

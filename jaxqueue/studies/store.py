@@ -110,6 +110,11 @@ class Store:
         """The ids of the points already committed."""
         return {row[0] for row in self._db.execute("SELECT point_id FROM points")}
 
+    def next_batch(self) -> int:
+        """The index the next committed batch gets (batches of earlier runs keep theirs)."""
+        (last,) = self._db.execute("SELECT MAX(batch) FROM points").fetchone()
+        return 0 if last is None else last + 1
+
     def commit_batch(self, batch: int, points: Iterable[tuple[str, dict, float]],
                      rows: Iterable[dict]) -> None:  # fmt: skip
         """Write a finished batch in one transaction: its points and their result rows.
