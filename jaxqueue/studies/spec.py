@@ -16,9 +16,12 @@
     warmup_time = 50            # or warmup = steps; default 100 time units
     seed = 0
     init = "mean-field"         # "empty" (default) or "mean-field"
-    theory = "mean-field"       # "mean-field", "exact" or "none" (default)
+    theory = "mean-field"       # "mean-field" (where the policy has one), "exact" or "none"
     [quick]                     # overrides for --quick: any key of [grid] or [run]
     servers = [100]
+    [[figure]]                  # any number; see jaxqueue.studies.figures
+    name = "response_time"
+    metric = "mean_response_time"
 
 A scalar stands for a one-element list. A [quick] key replaces its whole group
 of alternatives (``steps`` there drops ``time``; ``alpha`` drops ``load``).
@@ -44,6 +47,7 @@ from jaxqueue.core.system import (
     heavy_traffic_load, steps_per_time_unit,
 )  # fmt: skip
 from jaxqueue.policies.registry import make, option_names, policy_class
+from jaxqueue.studies.figures import FigureSpec, parse_figure
 
 try:
     import tomllib as _toml
@@ -59,7 +63,9 @@ __all__ = [
 ]  # fmt: skip
 
 GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
-             "z")  # fmt: skip
+             "z", "order")  # fmt: skip
+#: Policy options a [grid] list may give for every policy (each must take it).
+SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
 INITS = ("empty", "mean-field")
 THEORIES = ("mean-field", "exact", "none")
@@ -67,10 +73,11 @@ THEORIES = ("mean-field", "exact", "none")
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
 EXACT_MAX_STATES = 200_000
-_TOP_KEYS = ("name", "grid", "run", "quick")
+_TOP_KEYS = ("name", "grid", "run", "quick", "figure")
 _GROUPS = (("ratio", "dispatchers"), ("load", "alpha", "beta"), ("time", "steps"),
            ("warmup_time", "warmup"))  # fmt: skip
 _HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
+_ARRAY = re.compile(r"""^\s*\[\[\s*["']?([\w.-]+)["']?\s*\]\]""")
 _KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
 
 
@@ -118,12 +125,17 @@ class Point:
     beta: float | None = None
 
     def params(self) -> dict:
-        """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options)."""
+        """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options).
+
+        ``order`` is there only for a policy that takes it (JIQ-Original), so the
+        ids of other points do not depend on it.
+        """
         opts = dict(self.options)
         return {"policy": self.policy, "options": opts, "servers": self.servers,
                 "dispatchers": self.dispatchers, "ratio": self.servers / self.dispatchers,
                 "buffer": self.buffer, "load": self.load, "alpha": self.alpha, "beta": self.beta,
-                "d": opts.get("d"), "z": opts.get("z")}  # fmt: skip
+                "d": opts.get("d"), "z": opts.get("z"),
+                **({"order": opts["order"]} if "order" in opts else {})}  # fmt: skip
 
     def point_id(self) -> str:
         """The first 16 hex digits of the sha256 of the canonical JSON of :meth:`params`."""
@@ -202,12 +214,23 @@ class GridSpec:
             dispatchers, buffer, the policy's options (by key), load/alpha/beta innermost.
         run: the :class:`RunSettings`.
         source_text: the spec file's text.
+        figures: the :class:`~jaxqueue.studies.figures.FigureSpec` of each ``[[figure]]``
+            (not part of the hash: figures change no result).
     """
 
     name: str
     points: tuple
     run: RunSettings
     source_text: str = dataclasses.field(default="", repr=False)
+    figures: tuple = ()
+
+    def figure(self, name: str) -> FigureSpec:
+        """The ``[[figure]]`` named ``name``."""
+        for fig in self.figures:
+            if fig.name == name:
+                return fig
+        names = ", ".join(f.name for f in self.figures) or "none"
+        raise ValueError(f"figure={name!r} is not in spec {self.name!r}: its figures are {names}")
 
     def spec_hash(self) -> str:
         """sha256 of the canonical JSON of the resolved points and run settings.
@@ -262,8 +285,14 @@ class _Parser:
 
     def __init__(self, text: str, quick: bool):
         self.rows, self.keys, self.starts, table = text.splitlines(), {}, set(), ""
+        arrays: dict[str, int] = {}  # [[name]] -> how many so far; the i-th is table "name#i"
         for i, row in enumerate(self.rows, 1):
-            if m := _HEADER.match(row) or _KEY.match(row):
+            if m := _ARRAY.match(row):
+                arrays[m.group(1)] = arrays.get(m.group(1), -1) + 1
+                table = f"{m.group(1)}#{arrays[m.group(1)]}"
+                self.keys.setdefault((table, ""), i)
+                self.starts.add(i)
+            elif m := _HEADER.match(row) or _KEY.match(row):
                 table = m.group(1) if m.re is _HEADER else table
                 self.keys.setdefault((table, "" if m.re is _HEADER else m.group(1)), i)
                 self.starts.add(i)
@@ -276,7 +305,10 @@ class _Parser:
         for key, value in self.data.items():
             if key not in _TOP_KEYS:
                 self.fail("", key, f"unknown key or table {key!r}; valid: {', '.join(_TOP_KEYS)}")
-            if key != "name" and not isinstance(value, dict):
+            if key == "figure":
+                if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                    self.fail("", key, "figures are tables: write [[figure]] above each")
+            elif key != "name" and not isinstance(value, dict):
                 self.fail("", key, f"{key} must be a table ([{key}]), got {value!r}")
         parts = (("grid", GRID_KEYS), ("run", RUN_KEYS), ("quick", GRID_KEYS + RUN_KEYS))
         for part, valid in parts:
@@ -354,7 +386,7 @@ class _Parser:
         if not self.has("grid", "policy"):
             self.fail("grid", "policy", "[grid] needs policy = [...]")
         start, entries = self.line("grid", "policy"), []
-        shared = {k: self.axis(k, lambda v: v) for k in ("d", "z") if self.has("grid", k)}
+        shared = {k: self.axis(k, lambda v: v) for k in SHARED_OPTIONS if self.has("grid", k)}
         for entry in self.axis("policy", lambda v: v):
             table = dict(entry) if isinstance(entry, dict) else {"name": entry}
             name = table.pop("name", None)
@@ -420,11 +452,9 @@ class _Parser:
             if what and what.group(1) == "n_dispatchers" and m > 1:
                 line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
             raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
-        for key in ("init", "theory"):
-            if getattr(run, key) == "mean-field" and pol.mean_field_kind() == "none":
-                self.fail("run", key, f"{key}='mean-field' needs a mean field, and {name!r} has "
-                          f"none ({pol.no_mean_field}); use {key} = "
-                          f"\"{'empty' if key == 'init' else 'none'}\" or split the grid")
+        if run.init == "mean-field" and pol.mean_field_kind() == "none":
+            self.fail("run", "init", f"init='mean-field' needs a mean field, and {name!r} has "
+                      f'none ({pol.no_mean_field}); use init = "empty" or split the grid')
         if run.theory == "exact":
             from jaxqueue.exact.chain import estimate_states  # numpy only
 
@@ -440,6 +470,23 @@ class _Parser:
                           f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "
                           f'states, more than {EXACT_MAX_STATES}; use "mean-field" or "none"')
         return pol
+
+    def figures(self) -> tuple:
+        """The checked ``[[figure]]`` tables (:func:`~jaxqueue.studies.figures.parse_figure`)."""
+        out, names = [], set()
+        for i, table in enumerate(self.data.get("figure", [])):
+            part = f"figure#{i}"
+
+            def fail(key, message, part=part):
+                line = self.keys.get((part, key)) or self.keys.get((part, ""), 1)
+                raise SpecError(message, line)
+
+            fig = parse_figure(table, fail)
+            if fig.name in names:
+                fail("name", f"two figures are named {fig.name!r}")
+            names.add(fig.name)
+            out.append(fig)
+        return tuple(out)
 
     def run(self) -> RunSettings:
         if not self.has("run", "replicas"):
@@ -509,13 +556,14 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
     buffers = p.axis("buffer", _buffer) if p.has("grid", "buffer") else [None]
     key = p.one_of("grid", ("load", "alpha", "beta"), required=True)
     loads = {(n, b): p.loads(key, n, b) for n, b in itertools.product(servers, buffers)}
-    points, seen = [], {}
+    points, seen, with_mean_field = [], {}, False
     for policy, opts, lines in policies:
         for n in servers:
             for m, b in itertools.product(dispatchers[n], buffers):
                 for combo in itertools.product(*(opts[k] for k in sorted(opts))):
                     given = dict(zip(sorted(opts), combo, strict=True))
                     pol = p.resolve(policy, given, lines, n, m, b, run)
+                    with_mean_field |= pol.mean_field_kind() != "none"
                     options = tuple(sorted(pol.options().items()))
                     for lam, alpha, beta in loads[n, b]:
                         point = Point(policy, options, n, m, b, lam, alpha, beta)
@@ -525,7 +573,10 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
                         seen[point] = lines["policy"]
                         p.check_steps(run, point)
                         points.append(point)
-    return GridSpec(spec_name, tuple(points), run, text)
+    if run.theory == "mean-field" and not with_mean_field:
+        p.fail("run", "theory", "theory='mean-field' needs a mean field, and no policy of the "
+               'grid has one; use theory = "none" (a policy without one gets no theory value)')
+    return GridSpec(spec_name, tuple(points), run, text, p.figures())
 
 
 def load_spec(path, quick: bool = False) -> GridSpec:

@@ -9,7 +9,9 @@ error, never a silent mix.
 
 Tables:
 
-* ``meta(key, value)``: ``spec_hash``, ``spec_name``, ``versions`` (JSON);
+* ``meta(key, value)``: ``spec_hash``, ``spec_name``, ``versions`` (JSON) and
+  ``spec_text`` (the spec file's text, for its figures: rewritten when the
+  same spec is run again, so edited figures are picked up);
 * ``points(point_id, params, batch, wall_seconds)``: one row per committed point;
 * ``results``: one row per point and metric (and index, for vector metrics
   and quantiles), with the point's parameters, the run's settings, the
@@ -30,15 +32,16 @@ __all__ = ["Store", "StoreMismatchError", "COLUMNS"]
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
     "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
-    "buffer", "metric", "idx", "mean", "ci95", "theory", "replicas", "steps", "warmup", "seed",
+    "order", "buffer", "metric", "idx", "mean", "ci95", "theory", "replicas", "steps", "warmup", "seed",
 )  # fmt: skip
 _TYPES = {
     "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
     "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
-    "d": "INTEGER", "z": "INTEGER", "buffer": "INTEGER", "metric": "TEXT NOT NULL",
+    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "metric": "TEXT NOT NULL",
     "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL",
     "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
 }  # fmt: skip
+_QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
 #: ``idx`` of scalar metrics (SQLite primary keys must not be NULL).
 SCALAR_INDEX = -1.0
 
@@ -55,15 +58,19 @@ class Store:
         spec_hash: the hash of the resolved spec the sweep runs.
         spec_name: the spec's name (recorded).
         versions: the versions of the code (``jaxqueue.core.versions.versions()``).
+        spec_text: the spec file's text (recorded for figures; None keeps what is there).
 
     Raises:
         StoreMismatchError: the file holds results of another spec or versions.
     """
 
-    def __init__(self, path, spec_hash: str, spec_name: str, versions: dict):
+    def __init__(self, path, spec_hash: str, spec_name: str, versions: dict,
+                 spec_text: str | None = None):  # fmt: skip
         self.path = os.fspath(path)
-        self._db = sqlite3.connect(self.path)
-        cols = ", ".join(f"{c} {_TYPES[c]}" for c in COLUMNS)
+        # One writer thread of run_grid commits while the caller simulates; the
+        # connection is used by one thread at a time.
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        cols = ", ".join(f'"{c}" {_TYPES[c]}' for c in COLUMNS)  # "order" is an SQL keyword
         with self._db:
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._db.execute(
@@ -79,6 +86,7 @@ class Store:
         if not have:
             with self._db:
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", sorted(want.items()))
+            self._set_text(spec_text)
             return
         if have.get("spec_hash") != spec_hash:
             self.close()
@@ -93,6 +101,18 @@ class Store:
                 f"{want['versions']}): results of different code are not mixed; use a new "
                 "store file"
             )
+        self._set_text(spec_text)
+
+    def _set_text(self, text: str | None) -> None:
+        if text is not None:
+            with self._db:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('spec_text', ?)", (text,))
+
+    def meta(self) -> dict:
+        """The ``meta`` table: spec_hash, spec_name, versions (a dict) and spec_text."""
+        meta = dict(self._db.execute("SELECT key, value FROM meta"))
+        meta["versions"] = json.loads(meta["versions"])
+        return meta
 
     def __enter__(self):
         return self
@@ -141,7 +161,7 @@ class Store:
     def rows(self) -> list[dict]:
         """Every result row, ordered by point id, metric and index."""
         cur = self._db.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY point_id, metric, idx"
+            f"SELECT {_QUOTED} FROM results ORDER BY point_id, metric, idx"
         )
         return [dict(zip(COLUMNS, r)) for r in cur]
 

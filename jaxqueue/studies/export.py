@@ -1,0 +1,145 @@
+"""Exports of a result store beyond CSV: a pandas frame, Parquet and an xarray Dataset.
+
+All three carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`)
+unchanged. The Dataset puts the grid's axes as dimensions:
+
+* dimensions: the point parameters that vary (``policy``, ``servers``,
+  ``ratio`` or ``dispatchers``, ``buffer``, ``load`` or ``alpha`` or ``beta``,
+  ``d``, ``z``, ``order``; an option that is fixed for each policy is written
+  into the policy's name instead, ``pod(d=2)``), plus ``k`` for the occupancy vectors,
+  ``iqueue_size`` for ``iqueue_distribution`` and ``quantile`` for
+  ``response_quantile``;
+* one data variable per metric (the simulated mean) with ``<metric>_ci95``
+  (95% half-width) and ``<metric>_theory`` beside it; cells of the product of
+  the axes that the grid does not hold are NaN;
+* a parameter that is constant becomes an attribute; one that follows the
+  dimensions becomes a coordinate over them (``dispatchers`` over ``servers``
+  at a fixed ratio; ``load`` when the grid's load axis is ``alpha`` or
+  ``beta``); a missing
+  option (``d`` of a policy that has none) is ``-1`` on a numeric axis and
+  ``""`` on ``order``; an infinite buffer is ``0`` on the ``buffer`` axis.
+
+Extras: ``frames`` (pandas) for :func:`to_frame`; ``parquet`` (pandas,
+pyarrow) for :func:`export_parquet`; ``xarray`` (xarray, pandas, h5netcdf)
+for :func:`to_dataset` and :func:`export_netcdf`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from jaxqueue.studies.store import COLUMNS
+
+__all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSIONS"]
+
+#: Candidate dimensions of :func:`to_dataset`, in order.
+DIMENSIONS = ("policy", "servers", "ratio", "dispatchers", "buffer", "load", "alpha", "beta", "d",
+              "z", "order")  # fmt: skip
+_INDEX_DIM = {"tail": "k", "occupancy": "k", "arrival_seen": "k",
+              "iqueue_distribution": "iqueue_size", "response_quantile": "quantile"}  # fmt: skip
+
+
+def _need(module: str, extra: str):
+    try:
+        return __import__(module)
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            f"this export needs {module}: pip install 'jaxqueue[{extra}]'"
+        ) from None
+
+
+def to_frame(rows: list[dict]):
+    """The rows as a pandas DataFrame with the store's columns (extra ``frames``)."""
+    pd = _need("pandas", "frames")
+    return pd.DataFrame.from_records(rows, columns=list(COLUMNS))
+
+
+def export_parquet(rows: list[dict], path) -> int:
+    """Write the rows as a Parquet file (extra ``parquet``); returns the row count."""
+    _need("pyarrow", "parquet")
+    frame = to_frame(rows)
+    frame.to_parquet(path, index=False)
+    return len(frame)
+
+
+def _dimensions(frame) -> tuple[list[str], list[str]]:
+    """The dimensions, and the parameters that vary but follow others (coordinates)."""
+    skip = {"dispatchers" if frame["ratio"].nunique() <= frame["dispatchers"].nunique()
+            else "ratio"}  # fmt: skip
+    if frame["alpha"].notna().any() or frame["beta"].notna().any():
+        skip.add("load")
+    for key in ("d", "z", "order"):  # an option fixed per policy goes into the policy's name
+        if frame.groupby("policy")[key].nunique(dropna=False).max() <= 1:
+            skip.add(key)
+    dims = [k for k in DIMENSIONS if k not in skip and frame[k].nunique(dropna=False) > 1]
+    coords = [k for k in ("ratio", "dispatchers", "load")
+              if k in skip and frame[k].nunique(dropna=False) > 1]  # fmt: skip
+    return dims, coords
+
+
+def _policy_names(frame, dims: list[str]):
+    """``pod(d=2)`` for a policy whose options are not dimensions; the name otherwise."""
+    def name(row):
+        opts = [f"{k}={row[k]}" for k in ("d", "z", "order")
+                if k not in dims and row[k] not in (-1, "")]  # fmt: skip
+        return f"{row['policy']}({','.join(opts)})" if opts else row["policy"]
+    return frame.apply(name, axis=1)
+
+
+def to_dataset(rows: list[dict], meta: dict | None = None):
+    """The rows as an xarray Dataset with the grid's axes as dimensions (extra ``xarray``).
+
+    Args:
+        rows: store rows (:meth:`~jaxqueue.studies.store.Store.rows`).
+        meta: the store's meta (:meth:`~jaxqueue.studies.store.Store.meta`),
+            recorded in the attributes (spec name, hash and versions).
+    """
+    xr = _need("xarray", "xarray")
+    frame = to_frame(rows)
+    frame["buffer"] = frame["buffer"].fillna(0).astype("int64")
+    for key in ("d", "z"):
+        frame[key] = frame[key].fillna(-1).astype("int64")
+    frame["order"] = frame["order"].fillna("")
+    dims, coords = _dimensions(frame)
+    frame["policy"] = _policy_names(frame, dims)
+    parts = []
+    for metric, group in frame.groupby("metric", sort=True):
+        extra = _INDEX_DIM.get(metric)
+        g = group.copy()
+        index = dims + ([extra] if extra else [])
+        if extra:
+            g[extra] = g["idx"].astype("float64" if extra == "quantile" else "int64")
+        g = g.drop_duplicates(subset=index)
+        cols = g.set_index(index)[["mean", "ci95", "theory"]]
+        cols = cols.rename(columns={"mean": metric, "ci95": f"{metric}_ci95",
+                                    "theory": f"{metric}_theory"})  # fmt: skip
+        parts.append(xr.Dataset.from_dataframe(cols.astype("float64")))
+    ds = xr.merge(parts, join="outer", compat="no_conflicts") if parts else xr.Dataset()
+    for key in coords:  # a parameter that follows some dimensions (M from N and r, ...)
+        over = list(dims)
+        for dim in dims:  # keep only the dimensions it depends on
+            rest = [d for d in over if d != dim]
+            if rest and frame.groupby(rest)[key].nunique(dropna=False).max() <= 1:
+                over = rest
+        values = frame.drop_duplicates(subset=over).set_index(over)[key]
+        ds = ds.assign_coords({key: xr.DataArray.from_series(values)})
+    attrs = {}
+    for key in DIMENSIONS + ("replicas", "steps", "warmup", "seed"):
+        if key not in dims and key not in coords and frame[key].nunique(dropna=False) == 1:
+            value = frame[key].iloc[0]
+            attrs[key] = "none" if value is None or value != value else value
+    attrs["missing_option"] = "-1 on d and z, '' on order: the policy does not take it"
+    attrs["buffer_0"] = "0 on buffer means an infinite buffer"
+    if meta:
+        attrs.update(spec_name=meta.get("spec_name", ""), spec_hash=meta.get("spec_hash", ""),
+                     versions=json.dumps(meta.get("versions", {}), sort_keys=True))  # fmt: skip
+    ds.attrs.update({k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()})
+    return ds
+
+
+def export_netcdf(rows: list[dict], path, meta: dict | None = None) -> int:
+    """Write :func:`to_dataset` as netCDF (engine h5netcdf; extra ``xarray``); returns rows."""
+    _need("h5netcdf", "xarray")
+    ds = to_dataset(rows, meta)
+    ds.to_netcdf(path, engine="h5netcdf")
+    return len(rows)

@@ -1,0 +1,354 @@
+"""Figures of grid experiments: what to draw, read from a spec's ``[[figure]]`` tables.
+
+A figure is a view of a store's rows (:mod:`jaxqueue.studies.store`): one or
+more metrics against one point parameter, one line per combination of the
+other parameters, optionally one panel per value of a parameter::
+
+    [[figure]]
+    name = "response_time"          # jaxqueue plot STORE --figure response_time
+    metric = "mean_response_time"   # or a list; vector metrics need index (or x = "index")
+    x = "load"                      # a point parameter, or "index" (k of a vector metric)
+    series = ["policy", "d"]        # default: every other parameter that varies
+    panels = "alpha"                # optional: one panel per value
+    index = 2                       # the k of a vector metric (tail, occupancy, ...)
+    y_scale = "servers ** (1 - alpha)"   # optional factor, an expression of the parameters
+    where = { load = [0.9] }        # optional filter; "index" filters k when x = "index"
+    logx = false
+    logy = true
+    title = "..."                   # optional; also xlabel, ylabel
+
+This module reads and checks figure tables and turns rows into
+:class:`Series` (plain numpy; no plotting library). Drawing is in
+:mod:`jaxqueue.studies.plots` (the ``plot`` extra, matplotlib). Figures do not
+enter the spec hash: they change no result, so a store can be replotted after
+its figures are edited.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import operator
+import re
+from collections import OrderedDict
+
+import numpy as np
+
+from jaxqueue.results.schema import SCALAR_METRICS, VECTOR_METRICS
+
+__all__ = [
+    "FigureSpec", "Series", "parse_figure", "figure_series", "summarize", "PARAMETERS",
+    "FIGURE_KEYS", "METRIC_NAMES",
+]  # fmt: skip
+
+#: Point parameters a figure can use (the store's columns of the same names).
+PARAMETERS = ("policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "buffer", "d",
+              "z", "order")  # fmt: skip
+#: Keys of a ``[[figure]]`` table.
+FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "where", "logx",
+               "logy", "title", "xlabel", "ylabel", "theory")  # fmt: skip
+#: Metric names a figure can draw (as in the simulate JSON; quantiles as ``response_quantile``).
+METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + ("response_quantile",)
+_NUMERIC = tuple(p for p in PARAMETERS if p not in ("policy", "order"))
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv, ast.Pow: operator.pow}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """One ``[[figure]]`` table, checked (see the module docstring for the keys)."""
+
+    name: str
+    metrics: tuple
+    x: str = "load"
+    series: tuple | None = None  # None: the parameters that vary at a fixed x and panel
+    panels: str | None = None
+    index: float | None = None
+    y_scale: str | None = None
+    where: tuple = ()
+    logx: bool = False
+    logy: bool = False
+    title: str | None = None
+    xlabel: str | None = None
+    ylabel: str | None = None
+    theory: bool = True
+
+    def scale(self, params: dict) -> float:
+        """The ``y_scale`` factor at one point's parameters (1 without one)."""
+        if self.y_scale is None:
+            return 1.0
+        return float(_evaluate(ast.parse(self.y_scale, mode="eval").body, params))
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One line of a figure: simulated means with 95% half-widths, and theory (NaN: none).
+
+    All arrays are float64 and sorted by ``x``; ``y``, ``ci95`` and ``theory``
+    already carry the figure's ``y_scale``.
+    """
+
+    panel: object
+    label: str
+    metric: str
+    x: np.ndarray
+    y: np.ndarray
+    ci95: np.ndarray
+    theory: np.ndarray
+
+
+def _evaluate(node, params: dict):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name):
+        value = params.get(node.id)
+        return math.nan if value is None else float(value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_evaluate(node.left, params), _evaluate(node.right, params))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _evaluate(node.operand, params)
+        return -value if isinstance(node.op, ast.USub) else value
+    raise ValueError("y_scale allows numbers, the parameters "
+                     f"{', '.join(_NUMERIC)}, + - * / ** and parentheses")  # fmt: skip
+
+
+def _check_expression(text) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"y_scale must be a string expression, got {text!r}")
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"y_scale={text!r} is not an expression") from None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if bad := sorted(names - set(_NUMERIC)):
+        raise ValueError(f"y_scale={text!r} names {', '.join(bad)}: valid names are "
+                         f"{', '.join(_NUMERIC)}")  # fmt: skip
+    _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
+    return text
+
+
+def _parameter(key: str, value, allow_index: bool = False) -> str:
+    valid = PARAMETERS + (("index",) if allow_index else ())
+    if value not in valid:
+        raise ValueError(f"{key}={value!r} is not a parameter: use one of {', '.join(valid)}")
+    return value
+
+
+def parse_figure(table: dict, fail) -> FigureSpec:
+    """Check one ``[[figure]]`` table.
+
+    Args:
+        table: the TOML table.
+        fail: ``fail(key, message)`` raises the caller's error for ``key``.
+
+    Returns:
+        The :class:`FigureSpec`.
+    """
+    for key in table:
+        if key not in FIGURE_KEYS:
+            fail(key, f"unknown key {key!r} in [[figure]]; valid: {', '.join(FIGURE_KEYS)}")
+    for key in ("name", "metric"):
+        if key not in table:
+            fail("name" if "name" in table else "", f"[[figure]] needs {key} = ...")
+    name = table["name"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        fail("name", f"figure name must be letters, digits, '_', '.' or '-', got {name!r}")
+    out = {"name": name}
+    try:
+        metrics = table["metric"] if isinstance(table["metric"], list) else [table["metric"]]
+        if not metrics:
+            raise ValueError("metric is empty: give at least one metric")
+        for m in metrics:
+            if m not in METRIC_NAMES:
+                raise ValueError(f"metric={m!r} is not a metric: use one of "
+                                 f"{', '.join(METRIC_NAMES)}")  # fmt: skip
+        out["metrics"] = tuple(metrics)
+    except ValueError as err:
+        fail("metric", str(err))
+    checks = {
+        "x": lambda v: _parameter("x", v, allow_index=True),
+        "panels": lambda v: _parameter("panels", v),
+        "series": lambda v: tuple(_parameter("series", s) for s in
+                                  (v if isinstance(v, list) else [v])),  # fmt: skip
+        "index": lambda v: _index(v),
+        "y_scale": _check_expression,
+        "where": _where,
+        "logx": lambda v: _flag("logx", v),
+        "logy": lambda v: _flag("logy", v),
+        "theory": lambda v: _flag("theory", v),
+        "title": lambda v: _text("title", v),
+        "xlabel": lambda v: _text("xlabel", v),
+        "ylabel": lambda v: _text("ylabel", v),
+    }
+    for key, check in checks.items():
+        if key in table:
+            try:
+                out[key] = check(table[key])
+            except (TypeError, ValueError) as err:
+                fail(key, str(err))
+    fig = FigureSpec(**out)
+    vector = [m for m in fig.metrics if m not in SCALAR_METRICS]
+    if vector and fig.x != "index" and fig.index is None:
+        fail("metric", f"metric {vector[0]!r} is a vector (or quantiles): give index = k (or the "
+             'quantile level), or x = "index"')  # fmt: skip
+    if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
+        fail("x", 'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
+             "iqueue_distribution, response_quantile)")  # fmt: skip
+    if fig.x == "index" and fig.index is not None:
+        fail("index", 'give either x = "index" or index = k, not both')
+    if fig.panels is not None and fig.panels == fig.x:
+        fail("panels", f"panels={fig.panels!r} is also the x axis")
+    if fig.series and (fig.x in fig.series or fig.panels in fig.series):
+        fail("series", "series must not repeat x or panels")
+    return fig
+
+
+def _index(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"index={value!r} is out of range: need a number >= 0 (k, or a "
+                         "quantile level in (0, 1))")  # fmt: skip
+    return float(value)
+
+
+def _flag(key, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _text(key, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def _where(value) -> tuple:
+    if not isinstance(value, dict):
+        raise ValueError(f"where must be an inline table {{ parameter = [values] }}, got {value!r}")
+    out = []
+    for key, vals in value.items():
+        _parameter("where", key, allow_index=True)
+        vals = tuple(vals if isinstance(vals, list) else [vals])
+        if not vals:
+            raise ValueError(f"where: {key} is empty")
+        out.append((key, vals))
+    return tuple(sorted(out))
+
+
+def _matches(row: dict, key: str, values: tuple) -> bool:
+    have = row["idx"] if key == "index" else row.get(key)
+    for v in values:
+        if isinstance(v, str) or isinstance(have, str) or have is None:
+            if v == have or (v == "inf" and have is None and key == "buffer"):
+                return True
+        elif math.isclose(float(have), float(v), rel_tol=1e-9, abs_tol=1e-12):
+            return True
+    return False
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _fmt(value) -> str:
+    return "inf" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+
+
+def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
+    """The lines of ``fig`` from store rows (:meth:`Store.rows`), in a stable order.
+
+    Raises:
+        ValueError: no row matches the figure's metrics, index and filters.
+    """
+    picked = []
+    for r in rows:
+        if r["metric"] not in fig.metrics:
+            continue
+        if fig.index is not None and not _same(float(r["idx"]), fig.index):
+            continue
+        if fig.x == "index" and r["idx"] < 0:
+            continue
+        if all(_matches(r, k, v) for k, v in fig.where):
+            picked.append(r)
+    if not picked:
+        raise ValueError(f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
+                         + (f", index {fig.index:g}" if fig.index is not None else "")
+                         + (f" and filters {dict(fig.where)}" if fig.where else ""))  # fmt: skip
+    series_keys = fig.series
+    if series_keys is None:  # every other parameter that varies at a fixed x and panel
+        buckets: dict = {}
+        for r in picked:
+            key = (_sort_key(r["idx"] if fig.x == "index" else r[fig.x]),
+                   _sort_key(r.get(fig.panels)) if fig.panels else None)  # fmt: skip
+            buckets.setdefault(key, []).append(r)
+        varying = [p for p in PARAMETERS if p not in (fig.x, fig.panels)
+                   and any(_varies(b, p) for b in buckets.values())]  # fmt: skip
+        if "ratio" in varying:  # M follows N and r
+            varying = [p for p in varying if p != "dispatchers"]
+        if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
+            varying = [p for p in varying if p != "load"]
+        series_keys = tuple(varying)
+    groups: OrderedDict = OrderedDict()
+    for r in picked:
+        panel = r.get(fig.panels) if fig.panels else None
+        key = tuple(r.get(p) for p in series_keys)
+        groups.setdefault((_sort_key(panel), _sort_key(key), r["metric"]), (panel, key, []))
+        groups[(_sort_key(panel), _sort_key(key), r["metric"])][2].append(r)
+    out = []
+    for gkey in sorted(groups):
+        panel, key, members = groups[gkey]
+        xs = np.array([float(m["idx"] if fig.x == "index" else m[fig.x]) for m in members])
+        order = np.argsort(xs, kind="stable")
+        scale = np.array([fig.scale(m) for m in members])
+        col = lambda name: np.array(  # noqa: E731
+            [math.nan if m[name] is None else float(m[name]) for m in members])
+        label = " ".join(
+            _fmt(v) if p == "policy" else f"{p}={_fmt(v)}"
+            for p, v in zip(series_keys, key)
+            if v is not None or p == "buffer"  # an option the policy does not take: left out
+        )
+        if len(fig.metrics) > 1:
+            label = f"{label} {gkey[2]}".strip()
+        out.append(Series(panel, label or gkey[2], gkey[2], xs[order], (col("mean") * scale)[order],
+                          (col("ci95") * scale)[order], (col("theory") * scale)[order]))  # fmt: skip
+    return out
+
+
+def _varies(rows, key) -> bool:
+    return len({_sort_key(r.get(key)) for r in rows}) > 1
+
+
+def _sort_key(value):
+    if isinstance(value, tuple):
+        return tuple(_sort_key(v) for v in value)
+    if value is None:
+        return (2, 0.0, "")
+    if isinstance(value, str):
+        return (1, 0.0, value)
+    return (0, float(value), "")
+
+
+def summarize(series: list[Series]) -> list[dict]:
+    """Per line: points, the largest relative error and |difference| / half-width against theory.
+
+    ``max_relative_error`` is ``max |y - theory| / |theory|`` over the points
+    where theory is non-zero; ``max_z`` is ``max |y - theory| / ci95`` (None
+    where no point has theory).
+    """
+    out = []
+    for s in series:
+        ok = np.isfinite(s.theory) & np.isfinite(s.y)
+        rel = np.abs(s.y - s.theory)[ok & (s.theory != 0)] / np.abs(s.theory[ok & (s.theory != 0)])
+        zs = np.abs(s.y - s.theory)[ok & (s.ci95 > 0)] / s.ci95[ok & (s.ci95 > 0)]
+        out.append({
+            "panel": s.panel, "label": s.label, "metric": s.metric, "points": int(s.x.size),
+            "with_theory": int(ok.sum()),
+            "max_relative_error": float(rel.max()) if rel.size else None,
+            "at_x": float(s.x[ok & (s.theory != 0)][rel.argmax()]) if rel.size else None,
+            "max_z": float(zs.max()) if zs.size else None,
+        })  # fmt: skip
+    return out
