@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,sweep,export,policies}``.
+"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,sweep,export,plot,policies}``.
 
 ``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
 ``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
@@ -33,7 +33,10 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
     else:
         p.add_argument("--policy", required=True, help="policy name (see `policies`)")
     p.add_argument("--d", type=int, default=None, help="probes d (pod, jiq-pod, jiq-sq, idle-first)")
-    p.add_argument("--z", type=int, default=None, help="threshold z (jiq-threshold)")
+    p.add_argument("--z", type=int, default=None, help="threshold z (jiq-threshold, jiq-original)")
+    if not many:
+        p.add_argument("--order", default=None, choices=("random", "fifo"),
+                       help="I-queue pick order (jiq-original; default random)")  # fmt: skip
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -104,9 +107,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="points per batch (default 32)")  # fmt: skip
     p.add_argument("--progress", action="store_true", help="progress on stderr")
 
-    p = sub.add_parser("export", help="export a result store")
+    p = sub.add_parser("export", help="export a result store (CSV, Parquet, netCDF)")
     p.add_argument("store", help="the SQLite result store")
-    p.add_argument("--csv", required=True, help="write one row per point and metric to this CSV")
+    p.add_argument("--csv", default=None, help="write one row per point and metric to this CSV")
+    p.add_argument("--parquet", default=None, help="the same rows as Parquet (extra: parquet)")
+    p.add_argument("--netcdf", default=None,
+                   help="an xarray Dataset, grid axes as dimensions (extra: xarray)")  # fmt: skip
+
+    p = sub.add_parser("plot", help="draw a figure of a result store as a PNG (extra: plot)")
+    p.add_argument("store", help="the SQLite result store")
+    p.add_argument("--figure", default=None,
+                   help="a [[figure]] name of the spec (default: every figure)")  # fmt: skip
+    p.add_argument("-o", "--output", required=True,
+                   help="the PNG (with several figures: a folder, one NAME.png each)")  # fmt: skip
+    p.add_argument("--spec", default=None,
+                   help="read the figures from this spec file instead of the store's copy")  # fmt: skip
+    p.add_argument("--json", action="store_true",
+                   help="print the comparison with theory as one JSON object")  # fmt: skip
 
     sub.add_parser("policies", help="list the policy names")
     return ap
@@ -157,11 +174,16 @@ def _emit(res, args) -> int:
     return 0
 
 
+def _order(args) -> dict:
+    """``order=`` only when given (a policy without the option then never sees it)."""
+    return {} if args.order is None else {"order": args.order}
+
+
 def _cmd_simulate(args) -> int:
     from jaxqueue.api import simulate
 
     res = simulate(
-        args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
+        args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
         buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
         seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
         init=args.init, progress=args.progress,
@@ -173,7 +195,7 @@ def _cmd_theory(args) -> int:
     from jaxqueue import theory
     from jaxqueue.core.versions import versions
 
-    mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z,
+    mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z, **_order(args),
                            buffer=args.buffer, levels=args.levels)  # fmt: skip
     mf.settings["versions"] = versions()
     return _emit(mf, args)
@@ -184,6 +206,7 @@ def _cmd_exact(args) -> int:
     from jaxqueue.exact import solve_exact
 
     res = solve_exact(args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
+                      **_order(args),
                       buffer=args.buffer, queue_bound=args.queue_bound)  # fmt: skip
     res.settings["versions"] = versions()
     return _emit(res, args)
@@ -228,11 +251,61 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    from jaxqueue.studies import export
     from jaxqueue.studies.store import Store
 
+    if not (args.csv or args.parquet or args.netcdf):
+        raise ValueError("export needs at least one of --csv, --parquet, --netcdf")
     with Store.open_existing(args.store) as store:
-        n = store.export_csv(args.csv)
-    print(f"[jaxqueue] wrote {n} rows to {args.csv}", file=sys.stderr)
+        rows, meta = store.rows(), store.meta()
+        if args.csv:
+            n = store.export_csv(args.csv)
+            print(f"[jaxqueue] wrote {n} rows to {args.csv}", file=sys.stderr)
+    if args.parquet:
+        n = export.export_parquet(rows, args.parquet)
+        print(f"[jaxqueue] wrote {n} rows to {args.parquet}", file=sys.stderr)
+    if args.netcdf:
+        export.export_netcdf(rows, args.netcdf, meta)
+        print(f"[jaxqueue] wrote a Dataset of {len(rows)} rows to {args.netcdf}", file=sys.stderr)
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    import os
+
+    from jaxqueue.studies.plots import plot_store
+    from jaxqueue.studies.spec import parse_spec
+    from jaxqueue.studies.store import Store
+
+    if args.figure is not None:
+        jobs = [(args.figure, args.output)]
+    else:
+        with Store.open_existing(args.store) as store:
+            meta = store.meta()
+        text = open(args.spec, encoding="utf-8").read() if args.spec else meta.get("spec_text")
+        if not text:
+            raise ValueError(f"{args.store} records no spec text: pass the spec file (--spec)")
+        names = [f.name for f in parse_spec(text, name=meta["spec_name"]).figures]
+        if not names:
+            raise ValueError(f"spec {meta['spec_name']!r} has no [[figure]] table")
+        jobs = [(n, os.path.join(args.output, f"{n}.png")) for n in names]
+    report = {}
+    for name, out in jobs:
+        lines = plot_store(args.store, name, out, spec_path=args.spec)
+        report[name] = {"png": out, "lines": lines}
+        print(f"[jaxqueue] wrote {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for name, item in report.items():
+        print(f"figure {name} ({item['png']}): simulation against theory")
+        for line in item["lines"]:
+            rel, z = line["max_relative_error"], line["max_z"]
+            panel = "" if line["panel"] is None else f"[{line['panel']}] "
+            text = "no theory" if rel is None else (
+                f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, "
+                f"max |diff| / CI {z:.2f}" if z is not None else f"max relative error {100 * rel:.2f}%")
+            print(f"  {panel}{line['label']:28s} {line['points']:3d} points  {text}")
     return 0
 
 
@@ -245,7 +318,8 @@ def main(argv=None) -> int:
             print("\n".join(available()))
             return 0
         commands = {"simulate": _cmd_simulate, "theory": _cmd_theory, "exact": _cmd_exact,
-                    "compare": _cmd_compare, "sweep": _cmd_sweep, "export": _cmd_export}  # fmt: skip
+                    "compare": _cmd_compare, "sweep": _cmd_sweep, "export": _cmd_export,
+                    "plot": _cmd_plot}  # fmt: skip
         return commands[args.command](args)
     except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -11,16 +11,17 @@ point's replicas draw from streams derived from the point itself
 fixed per group of points of one shape over the whole spec, so a point's
 result does not depend on the other points of its batch or on the order of
 the grid. Each batch is written to the store (:mod:`jaxqueue.studies.store`)
-in one transaction when it finishes; rerunning the same spec on the same
-store skips what is there.
+in one transaction when it finishes (its theory values and the write run on
+one writer thread while the next batch simulates); rerunning the same spec on
+the same store skips what is there.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
@@ -108,7 +109,7 @@ def _theory_value(result, metric: str, index):
 def _rows(point: Point, point_id: str, spec: GridSpec, res, theory) -> list[dict]:
     params = point.params()
     base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
-                                       "alpha", "beta", "d", "z", "buffer")}  # fmt: skip
+                                       "alpha", "beta", "d", "z", "order", "buffer")}  # fmt: skip
     run = {"replicas": spec.run.replicas, "steps": res.settings["steps"],
            "warmup": res.settings["warmup"], "seed": spec.run.seed}  # fmt: skip
     rows = []
@@ -130,8 +131,9 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         batch_points: points per batch; a shape group with fewer points uses
             its size, and the last batch of a group is padded to the same
             size (padding replicas are run and dropped), so one group compiles once.
-        progress: report each batch on ``log``: points done, events per second
-            and time left.
+        progress: report progress on ``log``: points done, replica-steps per
+            second and time left; a bar with the ``progress`` extra (tqdm), else
+            one line per batch.
         devices: devices to spread replicas over (default: all).
         log: where progress goes (stderr by default; never stdout).
     """
@@ -147,11 +149,14 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 f"({pol.no_mean_field}); use init = \"empty\" for this spec"
             )
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
-    with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
+    with (Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text) as store,
+          ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store") as writer):
         done = store.done()
         total = len(spec.points)
         finished = sum(ids[p] in done for p in spec.points)
         ran, events, t0, batch_index = 0, 0, time.perf_counter(), store.next_batch()
+        bar = _Progress(spec.name, total, finished, log) if progress else None
+        pending = None
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
             lengths = _by_length(points, spec)
@@ -174,20 +179,61 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 )  # fmt: skip
                 results = runner.run(plan)[: len(batch)]
                 wall = time.perf_counter() - t_batch
-                rows, committed = [], []
-                for point, res in zip(batch, results):
-                    rows += _rows(point, ids[point], spec, res, _theory(point, run.theory))
-                    committed.append((ids[point], point.params(), wall / len(batch)))
-                store.commit_batch(batch_index, committed, rows)
+                if pending is not None:
+                    pending.result()  # the previous batch is committed (or its error raised)
+                # Theory, rows and the commit overlap the next batch's simulation.
+                pending = writer.submit(_commit, store, spec, batch, results, ids, batch_index,
+                                        wall)  # fmt: skip
                 batch_index += 1
                 ran += len(batch)
-                finished += len(batch)
                 events += plan.n_replicas * plan.total_blocks * BLOCK
-                if progress:
-                    elapsed = time.perf_counter() - t0
-                    rate = events / max(elapsed, 1e-9)
-                    left = elapsed / ran * (total - finished) if ran else math.nan
-                    print(f"[jaxqueue] {spec.name}: {finished}/{total} points, "
-                          f"{rate:.3g} replica-steps/s, about {left:.0f} s left",
-                          file=log, flush=True)  # fmt: skip
+                if bar is not None:
+                    bar.update(len(batch), events / max(time.perf_counter() - t0, 1e-9))
+        if pending is not None:
+            pending.result()
+        if bar is not None:
+            bar.close()
     return ran
+
+
+def _commit(store: Store, spec: GridSpec, batch: list, results: list, ids: dict, index: int,
+            wall: float) -> None:  # fmt: skip
+    """Theory and rows of a finished batch, written to the store in one transaction."""
+    rows, committed = [], []
+    for point, res in zip(batch, results):
+        rows += _rows(point, ids[point], spec, res, _theory(point, spec.run.theory))
+        committed.append((ids[point], point.params(), wall / len(batch)))
+    store.commit_batch(index, committed, rows)
+
+
+class _Progress:
+    """Points done, replica-steps per second and time left: a tqdm bar, else a line a batch."""
+
+    def __init__(self, name: str, total: int, done: int, log):
+        self.name, self.total, self.done, self.log = name, total, done, log
+        self.t0, self.ran = time.perf_counter(), 0
+        try:
+            from tqdm.auto import tqdm
+        except ModuleNotFoundError:
+            self.bar = None
+            print(f"[jaxqueue] {name}: a progress bar needs the progress extra (pip install "
+                  "'jaxqueue[progress]'); reporting a line per batch", file=log, flush=True)
+        else:
+            self.bar = tqdm(total=total, initial=done, desc=name, unit="pt", file=log,
+                            dynamic_ncols=True)  # fmt: skip
+
+    def update(self, n: int, rate: float) -> None:
+        self.done += n
+        self.ran += n
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{rate:.3g} replica-steps/s", refresh=False)
+            self.bar.update(n)
+            return
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / self.ran * (self.total - self.done)
+        print(f"[jaxqueue] {self.name}: {self.done}/{self.total} points, {rate:.3g} "
+              f"replica-steps/s, about {left:.0f} s left", file=self.log, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
