@@ -31,6 +31,7 @@ def sweep(
     *,
     d: int | None = None,
     z: int | None = None,
+    order: str | None = None,
     buffer: int | None = None,
     replicas: int = 32,
     steps: int = 1_000_000,
@@ -54,8 +55,11 @@ def sweep(
         n_servers: ``N``.
         n_dispatchers: ``M`` (``r = N / M``).
         d, z: policy options (probes, threshold), where the policy takes them
-            (default: the policy's own, ``d = 2`` and ``z = 1``); an option the
-            policy does not take is an error.
+            (default: the policy's own, ``d = 2`` and ``z = 1``; for
+            ``jiq-original`` ``d = 1`` and ``z = 0``); an option the policy
+            does not take is an error.
+        order: ``jiq-original``'s pick order, ``"random"`` (default) or
+            ``"fifo"``; an error for any other policy.
         buffer: places per server ``b``, or None for infinite buffers.
         replicas: replicas per load.
         steps: measured uniformized steps per replica (rounded up to whole
@@ -82,9 +86,9 @@ def sweep(
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
     """
     p = runner.plan(
-        policy, loads, n_servers, n_dispatchers, d=d, z=z, buffer=buffer, replicas=replicas,
-        steps=steps, warmup=warmup, seed=seed, levels=levels, iqueue_levels=iqueue_levels,
-        init=init, on_overflow=on_overflow, devices=devices,
+        policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
+        replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
+        iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
     )  # fmt: skip
     return runner.run(p, progress=progress)
 

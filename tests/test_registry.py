@@ -46,11 +46,14 @@ def test_policy_declares_every_path(name):
         assert isinstance(policy.threshold, int) and isinstance(policy.delete_requests, bool)
     # mean-field path, or an explicit "no mean field"
     kind = policy.mean_field_kind()
-    assert kind in ("closed-form", "generic", "none")
+    assert kind in ("closed-form", "generic", "none", "tagged-server")
     if kind == "none":
         assert policy.no_mean_field and len(policy.no_mean_field) > 20
         with pytest.raises(NotImplementedError, match="no mean field"):
             theory.mean_field(name, 0.5, 2.0)
+    elif kind == "tagged-server":
+        mf = theory.mean_field(name, 0.5, 2.0)
+        assert mf.diagnostics["busy_fraction_error"] < 1e-12
     elif kind == "closed-form":
         mf = theory.mean_field(name, 0.5, 2.0)
         assert 1.0 <= mf.mean_response_time <= 2.0 and mf.source == "mean-field"
@@ -61,7 +64,7 @@ def test_policy_declares_every_path(name):
         assert out.shape == x.shape
     # exact CTMC path
     rule, opts = policy.exact_rule()
-    assert rule in RULES and set(opts) <= {"d", "z"}
+    assert rule in RULES and set(opts) <= {"d", "z", "order"}
     # a paper: known references, cited in the docstring by authors and id
     assert cls.__doc__ and policy.references
     for key in policy.references:
@@ -75,11 +78,12 @@ def test_policy_declares_every_path(name):
     for cmd in ("simulate", "theory", "exact"):
         argv = [cmd, "--policy", name, "--load", "0.5", "--servers", "4"]
         argv = argv if cmd != "theory" else argv[:-2]
+        value = {"order": "fifo"}
         for opt in option_names(name):
-            argv += [f"--{opt}", "1"]
+            argv += [f"--{opt}", value.get(opt, "1")]
         args = _parser().parse_args(argv)
         assert args.policy == name
-        assert all(getattr(args, opt) == 1 for opt in option_names(name))
+        assert all(getattr(args, opt) == (value.get(opt, 1)) for opt in option_names(name))
 
 
 @pytest.mark.parametrize("name", NAMES)

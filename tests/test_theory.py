@@ -359,7 +359,7 @@ def test_to_dict_is_json_and_mirrors_the_result():
 
 
 def test_policies_without_mean_field():
-    for name in ("jiq-original", "jiq-threshold"):
+    for name in ("jiq-threshold",):
         with pytest.raises(NotImplementedError, match=name):
             theory.mean_field(name, 0.5, 1.0)
     with pytest.raises(NotImplementedError, match="jiq-threshold"):

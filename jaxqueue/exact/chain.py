@@ -32,9 +32,13 @@ docs/policies.md):
                    per join when ``d >= 2``
 ``jiq-original``   no delete requests: a listed server stays listed when it gets
                    a task from elsewhere; a pick from a non-empty I-queue goes to
-                   that server even if busy (a *stale* pick) and it leaves the
-                   list; a server becoming idle joins a uniform I-queue only if it
-                   is not listed already
+                   a uniform listed server (``order="random"``) or the head of
+                   the I-queue (``order="fifo"``), even if busy (a *stale*
+                   pick), and it leaves the list; a server that is not listed
+                   joins when a completion leaves it with ``<= z`` tasks, a
+                   uniform I-queue (``d = 1``) or the shortest of ``d`` distinct
+                   uniform I-queues (ties uniform, ``d`` probes per join when
+                   ``d >= 2``)
 ``jiq-threshold``  listed exactly while holding ``<= z`` tasks; joins a uniform
                    I-queue when its queue drops to ``z``; a picked server leaves
                    its I-queue and rejoins a uniform one at once (a join) if it
@@ -53,24 +57,28 @@ JIQ-Pod(d) with one dispatcher is the idle-first-else-JSQ(d) scheme of
 Mukherjee, Borst, van Leeuwaarden and Whiting, "Universality of load
 balancing schemes on the diffusion scale", arXiv:1510.02657; JIQ-Original is
 Lu et al., "Join-Idle-Queue: A novel load balancing algorithm for dynamically
-scalable web services" (Performance Evaluation 68(11), 2011).
+scalable web services" (Performance Evaluation 68(11), 2011), its options
+(FIFO I-queues, the threshold ``z``, joins to the shortest of ``d``) after
+Mitzenmacher, arXiv:1606.01833.
 
 Symmetry. All the rules treat servers alike and dispatchers alike, so the
 generator is invariant under relabelling servers and relabelling dispatchers.
 By default (``symmetry=True``) a state is stored by its orbit invariant under
 both relabellings (the sorted queue lengths of the unlisted servers, and the
 sorted list of I-queues, each the sorted queue lengths of the servers it
-lists); transitions are still computed on a labelled per-server
-representative. This lumping is exact (strong lumpability under a symmetry
-group) and every reported quantity is symmetric, so nothing changes but the
-state count. ``symmetry=False`` keeps the full labelled chain (the tests check
+lists; for FIFO I-queues the queue lengths in I-queue order, head first, since
+the order is part of the state); transitions are still computed on a labelled
+per-server representative. This lumping is exact (strong lumpability under a
+symmetry group) and every reported quantity is symmetric, so nothing changes
+but the state count. ``symmetry=False`` keeps the full labelled chain (the tests check
 that both agree).
 
 State counts grow like ``C(T + N - 1, N)`` (JIQ family: up to ``/ M!``) with
 ``T`` the per-server types (:func:`estimate_states`): ``B + 1`` for the
 policies without I-queues, ``B + M`` for JIQ, JIQ-Pod, JIQ-SQ,
-``M + (M + 1) B`` for JIQ-Original, ``(z + 1) M + B - z`` for JIQ-Threshold,
-``B`` the queue bound. Enumeration is pure Python, roughly 50 us per state.
+``M + (M + 1) B`` for JIQ-Original (times ``ceil(N / M)!`` for FIFO order),
+``(z + 1) M + B - z`` for JIQ-Threshold, ``B`` the queue bound. Enumeration
+is pure Python, roughly 50 us per state.
 """
 
 from __future__ import annotations
@@ -119,30 +127,41 @@ class Chain:
         rule: one of :data:`RULES`.
         n, m: servers and dispatchers.
         lam: arrival rate per server.
-        d: probes (``pod``, ``jiq-pod``: servers; ``jiq-sq``: I-queues); unused otherwise.
-        z: threshold of ``jiq-threshold``; unused otherwise.
+        d: probes (``pod``, ``jiq-pod``: servers; ``jiq-sq``, ``jiq-original``:
+            I-queues); unused otherwise.
+        z: threshold of ``jiq-threshold`` and ``jiq-original``; unused otherwise.
         cap: the largest queue length (the buffer, or the truncation bound);
             an arrival at a server holding ``cap`` tasks is lost.
         symmetry: store states by their orbit under relabelling (see the module docstring).
+        order: ``"random"`` or ``"fifo"``, the pick order of ``jiq-original``'s
+            I-queues; unused otherwise.
     """
 
-    def __init__(self, rule, n, m, lam, d, z, cap, symmetry):
+    def __init__(self, rule, n, m, lam, d, z, cap, symmetry, order="random"):
         self.rule, self.n, self.m, self.lam = rule, n, m, lam
         self.d, self.z, self.cap, self.symmetry = d, z, cap, symmetry
         self.listed = rule in JIQ_FAMILY
+        #: FIFO I-queues: the labelled state also holds each listed server's place
+        self.fifo = rule == "jiq-original" and order == "fifo"
         self.server_subsets = (
             list(combinations(range(n), d)) if rule in ("pod", "jiq-pod") else None
         )
-        self.iq_subsets = list(combinations(range(m), d)) if rule == "jiq-sq" else None
+        sq = rule == "jiq-sq" or (rule == "jiq-original" and d >= 2)
+        self.iq_subsets = list(combinations(range(m), d)) if sq else None
         self.n_rewards = N_FIXED_REWARDS + cap  # + accepted arrivals seeing k = 0..cap-1
 
     # ---- canonical form -------------------------------------------------
     # With symmetry, a state's key is its orbit invariant under relabelling
     # servers and dispatchers: the sorted queue lengths of the unlisted servers,
     # and the sorted list of I-queues, each the sorted queue lengths of the
-    # servers it lists. Two labelled states have the same key iff one is a
+    # servers it lists (FIFO I-queues: the queue lengths in I-queue order, head
+    # first, not sorted). Two labelled states have the same key iff one is a
     # relabelling of the other.
-    def canon(self, q, l):
+    def canon(self, q, l, pos=None):
+        """The key of the labelled state ``(q, l)``; FIFO I-queues also need ``pos``,
+        each listed server's place in its I-queue (0: the head; -1: unlisted)."""
+        if self.fifo:
+            return self._canon_fifo(q, l, pos)
         if not self.symmetry:
             return tuple(zip(q, l))
         if not self.listed:
@@ -157,8 +176,38 @@ class Chain:
         free.sort()
         return (tuple(free), tuple(map(tuple, groups)))
 
+    def _canon_fifo(self, q, l, pos):
+        if not self.symmetry:
+            return tuple(zip(q, l, pos))
+        groups = [[] for _ in range(self.m)]
+        free = []
+        for a, b, c in zip(q, l, pos):
+            if b < 0:
+                free.append(a)
+            else:
+                groups[b].append((c, a))
+        ordered = sorted(tuple(a for _, a in sorted(g)) for g in groups)
+        free.sort()
+        return (tuple(free), tuple(ordered))
+
+    def _labelled(self, key):
+        """A labelled representative ``(q, l, pos)`` of a state key (``pos``: None but FIFO)."""
+        if not self.fifo:
+            return (*self.decode(key), None)
+        if not self.symmetry:
+            return [a for a, _, _ in key], [b for _, b, _ in key], [c for _, _, c in key]
+        free, groups = key
+        q, l, pos = list(free), [-1] * len(free), [-1] * len(free)
+        for j, g in enumerate(groups):
+            q.extend(g)
+            l.extend([j] * len(g))
+            pos.extend(range(len(g)))
+        return q, l, pos
+
     def decode(self, key):
         """A labelled representative ``(q, l)`` of a state key (lists)."""
+        if self.fifo:
+            return self._labelled(key)[:2]
         if not self.symmetry:
             return [a for a, _ in key], [b for _, b in key]
         if not self.listed:
@@ -172,7 +221,8 @@ class Chain:
 
     def initial(self):
         listing = [i % self.m if self.listed else -1 for i in range(self.n)]
-        return self.canon([0] * self.n, listing)
+        places = [i // self.m for i in range(self.n)] if self.fifo else None
+        return self.canon([0] * self.n, listing, places)
 
     # ---- routing helpers -------------------------------------------------
     def _uniform(self, idx):
@@ -237,46 +287,55 @@ class Chain:
         return out
 
     # ---- events -----------------------------------------------------------
-    def _arrivals(self, q, l, j):
+    def _arrivals(self, q, l, pos, j):
         """Branches of one arrival at dispatcher ``j``.
 
-        Yields ``(prob, q_new, l_new, k, joins, deletes, probes, stale)`` with
-        ``k`` the queue length the task finds (``-1``: lost).
+        Yields ``(prob, q_new, l_new, pos_new, k, joins, deletes, probes, stale)``
+        with ``k`` the queue length the task finds (``-1``: lost); ``pos`` is
+        ``None`` but for FIFO I-queues (see :meth:`canon`).
         """
         pol, cap, n, d = self.rule, self.cap, self.n, self.d
         if not self.listed:
             probes = d if (pol == "pod" and d >= 2) else 0
             for p, i in self._plain_targets(q):
                 if q[i] >= cap:
-                    yield p, q, l, -1, 0, 0, probes, 0
+                    yield p, q, l, None, -1, 0, 0, probes, 0
                 else:
                     qn = list(q)
                     qn[i] += 1
-                    yield p, qn, l, q[i], 0, 0, probes, 0
+                    yield p, qn, l, None, q[i], 0, 0, probes, 0
             return
 
         mine = [i for i in range(n) if l[i] == j]
 
         if pol == "jiq-original":
             if mine:
-                for p, i in self._uniform(mine):
+                if self.fifo:  # the head of the I-queue, and the others move up
+                    picks = [(1.0, next(i for i in mine if pos[i] == 0))]
+                else:
+                    picks = self._uniform(mine)
+                for p, i in picks:
                     ln = list(l)
                     ln[i] = -1  # leaves the list whether or not it is still idle
+                    posn = None
+                    if self.fifo:
+                        posn = [c - 1 if b == j else c for b, c in zip(l, pos)]
+                        posn[i] = -1
                     stale = 1 if q[i] > 0 else 0
                     if q[i] >= cap:
-                        yield p, q, ln, -1, 0, 0, 0, stale
+                        yield p, q, ln, posn, -1, 0, 0, 0, stale
                     else:
                         qn = list(q)
                         qn[i] += 1
-                        yield p, qn, ln, q[i], 0, 0, 0, stale
+                        yield p, qn, ln, posn, q[i], 0, 0, 0, stale
             else:
                 for p, i in self._uniform(range(n)):  # no delete request: stays listed
                     if q[i] >= cap:
-                        yield p, q, l, -1, 0, 0, 0, 0
+                        yield p, q, l, pos, -1, 0, 0, 0, 0
                     else:
                         qn = list(q)
                         qn[i] += 1
-                        yield p, qn, l, q[i], 0, 0, 0, 0
+                        yield p, qn, l, pos, q[i], 0, 0, 0, 0
             return
 
         if pol == "jiq-threshold":
@@ -293,22 +352,22 @@ class Chain:
                         k = q[i]
                     if qn[i] <= z:  # still at most z tasks: joins a uniform I-queue again
                         for pj, lj in self._join_uniform(ln, i):
-                            yield p * pj, qn, lj, k, 1, 0, 0, 0
+                            yield p * pj, qn, lj, None, k, 1, 0, 0, 0
                     else:
-                        yield p, qn, ln, k, 0, 0, 0, 0
+                        yield p, qn, ln, None, k, 0, 0, 0, 0
             else:
                 for p, i in self._uniform(range(n)):
                     if q[i] >= cap:
-                        yield p, q, l, -1, 0, 0, 0, 0
+                        yield p, q, l, None, -1, 0, 0, 0, 0
                         continue
                     qn = list(q)
                     qn[i] += 1
                     if l[i] >= 0 and qn[i] > z:  # taken past z: delete request
                         ln = list(l)
                         ln[i] = -1
-                        yield p, qn, ln, q[i], 0, 1, 0, 0
+                        yield p, qn, ln, None, q[i], 0, 1, 0, 0
                     else:
-                        yield p, qn, l, q[i], 0, 0, 0, 0
+                        yield p, qn, l, None, q[i], 0, 0, 0, 0
             return
 
         # jiq, jiq-pod, jiq-sq: I-queues hold exactly the idle servers.
@@ -319,7 +378,7 @@ class Chain:
                 qn[i] = 1
                 ln = list(l)
                 ln[i] = -1
-                yield p, qn, ln, 0, 0, 0, 0, 0
+                yield p, qn, ln, None, 0, 0, 0, 0, 0
             return
         if pol == "jiq-pod" and d >= 2:
             targets, probes = self._pod(q), d
@@ -327,19 +386,20 @@ class Chain:
             targets, probes = self._uniform(range(n)), 0
         for p, i in targets:
             if q[i] >= cap:
-                yield p, q, l, -1, 0, 0, probes, 0
+                yield p, q, l, None, -1, 0, 0, probes, 0
                 continue
             qn = list(q)
             qn[i] += 1
             if l[i] >= 0:  # an idle listed server got a task: delete request
                 ln = list(l)
                 ln[i] = -1
-                yield p, qn, ln, q[i], 0, 1, probes, 0
+                yield p, qn, ln, None, q[i], 0, 1, probes, 0
             else:
-                yield p, qn, l, q[i], 0, 0, probes, 0
+                yield p, qn, l, None, q[i], 0, 0, probes, 0
 
-    def _departure(self, q, l, i):
-        """Branches of a service completion at busy server ``i``: (prob, q, l, joins, probes)."""
+    def _departure(self, q, l, pos, i):
+        """Branches of a service completion at busy server ``i``:
+        ``(prob, q, l, pos, joins, probes)``."""
         pol = self.rule
         qn = list(q)
         qn[i] -= 1
@@ -348,18 +408,30 @@ class Chain:
             joins = self._join_uniform(l, i)
         elif pol == "jiq-sq" and qn[i] == 0:
             probes = self.d if self.d >= 2 else 0
-            return [(p, qn, ln, 1, probes) for p, ln in self._join_sq(l, i)]
-        elif pol == "jiq-original" and qn[i] == 0 and l[i] < 0:
-            joins = self._join_uniform(l, i)
+            return [(p, qn, ln, None, 1, probes) for p, ln in self._join_sq(l, i)]
+        elif pol == "jiq-original" and qn[i] <= self.z and l[i] < 0:
+            # not listed, and at most z tasks left: a join request
+            if self.d >= 2:
+                joins, probes = self._join_sq(l, i), self.d
+            else:
+                joins, probes = self._join_uniform(l, i), 0
+            out = []
+            for p, ln in joins:
+                posn = None
+                if self.fifo:  # at the tail of the I-queue it joins
+                    posn = list(pos)
+                    posn[i] = sum(1 for b in l if b == ln[i])
+                out.append((p, qn, ln, posn, 1, probes))
+            return out
         elif pol == "jiq-threshold" and qn[i] == self.z:
             joins = self._join_uniform(l, i)
         if joins is None:
-            return [(1.0, qn, l, 0, 0)]
-        return [(p, qn, ln, 1, 0) for p, ln in joins]
+            return [(1.0, qn, l, pos, 0, 0)]
+        return [(p, qn, ln, None, 1, 0) for p, ln in joins]
 
     def expand(self, state):
         """Outgoing rates ``{target: rate}`` (no self-loops) and the reward vector."""
-        q, l = self.decode(state)
+        q, l, pos = self._labelled(state)
         out = defaultdict(float)
         rew = np.zeros(self.n_rewards)
         canon = self.canon
@@ -368,7 +440,7 @@ class Chain:
         else:  # the dispatcher does not matter
             dispatchers, rate = range(1), self.lam * self.n
         for j in dispatchers:
-            for p, qn, ln, k, joins, deletes, probes, stale in self._arrivals(q, l, j):
+            for p, qn, ln, posn, k, joins, deletes, probes, stale in self._arrivals(q, l, pos, j):
                 r = rate * p
                 if k >= 0:
                     rew[N_FIXED_REWARDS + k] += r
@@ -378,21 +450,21 @@ class Chain:
                 rew[DELETE] += r * deletes
                 rew[PROBE] += r * probes
                 rew[STALE] += r * stale
-                t = canon(qn, ln)
+                t = canon(qn, ln, posn)
                 if t != state:
                     out[t] += r
         for i in range(self.n):
             if q[i] > 0:
-                for p, qn, ln, joins, probes in self._departure(q, l, i):
+                for p, qn, ln, posn, joins, probes in self._departure(q, l, pos, i):
                     rew[JOIN] += p * joins
                     rew[PROBE] += p * probes
-                    t = canon(qn, ln)
+                    t = canon(qn, ln, posn)
                     if t != state:
                         out[t] += p
         return out, rew
 
 
-def estimate_states(rule, n, m, z, bound, symmetry):
+def estimate_states(rule, n, m, z, bound, symmetry, order="random"):
     """Rough count of reachable states of ``rule`` with queue bound ``bound`` (for budgeting)."""
     if rule in ("jiq", "jiq-pod", "jiq-sq"):
         t = bound + m
@@ -408,6 +480,8 @@ def estimate_states(rule, n, m, z, bound, symmetry):
     est = math.comb(t + n - 1, n)
     if rule in JIQ_FAMILY:
         est //= math.factorial(m)
+    if rule == "jiq-original" and order == "fifo":  # the orders of a full I-queue
+        est *= math.factorial(-(-n // m))
     return est
 
 

@@ -73,7 +73,7 @@ def _check_at_least(name, value, lo):
     return value
 
 
-def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound):
+def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order=None):
     """Check every input, in order, before any work.
 
     Returns:
@@ -86,9 +86,9 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound):
         buffer = _as_int("buffer", buffer)
     d = None if d is None else _as_int("d", d)
     z = None if z is None else _as_int("z", z)
-    policy = make(policy, d=d, z=z)  # unknown policy or option: ValueError
+    policy = make(policy, d=d, z=z, order=order)  # unknown policy or option: ValueError
     system = System(n, m, buffer, buffer or 1, 0)  # n_servers, n_dispatchers, buffer
-    policy.validate(system)  # d, z, single-dispatcher schemes
+    policy.validate(system)  # d, z, order, single-dispatcher schemes
     try:
         rule, options = policy.exact_rule()
     except NotImplementedError as err:
@@ -112,12 +112,12 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound):
 # one bounded chain
 
 
-def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states):
+def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random"):
     """Solve the chain with queues bounded by ``cap``; returns ``(metrics, diagnostics)``.
 
     Everything is in units of the mean service time here.
     """
-    chain = Chain(rule, n, m, lam, d, z, cap, symmetry)
+    chain = Chain(rule, n, m, lam, d, z, cap, symmetry, order=order)
     states, rows, cols, vals, rewards = enumerate_states(chain, max_states)
     n_states = len(states)
     linalg.check_irreducible(n_states, rows, cols)
@@ -277,6 +277,7 @@ def solve_exact(
     *,
     d: int | None = None,
     z: int | None = None,
+    order: str | None = None,
     buffer: int | None = None,
     queue_bound: int | None = None,
     symmetry: bool = True,
@@ -289,16 +290,20 @@ def solve_exact(
     Args:
         policy: a registered policy name (:func:`jaxqueue.policies.available`)
             or a :class:`~jaxqueue.policies.Policy`; resolved with
-            ``make(policy, d=d, z=z)``. Its ``exact_rule()`` names the chain.
+            ``make(policy, d=d, z=z, order=order)``. Its ``exact_rule()`` names
+            the chain.
         load: ``lambda > 0``, arrivals per server per unit time; ``< 1`` when
             ``buffer`` is ``None``.
         n_servers: ``N >= 1``.
         n_dispatchers: ``1 <= M <= N``.
         d: probes of ``pod``, ``jiq-pod``, ``idle-first`` (``1 <= d <= N``)
-            or sampled I-queues of ``jiq-sq`` (``1 <= d <= M``); ``None``: the
-            policy's default (2). An error for a policy without ``d``.
-        z: threshold of ``jiq-threshold`` (``z >= 0``; ``None``: 1). An error
-            for any other policy.
+            or sampled I-queues of ``jiq-sq``, ``jiq-original`` (``1 <= d <= M``);
+            ``None``: the policy's default (2; ``jiq-original``: 1). An error for
+            a policy without ``d``.
+        z: threshold of ``jiq-threshold`` (``z >= 0``; ``None``: 1) and
+            ``jiq-original`` (``None``: 0). An error for any other policy.
+        order: pick order of ``jiq-original``'s I-queues, ``"random"``
+            (default) or ``"fifo"``. An error for any other policy.
         buffer: places per server (``>= 1``), or ``None`` for infinite.
         queue_bound: truncation level for infinite buffers (``>= 1``); by
             default chosen so that ``truncated_mass <= tol`` within
@@ -329,16 +334,18 @@ def solve_exact(
         (1068, 0.4648)
     """
     policy, rule, options, lam, n, m, buffer, queue_bound = _resolve(
-        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound
+        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order
     )
     max_states = _check_at_least("max_states", max_states, 1)
     default_max_states = _check_at_least("default_max_states", default_max_states, 1)
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     rule_d, rule_z = options.get("d", 1), options.get("z", 0)
+    rule_order = options.get("order", "random")
 
     def solve(cap):
-        return _solve_bounded(rule, n, m, lam, rule_d, rule_z, buffer, cap, symmetry, max_states)
+        return _solve_bounded(rule, n, m, lam, rule_d, rule_z, buffer, cap, symmetry, max_states,
+                              rule_order)  # fmt: skip
 
     def result(cap, metrics, diagnostics):
         return _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics)
@@ -349,7 +356,8 @@ def solve_exact(
 
     budget = min(max_states, default_max_states)
     bound, metrics, diag, reached = _search_bound(
-        solve, lambda b: estimate_states(rule, n, m, rule_z, b, symmetry), tol, budget, rule_z
+        solve, lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order), tol,
+        budget, rule_z,
     )
     if not reached:
         warnings.warn(

@@ -342,7 +342,9 @@ class Policy:
         return None
 
     def mean_field_kind(self) -> str:
-        """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.meanfield`) or ``"none"``."""
+        """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.meanfield`), ``"none"``,
+        or ``"tagged-server"`` (:mod:`jaxqueue.theory.tagged_server`, JIQ without delete
+        requests; a policy returns it by overriding this method)."""
         if self.closed_form() is not None:
             return "closed-form"
         return "generic" if self.no_mean_field is None else "none"

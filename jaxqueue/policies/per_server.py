@@ -1,8 +1,9 @@
 """JIQ variants whose I-queues can list busy servers: JIQ-Original and JIQ-Threshold(z).
 
 Their state is not exchangeable (a listed server's queue length matters), so
-they step on per-server state (:mod:`jaxqueue.sim.per_server`) and have no
-mean field here.
+they step on per-server state (:mod:`jaxqueue.sim.per_server`). JIQ-Original's
+mean field follows one tagged server through its listed and unlisted phases
+(:mod:`jaxqueue.theory.tagged_server`); JIQ-Threshold has none here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 from typing import ClassVar
 
 from jaxqueue.core.system import check_int
-from jaxqueue.policies.base import Policy
+from jaxqueue.policies.base import Policy, check_d
 
 __all__ = ["JIQOriginal", "JIQThreshold"]
 
@@ -24,37 +25,89 @@ _NO_MEAN_FIELD = (
 @dataclasses.dataclass(frozen=True)
 class JIQOriginal(Policy):
     """JIQ-Original (Lu et al., "Join-Idle-Queue", Performance Evaluation 2011), as
-    compared by Wang, Feng and Cheng (arXiv:1709.10119).
+    compared by Wang, Feng and Cheng (arXiv:1709.10119), with the options of
+    Mitzenmacher's fluid-limit analysis ("Analyzing Distributed Join-Idle-Queue:
+    A Fluid Limit Approach", arXiv:1606.01833).
 
     Semantics (stepped on per-server state, :mod:`jaxqueue.sim.per_server`):
 
-    * A server that becomes idle and is not listed joins a uniformly random
-      I-queue (a join request). A server is listed at most once: one that
-      becomes idle while still listed does not join again.
+    * A server that is not listed sends a join request when a service
+      completion leaves it with at most ``z`` tasks (``z = 0``: when it becomes
+      idle). The request goes to a uniformly random dispatcher (``d = 1``) or
+      to the shortest of ``d`` distinct uniformly random I-queues, ties uniform
+      (``d`` probes per join when ``d >= 2``). A server is listed at most once:
+      one still listed does not join again, and a picked server joins again
+      only after a later completion leaves it with at most ``z`` tasks.
     * An arrival goes to a uniformly random dispatcher. If its I-queue is
-      non-empty it sends the task to a uniformly random listed server, which
-      leaves the I-queue, *even if that server is busy* (a stale pick, counted
-      in ``stale_fraction``; a full server's task is blocked all the same).
+      non-empty it sends the task to a listed server, a uniformly random one
+      (``order="random"``) or the one at the head of the I-queue
+      (``order="fifo"``, first in, first out), which leaves the I-queue *even
+      if that server is busy* (a stale pick, counted in ``stale_fraction``; a
+      full server's task is blocked all the same).
     * Otherwise it sends the task to a uniformly random server. There are no
       delete requests: a listed server that gets a task this way stays listed.
+
+    The defaults are Lu et al.'s scheme as Wang et al. simulate it.
+    Mitzenmacher's JIQ is ``order="fifo"``, his threshold variant adds
+    ``z = 1`` and his JIQ-SQ(2) is ``order="fifo", d=2``.
+
+    Attributes:
+        order: ``"random"`` or ``"fifo"``: which listed server a dispatcher picks.
+        z: join when a completion leaves an unlisted server with at most ``z``
+            tasks (``0 <= z <= 10**6``).
+        d: I-queues probed per join (``1 <= d <= min(n_dispatchers, 64)``).
     """
 
     name: ClassVar[str] = "jiq-original"
-    references: ClassVar[tuple] = ("lu2011", "wang2017")
+    references: ClassVar[tuple] = ("lu2011", "wang2017", "mitzenmacher2016")
     uses_iqueues: ClassVar[bool] = True
     engine: ClassVar[str] = "per-server"
     stale_picks: ClassVar[bool] = True
-    no_mean_field: ClassVar[str] = _NO_MEAN_FIELD
     #: A fallback task that lands on a listed server sends no delete request.
     delete_requests: ClassVar[bool] = False
+    #: The values of ``order``.
+    ORDERS: ClassVar[tuple] = ("random", "fifo")
+    order: str = "random"
+    z: int = 0
+    d: int = 1
+
+    def validate(self, system):
+        super().validate(system)
+        if self.order not in self.ORDERS:
+            raise ValueError(f"order={self.order!r} is not valid: use 'random' or 'fifo'")
+        check_int("z", self.z, 0, 10**6)
+        check_d(self.d, system, what="dispatchers")
 
     @property
     def threshold(self) -> int:
-        """Servers join an I-queue when their queue drops to this length."""
-        return 0
+        """``z``: a completion that leaves an unlisted server with at most ``z`` tasks lists it."""
+        return self.z
+
+    @property
+    def fifo(self) -> bool:
+        """Whether a dispatcher picks the head of its I-queue (else a uniform listed server)."""
+        return self.order == "fifo"
+
+    @property
+    def join_choices(self) -> int:
+        """I-queues probed per join request (the shortest is joined)."""
+        return self.d
+
+    def label(self) -> str:
+        """``jiq-original``, with the options that differ from their defaults."""
+        opts = ",".join(
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if f.init and getattr(self, f.name) != f.default
+        )
+        return f"{self.name}({opts})" if opts else self.name
+
+    def mean_field_kind(self) -> str:
+        """``"tagged-server"``: :mod:`jaxqueue.theory.tagged_server` (infinite buffers)."""
+        return "tagged-server"
 
     def exact_rule(self):
-        return "jiq-original", {}
+        return "jiq-original", {"order": self.order, "z": self.z, "d": self.d}
 
     def tail_bound(self):
         return 1, True
@@ -79,7 +132,8 @@ class JIQThreshold(Policy):
       removes it from its I-queue.
 
     ``z = 0`` is JIQ (with delete requests). Mitzenmacher's threshold variant
-    (arXiv:1606.01833) differs: FIFO I-queues and no delete requests.
+    (arXiv:1606.01833) differs: FIFO I-queues and no delete requests; it is
+    ``jiq-original`` with ``order="fifo", z=1``.
     """
 
     name: ClassVar[str] = "jiq-threshold"
@@ -89,6 +143,10 @@ class JIQThreshold(Policy):
     no_mean_field: ClassVar[str] = _NO_MEAN_FIELD
     #: A fallback task that takes a listed server past ``z`` sends a delete request.
     delete_requests: ClassVar[bool] = True
+    #: Its I-queues are unordered (a uniformly random listed server is picked).
+    fifo: ClassVar[bool] = False
+    #: A join goes to one uniformly random I-queue.
+    join_choices: ClassVar[int] = 1
     z: int = 1
 
     def validate(self, system):

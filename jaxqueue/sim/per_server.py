@@ -6,13 +6,20 @@ Here a replica keeps every server's queue length and the I-queues as arrays
 with constant-time membership:
 
 * ``q[i]``: tasks at server ``i``;
-* ``slots[m, c]``: the servers listed by dispatcher ``m`` (first ``sizes[m]``
-  entries valid), ``C = iqueue_levels`` places each;
+* ``slots[m, c]`` (``c < C``): the servers listed by dispatcher ``m``,
+  ``C = iqueue_levels`` places each, ``sizes[m]`` of them valid;
 * ``where[i]``: ``m * C + c`` if server ``i`` is listed at ``slots[m, c]``,
-  else ``-1``.
+  else ``-1``;
+* ``slots[m, C]``: the head of I-queue ``m`` (FIFO order only; 0 otherwise).
 
-Removal swaps the last entry of the list into the hole, so every event costs
-O(1) work at O(N + M C) memory per replica. The occupancy tails (``tail``,
+Unordered I-queues (a uniformly random listed server is picked) hold their
+servers in ``slots[m, :sizes[m]]``, and a removal swaps the last entry into
+the hole. FIFO I-queues (JIQ-Original with ``order="fifo"``, where a server
+leaves an I-queue only when it is picked, at the head) are ring buffers: the
+entries are ``slots[m, (head + k) % C]``, ``k < sizes[m]``, a pick takes the
+head and advances it, and a join appends at ``(head + sizes[m]) % C``. Either
+way every event costs O(1) work at O(N + M C) memory per replica (a join to
+the shortest of ``d`` I-queues O(d^2)). The occupancy tails (``tail``,
 ``iq_tail``) are kept alongside, so the estimators are the exchangeable
 engine's.
 """
@@ -25,13 +32,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.rng import bernoulli, uniform_index
+from jaxqueue.core.rng import bernoulli, step_words, uniform_index
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.sim.events import step_event
 
 __all__ = ["Lists", "init_lists", "step_listed", "N_WORDS"]
 
 #: Words per step: type, server (2), dispatcher (2), list slot (2), rejoin dispatcher (2).
+#: A join to the shortest of ``d >= 2`` I-queues happens on a departure, which
+#: decides on words 0..2 only: it draws from words 3..8, or from a stream keyed
+#: by words 3 and 4 when it needs more than six (:func:`_shortest_of`).
 N_WORDS = 9
 
 
@@ -39,14 +49,17 @@ class Lists(NamedTuple):
     """Per-server queue lengths and I-queue lists of one replica (int32)."""
 
     q: jax.Array  # (N,)
-    slots: jax.Array  # (M, C)
+    slots: jax.Array  # (M, C + 1): column C holds the FIFO heads
     sizes: jax.Array  # (M,)
     where: jax.Array  # (N,)
 
 
 def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
     """Servers with the given occupancy counts, longest first; every server with
-    at most ``listed_max`` tasks listed, round-robin over the dispatchers (host side)."""
+    at most ``listed_max`` tasks listed, round-robin over the dispatchers (host side).
+
+    The lists start in order of listing, heads at place 0 (valid for either order).
+    """
     n, m, cap = system.n_servers, system.n_dispatchers, system.iqueue_levels
     q = np.repeat(np.arange(counts.size), counts)[::-1].astype(np.int64)
     listed = np.nonzero(q <= listed_max)[0]
@@ -55,7 +68,7 @@ def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
             f"iqueue_levels={cap} is too small for the initial state: {listed.size} listed "
             f"servers over {m} I-queues need at least {-(-listed.size // m)}"
         )
-    slots = np.zeros((m, cap), np.int64)
+    slots = np.zeros((m, cap + 1), np.int64)  # column cap: the FIFO heads
     sizes = np.zeros(m, np.int64)
     where = np.full(n, -1, np.int64)
     for rank, server in enumerate(listed):
@@ -67,35 +80,57 @@ def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
     return Lists(as32(q), as32(slots), as32(sizes), as32(where))
 
 
-def _remove(lists: Lists, server, do, cap: int):
-    """Swap-remove ``server`` from its list where ``do``; returns lists and the old list size."""
-    q, slots, sizes, where = lists
-    pos = jnp.where(do, where[server], 0)
-    d, c = pos // cap, pos % cap
-    size = sizes[d]
-    last = slots[d, jnp.maximum(size - 1, 0)]
-    slots = slots.at[d, c].set(jnp.where(do, last, slots[d, c]))
-    where = where.at[last].set(jnp.where(do, pos, where[last]))
-    where = where.at[server].set(jnp.where(do, -1, where[server]))
-    sizes = sizes.at[d].add(jnp.where(do, -1, 0))
-    return Lists(q, slots, sizes, where), size
+def _distinct(words: jax.Array, n, d: int) -> jax.Array:
+    """A uniformly random ``d``-subset of ``[0, n)`` (Floyd's algorithm, ``2d`` words).
+
+    For ``j = n-d, ..., n-1``: draw ``t`` uniform on ``[0, j]`` and add ``t``,
+    or ``j`` if ``t`` was already chosen. ``n >= d`` is required.
+    """
+
+    def body(i, chosen):
+        j = n - d + i
+        t = uniform_index(words[2 * i], words[2 * i + 1], j + 1)
+        return chosen.at[i].set(jnp.where(jnp.any(chosen == t), j, t))
+
+    chosen = jnp.full((d,), -1, jnp.int32)
+    if d <= 8:  # unrolled
+        for i in range(d):
+            chosen = body(i, chosen)
+        return chosen
+    return jax.lax.fori_loop(0, d, body, chosen)
 
 
-def _add(lists: Lists, server, d, do, cap: int):
-    """Append ``server`` to list ``d`` where ``do``; returns lists, the old size, overflow."""
-    q, slots, sizes, where = lists
-    size = sizes[d]
-    ok = do & (size < cap)
-    slots = slots.at[d, jnp.where(ok, size, cap)].set(server, mode="drop")
-    where = where.at[server].set(jnp.where(ok, d * cap + size, where[server]))
-    sizes = sizes.at[d].add(ok.astype(jnp.int32))
-    return Lists(q, slots, sizes, where), size, do & ~ok
+def _shortest_of(words: jax.Array, sizes: jax.Array, m: int, d: int) -> jax.Array:
+    """The dispatcher a join goes to: the shortest of ``d`` distinct uniform I-queues,
+    ties uniform (``2d + 2`` words: Floyd's ``2d``, then two for the tie).
+
+    Takes the step's words 3..8 (six, enough for ``d = 2``); for ``d >= 3`` the
+    words come from a stream keyed by words 3 and 4 (a counter hash, as every
+    step's words are).
+    """
+    need = 2 * d + 2
+    w = words[3:9] if need <= 6 else step_words(words[3:5], jnp.int32(0), need)
+    chosen = _distinct(w, m, d)
+    size = sizes[chosen]
+    ties = size == jnp.min(size)
+    rank = uniform_index(w[2 * d], w[2 * d + 1], jnp.sum(ties, dtype=jnp.int32))
+    # the rank-th (from 0) of the tied entries
+    first = jnp.argmax(ties & (jnp.cumsum(ties, dtype=jnp.int32) == rank + 1))
+    return chosen[first]
 
 
-def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int, deletes: bool):
-    """One uniformized step of JIQ-Original (``deletes=False``, listed while idle
-    or stale) or JIQ-Threshold(z) (``deletes=True``: listed exactly while holding
-    at most ``z`` tasks). See the policies' docstrings for the rules.
+def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int, deletes: bool,
+                fifo: bool = False, join_d: int = 1):
+    """One uniformized step of JIQ-Original (``deletes=False``: no delete
+    requests; an unlisted server joins when a completion leaves it with at most
+    ``z`` tasks) or JIQ-Threshold(z) (``deletes=True``: listed exactly while
+    holding at most ``z`` tasks). See the policies' docstrings for the rules.
+
+    ``fifo``: a dispatcher picks the head of its I-queue (ring buffers; needs
+    ``deletes=False``), else a uniformly random listed server. ``join_d``: a
+    join goes to the shortest of ``join_d`` distinct uniform I-queues (ties
+    uniform), sending ``join_d`` probes when ``join_d >= 2``. The defaults
+    consume the step's words exactly as before these options existed.
 
     All reads of the per-server arrays come first, stacked into one array
     behind an optimization barrier, and each array is then written by one
@@ -107,29 +142,46 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
         ``(tail, iq_tail, lists, event)`` with the exchangeable engine's event keys
         plus ``stale``.
     """
+    if fifo and deletes:
+        raise ValueError("FIFO I-queues need deletes=False (a delete request removes from inside)")
     n, m, cap, levels = system.n_servers, system.n_dispatchers, system.iqueue_levels, system.levels
     q, slots, sizes, where = lists
     is_arrival = bernoulli(words[0], arrival_probability(load))
     server = uniform_index(words[1], words[2], n)
     dsp = uniform_index(words[3], words[4], m)
     rejoin_to = uniform_index(words[7], words[8], m)
-    join_to = jnp.where(is_arrival, rejoin_to, dsp)
+    # a join on a departure: a uniform I-queue (words 3, 4), or the shortest of join_d
+    to_dep = dsp if join_d == 1 else _shortest_of(words, sizes, m, join_d)
+    join_to = jnp.where(is_arrival, rejoin_to, to_dep)
     # -- reads, all before any write, stacked into one materialised array --------
     size = sizes[dsp]
-    slot = uniform_index(words[5], words[6], size)
-    picked = slots[dsp, jnp.minimum(slot, cap - 1)]
+    if fifo:  # the head of the ring
+        head = slots[dsp, cap]
+        picked = slots[dsp, head]
+    else:
+        slot = uniform_index(words[5], words[6], size)
+        picked = slots[dsp, jnp.minimum(slot, cap - 1)]
     target = jnp.where(size > 0, picked, server)
     w_target = where[target]
     d_safe = jnp.clip(w_target // cap, 0, m - 1)
     out_size = sizes[d_safe]
-    reads = jnp.stack([
+    reads = [
         size, target, q[target], w_target, q[server], where[server], out_size,
         slots[d_safe, jnp.clip(out_size - 1, 0, cap - 1)], sizes[join_to],
-    ])  # fmt: skip
-    reads = jax.lax.optimization_barrier(reads)
+    ]  # fmt: skip
+    if join_d > 1:  # the shortest of join_d was read from sizes
+        reads.append(join_to)
+    if fifo:  # the heads of the picking and of the joined I-queue
+        reads += [head, slots[join_to, cap]]
+    reads = jax.lax.optimization_barrier(jnp.stack(reads))
     size, target, k_arr, w_target, k_dep, w_server, out_size, last, in_size = (
         reads[i] for i in range(9)
     )
+    if join_d > 1:
+        join_to = reads[9]
+    in_head = jnp.int32(0)
+    if fifo:
+        head, in_head = reads[-2], reads[-1]
     has = size > 0
     d_out, c_out = w_target // cap, w_target % cap
 
@@ -140,26 +192,37 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     deleted = (is_arrival & ~has & (w_target >= 0) & (after > z)) if deletes else jnp.bool_(False)
     leave = (is_arrival & has) | deleted
     departs = ~is_arrival & (k_dep >= 1)
-    joins_dep = departs & (k_dep - 1 == z) & (w_server < 0)
+    # JIQ-Threshold: listed exactly while <= z, so only a drop to z finds it unlisted
+    low = (k_dep - 1 == z) if deletes else (k_dep - 1 <= z)
+    joins_dep = departs & low & (w_server < 0)
     rejoin = (is_arrival & has & (after <= z)) if deletes else jnp.bool_(False)
     join = rejoin | joins_dep
     who = jnp.where(is_arrival, target, server)
     in_size = in_size - (leave & (join_to == d_out)).astype(jnp.int32)
     ok = join & (in_size < cap)
     iq_over = join & ~ok
+    # the place a join takes: the end of the list, or of the ring
+    in_place = (in_head + in_size) % cap if fifo else in_size
 
     # -- writes: one scatter per array (an index past the end is dropped) ---------
     delta = jnp.where(is_arrival, accepted.astype(jnp.int32), -departs.astype(jnp.int32))
     q = q.at[who].add(delta)
-    slots = slots.at[
-        jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
-        jnp.stack([c_out, in_size]),
-    ].set(jnp.stack([last, who]), mode="drop")
-    moved = leave & (last != target)
+    if fifo:  # a pick advances the head; nothing moves
+        slots = slots.at[
+            jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
+            jnp.stack([jnp.int32(cap), in_place]),
+        ].set(jnp.stack([(head + 1) % cap, who]), mode="drop")
+        moved = jnp.bool_(False)
+    else:  # the last entry fills the hole
+        slots = slots.at[
+            jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
+            jnp.stack([c_out, in_place]),
+        ].set(jnp.stack([last, who]), mode="drop")
+        moved = leave & (last != target)
     cleared = leave & ~(ok & (who == target))
     where = where.at[
         jnp.stack([jnp.where(moved, last, n), jnp.where(cleared, target, n), jnp.where(ok, who, n)])
-    ].set(jnp.stack([w_target, jnp.int32(-1), join_to * cap + in_size]), mode="drop")
+    ].set(jnp.stack([w_target, jnp.int32(-1), join_to * cap + in_place]), mode="drop")
     sizes = sizes.at[jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)])].add(
         jnp.stack([jnp.int32(-1), jnp.int32(1)]), mode="drop"
     )
@@ -172,10 +235,11 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     iq_up = jnp.where(ok, in_size + 1, cap + 1)
     iq_down = jnp.where(leave, out_size, cap + 1)
     iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
+    probes = jnp.where(join, join_d, 0).astype(jnp.int32) if join_d >= 2 else jnp.int32(0)
     event = step_event(
         system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k_arr,
         is_arrival=is_arrival, full=full, iq_overflow=iq_over,
         joins=ok.astype(jnp.int32), deletes=deleted.astype(jnp.int32),
-        probes=jnp.int32(0), stale=stale.astype(jnp.int32),
+        probes=probes, stale=stale.astype(jnp.int32),
     )  # fmt: skip
     return tail, iq_tail, lists, event

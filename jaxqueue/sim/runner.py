@@ -120,6 +120,7 @@ def plan(
     *,
     d: int | None = None,
     z: int | None = None,
+    order: str | None = None,
     buffer: int | None = None,
     replicas: int = 32,
     steps: int = 1_000_000,
@@ -136,7 +137,7 @@ def plan(
 
     Arguments as in :func:`jaxqueue.sweep`.
     """
-    pol = make(policy, d=d, z=z)
+    pol = make(policy, d=d, z=z, order=order)
     check_int("n_servers", n_servers, 1, MAX_SERVERS)
     check_int("n_dispatchers", n_dispatchers, 1, n_servers)
     loads = [check_load(x, buffer) for x in np.atleast_1d(np.asarray(loads, dtype=object))]

@@ -45,7 +45,8 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     if policy.per_server:
         tail, iq_tail, lists, event = step_listed(
             core.tail, core.iq_tail, core.lists, words, load, system,
-            policy.threshold, deletes=policy.delete_requests,
+            policy.threshold, deletes=policy.delete_requests, fifo=policy.fifo,
+            join_d=policy.join_choices,
         )  # fmt: skip
         return Core(tail, iq_tail, core.iq_listed, lists), event
     n = system.n_servers

@@ -2,7 +2,8 @@
 
 A policy declares which mean field it has (:meth:`jaxqueue.policies.Policy.mean_field_kind`):
 a closed form (:mod:`jaxqueue.theory.closed_forms`), the generic fixed point
-(:mod:`jaxqueue.theory.meanfield`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
+(:mod:`jaxqueue.theory.meanfield`), the tagged-server cycle of JIQ without delete
+requests (:mod:`jaxqueue.theory.tagged_server`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
 gives the reason). This module is the only one that knows both paths; neither
 imports it.
 """
@@ -13,7 +14,7 @@ import math
 
 from jaxqueue.core.system import check_int, check_load
 from jaxqueue.policies import make
-from jaxqueue.theory import meanfield
+from jaxqueue.theory import meanfield, tagged_server
 from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.result import MeanFieldResult
 
@@ -29,6 +30,7 @@ def mean_field(
     *,
     d: int | None = None,
     z: int | None = None,
+    order: str | None = None,
     buffer: int | None = None,
     levels: int | None = None,
 ) -> MeanFieldResult:
@@ -43,6 +45,9 @@ def mean_field(
     * otherwise, including every policy with a finite ``buffer``, the generic
       fixed point (:func:`jaxqueue.theory.meanfield.fixed_point`), with one
       dispatcher for single-dispatcher policies and policies without I-queues;
+    * JIQ-Original (any ``order``, ``z``, ``d``) gets the tagged-server mean field
+      (:func:`jaxqueue.theory.tagged_server.jiq_no_delete_mean_field`; infinite
+      buffers only, ``ratio`` required);
     * a policy without a mean field raises :class:`NotImplementedError`.
 
     The mean field is in units of the mean service time
@@ -55,8 +60,9 @@ def mean_field(
         ratio: ``r = N / M``; closed forms of the JIQ family need it, the generic
             fixed point reads ``None`` as one dispatcher; recorded for the others.
         d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
-        z: JIQ-Threshold's option, accepted so that a policy's options can be
-            passed through (that policy has no mean field).
+        z: JIQ-Original's join threshold; also JIQ-Threshold's option, accepted so
+            that a policy's options can be passed through (that policy has no mean field).
+        order: JIQ-Original's pick order, ``"random"`` or ``"fifo"``.
         buffer: places per server, or ``None`` for infinite buffers.
         levels: the largest queue length represented: the arrays have
             ``levels + 1`` entries (as the simulator's ``levels``; equal to
@@ -80,9 +86,21 @@ def mean_field(
         >>> round(mf.mean_response_time, 2)
         2.54
     """
-    pol = make(policy, d=d, z=z)
+    pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
+    if pol.mean_field_kind() == "tagged-server":
+        if buffer is not None:
+            raise NotImplementedError(f"the mean field of {pol.name!r} is for infinite buffers; "
+                                      f"got buffer={buffer}")  # fmt: skip
+        lam = check_load(load, None)
+        if levels is not None:
+            check_int("levels", levels, 1, _MAX_LEVELS)
+        if pol.order not in pol.ORDERS:
+            raise ValueError(f"order={pol.order!r} is not valid: use 'random' or 'fifo'")
+        check_int("z", pol.z, 0, 10**6)
+        check_int("d", pol.d, 1, 64)  # M is unbounded in the limit
+        return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels)
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:

@@ -228,6 +228,9 @@ def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
     pol = make(policy, d=d)
     if pol.no_mean_field is not None:
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
+    if pol.mean_field_kind() != "generic" and pol.closed_form() is None:
+        raise NotImplementedError(f"policy {pol.name!r} has no generic mean field: its mean "
+                                  f"field is {pol.mean_field_kind()!r}")  # fmt: skip
     if "d" in pol.options():
         check_int("d", pol.options()["d"], 1, MAX_SERVERS)
     if levels is None:

@@ -35,8 +35,9 @@ class MeanFieldResult(Result):
     vector metrics are indexed by queue length ``k = 0..levels``
     (``levels + 1`` entries). ``p0`` and ``iqueue_distribution`` are ``None``
     for policies without I-queues (``iqueue_distribution`` also with one
-    dispatcher); ``stale_fraction`` is always ``None`` (no mean field has stale
-    picks); ``blocking_probability`` is 0.0 with infinite buffers.
+    dispatcher); ``stale_fraction`` is ``None`` except for JIQ without delete
+    requests (:mod:`jaxqueue.theory.tagged_server`), the only mean field with
+    stale picks; ``blocking_probability`` is 0.0 with infinite buffers.
 
     Settings (also readable as attributes, e.g. ``mf.d``):
         policy: the registry name; policy_label: e.g. ``pod(d=2)``; options:
@@ -86,6 +87,7 @@ def build(
     status: Status = Status.CONVERGED,
     tail_remainder: float = 0.0,
     iqueue_remainder: float = 0.0,
+    stale_fraction: float | None = None,
 ) -> MeanFieldResult:
     """A :class:`MeanFieldResult` with every value in its documented type.
 
@@ -134,7 +136,7 @@ def build(
         join_rate=float(join_rate),
         delete_rate=float(delete_rate),
         probe_rate=float(probe_rate),
-        stale_fraction=None,
+        stale_fraction=None if stale_fraction is None else float(stale_fraction),
         response_quantiles=quantiles,
         settings=settings,
         diagnostics=diagnostics,

@@ -1,0 +1,63 @@
+"""Every spec in sweeps/ runs end to end in quick mode: store, PNGs, and agreement with theory.
+
+Each spec is run through the command line (``sweep --quick``, then ``plot``)
+into a temporary folder. Checks: the store holds exactly the spec's points,
+every ``[[figure]]`` is written as a PNG, and every simulated mean response
+time with a theory value agrees with it within the Student-t tolerance of
+its replicas (family: all such comparisons of the spec, family-wise rate
+0.001) plus an allowance for the theory's own error at finite N: zero where
+the theory is the exact CTMC, and ``MEAN_FIELD_ALLOWANCE / N`` relative to the
+value where it is the mean field (Wang et al. report relative errors of at
+most 3.4% at N = 1000 for T; the mean field's error shrinks like 1/N).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from jaxqueue.cli import main as cli_main
+from jaxqueue.results.estimates import Estimate
+from jaxqueue.results.stats import tolerance
+from jaxqueue.studies.spec import load_spec
+from jaxqueue.studies.store import Store
+
+SPECS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.toml"))
+#: Relative finite-N error of the mean field allowed at N servers: this / N.
+MEAN_FIELD_ALLOWANCE = 20.0
+#: Metrics whose theory values are checked.
+CHECKED = ("mean_response_time", "waiting_probability")
+
+
+def test_every_reproduction_has_a_spec():
+    names = {p.stem for p in SPECS}
+    assert {"wang_fig4", "wang_table2_fig5", "wang_fig6", "wang_fig7_8", "liu_ying_fig2",
+            "mukherjee_hw", "mitzenmacher_jiq"} <= names  # fmt: skip
+    for path in SPECS:
+        quick = load_spec(path, quick=True)
+        assert quick.figures, f"{path.name} draws no figure"
+        assert len(quick.points) <= len(load_spec(path).points)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
+def test_spec_runs_in_quick_mode(path, tmp_path, capsys):
+    spec = load_spec(path, quick=True)
+    store = tmp_path / f"{spec.name}.sqlite"
+    assert cli_main(["sweep", str(path), "--store", str(store), "--quick"]) == 0
+    with Store.open_existing(store) as s:
+        rows = s.rows()
+        assert s.done() == {p.point_id() for p in spec.points}
+    assert cli_main(["plot", str(store), "-o", str(tmp_path / "figures")]) == 0
+    for fig in spec.figures:
+        png = tmp_path / "figures" / f"{fig.name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig.name
+    assert "simulation against theory" in capsys.readouterr().out
+    checks = [r for r in rows if r["metric"] in CHECKED and r["theory"] is not None]
+    if spec.run.theory != "none":
+        assert checks, f"{spec.name}: theory {spec.run.theory!r} gave no values"
+    exact = spec.run.theory == "exact"
+    for r in checks:
+        est = Estimate(r["mean"], r["ci95"], r["replicas"])
+        allowance = 0.0 if exact else MEAN_FIELD_ALLOWANCE / r["servers"] * abs(r["theory"])
+        tol = tolerance(est, family=len(checks), allowance=allowance)
+        assert abs(r["mean"] - r["theory"]) <= tol, (spec.name, r["policy"], r["load"], r)

@@ -1,0 +1,50 @@
+"""The mean field of JIQ without delete requests (JIQ-Original and Mitzenmacher's variants)."""
+
+import pytest
+
+import jaxqueue as jq
+from jaxqueue import theory
+from jaxqueue.results.stats import tolerance
+
+VARIANTS = [{"order": "random"}, {"order": "fifo"}, {"order": "fifo", "z": 1},
+            {"order": "random", "z": 1}, {"order": "fifo", "d": 2}, {"order": "random", "d": 2}]
+
+
+@pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("load", [0.5, 0.9, 0.99])
+def test_flow_balance_and_little(opts, load):
+    mf = theory.mean_field("jiq-original", load, 10.0, **opts)
+    assert mf.diagnostics["busy_fraction_error"] < 1e-12  # s_1 = lambda
+    assert mf.diagnostics["little_error"] < 1e-10  # E[Q]/lambda = mixture mean
+    assert mf.tail_remainder < 1e-12 and mf.delete_rate == 0.0
+    assert mf.join_rate == pytest.approx(load * (1 - mf.p0), rel=1e-12)  # joins = picks
+    assert mf.probe_rate == pytest.approx(opts.get("d", 1) * mf.join_rate if "d" in opts else 0)
+    assert 0 < mf.stale_fraction < 1 - mf.p0
+
+
+def test_options_change_the_answer():
+    base = theory.mean_field("jiq-original", 0.8, 10.0)
+    fifo = theory.mean_field("jiq-original", 0.8, 10.0, order="fifo")
+    assert fifo.mean_response_time > base.mean_response_time * 1.001
+    with pytest.raises(ValueError, match="order='lifo' is not valid"):
+        theory.mean_field("jiq-original", 0.8, 10.0, order="lifo")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opts", [{"order": "fifo"}, {"order": "fifo", "d": 2}],
+                         ids=["fifo", "fifo,d=2"])  # fmt: skip
+def test_against_simulation_at_ten_thousand_servers(opts):
+    """N = 10^4, r = 10, load 0.6 from the mean-field state: T, p0 and stale picks.
+
+    Tolerance: the replicas' Student-t interval (family 6: three metrics, two
+    variants) plus a finite-N allowance of 20 / N relative to the value.
+    """
+    n, load = 10_000, 0.6
+    per = n * (1 + load)
+    sim = jq.simulate("jiq-original", load, n, n // 10, replicas=4, steps=int(40 * per),
+                      warmup=int(20 * per), init="mean-field", seed=7, **opts)  # fmt: skip
+    mf = theory.mean_field("jiq-original", load, 10.0, **opts)
+    for name in ("mean_response_time", "p0", "stale_fraction"):
+        est, value = getattr(sim, name), getattr(mf, name)
+        tol = tolerance(est, family=6, allowance=20 / n * abs(value))
+        assert abs(est.mean - value) <= tol, (name, est, value)
