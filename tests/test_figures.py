@@ -172,7 +172,7 @@ def test_plot_command_writes_every_figure(store_path, tmp_path, capsys):
 
 
 def test_plot_functions_take_and_return_axes(store_path):
-    mpl = pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
     from jaxqueue.studies.plots import plot_figure, plot_series
@@ -188,7 +188,6 @@ def test_plot_functions_take_and_return_axes(store_path):
     assert list(got) == list(axes) and got[0].get_xscale() == "log"
     with pytest.raises(ValueError, match="has 2 panels, got 1 axes"):
         plot_figure(rows, spec.figure("T"), Figure().add_subplot())
-    assert mpl is not None
 
 
 def test_csv_parquet_and_xarray_exports_agree(store_path, tmp_path):

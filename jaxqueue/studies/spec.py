@@ -464,7 +464,8 @@ class _Parser:
                 self.fail("run", "theory", f"theory='exact': {err}")
             bound = buffer or 4
             states = math.inf if n > 100 else estimate_states(rule, n, m, options.get("z", 0),
-                                                              bound, True)  # fmt: skip
+                                                              bound, True,
+                                                              options.get("order", "random"))  # fmt: skip
             if states > EXACT_MAX_STATES:
                 self.fail("run", "theory", f"theory='exact' is for small systems: {pol.label()} "
                           f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "

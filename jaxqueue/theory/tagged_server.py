@@ -222,7 +222,7 @@ def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
         f_lo, _ = excess(lo)
         if f_lo > 0:
             break
-        if f_lo <= 0 and lo <= _P0_LOW:
+        if lo <= _P0_LOW:
             raise RuntimeError(
                 f"the tagged-server fixed point has no root for p0 in [{_P0_LOW}, 1) (excess "
                 f"{f_lo:.3g} at p0 = {lo}): I-queues this long (ratio={ratio:g}, load={lam:g}) "
