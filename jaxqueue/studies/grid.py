@@ -11,9 +11,11 @@ point's replicas draw from streams derived from the point itself
 fixed per group of points of one shape over the whole spec, so a point's
 result does not depend on the other points of its batch or on the order of
 the grid. Each batch is written to the store (:mod:`jaxqueue.studies.store`)
-in one transaction when it finishes (its theory values and the write run on
-one writer thread while the next batch simulates); rerunning the same spec on
-the same store skips what is there.
+in one transaction when it finishes (the SQLite write runs on one writer
+thread while the next batch simulates; theory values and rows are computed
+on the calling thread, since JAX is only ever driven from one thread here,
+and theory is cached: a mean field does not depend on N, so a grid over N solves each
+load once); rerunning the same spec on the same store skips what is there.
 """
 
 from __future__ import annotations
@@ -77,18 +79,34 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     return levels, iq
 
 
-def _theory(point: Point, kind: str):
+def _theory(point: Point, kind: str, cache: dict | None = None):
+    """The theory of ``point`` (``kind``: "none", "mean-field" or "exact"), or None.
+
+    ``cache`` (a dict) holds results by what they depend on: a mean field
+    depends on the policy, its options, the load, ``r`` and the buffer, not on N.
+    """
     if kind == "none":
         return None
     params = point.params()
     opts = dict(point.options)
     if kind == "mean-field":
+        key = (kind, point.policy, point.options, point.load, params["ratio"], point.buffer)
+    else:
+        key = (kind, point.policy, point.options, point.load, point.servers,
+               point.dispatchers, point.buffer)  # fmt: skip
+    if cache is not None and key in cache:
+        return cache[key]
+    if kind == "mean-field":
         pol = make(point.policy, **opts)
-        if pol.mean_field_kind() == "none":
-            return None
-        return mean_field(pol, point.load, params["ratio"], buffer=point.buffer)
-    return solve_exact(point.policy, point.load, point.servers, point.dispatchers,
-                       buffer=point.buffer, **opts)  # fmt: skip
+        value = None
+        if pol.mean_field_kind() != "none":
+            value = mean_field(pol, point.load, params["ratio"], buffer=point.buffer)
+    else:
+        value = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
+                            buffer=point.buffer, **opts)  # fmt: skip
+    if cache is not None:
+        cache[key] = value
+    return value
 
 
 def _theory_value(result, metric: str, index):
@@ -156,7 +174,7 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         finished = sum(ids[p] in done for p in spec.points)
         ran, events, t0, batch_index = 0, 0, time.perf_counter(), store.next_batch()
         bar = _Progress(spec.name, total, finished, log) if progress else None
-        pending = None
+        pending, cache = None, {}
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
             lengths = _by_length(points, spec)
@@ -179,11 +197,14 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 )  # fmt: skip
                 results = runner.run(plan)[: len(batch)]
                 wall = time.perf_counter() - t_batch
+                # JAX runs on this thread only: theory and rows here, SQLite on the writer.
+                rows, committed = [], []
+                for p, res in zip(batch, results):
+                    rows += _rows(p, ids[p], spec, res, _theory(p, run.theory, cache))
+                    committed.append((ids[p], p.params(), wall / len(batch)))
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)
-                # Theory, rows and the commit overlap the next batch's simulation.
-                pending = writer.submit(_commit, store, spec, batch, results, ids, batch_index,
-                                        wall)  # fmt: skip
+                pending = writer.submit(store.commit_batch, batch_index, committed, rows)
                 batch_index += 1
                 ran += len(batch)
                 events += plan.n_replicas * plan.total_blocks * BLOCK
@@ -194,16 +215,6 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         if bar is not None:
             bar.close()
     return ran
-
-
-def _commit(store: Store, spec: GridSpec, batch: list, results: list, ids: dict, index: int,
-            wall: float) -> None:  # fmt: skip
-    """Theory and rows of a finished batch, written to the store in one transaction."""
-    rows, committed = [], []
-    for point, res in zip(batch, results):
-        rows += _rows(point, ids[point], spec, res, _theory(point, spec.run.theory))
-        committed.append((ids[point], point.params(), wall / len(batch)))
-    store.commit_batch(index, committed, rows)
 
 
 class _Progress:
