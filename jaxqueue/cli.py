@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-points", type=int, default=None,
                    help="points per batch (default 32)")  # fmt: skip
     p.add_argument("--progress", action="store_true", help="progress on stderr")
+    p.add_argument("--plan", action="store_true",
+                   help="print what would run (points, compiled shapes, batches, replica-steps) "
+                        "and run nothing")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="with --plan: the plan as JSON on stdout")
 
     p = sub.add_parser("export", help="export a result store (CSV, Parquet, netCDF)")
     p.add_argument("store", help="the SQLite result store")
@@ -243,10 +247,36 @@ def _cmd_sweep(args) -> int:
 
     spec = load_spec(args.spec, quick=args.quick)
     store = args.store or f"{spec.name}.sqlite"
+    if args.plan:
+        return _print_plan(spec, store, args)
+    if args.json:
+        raise ValueError("--json goes with --plan (a sweep writes its results to the store)")
     ran = run_grid(spec, store, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
                    progress=args.progress)  # fmt: skip
     print(f"[jaxqueue] {spec.name}: ran {ran} of {len(spec.points)} points into {store}",
           file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _print_plan(spec, store, args) -> int:
+    import os
+
+    from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, plan_grid
+
+    plan = plan_grid(spec, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
+                     store_path=store if os.path.exists(store) else None)  # fmt: skip
+    if args.json:
+        print(json.dumps(plan))
+        return 0
+    print(f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
+          f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
+          f"{plan['replica_steps']:.3g} replica-steps")  # fmt: skip
+    print(f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
+          f"{'replica-steps':>13s}")  # fmt: skip
+    for g in plan["groups"]:
+        buf = "inf" if g["buffer"] is None else str(g["buffer"])
+        print(f"{g['policy']:18s} {g['servers']:8d} {g['dispatchers']:7d} {buf:>6s} "
+              f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}")  # fmt: skip
     return 0
 
 

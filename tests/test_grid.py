@@ -1,6 +1,7 @@
 """Grid experiments: batching by compiled shape, per-point streams, the store, resuming."""
 
 import csv
+import json
 import os
 import signal
 import sqlite3
@@ -15,7 +16,7 @@ import pytest
 from jaxqueue.cli import main as cli_main
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
-from jaxqueue.studies.grid import run_grid, shape_groups
+from jaxqueue.studies.grid import plan_grid, run_grid, shape_groups
 from jaxqueue.studies.spec import load_spec, parse_spec
 from jaxqueue.studies.store import Store, StoreMismatchError
 
@@ -68,8 +69,32 @@ def test_grid_order_and_batching_do_not_change_the_rows(tmp_path):
     # the theory column: the mean field beside the simulated mean response time
     t = [r for r in a if r["metric"] == "mean_response_time"]
     assert len(t) == 10 and all(r["theory"] is not None and r["theory"] >= 1.0 for r in t)
-    # a rerun finds everything committed
+    # a rerun finds everything committed, and the plan says so
     assert run_grid(spec, tmp_path / "a.sqlite", batch_points=2) == 0
+    plan = plan_grid(spec, batch_points=2, store_path=tmp_path / "a.sqlite")
+    assert (plan["done"], plan["batches"], plan["replica_steps"]) == (10, 0, 0)
+
+
+def test_plan_counts_shapes_batches_and_replica_steps(capsys):
+    spec = parse_spec(SPEC.format(loads=LOADS))
+    plan = plan_grid(spec, batch_points=2)
+    # two shapes (pod, jiq) of five loads: batches of 2, the last padded to 2
+    assert (plan["points"], plan["done"], plan["shapes"], plan["batches"]) == (10, 0, 2, 6)
+    assert plan["replica_steps"] == 6 * 2 * 4 * (2048 + 512)
+    assert [g["policy"] for g in plan["groups"]] == ["pod(d=2)", "jiq"]
+    with pytest.raises(ValueError, match="batch_points=0"):
+        plan_grid(spec, batch_points=0)
+
+
+def test_cli_sweep_plan_runs_nothing(tmp_path, capsys):
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.format(loads=LOADS))
+    store = tmp_path / "s.sqlite"
+    assert cli_main(["sweep", str(path), "--store", str(store), "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["points"] == 10 and plan["batches"] == 2 and not store.exists()
+    assert cli_main(["sweep", str(path), "--store", str(store), "--plan"]) == 0
+    assert "2 compiled shapes" in capsys.readouterr().out
 
 
 @pytest.mark.slow

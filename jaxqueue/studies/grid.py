@@ -35,7 +35,7 @@ from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
 from jaxqueue.theory import mean_field
 
-__all__ = ["run_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
+__all__ = ["run_grid", "plan_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
 
 #: Points per batch (the replicas of this many points step together).
 DEFAULT_BATCH_POINTS = 32
@@ -64,6 +64,62 @@ def _by_length(points: list[Point], spec: GridSpec) -> "OrderedDict[tuple, list[
     for point in points:
         out.setdefault((spec.run.steps_for(point), spec.run.warmup_for(point)), []).append(point)
     return out
+
+
+def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None):
+    """``(size, batches)`` of one shape group: points of one run length, ``size`` a batch.
+
+    ``todo(point)`` says whether a point still has to run (default: all do);
+    ``size`` is fixed by the whole group, so a resumed sweep compiles the same shapes.
+    """
+    lengths = _by_length(points, spec)
+    size = min(batch_points, max(len(v) for v in lengths.values()))
+    batches = []
+    for same in lengths.values():
+        left = [p for p in same if todo is None or todo(p)]
+        batches += [left[i : i + size] for i in range(0, len(left), size)]
+    return size, batches
+
+
+def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
+              store_path=None) -> dict:  # fmt: skip
+    """What :func:`run_grid` would run, without running or compiling anything.
+
+    Args:
+        spec: a validated spec.
+        batch_points: points per batch, as for :func:`run_grid`.
+        store_path: an existing store of this spec: its points are left out.
+
+    Returns:
+        A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
+        (compiled programs), ``batches``, ``replica_steps`` (warm-up included,
+        padding replicas included) and per shape group ``groups``: policy label,
+        servers, dispatchers, buffer, points, batches, replica_steps.
+    """
+    if batch_points < 1:
+        raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
+    done = set()
+    if store_path is not None:
+        with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
+            done = store.done()
+    run = spec.run
+    groups, total_steps, total_batches, n_done = [], 0, 0, 0
+    for points in shape_groups(spec).values():
+        ids = {p: p.point_id() for p in points}
+        n_done += sum(ids[p] in done for p in points)
+        size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done)
+        steps = sum(size * run.replicas * (run.steps_for(b[0]) + run.warmup_for(b[0]))
+                    for b in batches)  # fmt: skip
+        first = points[0]
+        groups.append({"policy": make(first.policy, **dict(first.options)).label(),
+                       "servers": first.servers, "dispatchers": first.dispatchers,
+                       "buffer": first.buffer, "points": len(points), "batches": len(batches),
+                       "replica_steps": steps})  # fmt: skip
+        total_steps += steps
+        total_batches += len(batches)
+    return {"spec": spec.name, "points": len(spec.points), "done": n_done,
+            "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
+            "groups": groups}  # fmt: skip
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
@@ -177,12 +233,7 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         pending, cache = None, {}
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
-            lengths = _by_length(points, spec)
-            size = min(batch_points, max(len(v) for v in lengths.values()))
-            batches = []
-            for same in lengths.values():
-                todo = [p for p in same if ids[p] not in done]
-                batches += [todo[i : i + size] for i in range(0, len(todo), size)]
+            size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done)
             for batch in batches:
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
