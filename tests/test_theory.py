@@ -470,3 +470,21 @@ def test_levels_convention_of_the_generic_path():
     assert mf.blocking_probability == 0.0 and mf.stale_fraction is None
     assert mf.iqueue_distribution is None
     assert tuple(mf.response_quantiles) == QUANTILES
+
+
+def test_quantiles_filled_for_many_points_equal_those_of_one_point():
+    from jaxqueue.theory.result import fill_quantiles
+
+    cases = [("pod", 0.9, None, {}), ("jiq-pod", 0.7, 10.0, {}), ("jiq-pod", 0.95, 10.0, {}),
+             ("pod", 0.99, None, {"buffer": 6}), ("jiq-original", 0.8, 10.0, {"order": "fifo"}),
+             ("i1f", 0.9, None, {}), ("jiq", 0.9, 10.0, {}), ("pod", 0.5, None, {})]  # fmt: skip
+    whole = [theory.mean_field(p, lam, r, **kw) for p, lam, r, kw in cases]
+    bare = [theory.mean_field(p, lam, r, with_quantiles=False, **kw) for p, lam, r, kw in cases]
+    # closed forms with d >= 2, the generic and the tagged-server fixed points leave them NaN
+    assert sum(np.isnan(list(b.response_quantiles.values())).all() for b in bare) >= 5
+    for order in (list(range(len(cases))), list(range(len(cases)))[::-1]):
+        filled = fill_quantiles([bare[i] for i in order] + [None])
+        assert filled[-1] is None
+        for i, res in zip(order, filled):
+            assert res.response_quantiles == whole[i].response_quantiles  # bit for bit
+            assert res.mean_response_time == whole[i].mean_response_time

@@ -34,6 +34,7 @@ from jaxqueue.sim.bounds import default_iqueue_levels, default_levels
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
 from jaxqueue.theory import mean_field
+from jaxqueue.theory.result import fill_quantiles
 
 __all__ = ["run_grid", "plan_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
 
@@ -135,34 +136,41 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     return levels, iq
 
 
-def _theory(point: Point, kind: str, cache: dict | None = None):
-    """The theory of ``point`` (``kind``: "none", "mean-field" or "exact"), or None.
+def _theory_key(point: Point, kind: str) -> tuple:
+    """What a theory value depends on: a mean field not on N (nor M beyond ``r``)."""
+    if kind == "mean-field":
+        return (kind, point.policy, point.options, point.load, point.params()["ratio"],
+                point.buffer)  # fmt: skip
+    return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
+            point.buffer)  # fmt: skip
 
-    ``cache`` (a dict) holds results by what they depend on: a mean field
-    depends on the policy, its options, the load, ``r`` and the buffer, not on N.
+
+def _theory(points: list[Point], kind: str, cache: dict) -> list:
+    """The theory of each point (``kind``: "none", "mean-field" or "exact"), or None each.
+
+    ``cache`` holds results by :func:`_theory_key`. Mean fields are solved
+    without their response-time quantiles, which are then computed for the
+    whole batch in one vectorised call (:func:`~jaxqueue.theory.result.fill_quantiles`).
     """
     if kind == "none":
-        return None
-    params = point.params()
-    opts = dict(point.options)
-    if kind == "mean-field":
-        key = (kind, point.policy, point.options, point.load, params["ratio"], point.buffer)
-    else:
-        key = (kind, point.policy, point.options, point.load, point.servers,
-               point.dispatchers, point.buffer)  # fmt: skip
-    if cache is not None and key in cache:
-        return cache[key]
-    if kind == "mean-field":
-        pol = make(point.policy, **opts)
-        value = None
-        if pol.mean_field_kind() != "none":
-            value = mean_field(pol, point.load, params["ratio"], buffer=point.buffer)
-    else:
-        value = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
-                            buffer=point.buffer, **opts)  # fmt: skip
-    if cache is not None:
-        cache[key] = value
-    return value
+        return [None] * len(points)
+    keys = [_theory_key(p, kind) for p in points]
+    new = {}
+    for point, key in zip(points, keys):
+        if key in cache or key in new:
+            continue
+        opts = dict(point.options)
+        if kind == "mean-field":
+            pol = make(point.policy, **opts)
+            new[key] = None
+            if pol.mean_field_kind() != "none":
+                new[key] = mean_field(pol, point.load, point.params()["ratio"],
+                                      buffer=point.buffer, with_quantiles=False)  # fmt: skip
+        else:
+            new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
+                                   buffer=point.buffer, **opts)  # fmt: skip
+    cache.update(zip(new, fill_quantiles(list(new.values()))))
+    return [cache[key] for key in keys]
 
 
 def _theory_value(result, metric: str, index):
@@ -250,8 +258,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 wall = time.perf_counter() - t_batch
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = [], []
-                for p, res in zip(batch, results):
-                    rows += _rows(p, ids[p], spec, res, _theory(p, run.theory, cache))
+                for p, res, th in zip(batch, results, _theory(batch, run.theory, cache)):
+                    rows += _rows(p, ids[p], spec, res, th)
                     committed.append((ids[p], p.params(), wall / len(batch)))
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)

@@ -304,7 +304,8 @@ def _iqueue_host(p0: float, load: float, ratio: float, d: int) -> tuple[np.ndarr
 
 
 def closed_form_result(
-    pol: Policy, cf: ClosedForm, load: float, ratio: float | None, levels: int | None = None
+    pol: Policy, cf: ClosedForm, load: float, ratio: float | None, levels: int | None = None,
+    with_quantiles: bool = True,
 ) -> MeanFieldResult:
     """All mean-field metrics of a closed form at one point (float64, host side).
 
@@ -327,6 +328,8 @@ def closed_form_result(
         levels: the largest queue length represented (arrays of ``levels + 1``
             entries); ``None`` picks the fewest with less than ``1e-15`` of
             tail mass left out.
+        with_quantiles: False leaves the response-time quantiles of an Erlang
+            mixture NaN, for :func:`jaxqueue.theory.result.fill_quantiles`.
 
     Raises:
         ValueError: for a missing or invalid ratio.
@@ -379,7 +382,8 @@ def closed_form_result(
             quantiles = [-math.log1p(-q) / one_minus_rho for q in QUANTILES]
         else:
             mean_q = float(np.sum(tail_arr[1:])) + remainder
-            quantiles = response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+            quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+                         if with_quantiles else [math.nan] * len(QUANTILES))  # fmt: skip
 
     iq_dist, iq_rest = None, 0.0
     join = delete = probe = 0.0

@@ -33,6 +33,7 @@ def mean_field(
     order: str | None = None,
     buffer: int | None = None,
     levels: int | None = None,
+    with_quantiles: bool = True,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -70,6 +71,10 @@ def mean_field(
             fewest with less than ``1e-15`` of tail mass left out, the generic
             fixed point :data:`~jaxqueue.theory.meanfield.DEFAULT_LEVELS` (or
             ``buffer``).
+        with_quantiles: False skips the response-time quantiles (they are
+            NaN where they need a root-finder); pass a list of such results to
+            :func:`jaxqueue.theory.result.fill_quantiles` to compute them for
+            many points in one vectorised call (as grid sweeps do).
 
     Returns:
         A :class:`~jaxqueue.theory.result.MeanFieldResult`.
@@ -100,7 +105,7 @@ def mean_field(
             raise ValueError(f"order={pol.order!r} is not valid: use 'random' or 'fifo'")
         check_int("z", pol.z, 0, 10**6)
         check_int("d", pol.d, 1, 64)  # M is unbounded in the limit
-        return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels)
+        return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels, with_quantiles)
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
@@ -108,7 +113,7 @@ def mean_field(
     lam = check_load(load, buffer)
     if pol.closed_form() is not None and buffer is None:
         pol, cf = closed_form_of(pol)  # checks the declared family and d
-        return closed_form_result(pol, cf, lam, ratio, levels)
+        return closed_form_result(pol, cf, lam, ratio, levels, with_quantiles)
 
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     fp_ratio = None if one_dispatcher else ratio
@@ -120,4 +125,4 @@ def mean_field(
             f"the generic mean-field fixed point of {pol.label()!r} did not converge: "
             f"{fp.status.name} (residual {fp.residual:.3g})"
         )
-    return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer)
+    return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer, with_quantiles=with_quantiles)

@@ -316,7 +316,7 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
 
 
 def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
-              buffer: int | None = None) -> MeanFieldResult:  # fmt: skip
+              buffer: int | None = None, with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
     """A :class:`~jaxqueue.theory.result.MeanFieldResult` from a generic fixed point.
 
     ``arrival_seen[k]`` is the law of the tasks an *accepted* arrival finds
@@ -329,6 +329,8 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
         policy: name or Policy, as given to :func:`fixed_point`.
         ratio: ``r`` as given (recorded in the settings).
         buffer: as given to :func:`fixed_point` (``None``: infinite buffers).
+        with_quantiles: False leaves the response-time quantiles NaN, for
+            :func:`jaxqueue.theory.result.fill_quantiles`.
     """
     pol = make(policy)
     s, q, rt = fp.tail, fp.iq_tail, fp.rates
@@ -337,7 +339,8 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     blocked = float(rt.level[L]) if buffer is not None else 0.0
     seen = rt.level[:L] / max(1e-300, 1.0 - blocked) if buffer is not None else rt.level[:L]
     seen = np.append(seen / seen.sum(), 0.0)
-    quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES))
+    quantiles = (erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
+                 else [math.nan] * len(QUANTILES))  # fmt: skip
     idle_rate = float(s[1] - (s[2] if L >= 2 else 0.0))
     iq = q.size > 1
     join = idle_rate if pol.uses_iqueues else 0.0

@@ -21,10 +21,11 @@ from typing import ClassVar
 import numpy as np
 
 from jaxqueue.core.status import Status
+from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.policies import Policy
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["MeanFieldResult", "build"]
+__all__ = ["MeanFieldResult", "build", "fill_quantiles"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,3 +142,27 @@ def build(
         settings=settings,
         diagnostics=diagnostics,
     )
+
+
+def fill_quantiles(results: list) -> list:
+    """The results with their NaN response-time quantiles computed, a few calls for all.
+
+    Results made with ``with_quantiles=False`` (:func:`jaxqueue.theory.mean_field`)
+    have NaN quantiles where each would need its own root-finder; this solves
+    them for all such results of one ``arrival_seen`` length in one vectorised
+    call, so each value is bit for bit what the result would hold had it been
+    made with its quantiles, whatever else is in the list. Other results, and
+    ``None`` entries, are returned as they are.
+    """
+    out = list(results)
+    widths: dict[int, list[int]] = {}
+    for i, r in enumerate(results):
+        if r is not None and any(math.isnan(v) for v in r.response_quantiles.values()):
+            widths.setdefault(r.arrival_seen.size, []).append(i)
+    for todo in widths.values():
+        seen = np.stack([results[i].arrival_seen for i in todo])
+        values = erlang_mixture_quantile(seen, np.array(QUANTILES))  # (points, Q)
+        for row, i in enumerate(todo):
+            quantiles = {q: float(v) for q, v in zip(QUANTILES, values[row], strict=True)}
+            out[i] = dataclasses.replace(results[i], response_quantiles=quantiles)
+    return out

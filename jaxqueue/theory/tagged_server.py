@@ -255,8 +255,8 @@ def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
     raise RuntimeError("the tagged-server fixed point did not converge in 200 iterations")
 
 
-def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | None = None
-                             ) -> MeanFieldResult:  # fmt: skip
+def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | None = None,
+                             with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
     """The mean field of JIQ-Original with its options (``order``, ``z``, ``d``).
 
     Args:
@@ -305,7 +305,8 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
     mean_q = float(np.arange(occupancy.size) @ occupancy)
     t_little = mean_q / lam
     t_seen = float((np.arange(seen.size) + 1) @ seen)
-    quantiles = response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+    quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
+                 else [math.nan] * len(QUANTILES))  # fmt: skip
     iq = ph.size_tail - np.append(ph.size_tail[1:], 0.0)
     stale = float(picked[1:].sum()) / lam
     result = build(
