@@ -103,7 +103,7 @@ FIGURE_ERRORS = [
     ("index = 2", "index = -1  # <-", "index=-1 is out of range"),
     ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "servers ** gamma"  # <-',
      "y_scale='servers \\*\\* gamma' names gamma"),
-    ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "servers % 2"  # <-', "y_scale allows"),
+    ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "servers % 2"  # <-', "y_scale='servers % 2': an expression allows"),
     ('series = ["policy"]', 'series = ["policy", "servers"]  # <-',
      "series must not repeat x or panels"),
     ('name = "tails"', 'name = "T"  # <-', "two figures are named 'T'"),

@@ -287,6 +287,21 @@ def test_steps_round_up_and_are_bounded():
         RunSettings(replicas=2, time=1.0, warmup=10)
 
 
+def test_run_lengths_as_expressions_of_the_point():
+    text = edit(edit(BASE, "time = 50", 'time = "20 + servers ** (2 * alpha - 1)"\n'
+                     'warmup_time = "5 * servers ** (2 * alpha - 1)"'),
+                "load = [0.5, 0.9]", "alpha = [0.5, 0.75]")  # fmt: skip
+    spec = parse_spec(text)
+    for p in spec.points:
+        grow = p.servers ** (2 * p.alpha - 1)
+        assert spec.run.time_units("time", p) == pytest.approx(20 + grow, rel=1e-15)
+        per = p.servers * (1 + p.load)
+        assert spec.run.steps_for(p) == math.ceil((20 + grow) * per)
+        assert spec.run.warmup_for(p) == math.ceil(5 * grow * per)
+    # the expression is part of the hash; its spelling as a number is not
+    assert spec.spec_hash() != parse_spec(text.replace("20 +", "21 +")).spec_hash()
+
+
 # ---- errors --------------------------------------------------------------------------
 
 # id, edit of BASE (old -> new; "# <-" marks the line the error must name), message pattern,
@@ -335,7 +350,8 @@ ERRORS = [
      "load must be a finite number, got 'half'"),
     ("load nan", "load = [0.5, 0.9]", "load = [nan]  # <-", "load must be a finite number"),
     ("replicas type", "replicas = 4", "replicas = 4.0  # <-", "replicas must be an int, got 4.0"),
-    ("time type", "time = 50", 'time = "50"  # <-', "time must be a finite number"),
+    ("time type", "time = 50", 'time = [50]  # <-',
+     "time must be a finite number or an expression string"),
     ("init type", "time = 50", "time = 50\ninit = 3  # <-", "init=3 is not valid"),
     ("grid not a table", "[grid]\n", "grid = 3  # <-\n[grd]\n", "grid must be a table"),
     ("load >= 1", "load = [0.5, 0.9]", "load = [0.5, 1.0]  # <-",
@@ -414,6 +430,13 @@ ERRORS = [
     ("quick value", "time = 50", "time = 50\n[quick]\nservers = []  # <-", "servers is empty"),
     ("quick group", "time = 50", "time = 50\n[quick]\nsteps = 10  # <-\nwarmup = 101",
      "too short for its warm-up: the warm-up is 101 steps"),
+    ("time expression name", "time = 50", 'time = "50 * policy"  # <-',
+     "time='50 \\* policy' names policy: valid names are servers"),
+    ("time expression syntax", "time = 50", 'time = "50 *"  # <-', "is not an expression"),
+    ("time expression unset", "time = 50", 'time = "50 * alpha"  # <-',
+     "time='50 \\* alpha' is nan at jiq .* need a finite value > 0"),
+    ("warmup expression negative", "time = 50", 'time = 50\nwarmup_time = "10 - load * 20"  # <-',
+     "warmup_time='10 - load \\* 20' is -8 at .* need a finite value >= 0"),
 ]
 # fmt: on
 

@@ -1,7 +1,7 @@
 """One status code for every solver of the package (per point, as data inside vmap).
 
-The p0 solver, the generic mean-field fixed point and the inverse design all
-report a :class:`Status`; 0 always means success and each other value has one
+The p0 solver, the generic mean-field fixed point, the refined mean field and
+the inverse design all report a :class:`Status`; 0 always means success and each other value has one
 meaning everywhere.
 """
 
@@ -27,6 +27,8 @@ class Status(enum.IntEnum):
     INFEASIBLE = 4
     #: every point of the domain meets the target (inverse design)
     UNBOUNDED = 5
+    #: the drift is not differentiable at the fixed point (refined mean field)
+    NOT_DIFFERENTIABLE = 6
 
 
 _MESSAGES = {
@@ -36,6 +38,7 @@ _MESSAGES = {
     Status.INVALID_INPUT: "invalid input (outside the solver's domain)",
     Status.INFEASIBLE: "infeasible: no point meets the target",
     Status.UNBOUNDED: "every point of the domain meets the target",
+    Status.NOT_DIFFERENTIABLE: "the drift is not differentiable at the fixed point",
 }
 
 

@@ -174,6 +174,39 @@ class Draw:
     def law(self, view: View, system: System) -> jax.Array:
         raise NotImplementedError
 
+    def finite_law(self, view: View, system: System, inv_servers, inv_dispatchers) -> jax.Array:
+        """The law in a system of ``N`` servers and ``M`` dispatchers with the same fractions.
+
+        A smooth function of ``1 / N`` (``inv_servers``) and ``1 / M``
+        (``inv_dispatchers``) that equals :meth:`law` at ``0``; the refined
+        mean field (:mod:`jaxqueue.theory.refined`) differentiates it there,
+        since its ``1 / N`` term enters the finite system's drift. The default
+        is :meth:`law` itself: right for a draw of one uniformly random item,
+        whose law depends on the fractions only.
+        """
+        return self.law(view, system)
+
+    def smooth(self, system: System) -> bool:
+        """Whether :meth:`law` is a differentiable function of the fractions.
+
+        False for a law that switches on whether a count is zero (JSQ's
+        shortest queue, the one I-queue of a single dispatcher); the refined
+        mean field does not apply to a policy with such a draw.
+        """
+        return True
+
+
+def _distinct_tail(p, d: int, inv):
+    """``P(d distinct items drawn from a population of 1 / inv all lie in a fraction p)``.
+
+    ``prod_{i<d} (p - i inv) / (1 - i inv)`` (sampling without replacement),
+    which is ``p**d`` at ``inv = 0``.
+    """
+    out = jnp.ones_like(p)
+    for i in range(d):
+        out = out * (p - i * inv) / (1.0 - i * inv)
+    return out
+
 
 @dataclasses.dataclass(frozen=True)
 class Servers(Draw):
@@ -203,6 +236,15 @@ class Servers(Draw):
         p = s**self.d
         return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
 
+    def finite_law(self, view, system, inv_servers, inv_dispatchers):
+        if self.exhaustive or self.d == 1:
+            return self.law(view, system)
+        p = _distinct_tail(view.tail, self.d, inv_servers)
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+    def smooth(self, system):
+        return not self.exhaustive
+
 
 @dataclasses.dataclass(frozen=True)
 class Dispatchers(Draw):
@@ -229,6 +271,15 @@ class Dispatchers(Draw):
             return jnp.stack([busy, 1.0 - busy])
         p = view.iq_tail**self.d
         return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+    def finite_law(self, view, system, inv_servers, inv_dispatchers):
+        if system.n_dispatchers == 1 or self.d == 1:
+            return self.law(view, system)
+        p = _distinct_tail(view.iq_tail, self.d, inv_dispatchers)
+        return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
+
+    def smooth(self, system):
+        return system.n_dispatchers > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,6 +385,25 @@ class Policy:
     def decide_join(self, view: View, outcomes: tuple, system: System):
         """Size of the I-queue a newly idle server joins, and probes sent."""
         return ZERO, ZERO
+
+    def mean_field_kink(self, system: System) -> str | None:
+        """Why the limit drift of this policy is not differentiable in ``system``, or None.
+
+        The refined mean field (:mod:`jaxqueue.theory.refined`) needs a drift
+        with a Taylor expansion at the fixed point. A policy that routes on
+        whether some count is zero (JSQ's shortest queue, an idle server first
+        with one dispatcher) has a drift that jumps where that count reaches
+        zero; its fixed point sits on that set (``s_2 = 0``, or ``s_1 = 1``
+        with a finite buffer and ``lambda >= 1``). The default finds such draws
+        (:meth:`Draw.smooth`); a policy whose :meth:`decide` itself switches on
+        the state overrides this method.
+        """
+        for draw in self.draws(system) + self.join_draws(system):
+            if not draw.smooth(system):
+                return (f"{self.label()} routes on whether a count is zero ({draw!r} with "
+                        f"N={system.n_servers}, M={system.n_dispatchers}): JSQ-like routing, "
+                        "whose drift is not differentiable at its fixed point")  # fmt: skip
+        return None
 
     # ---- how the package treats the policy ------------------------------------
 

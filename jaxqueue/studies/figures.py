@@ -39,7 +39,7 @@ from jaxqueue.results.schema import SCALAR_METRICS, VECTOR_METRICS
 
 __all__ = [
     "FigureSpec", "Series", "parse_figure", "figure_series", "summarize", "PARAMETERS",
-    "FIGURE_KEYS", "METRIC_NAMES",
+    "FIGURE_KEYS", "METRIC_NAMES", "check_expression", "evaluate_expression",
 ]  # fmt: skip
 
 #: Point parameters a figure can use (the store's columns of the same names).
@@ -79,7 +79,7 @@ class FigureSpec:
         """The ``y_scale`` factor at one point's parameters (1 without one)."""
         if self.y_scale is None:
             return 1.0
-        return float(_evaluate(ast.parse(self.y_scale, mode="eval").body, params))
+        return evaluate_expression(self.y_scale, params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,22 +110,35 @@ def _evaluate(node, params: dict):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _evaluate(node.operand, params)
         return -value if isinstance(node.op, ast.USub) else value
-    raise ValueError("y_scale allows numbers, the parameters "
+    raise ValueError("an expression allows numbers, the parameters "
                      f"{', '.join(_NUMERIC)}, + - * / ** and parentheses")  # fmt: skip
 
 
-def _check_expression(text) -> str:
+def evaluate_expression(text: str, params: dict) -> float:
+    """The value of an arithmetic expression of point parameters (NaN where one is None)."""
+    return float(_evaluate(ast.parse(text, mode="eval").body, params))
+
+
+def check_expression(text, key: str = "y_scale") -> str:
+    """``text`` if it is an arithmetic expression of numeric parameters, else ValueError.
+
+    Numbers, the names in ``PARAMETERS`` other than ``policy`` and ``order``,
+    ``+ - * / **`` and parentheses; nothing else is evaluated.
+    """
     if not isinstance(text, str):
-        raise ValueError(f"y_scale must be a string expression, got {text!r}")
+        raise ValueError(f"{key} must be a string expression, got {text!r}")
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
-        raise ValueError(f"y_scale={text!r} is not an expression") from None
+        raise ValueError(f"{key}={text!r} is not an expression") from None
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if bad := sorted(names - set(_NUMERIC)):
-        raise ValueError(f"y_scale={text!r} names {', '.join(bad)}: valid names are "
+        raise ValueError(f"{key}={text!r} names {', '.join(bad)}: valid names are "
                          f"{', '.join(_NUMERIC)}")  # fmt: skip
-    _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
+    try:
+        _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
+    except ValueError as err:
+        raise ValueError(f"{key}={text!r}: {err}") from None
     return text
 
 
@@ -173,7 +186,7 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         "series": lambda v: tuple(_parameter("series", s) for s in
                                   (v if isinstance(v, list) else [v])),  # fmt: skip
         "index": lambda v: _index(v),
-        "y_scale": _check_expression,
+        "y_scale": check_expression,
         "where": _where,
         "logx": lambda v: _flag("logx", v),
         "logy": lambda v: _flag("logy", v),

@@ -47,7 +47,7 @@ from jaxqueue.core.system import (
     heavy_traffic_load, steps_per_time_unit,
 )  # fmt: skip
 from jaxqueue.policies.registry import make, option_names, policy_class
-from jaxqueue.studies.figures import FigureSpec, parse_figure
+from jaxqueue.studies.figures import FigureSpec, check_expression, evaluate_expression, parse_figure
 
 try:
     import tomllib as _toml
@@ -163,9 +163,12 @@ class RunSettings:
 
     Attributes:
         replicas: independent replicas per point (>= 2).
-        time: measured time units at each point's load, or None (then ``steps``).
+        time: measured time units at each point's load, or None (then ``steps``);
+            a number, or an expression of the point's parameters such as
+            ``"200 * servers ** (2 * alpha - 1)"`` (see :meth:`time_units`).
         steps: measured steps per replica, or None (then ``time``).
-        warmup_time: discarded time units, or None (then ``warmup``).
+        warmup_time: discarded time units (a number or an expression, as
+            ``time``), or None (then ``warmup``).
         warmup: discarded steps per replica, or None (then ``warmup_time``).
         seed: the run's seed; a point's stream comes from :meth:`Point.seed_word`.
         init: ``"empty"`` or ``"mean-field"``.
@@ -173,9 +176,9 @@ class RunSettings:
     """
 
     replicas: int
-    time: float | None = None
+    time: float | str | None = None
     steps: int | None = None
-    warmup_time: float | None = DEFAULT_WARMUP_TIME
+    warmup_time: float | str | None = DEFAULT_WARMUP_TIME
     warmup: int | None = None
     seed: int = 0
     init: str = "empty"
@@ -187,7 +190,25 @@ class RunSettings:
         ):
             raise SpecError("RunSettings needs one of time / steps and one of warmup_time / warmup")
 
-    def _steps(self, key: str, units, count, point: Point) -> int:
+    def time_units(self, key: str, point: Point) -> float | None:
+        """``time`` or ``warmup_time`` (``key``) at ``point``: its number, or its expression's value.
+
+        Raises:
+            SpecError: if an expression is not finite, or negative (or zero for ``time``),
+                at ``point`` (e.g. it names ``alpha`` and the point has a plain load).
+        """
+        value = getattr(self, key)
+        if not isinstance(value, str):
+            return value
+        units = evaluate_expression(value, point.params())
+        if not math.isfinite(units) or units < 0 or (units == 0 and key == "time"):
+            need = ">= 0" if key == "warmup_time" else "> 0"
+            raise SpecError(f"{key}={value!r} is {units:g} at {point.label()}, out of range: "
+                            f"need a finite value {need} (a parameter it names may be unset)")
+        return units
+
+    def _steps(self, key: str, count, point: Point) -> int:
+        units = self.time_units(key, point)
         per = steps_per_time_unit(point.servers, point.load)
         n = count if units is None else math.ceil(units * per)
         if n > MAX_STEPS:
@@ -197,11 +218,11 @@ class RunSettings:
 
     def steps_for(self, point: Point) -> int:
         """Measured steps per replica at ``point``: ``ceil(time * N * (load + 1))`` or ``steps``."""
-        return self._steps("time", self.time, self.steps, point)
+        return self._steps("time", self.steps, point)
 
     def warmup_for(self, point: Point) -> int:
         """Warm-up steps per replica at ``point``, from ``warmup_time`` or ``warmup``."""
-        return self._steps("warmup_time", self.warmup_time, self.warmup, point)
+        return self._steps("warmup_time", self.warmup, point)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,6 +277,11 @@ def _int(name: str, lo: int, hi: int):
 
 def _span(name: str, zero: bool):
     def check(value):
+        if isinstance(value, str):  # checked per point by RunSettings.time_units
+            return check_expression(value, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a finite number or an expression string, "
+                            f"got {value!r}")  # fmt: skip
         if _number(name, value) < 0 or (value == 0 and not zero):
             need = f"{name} {'>=' if zero else '>'} 0"
             raise ValueError(f"{name}={value} is out of range: need {need}")

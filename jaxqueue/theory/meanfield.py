@@ -60,8 +60,8 @@ from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "rates", "fixed_point",
-    "transient", "as_result",
+    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "rates", "arrival_law",
+    "fixed_point", "transient", "as_result",
 ]  # fmt: skip
 
 
@@ -106,12 +106,19 @@ def _law_of(outcomes_law, values, size):
     return jax.ops.segment_sum(w.reshape(-1), v, num_segments=size)
 
 
-def _grid(draws, view, system):
-    """The outcome grid of a policy's draws: outcome arrays and their laws, broadcast."""
+def _grid(draws, view, system, population=None):
+    """The outcome grid of a policy's draws: outcome arrays and their laws, broadcast.
+
+    ``population``: ``None`` for the limit laws, or ``(1 / N, 1 / M)`` for the
+    laws of a finite system (:meth:`~jaxqueue.policies.Draw.finite_law`).
+    """
     laws, outs = [], []
     k = len(draws)
     for i, draw in enumerate(draws):
-        law = draw.law(view, system)
+        if population is None:
+            law = draw.law(view, system)
+        else:
+            law = draw.finite_law(view, system, *population)
         shape = [1] * k
         shape[i] = law.shape[0]
         laws.append(law.reshape(shape))
@@ -119,18 +126,28 @@ def _grid(draws, view, system):
     return laws, tuple(outs)
 
 
-def rates(x, policy: Policy, system: System) -> Rates:
-    """The arrival and join laws of ``policy`` at state ``x`` in the limit."""
+def _view(x, system: System) -> View:
     s, q = _split(x, system)
-    view = View(tail=s, iq_tail=q, iq_listed=None, idle=1.0 - s[1])
+    return View(tail=s, iq_tail=q, iq_listed=None, idle=1.0 - s[1])
+
+
+def rates(x, policy: Policy, system: System, population=None) -> Rates:
+    """The arrival and join laws of ``policy`` at state ``x`` in the limit.
+
+    ``population``: ``None`` (the limit), or ``(1 / N, 1 / M)``: the laws of
+    a system of ``N`` servers and ``M`` dispatchers at the same fractions
+    (probes of distinct servers or I-queues; used by
+    :mod:`jaxqueue.theory.refined` for the ``1 / N`` term of the drift).
+    """
+    view = _view(x, system)
     L, J = system.levels, system.iqueue_levels
-    laws, outs = _grid(policy.draws(system), view, system)
+    laws, outs = _grid(policy.draws(system), view, system, population)
     route = policy.decide(view, outs, system)
     w = functools.reduce(jnp.multiply, laws)
     expect = lambda v: jnp.sum(w * v)  # noqa: E731
     level = _law_of(laws, jnp.minimum(route.level, L), L + 1)
     iq_remove = _law_of(laws, jnp.minimum(route.iq_remove, J), J + 1)
-    jlaws, jouts = _grid(policy.join_draws(system), view, system)
+    jlaws, jouts = _grid(policy.join_draws(system), view, system, population)
     if jlaws:
         size, jprobes = policy.decide_join(view, jouts, system)
         join = _law_of(jlaws, jnp.minimum(size, J), J + 1)
@@ -140,11 +157,31 @@ def rates(x, policy: Policy, system: System) -> Rates:
     return Rates(level, iq_remove, join, expect(route.deletes), expect(route.probes), join_probes)
 
 
-def drift(x, load, ratio, policy: Policy, system: System) -> jax.Array:
-    """``dx/dt`` of the mean-field ODE (``x = [s_1..s_L, Q_1..Q_J]``)."""
+def arrival_law(x, policy: Policy, system: System, population=None) -> jax.Array:
+    """Joint law of an arrival's ``(level, iq_remove)`` at state ``x``: ``(L + 1, J + 1)``.
+
+    Its row sums are ``rates(...).level`` and its column sums
+    ``rates(...).iq_remove`` (the same outcome grid); the joint law gives the
+    jumps of the population process (:mod:`jaxqueue.theory.refined`), where
+    one arrival can move both an ``s`` and a ``Q`` coordinate.
+    """
+    view = _view(x, system)
+    L, J = system.levels, system.iqueue_levels
+    laws, outs = _grid(policy.draws(system), view, system, population)
+    route = policy.decide(view, outs, system)
+    joint = jnp.minimum(route.level, L) * (J + 1) + jnp.minimum(route.iq_remove, J)
+    return _law_of(laws, joint, (L + 1) * (J + 1)).reshape(L + 1, J + 1)
+
+
+def drift(x, load, ratio, policy: Policy, system: System, population=None) -> jax.Array:
+    """``dx/dt`` of the mean-field ODE (``x = [s_1..s_L, Q_1..Q_J]``).
+
+    ``population``: ``None`` for the limit, or ``(1 / N, 1 / M)`` for the
+    drift of a finite system at the same fractions (see :func:`rates`).
+    """
     s, q = _split(x, system)
     L, J = system.levels, system.iqueue_levels
-    rt = rates(x, policy, system)
+    rt = rates(x, policy, system, population)
     s_next = jnp.concatenate([s[1:], jnp.zeros((1,), x.dtype)])
     ds = load * rt.level[:L] - (s[1:] - s_next[1:])  # arrivals at level k-1 < L are accepted
     if not J:
