@@ -259,12 +259,10 @@ def _cmd_sweep(args) -> int:
 
 
 def _print_plan(spec, store, args) -> int:
-    import os
-
     from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, plan_grid
 
     plan = plan_grid(spec, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
-                     store_path=store if os.path.exists(store) else None)  # fmt: skip
+                     store_path=store)  # fmt: skip
     if args.json:
         print(json.dumps(plan))
         return 0

@@ -75,9 +75,10 @@ def test_grid_order_and_batching_do_not_change_the_rows(tmp_path):
     assert (plan["done"], plan["batches"], plan["replica_steps"]) == (10, 0, 0)
 
 
-def test_plan_counts_shapes_batches_and_replica_steps(capsys):
+def test_plan_counts_shapes_batches_and_replica_steps(tmp_path):
     spec = parse_spec(SPEC.format(loads=LOADS))
-    plan = plan_grid(spec, batch_points=2)
+    plan = plan_grid(spec, batch_points=2, store_path=tmp_path / "none.sqlite")
+    assert not (tmp_path / "none.sqlite").exists()
     # two shapes (pod, jiq) of five loads: batches of 2, the last padded to 2
     assert (plan["points"], plan["done"], plan["shapes"], plan["batches"]) == (10, 0, 2, 6)
     assert plan["replica_steps"] == 6 * 2 * 4 * (2048 + 512)

@@ -20,6 +20,7 @@ load once); rerunning the same spec on the same store skips what is there.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import OrderedDict
@@ -89,7 +90,8 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
     Args:
         spec: a validated spec.
         batch_points: points per batch, as for :func:`run_grid`.
-        store_path: an existing store of this spec: its points are left out.
+        store_path: a store of this spec: its points are left out (a missing
+            file is an empty store, and is not created).
 
     Returns:
         A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
@@ -100,7 +102,7 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
     done = set()
-    if store_path is not None:
+    if store_path is not None and os.path.exists(store_path):
         with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
             done = store.done()
     run = spec.run

@@ -96,8 +96,8 @@ from jaxqueue.theory import meanfield
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "RefinedMeanField", "RefinedGrid", "refined_mean_field", "refined_grid", "transitions",
-    "corrections", "lyapunov",
+    "RefinedMeanField", "RefinedGrid", "Corrections", "GRID_METRICS", "refined_mean_field",
+    "refined_grid", "transitions", "corrections", "lyapunov",
 ]  # fmt: skip
 
 _MAX_LEVELS = 10**6
@@ -598,3 +598,223 @@ def _refined_result(mf, corr, pol, lam, ratio, buffer, n) -> MeanFieldResult:
     res.settings["n_servers"] = n
     res.settings["approximation"] = "refined"
     return res
+
+
+# ---------------------------------------------------------------------------
+# A grid of (load, ratio), vmapped
+# ---------------------------------------------------------------------------
+
+#: The scalar metrics a grid reports (each ``[A, B]``; refined ``[A, B, K]``).
+GRID_METRICS = (
+    "mean_queue_length", "mean_response_time", "waiting_probability", "blocking_probability",
+    "p0", "join_rate", "delete_rate", "probe_rate",
+)  # fmt: skip
+
+
+class RefinedGrid(NamedTuple):
+    """The refined mean field on a grid ``loads x ratios`` and a list of ``N`` (host arrays).
+
+    Attributes:
+        loads: ``[A]``; ratios: ``[B]``; n_servers: ``[K]``.
+        mean_field: ``{metric: [A, B]}`` for the metrics of :data:`GRID_METRICS`
+            that apply (``p0`` only with I-queue coordinates).
+        correction: ``{metric: [A, B]}``, the ``1 / N`` coefficients (NaN where
+            ``status`` is not ``CONVERGED`` for every ``N``).
+        refined: ``{metric: [A, B, K]}``, ``mean field + correction / N``
+            (NaN where ``status`` is not ``CONVERGED``).
+        status: ``[A, B, K]`` :class:`~jaxqueue.core.status.Status` codes:
+            ``NOT_DIFFERENTIABLE`` where the policy routes JSQ-like at that
+            ``(r, N)``, else the fixed point's status, or ``NON_FINITE``.
+        tail: ``[A, B, L + 1]`` the mean-field tails; tail_correction: their
+            ``1 / N`` coefficients.
+        newton_iterations: ``[A, B]`` Newton steps of the fixed point.
+    """
+
+    loads: np.ndarray
+    ratios: np.ndarray
+    n_servers: np.ndarray
+    mean_field: dict
+    correction: dict
+    refined: dict
+    status: np.ndarray
+    tail: np.ndarray
+    tail_correction: np.ndarray
+    newton_iterations: np.ndarray
+
+
+def _plane_drift(y, load, ratio, policy, system):
+    x = _embed(y, ratio, policy, system)
+    return _project(meanfield.drift(x, load, ratio, policy, system), policy, system)
+
+
+def _newton(x0, load, ratio, policy, system, tol, max_newton):
+    """Newton (steps clipped to [0, 1]) on the plane drift from ``x0`` (vmappable): ``(x, status, steps)``."""
+    g = functools.partial(_plane_drift, load=load, ratio=ratio, policy=policy, system=system)
+
+    def body(state):
+        it, y, _, _ = state
+        f = g(y)
+        res = jnp.max(jnp.abs(f))
+        dy = jnp.linalg.solve(jax.jacfwd(g)(y), -f)
+        done = res < tol
+        bad = ~jnp.all(jnp.isfinite(dy)) & ~done
+        y = jnp.where(done | bad, y, jnp.clip(y + dy, 0.0, 1.0))
+        status = jnp.where(done, int(Status.CONVERGED),
+                           jnp.where(bad, int(Status.NON_FINITE), int(Status.MAX_ITERATIONS)))
+        return it + jnp.where(done | bad, 0, 1), y, status.astype(jnp.int32), done | bad
+
+    def cond(state):
+        it, _, _, stop = state
+        return (it < max_newton) & ~stop
+
+    y0 = _project(x0, policy, system)
+    init = (jnp.zeros((), jnp.int32), y0, jnp.int32(Status.MAX_ITERATIONS), jnp.bool_(False))
+    it, y, status, _ = jax.lax.while_loop(cond, body, init)
+    return _embed(y, ratio, policy, system), status, it
+
+
+def _closed_form_start(pol, system, loads, ratios):
+    """Fixed points of the untruncated closed form on the grid, as states ``[A, B, L + J]``."""
+    from jaxqueue.theory.closed_forms import _tail
+    from jaxqueue.theory.p0 import iqueue_distribution, solve_p0
+
+    cf = pol.closed_form()
+    lam, r = jnp.broadcast_arrays(loads[:, None], ratios[None, :])
+    s = _tail(cf.family, cf.d, lam, r, system.levels + 1)[..., 1:]
+    if not system.iqueue_levels:
+        return s
+    p0 = solve_p0(lam, r, cf.d).p0
+    law = iqueue_distribution(p0, lam, r, cf.d, jmax=system.iqueue_levels)
+    q = 1.0 - jnp.cumsum(law, axis=-1)[..., :-1]  # Q_j = P(size >= j), j = 1..J
+    return jnp.concatenate([s, q], axis=-1)
+
+
+def _rk4_start(pol, system, loads, ratios, warmup_time=50.0, dt=0.1):
+    """The ODE from the empty system (as :func:`meanfield.fixed_point` starts), ``[A, B, L + J]``."""
+    starts = jnp.asarray(np.stack([meanfield._empty_start(system, float(r)) for r in ratios]))
+    steps = int(math.ceil(warmup_time / dt))
+
+    def one(x0, lam, r):
+        return meanfield._rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)[0]
+
+    per_ratio = jax.vmap(one, in_axes=(0, None, 0))
+    return jax.vmap(per_ratio, in_axes=(None, 0, None))(starts, loads, ratios)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system", "buffer", "max_newton", "chunk"))
+def _grid_core(x0, loads, ratios, policy, system, buffer, tol, max_newton, chunk):
+    lam, r = jnp.broadcast_arrays(loads[:, None], ratios[None, :])
+    flat = (x0.reshape(-1, x0.shape[-1]), lam.reshape(-1), r.reshape(-1))
+
+    def point(args):
+        x_start, load, ratio = args
+        x, status, it = _newton(x_start, load, ratio, policy, system, tol, max_newton)
+        c = _corrections(x, load, ratio, policy, system, with_covariance=False)
+        metrics = _metrics(x, c.state, c.observables, c.observables_correction, load, policy,
+                           system, buffer)  # fmt: skip
+        ok = (status == int(Status.CONVERGED)) & (c.spectral_abscissa < 0)
+        scal = {k: v for k, v in metrics.items() if k in GRID_METRICS}
+        finite = functools.reduce(jnp.logical_and, [jnp.isfinite(b) for _, b in scal.values()])
+        converged = status == int(Status.CONVERGED)
+        status = jnp.where(converged & ~(ok & finite), int(Status.NON_FINITE), status)
+        return ({k: a for k, (a, _) in scal.items()}, {k: b for k, (_, b) in scal.items()},
+                metrics["tail"][0], metrics["tail"][1], status, it)
+
+    out = jax.lax.map(point, flat, batch_size=chunk)
+    shape = lam.shape
+    return jax.tree_util.tree_map(lambda a: a.reshape(shape + a.shape[1:]), out)
+
+
+def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None = None,
+                 buffer: int | None = None, levels: int | None = None,
+                 iqueue_levels: int | None = None, tol: float = 1e-12, max_newton: int = 30,
+                 chunk: int = 64) -> RefinedGrid:  # fmt: skip
+    """The refined mean field on the grid ``loads x ratios``, vmapped (float64).
+
+    One compiled program for the whole grid: per point a Newton solve of the
+    generic fixed point (in the plane of the JIQ conservation law) from the
+    closed form where the policy declares ``pod`` or ``jiq-pod`` and the
+    buffers are infinite, else from the ODE run :func:`meanfield.fixed_point`
+    starts from; then :func:`corrections`. Points run in vmapped chunks of
+    ``chunk`` under :func:`jax.lax.map` (memory grows with ``chunk`` times
+    the outcome grid of the policy's draws). ``N`` enters last: the refined
+    values for every ``N`` of ``n_servers`` come from one correction.
+
+    Args:
+        policy: a policy name or Policy (as for :func:`refined_mean_field`).
+        loads: 1-D ``lambda`` values (``> 0``; ``< 1`` unless ``buffer``).
+        ratios: 1-D ``r`` values for the JIQ family with several dispatchers;
+            ``None`` for policies without I-queues (one column, ``r`` unused).
+        n_servers: the ``N`` values (ints ``>= 1``).
+        d, buffer: as for :func:`refined_mean_field`.
+        levels, iqueue_levels: the truncation, shared by every point (default
+            :data:`meanfield.DEFAULT_LEVELS` or ``buffer``; ``max(30, 4 r + 10)``
+            at the largest ``r``).
+        tol: residual at which Newton stops; max_newton: its step limit.
+        chunk: points per vmapped batch (``>= 1``).
+
+    Returns:
+        :class:`RefinedGrid`.
+
+    Raises:
+        ValueError, TypeError: an argument out of range (named, with its range),
+            before anything is compiled.
+        NotImplementedError: a policy without an occupancy mean field.
+    """
+    loads = np.asarray(loads, np.float64)
+    if loads.ndim != 1 or loads.size == 0:
+        raise ValueError(f"loads must be a non-empty 1-D array, got shape {loads.shape}")
+    for lam in loads:
+        check_load(float(lam), buffer)
+    ns = [n for n in np.atleast_1d(np.asarray(n_servers, dtype=object))]
+    if not ns:
+        raise ValueError("n_servers must hold at least one N")
+    for n in ns:
+        check_int("n_servers", n, 1, MAX_SERVERS)
+    check_int("chunk", chunk, 1, 1 << 20)
+    check_int("max_newton", max_newton, 1, 10_000)
+    if not (isinstance(tol, float) and tol > 0):
+        raise ValueError(f"tol={tol!r} is out of range: need a float > 0")
+    if ratios is None:
+        ratio_list, top = [None], None
+    else:
+        ratio_arr = np.asarray(ratios, np.float64)
+        if ratio_arr.ndim != 1 or ratio_arr.size == 0:
+            raise ValueError(f"ratios must be a non-empty 1-D array, got shape {ratio_arr.shape}")
+        ratio_list = [_check_ratio(float(r), min(ns)) for r in ratio_arr]
+        top = max(ratio_list)
+    pol, system, _, _, _ = _setup(policy, None, top, d, buffer, ns, levels, iqueue_levels)
+    if system.iqueue_levels and ratios is None:
+        raise ValueError(f"ratios is required for {pol.label()} with several dispatchers")
+    if not system.iqueue_levels:
+        ratio_list = [None] if ratios is None else ratio_list
+    kinks = np.array([[pol.mean_field_kink(_finite_system(pol, system, n, r, buffer)) is not None
+                       for n in ns] for r in ratio_list])  # fmt: skip  # [B, K]
+    for r in ratio_list:
+        pol.validate(_finite_system(pol, system, min(ns), r, buffer))
+    limit_kink = pol.mean_field_kink(system) is not None
+    r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r
+                         for r in ratio_list])  # fmt: skip
+    cf = pol.closed_form()
+    with jax.enable_x64(True):
+        lam_j, r_j = jnp.asarray(loads), jnp.asarray(r_values)
+        if cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None:
+            x0 = _closed_form_start(pol, system, lam_j, r_j)
+        else:
+            x0 = _rk4_start(pol, system, lam_j, r_j)
+        mf, corr, tail, dtail, status, its = jax.tree_util.tree_map(
+            np.asarray,
+            _grid_core(x0, lam_j, r_j, pol, system, buffer, jnp.float64(tol), max_newton, chunk),
+        )  # fmt: skip
+    status = np.broadcast_to(status[:, :, None], status.shape + (len(ns),)).copy()
+    if limit_kink:
+        status[:] = int(Status.NOT_DIFFERENTIABLE)
+    status[:, kinks] = int(Status.NOT_DIFFERENTIABLE)
+    good_any = np.any(status == int(Status.CONVERGED), axis=-1)
+    n_arr = np.asarray(ns, np.float64)
+    corr = {k: np.where(good_any, v, np.nan) for k, v in corr.items()}
+    dtail = np.where(good_any[..., None], dtail, np.nan)
+    refined = {k: np.where(status == 0, mf[k][..., None] + corr[k][..., None] / n_arr, np.nan)
+               for k in mf}  # fmt: skip
+    return RefinedGrid(loads, r_values if ratios is not None else np.array([np.nan]),
+                       np.asarray(ns, np.int64), mf, corr, refined, status, tail, dtail, its)
