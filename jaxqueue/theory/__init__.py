@@ -16,6 +16,8 @@ Modules (each depends only on those above it):
   policies' own rules: ``meanfield.fixed_point``, ``meanfield.transient``;
 * :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
   closed form or the generic fixed point from the policy's declarations;
+* :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
+  Houdt): :func:`refined_mean_field`, ``refined.refined_grid``;
 * :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`.
 
 Everything is in units of the mean service time
@@ -40,10 +42,12 @@ from jaxqueue.theory.closed_forms import mean_response_time, tail
 from jaxqueue.theory.design import MaxLoadResult, max_load_for_target
 from jaxqueue.theory.dispatch import mean_field
 from jaxqueue.theory.p0 import P0Solution, iqueue_distribution, p0_grid, solve_p0
+from jaxqueue.theory import refined
+from jaxqueue.theory.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = [
     "solve_p0", "p0_grid", "iqueue_distribution", "P0Solution", "tail", "mean_response_time",
     "mean_field", "MeanFieldResult", "max_load_for_target", "MaxLoadResult", "Status",
-    "meanfield",
+    "meanfield", "refined", "refined_mean_field", "RefinedMeanField",
 ]  # fmt: skip

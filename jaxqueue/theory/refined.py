@@ -403,7 +403,8 @@ class RefinedMeanField:
     Attributes:
         mean_field: the :class:`~jaxqueue.theory.result.MeanFieldResult` of the
             generic fixed point (the model the correction expands; ``None`` if
-            the fixed point failed).
+            the fixed point failed, as it does for JSQ-like routing with a
+            finite buffer and ``lambda >= 1``).
         correction: ``{metric: V}``, the ``1 / N`` coefficient of every metric
             of the result schema (floats, float64 arrays, ``{q: value}`` for
             ``response_quantiles``; ``None`` where the metric does not apply),
@@ -538,13 +539,14 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     kink = pol.mean_field_kink(fsys)
     fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
                                iqueue_levels=system.iqueue_levels or None)  # fmt: skip
-    if fp.status != Status.CONVERGED:
+    converged = fp.status == Status.CONVERGED
+    mf = meanfield.as_result(fp, pol, lam, ratio, buffer=buffer) if converged else None
+    if kink is not None:  # whether or not Newton converged there
+        return RefinedMeanField(mf, None, None, n_servers, Status.NOT_DIFFERENTIABLE, reason=kink)
+    if not converged:
         return RefinedMeanField(None, None, None, n_servers, Status(fp.status),
                                 reason=f"the mean-field fixed point did not converge: "
                                        f"{Status(fp.status).name} (residual {fp.residual:.3g})")  # fmt: skip
-    mf = meanfield.as_result(fp, pol, lam, ratio, buffer=buffer)
-    if kink is not None:
-        return RefinedMeanField(mf, None, None, n_servers, Status.NOT_DIFFERENTIABLE, reason=kink)
     x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
     with jax.enable_x64(True):
         c = corrections(jnp.asarray(x, jnp.float64), jnp.float64(lam), jnp.float64(r or 1.0),
