@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
     p.add_argument("--levels", type=int, default=None,
                    help="largest queue length of the printed tail (default: automatic)")  # fmt: skip
+    p.add_argument("--servers", type=int, default=None,
+                   help="N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)")  # fmt: skip
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("exact", help="exact stationary solution of a small system")
@@ -199,10 +201,53 @@ def _cmd_theory(args) -> int:
     from jaxqueue import theory
     from jaxqueue.core.versions import versions
 
+    if args.servers is not None:
+        # validated (and refused for a policy without an occupancy mean field) before any work
+        if args.z is not None or args.order is not None:
+            raise ValueError("--servers (the refined mean field) takes no --z or --order: it "
+                             "covers the policies with an occupancy mean field")  # fmt: skip
+        rf = theory.refined_mean_field(args.policy, args.load, args.ratio, d=args.d,
+                                       buffer=args.buffer, n_servers=args.servers,
+                                       levels=args.levels)  # fmt: skip
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z, **_order(args),
                            buffer=args.buffer, levels=args.levels)  # fmt: skip
     mf.settings["versions"] = versions()
-    return _emit(mf, args)
+    if args.servers is None:
+        return _emit(mf, args)
+    if rf.refined is not None:
+        rf.refined.settings["versions"] = mf.settings["versions"]
+    if args.json:
+        out = mf.to_dict()
+        extra = rf.to_dict()
+        out["refined"], out["correction"] = extra["refined"], extra["correction"]
+        out["refined_status"] = {"status": extra["status"], "reason": extra["reason"]}
+        print(json.dumps(out))
+        return 0
+    _emit(mf, args)
+    _print_refined(rf)
+    return 0
+
+
+def _print_refined(rf) -> None:
+    print()
+    if rf.refined is None:
+        print(f"refined mean field at N={rf.n_servers}: {rf.status.name}: {rf.reason}")
+        return
+    print(f"refined mean field at N={rf.n_servers}: mean field + V / N "
+          f"(generic fixed point, levels={rf.mean_field.settings['levels']})")  # fmt: skip
+    print(f"  {'metric':24s} {'mean field':>12s} {'V':>12s} {'refined':>12s}")
+    for name, value in rf.refined.scalar_metrics().items():
+        print(f"  {name:24s} {getattr(rf.mean_field, name):12.6f} {rf.correction[name]:12.6f} "
+              f"{value:12.6f}")  # fmt: skip
+    for q, value in sorted(rf.refined.response_quantiles.items()):
+        name = "response p" + format(100 * q, "g")
+        print(f"  {name:24s} {rf.mean_field.response_quantiles[q]:12.6f} "
+              f"{rf.correction['response_quantiles'][q]:12.6f} {value:12.6f}")  # fmt: skip
+    tail = rf.refined.tail
+    upto = int(min(len(tail), max(3, (rf.mean_field.tail > 1e-6).sum() + 1)))
+    for i in range(1, upto):
+        print(f"  {'s_' + str(i):24s} {rf.mean_field.tail[i]:12.6f} {rf.correction['tail'][i]:12.6f} "
+              f"{tail[i]:12.6f}")  # fmt: skip
 
 
 def _cmd_exact(args) -> int:
