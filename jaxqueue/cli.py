@@ -379,6 +379,12 @@ def _cmd_plot(args) -> int:
                 f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, "
                 f"max |diff| / CI {z:.2f}" if z is not None else f"max relative error {100 * rel:.2f}%")
             print(f"  {panel}{line['label']:28s} {line['points']:3d} points  {text}")
+            rrel = line.get("refined_max_relative_error")
+            if rrel is not None:
+                rz = line["refined_max_z"]
+                print(f"  {'':{len(panel)}s}{'  refined mean field at N':28s} {'':10s} max "
+                      f"relative error {100 * rrel:.2f}% at x = {line['refined_at_x']:g}"
+                      + (f", max |diff| / CI {rz:.2f}" if rz is not None else ""))  # fmt: skip
     return 0
 
 

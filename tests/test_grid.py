@@ -99,6 +99,37 @@ def test_cli_sweep_plan_runs_nothing(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_refined_theory_beside_the_mean_field(tmp_path, capsys):
+    from jaxqueue.studies.figures import FigureSpec, figure_series, summarize
+    from jaxqueue.theory import mean_field
+    from jaxqueue.theory.refined import refined_mean_field
+
+    spec = parse_spec(SPEC.format(loads="0.5, 0.7").replace('"mean-field"', '"refined"'))
+    assert run_grid(spec, tmp_path / "r.sqlite", batch_points=2) == 4
+    rows = [r for r in _rows(tmp_path / "r.sqlite") if r["metric"] == "mean_response_time"]
+    assert len(rows) == 4
+    for r in rows:
+        ratio = None if r["policy"] == "pod" else 3.0
+        assert r["theory"] == mean_field(r["policy"], r["load"], ratio).mean_response_time
+        ref = refined_mean_field(r["policy"], r["load"], ratio, n_servers=6)
+        want = None if ref.refined is None else ref.refined.mean_response_time
+        assert r["refined"] == want
+    assert any(r["refined"] is not None for r in rows)
+    fig = FigureSpec(name="t", metrics=("mean_response_time",), x="load")
+    lines = summarize(figure_series(_rows(tmp_path / "r.sqlite"), fig))
+    assert any(line.get("refined_max_relative_error") is not None for line in lines)
+
+
+def test_store_of_another_layout_is_refused(tmp_path):
+    path = tmp_path / "old.sqlite"
+    Store(path, "h", "n", {"jaxqueue": "x"}).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    with pytest.raises(StoreMismatchError, match="table layout 1"):
+        Store(path, "h", "n", {"jaxqueue": "x"})
+
+
+@pytest.mark.slow
 def test_one_compile_for_many_loads(tmp_path):
     loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 12))
     spec = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')

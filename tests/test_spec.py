@@ -410,7 +410,7 @@ ERRORS = [
     ("unknown init", "time = 50", 'time = 50\ninit = "full"  # <-',
      "init='full' is not valid: use one of 'empty', 'mean-field'"),
     ("unknown theory", "time = 50", 'time = 50\ntheory = "exactly"  # <-',
-     "theory='exactly' is not valid: use one of 'mean-field', 'exact', 'none'"),
+     "theory='exactly' is not valid: use one of 'mean-field', 'refined', 'exact', 'none'"),
     ("init needs a mean field", "time = 50", 'time = 50\ninit = "mean-field"  # <-',
      "init='mean-field' needs a mean field, and 'jiq-threshold' has none",
      ('["jiq", "pod"]', '["jiq-threshold"]')),

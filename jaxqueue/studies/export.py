@@ -10,7 +10,8 @@ unchanged. The Dataset puts the grid's axes as dimensions:
   ``iqueue_size`` for ``iqueue_distribution`` and ``quantile`` for
   ``response_quantile``;
 * one data variable per metric (the simulated mean) with ``<metric>_ci95``
-  (95% half-width) and ``<metric>_theory`` beside it; cells of the product of
+  (95% half-width), ``<metric>_theory`` and ``<metric>_refined`` (the
+  1/N-refined mean field, NaN unless the spec asked for it) beside it; cells of the product of
   the axes that the grid does not hold are NaN;
 * a parameter that is constant becomes an attribute; one that follows the
   dimensions becomes a coordinate over them (``dispatchers`` over ``servers``
@@ -110,9 +111,10 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
         if extra:
             g[extra] = g["idx"].astype("float64" if extra == "quantile" else "int64")
         g = g.drop_duplicates(subset=index)
-        cols = g.set_index(index)[["mean", "ci95", "theory"]]
+        cols = g.set_index(index)[["mean", "ci95", "theory", "refined"]]
         cols = cols.rename(columns={"mean": metric, "ci95": f"{metric}_ci95",
-                                    "theory": f"{metric}_theory"})  # fmt: skip
+                                    "theory": f"{metric}_theory",
+                                    "refined": f"{metric}_refined"})  # fmt: skip
         parts.append(xr.Dataset.from_dataframe(cols.astype("float64")))
     ds = xr.merge(parts, join="outer", compat="no_conflicts") if parts else xr.Dataset()
     for key in coords:  # a parameter that follows some dimensions (M from N and r, ...)

@@ -86,7 +86,8 @@ class FigureSpec:
 class Series:
     """One line of a figure: simulated means with 95% half-widths, and theory (NaN: none).
 
-    All arrays are float64 and sorted by ``x``; ``y``, ``ci95`` and ``theory``
+    All arrays are float64 and sorted by ``x``; ``y``, ``ci95``, ``theory`` and
+    ``refined`` (the 1/N-refined mean field, NaN unless the spec asked for it)
     already carry the figure's ``y_scale``.
     """
 
@@ -97,6 +98,11 @@ class Series:
     y: np.ndarray
     ci95: np.ndarray
     theory: np.ndarray
+    refined: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self):
+        if self.refined.size != self.x.size:  # not given: none
+            object.__setattr__(self, "refined", np.full(self.x.size, math.nan))
 
 
 def _evaluate(node, params: dict):
@@ -318,7 +324,7 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         order = np.argsort(xs, kind="stable")
         scale = np.array([fig.scale(m) for m in members])
         col = lambda name: np.array(  # noqa: E731
-            [math.nan if m[name] is None else float(m[name]) for m in members])
+            [math.nan if m.get(name) is None else float(m[name]) for m in members])
         label = " ".join(
             _fmt(v) if p == "policy" else f"{p}={_fmt(v)}"
             for p, v in zip(series_keys, key)
@@ -327,7 +333,8 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         if len(fig.metrics) > 1:
             label = f"{label} {gkey[2]}".strip()
         out.append(Series(panel, label or gkey[2], gkey[2], xs[order], (col("mean") * scale)[order],
-                          (col("ci95") * scale)[order], (col("theory") * scale)[order]))  # fmt: skip
+                          (col("ci95") * scale)[order], (col("theory") * scale)[order],
+                          (col("refined") * scale)[order]))  # fmt: skip
     return out
 
 
@@ -350,18 +357,28 @@ def summarize(series: list[Series]) -> list[dict]:
 
     ``max_relative_error`` is ``max |y - theory| / |theory|`` over the points
     where theory is non-zero; ``max_z`` is ``max |y - theory| / ci95`` (None
-    where no point has theory).
+    where no point has theory). Where the line has refined mean-field values,
+    the same against them as ``refined_max_relative_error``,
+    ``refined_at_x`` and ``refined_max_z``.
     """
     out = []
     for s in series:
-        ok = np.isfinite(s.theory) & np.isfinite(s.y)
-        rel = np.abs(s.y - s.theory)[ok & (s.theory != 0)] / np.abs(s.theory[ok & (s.theory != 0)])
-        zs = np.abs(s.y - s.theory)[ok & (s.ci95 > 0)] / s.ci95[ok & (s.ci95 > 0)]
-        out.append({
-            "panel": s.panel, "label": s.label, "metric": s.metric, "points": int(s.x.size),
-            "with_theory": int(ok.sum()),
-            "max_relative_error": float(rel.max()) if rel.size else None,
-            "at_x": float(s.x[ok & (s.theory != 0)][rel.argmax()]) if rel.size else None,
-            "max_z": float(zs.max()) if zs.size else None,
-        })  # fmt: skip
+        row = {"panel": s.panel, "label": s.label, "metric": s.metric, "points": int(s.x.size)}
+        row.update(_against(s, s.theory, ""))
+        if np.isfinite(s.refined).any():
+            row.update(_against(s, s.refined, "refined_"))
+        out.append(row)
     return out
+
+
+def _against(s: Series, theory: np.ndarray, prefix: str) -> dict:
+    ok = np.isfinite(theory) & np.isfinite(s.y)
+    nz = ok & (theory != 0)
+    rel = np.abs(s.y - theory)[nz] / np.abs(theory[nz])
+    zs = np.abs(s.y - theory)[ok & (s.ci95 > 0)] / s.ci95[ok & (s.ci95 > 0)]
+    return {
+        f"{prefix}with_theory": int(ok.sum()),
+        f"{prefix}max_relative_error": float(rel.max()) if rel.size else None,
+        f"{prefix}at_x": float(s.x[nz][rel.argmax()]) if rel.size else None,
+        f"{prefix}max_z": float(zs.max()) if zs.size else None,
+    }

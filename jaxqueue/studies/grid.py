@@ -175,6 +175,32 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
     return [cache[key] for key in keys]
 
 
+def _refined(points: list[Point], cache: dict) -> list:
+    """The 1/N-refined mean field of each point at its N (a MeanFieldResult), or None.
+
+    None where the policy has no generic mean field (JIQ-Original, JIQ-Threshold)
+    or the refinement is undefined there (JSQ-like routing, where the drift is
+    not differentiable at the fixed point).
+    """
+    from jaxqueue.theory.refined import refined_mean_field
+
+    out = []
+    for point in points:
+        key = ("refined",) + _theory_key(point, "exact")[1:]
+        if key not in cache:
+            pol = make(point.policy, **dict(point.options))
+            value = None
+            if pol.mean_field_kind() in ("generic", "closed-form"):
+                one = pol.single_dispatcher or not pol.uses_iqueues
+                ratio = None if one else point.params()["ratio"]
+                res = refined_mean_field(pol, point.load, ratio, buffer=point.buffer,
+                                         n_servers=point.servers)  # fmt: skip
+                value = res.refined
+            cache[key] = value
+        out.append(cache[key])
+    return out
+
+
 def _theory_value(result, metric: str, index):
     if result is None:
         return None
@@ -190,7 +216,7 @@ def _theory_value(result, metric: str, index):
     return float(value[index]) if index < len(value) else 0.0
 
 
-def _rows(point: Point, point_id: str, spec: GridSpec, res, theory) -> list[dict]:
+def _rows(point: Point, point_id: str, spec: GridSpec, res, theory, refined=None) -> list[dict]:
     params = point.params()
     base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
                                        "alpha", "beta", "d", "z", "order", "buffer")}  # fmt: skip
@@ -201,7 +227,8 @@ def _rows(point: Point, point_id: str, spec: GridSpec, res, theory) -> list[dict
         metric, index = rec["metric"], rec["index"]
         rows.append({"point_id": point_id, **base, "metric": metric, "idx": index,
                      "mean": rec["mean"], "ci95": rec["ci95"],
-                     "theory": _theory_value(theory, metric, index), **run})  # fmt: skip
+                     "theory": _theory_value(theory, metric, index),
+                     "refined": _theory_value(refined, metric, index), **run})  # fmt: skip
     return rows
 
 
@@ -260,8 +287,11 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 wall = time.perf_counter() - t_batch
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = [], []
-                for p, res, th in zip(batch, results, _theory(batch, run.theory, cache)):
-                    rows += _rows(p, ids[p], spec, res, th)
+                kind = "mean-field" if run.theory == "refined" else run.theory
+                refined = (_refined(batch, cache) if run.theory == "refined"
+                           else [None] * len(batch))  # fmt: skip
+                for p, res, th, rf in zip(batch, results, _theory(batch, kind, cache), refined):
+                    rows += _rows(p, ids[p], spec, res, th, rf)
                     committed.append((ids[p], p.params(), wall / len(batch)))
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)

@@ -57,7 +57,8 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
         series: the lines (:func:`~jaxqueue.studies.figures.figure_series`).
         ax: a matplotlib Axes.
         logx, logy: log scales (non-positive values are left out on a log axis).
-        theory: draw the theory lines where the series have theory values.
+        theory: draw the theory lines where the series have theory values (and
+            the refined mean field dashed where they have it).
         title, xlabel, ylabel: texts.
         colors: ``{label: color}`` to keep colours across panels (filled in).
     """
@@ -91,6 +92,14 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
             if th.sum() >= 1:
                 ax.plot(s.x[th], s.theory[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2,
                         ms=12)  # fmt: skip
+            rf = np.isfinite(s.refined) & ((s.refined > 0) if logy else True)
+            if logx:
+                rf &= s.x > 0
+            if rf.sum() >= 1:
+                if logy:
+                    lowest = min(lowest, s.refined[rf].min(initial=np.inf))
+                ax.plot(s.x[rf], s.refined[rf], "--" if rf.sum() > 1 else "x", color=color,
+                        lw=1.0, ms=6)  # fmt: skip
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -110,6 +119,11 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
 
             handles.append(Line2D([], [], color="0.3", lw=1.2))
             labels.append("theory (lines)")
+        if theory and any(np.isfinite(s.refined).any() for s in series):
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], color="0.3", lw=1.0, ls="--"))
+            labels.append("refined mean field at N (dashed)")
         ax.legend(handles, labels, fontsize=7, frameon=False)
     ax.grid(True, which="major", alpha=0.3)
     return ax

@@ -16,7 +16,7 @@
     warmup_time = 50            # or warmup = steps; default 100 time units
     seed = 0
     init = "mean-field"         # "empty" (default) or "mean-field"
-    theory = "mean-field"       # "mean-field" (where the policy has one), "exact" or "none"
+    theory = "mean-field"       # "mean-field" (where the policy has one), "refined", "exact", "none"
     [quick]                     # overrides for --quick: any key of [grid] or [run]
     servers = [100]
     [[figure]]                  # any number; see jaxqueue.studies.figures
@@ -68,7 +68,7 @@ GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
 INITS = ("empty", "mean-field")
-THEORIES = ("mean-field", "exact", "none")
+THEORIES = ("mean-field", "refined", "exact", "none")
 #: The warm-up may be at most this many times the measured part.
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
@@ -172,7 +172,9 @@ class RunSettings:
         warmup: discarded steps per replica, or None (then ``warmup_time``).
         seed: the run's seed; a point's stream comes from :meth:`Point.seed_word`.
         init: ``"empty"`` or ``"mean-field"``.
-        theory: ``"mean-field"``, ``"exact"`` or ``"none"``.
+        theory: ``"mean-field"``, ``"refined"`` (the mean field, and beside it
+            the 1/N-refined mean field at the point's N where the policy has a
+            generic mean field), ``"exact"`` or ``"none"``.
     """
 
     replicas: int
@@ -600,9 +602,10 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
                         seen[point] = lines["policy"]
                         p.check_steps(run, point)
                         points.append(point)
-    if run.theory == "mean-field" and not with_mean_field:
-        p.fail("run", "theory", "theory='mean-field' needs a mean field, and no policy of the "
-               'grid has one; use theory = "none" (a policy without one gets no theory value)')
+    if run.theory in ("mean-field", "refined") and not with_mean_field:
+        p.fail("run", "theory", f"theory={run.theory!r} needs a mean field, and no policy of "
+               'the grid has one; use theory = "none" (a policy without one gets no theory '
+               "value)")  # fmt: skip
     return GridSpec(spec_name, tuple(points), run, text, p.figures())
 
 

@@ -15,8 +15,12 @@ Tables:
 * ``points(point_id, params, batch, wall_seconds)``: one row per committed point;
 * ``results``: one row per point and metric (and index, for vector metrics
   and quantiles), with the point's parameters, the run's settings, the
-  simulated mean and 95% half-width, and the theory value where one exists
-  (:data:`COLUMNS`).
+  simulated mean and 95% half-width, the theory value where one exists, and
+  the 1/N-refined mean field at the point's N where the spec asks for it
+  (``theory = "refined"``; :data:`COLUMNS`).
+
+The layout is versioned (:data:`SCHEMA`, in ``meta``): a store of another
+layout is refused like one of other code versions.
 """
 
 from __future__ import annotations
@@ -27,18 +31,22 @@ import os
 import sqlite3
 from typing import Iterable
 
-__all__ = ["Store", "StoreMismatchError", "COLUMNS"]
+__all__ = ["Store", "StoreMismatchError", "COLUMNS", "SCHEMA"]
+
+#: The layout of the tables; a store written with another is refused.
+SCHEMA = "2"
 
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
     "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
-    "order", "buffer", "metric", "idx", "mean", "ci95", "theory", "replicas", "steps", "warmup", "seed",
+    "order", "buffer", "metric", "idx", "mean", "ci95", "theory", "refined", "replicas", "steps",
+    "warmup", "seed",
 )  # fmt: skip
 _TYPES = {
     "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
     "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
     "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "metric": "TEXT NOT NULL",
-    "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL",
+    "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL", "refined": "REAL",
     "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
 }  # fmt: skip
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
@@ -80,7 +88,7 @@ class Store:
             self._db.execute(
                 f"CREATE TABLE IF NOT EXISTS results ({cols}, PRIMARY KEY (point_id, metric, idx))"
             )
-        want = {"spec_hash": spec_hash, "spec_name": spec_name,
+        want = {"spec_hash": spec_hash, "spec_name": spec_name, "schema": SCHEMA,
                 "versions": json.dumps(versions, sort_keys=True)}  # fmt: skip
         have = dict(self._db.execute("SELECT key, value FROM meta"))
         if not have:
@@ -88,6 +96,12 @@ class Store:
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", sorted(want.items()))
             self._set_text(spec_text)
             return
+        if have.get("schema") != SCHEMA:
+            self.close()
+            raise StoreMismatchError(
+                f"{self.path} has the table layout {have.get('schema', '1')}, this version of "
+                f"jaxqueue writes layout {SCHEMA}: use a new store file"
+            )
         if have.get("spec_hash") != spec_hash:
             self.close()
             raise StoreMismatchError(
