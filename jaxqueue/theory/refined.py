@@ -199,8 +199,8 @@ def _model(y, eps, load, ratio, policy, system):
     """
     x = _embed(y, ratio, policy, system)
     population = (eps, eps * ratio)
-    f = meanfield.drift(x, load, ratio, policy, system, population)
     rt = meanfield.rates(x, policy, system, population)
+    f = meanfield.drift_from_rates(x, load, ratio, rt, system)
     L = system.levels
     idle = x[0] - (x[1] if L >= 2 else 0.0)
     join = idle if policy.uses_iqueues else 0.0
@@ -217,21 +217,8 @@ def _model(y, eps, load, ratio, policy, system):
 # ---------------------------------------------------------------------------
 
 
-def lyapunov(a, q):
-    """``W`` with ``a W + W a^T + q = 0`` (``a`` stable), by Bartels-Stewart.
-
-    ``a = Z T Z^H`` (complex Schur form, ``T`` upper triangular); then
-    ``T Y + Y T^H = -Z^H q Z`` is solved column by column from the last,
-    each column one triangular solve, and ``W = Z Y Z^H``. Jittable and
-    vmappable; ``O(n^3)``. ``jax.scipy.linalg.schur`` is implemented on CPU.
-
-    Args:
-        a: ``[n, n]`` real, with eigenvalues in the open left half-plane.
-        q: ``[n, n]`` real symmetric.
-
-    Returns:
-        ``[n, n]`` real symmetric ``W``.
-    """
+def _lyapunov(a, q):
+    """:func:`lyapunov`, and the eigenvalues of ``a`` (the diagonal of its Schur form)."""
     n = a.shape[-1]
     cdtype = jnp.result_type(a.dtype, jnp.complex64)
     t, z = jax.scipy.linalg.schur(a.astype(cdtype), output="complex")
@@ -247,7 +234,28 @@ def lyapunov(a, q):
 
     y = jax.lax.fori_loop(0, n, column, jnp.zeros((n, n), cdtype))
     w = jnp.real(z @ y @ z.conj().T)
-    return 0.5 * (w + w.T)
+    return 0.5 * (w + w.T), jnp.diagonal(t)
+
+
+def lyapunov(a, q):
+    """``W`` with ``a W + W a^T + q = 0`` (``a`` stable), by Bartels-Stewart.
+
+    ``a = Z T Z^H`` (complex Schur form, ``T`` upper triangular); then
+    ``T Y + Y T^H = -Z^H q Z`` is solved column by column from the last,
+    each column one triangular solve, and ``W = Z Y Z^H``. Jittable and
+    vmappable; ``O(n^3)``. ``jax.scipy.linalg.schur`` is implemented on CPU.
+    (Diagonalising ``a`` instead is cheaper but useless here: the Jacobians
+    of these drifts are far from normal, with eigenvector matrices whose
+    condition number reaches 1e30.)
+
+    Args:
+        a: ``[n, n]`` real, with eigenvalues in the open left half-plane.
+        q: ``[n, n]`` real symmetric.
+
+    Returns:
+        ``[n, n]`` real symmetric ``W``.
+    """
+    return _lyapunov(a, q)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -294,7 +302,7 @@ def _corrections(x, load, ratio, policy, system, with_covariance=True):
     q = jax.vmap(lambda row: _project(row, policy, system))(
         jax.vmap(lambda col: _project(col, policy, system))(q_full).T
     )
-    w = lyapunov(a, q)
+    w, eigenvalues = _lyapunov(a, q)
     eye = jnp.eye(n, dtype=x.dtype)
 
     def second(e, we):  # D^2 F [e, W e]
@@ -306,7 +314,7 @@ def _corrections(x, load, ratio, policy, system, with_covariance=True):
     embed_lin = jax.jacfwd(lambda y: _embed(y, ratio, policy, system))(y0)  # [L + J, n]
     v = embed_lin @ v_plane
     cov = embed_lin @ w @ embed_lin.T if with_covariance else jnp.zeros((0, 0), x.dtype)
-    abscissa = jnp.max(jnp.real(jnp.linalg.eigvals(a)))
+    abscissa = jnp.max(jnp.real(eigenvalues))
     return Corrections(v, cov, value[n:], dobs, jnp.max(jnp.abs(value[:n])), abscissa)
 
 
