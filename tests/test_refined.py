@@ -19,7 +19,6 @@ mean-field allowance (docs/statistics.md) taken one order further.
 """
 
 import json
-import math
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +30,6 @@ from jaxqueue import theory
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.status import Status
 from jaxqueue.exact import solve_exact
-from jaxqueue.policies import make
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import meanfield, refined
 
@@ -173,7 +171,9 @@ def _study(name, load, sizes, *, ratio=None, d=None, buffer=None, levels=None, m
         assert ratio is None or m * ratio == n  # r = N / M fixed along the sizes
         ex = solve_exact(name, load, n, m, d=d, buffer=buffer, **(exact_kw or {}))
         for metric, index in metrics.items():
-            pick = (lambda v: v) if index is None else (lambda v: v[index])  # noqa: E731
+            def pick(v, index=index):
+                return v if index is None else v[index]
+
             e, mf = pick(getattr(ex, metric)), pick(getattr(rf.mean_field, metric))
             v = pick(rf.correction[metric])
             plain[metric].append(abs(e - mf))

@@ -61,7 +61,8 @@ from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "rates", "arrival_law",
+    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "drift_from_rates", "rates",
+    "arrival_law",
     "fixed_point", "transient", "as_result",
 ]  # fmt: skip
 
@@ -226,7 +227,7 @@ def drift(x, load, ratio, policy: Policy, system: System, population=None) -> ja
 
 def drift_from_rates(x, load, ratio, rt: Rates, system: System) -> jax.Array:
     """:func:`drift` given the :class:`Rates` at ``x`` (for callers that need both)."""
-    s, q = _split(x, system)
+    s, _ = _split(x, system)
     L, J = system.levels, system.iqueue_levels
     s_next = jnp.concatenate([s[1:], jnp.zeros((1,), x.dtype)])
     ds = load * rt.level[:L] - (s[1:] - s_next[1:])  # arrivals at level k-1 < L are accepted

@@ -91,7 +91,6 @@ from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, check_int, check_load
 from jaxqueue.policies import Policy
 from jaxqueue.results.estimates import json_number
-from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory import meanfield
 from jaxqueue.theory.result import MeanFieldResult, build
 
