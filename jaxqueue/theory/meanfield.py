@@ -62,8 +62,7 @@ from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
     "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "drift_from_rates", "rates",
-    "arrival_law",
-    "fixed_point", "transient", "as_result",
+    "arrival_law", "fixed_point", "transient", "as_result",
 ]  # fmt: skip
 
 
