@@ -200,6 +200,17 @@ def test_finite_buffer_pod_against_exact():
     _check_orders(sizes, plain, ref)
 
 
+def test_refined_values_at_another_n_are_those_solved_there():
+    one = theory.refined_mean_field("pod", 1.2, d=2, buffer=2, n_servers=8)
+    other = theory.refined_mean_field("pod", 1.2, d=2, buffer=2, n_servers=32)
+    moved = one.at(32)
+    assert moved.mean_response_time == other.refined.mean_response_time
+    np.testing.assert_array_equal(moved.tail, other.refined.tail)
+    assert moved.settings["n_servers"] == 32
+    with pytest.raises(ValueError, match="n_servers=0"):
+        one.at(0)
+
+
 @slow
 def test_pod_against_exact():
     """Pod(2), infinite buffers (the chain truncated at 8 tasks per server)."""

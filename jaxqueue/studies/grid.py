@@ -186,18 +186,18 @@ def _refined(points: list[Point], cache: dict) -> list:
 
     out = []
     for point in points:
-        key = ("refined",) + _theory_key(point, "exact")[1:]
+        # the correction V does not depend on N: one solve per load, ratio and buffer
+        key = ("refined",) + _theory_key(point, "mean-field")[1:]
         if key not in cache:
             pol = make(point.policy, **dict(point.options))
             value = None
             if pol.mean_field_kind() in ("generic", "closed-form"):
                 one = pol.single_dispatcher or not pol.uses_iqueues
                 ratio = None if one else point.params()["ratio"]
-                res = refined_mean_field(pol, point.load, ratio, buffer=point.buffer,
-                                         n_servers=point.servers)  # fmt: skip
-                value = res.refined
+                value = refined_mean_field(pol, point.load, ratio, buffer=point.buffer,
+                                           n_servers=point.servers)  # fmt: skip
             cache[key] = value
-        out.append(cache[key])
+        out.append(None if cache[key] is None else cache[key].at(point.servers))
     return out
 
 

@@ -89,7 +89,7 @@ import numpy as np
 
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, check_int, check_load
-from jaxqueue.policies import Policy
+from jaxqueue.policies import Policy, make
 from jaxqueue.results.estimates import json_number
 from jaxqueue.theory import meanfield
 from jaxqueue.theory.result import MeanFieldResult, build
@@ -438,6 +438,20 @@ class RefinedMeanField:
     reason: str | None = None
     state_correction: np.ndarray | None = None
     covariance: np.ndarray | None = None
+
+    def at(self, n_servers: int) -> MeanFieldResult | None:
+        """The refined values at another ``N``: the correction ``V`` does not depend on N.
+
+        None unless ``status`` is ``CONVERGED``. For the JIQ family the ratio
+        ``r = N / M`` stays the one the correction was computed for.
+        """
+        if self.correction is None:
+            return None
+        check_int("n_servers", n_servers, 1, MAX_SERVERS)
+        mf = self.mean_field
+        pol = make(mf.settings["policy"], **mf.settings["options"])
+        return _refined_result(mf, self.correction, pol, mf.settings["load"],
+                               mf.settings["ratio"], mf.settings["buffer"], n_servers)  # fmt: skip
 
     def to_dict(self) -> dict:
         """JSON-ready: ``refined`` (the keys of the mean field's ``to_dict``),
