@@ -472,6 +472,7 @@ def test_levels_convention_of_the_generic_path():
     assert tuple(mf.response_quantiles) == QUANTILES
 
 
+@pytest.mark.slow
 def test_quantiles_filled_for_many_points_equal_those_of_one_point():
     from jaxqueue.theory.result import fill_quantiles
 
