@@ -35,6 +35,13 @@ def test_reproduces_the_closed_forms(name, d, ratio, levels):
         np.testing.assert_allclose(dist[:10], mf.iqueue_distribution[:10], rtol=0, atol=1e-10)
         # messages from the same rules: deletes per arrival times lambda
         assert abs(0.9 * fp.rates.deletes - mf.delete_rate) < 1e-10
+    # Newton started at the closed form (no ODE run) lands on the same point in a few steps
+    start = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
+    again = meanfield.fixed_point(name, 0.9, ratio, d=d, levels=levels, start=start)
+    assert again.status is Status.CONVERGED and again.iterations <= 3
+    np.testing.assert_allclose(again.tail, fp.tail, rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match="start must have shape"):
+        meanfield.fixed_point(name, 0.9, ratio, d=d, levels=levels, start=start[:-1])
 
 
 @slow

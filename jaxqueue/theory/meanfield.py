@@ -328,7 +328,7 @@ def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
 def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
                 buffer: int | None = None, levels: int | None = None,
                 iqueue_levels: int | None = None, tol: float = 1e-12, warmup_time: float = 50.0,
-                dt: float = 0.1, max_newton: int = 50) -> FixedPoint:  # fmt: skip
+                dt: float = 0.1, max_newton: int = 50, start=None) -> FixedPoint:  # fmt: skip
     """Fixed point of the generic mean field (float64: x64 is switched on for the call).
 
     Args:
@@ -343,17 +343,26 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             ``max(30, 4 r + 10)``); the mass at both bounds is reported.
         tol: residual at which Newton stops.
         warmup_time, dt: the ODE run (RK4) that gives Newton its start.
+        start: ``[s_1..s_L, Q_1..Q_J]`` to start Newton from instead of the
+            ODE run (e.g. a closed form's fixed point); its length must match.
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
     """
     pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
+    dim = system.levels + system.iqueue_levels
+    if start is not None and np.shape(start) != (dim,):
+        raise ValueError(f"start must have shape ({dim},) (levels + iqueue_levels), "
+                         f"got {np.shape(start)}")  # fmt: skip
     with jax.enable_x64(True):
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)
-        x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
-        steps = int(math.ceil(warmup_time / dt))
-        x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
+        if start is None:
+            x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
+            steps = int(math.ceil(warmup_time / dt))
+            x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
+        else:
+            x = jnp.asarray(start, jnp.float64)
         status, it, res = Status.MAX_ITERATIONS, 0, math.inf
         for it in range(1, max_newton + 1):
             f, dx = _newton_step(x, lam, r, pol, system)

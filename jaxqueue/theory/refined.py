@@ -558,8 +558,14 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     fsys = _finite_system(pol, system, n_servers, r, buffer)
     pol.validate(fsys)  # d against N (and M for jiq-sq)
     kink = pol.mean_field_kink(fsys)
+    start = None
+    cf = pol.closed_form()
+    if cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None:
+        with jax.enable_x64(True):  # Newton from the closed form, not from an ODE run
+            start = np.asarray(_closed_form_start(pol, system, jnp.asarray([lam]),
+                                                  jnp.asarray([r or 1.0]))[0, 0])  # fmt: skip
     fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
-                               iqueue_levels=system.iqueue_levels or None)  # fmt: skip
+                               iqueue_levels=system.iqueue_levels or None, start=start)  # fmt: skip
     converged = fp.status == Status.CONVERGED
     mf = meanfield.as_result(fp, pol, lam, ratio, buffer=buffer) if converged else None
     if kink is not None:  # whether or not Newton converged there
