@@ -154,6 +154,7 @@ def test_no_matching_rows_is_an_error(store_path):
         figure_series(rows, spec.figure("tails"))
 
 
+@pytest.mark.slow
 def test_plot_command_writes_every_figure(store_path, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert cli_main(["plot", str(store_path), "-o", str(tmp_path / "all")]) == 0
@@ -190,6 +191,7 @@ def test_plot_functions_take_and_return_axes(store_path):
         plot_figure(rows, spec.figure("T"), Figure().add_subplot())
 
 
+@pytest.mark.slow
 def test_csv_parquet_and_xarray_exports_agree(store_path, tmp_path):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")

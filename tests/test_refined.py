@@ -128,10 +128,11 @@ def test_random_has_no_correction(buffer):
 
 @pytest.mark.parametrize(
     "name, d, ratio, buffer, load, n",
-    [("jsq", None, None, None, 0.9, 50), ("i1f", None, None, None, 0.9, 50),
+    [("jsq", None, None, None, 0.9, 50), pytest.param("i1f", None, None, None, 0.9, 50, marks=slow),
      pytest.param("idle-first", 2, None, None, 0.9, 50, marks=slow),
      pytest.param("jiq-pod", 2, None, 2, 1.2, 50, marks=slow),
-     ("pod", 4, None, 2, 0.9, 4), pytest.param("jsq", None, None, 2, 1.3, 50, marks=slow),
+     pytest.param("pod", 4, None, 2, 0.9, 4, marks=slow),
+     pytest.param("jsq", None, None, 2, 1.3, 50, marks=slow),
      pytest.param("jiq", None, 5.0, None, 0.9, 5, marks=slow)],  # fmt: skip
 )
 def test_jsq_like_routing_has_no_refined_value(name, d, ratio, buffer, load, n):
@@ -193,6 +194,7 @@ def _check_orders(sizes, plain, ref):
         assert slope < -1.5, (metric, slope, r)
 
 
+@slow
 def test_finite_buffer_pod_against_exact():
     """Pod(2) with two places per server, overloaded (lambda = 1.2): blocking is O(1)."""
     sizes = [8, 16, 32]
