@@ -7,8 +7,9 @@ time with a theory value agrees with it within the Student-t tolerance of
 its replicas (family: all such comparisons of the spec, family-wise rate
 0.001) plus an allowance for the theory's own error at finite N: zero where
 the theory is the exact CTMC, and ``MEAN_FIELD_ALLOWANCE / N`` relative to the
-value where it is the mean field (Wang et al. report relative errors of at
-most 3.4% at N = 1000 for T; the mean field's error shrinks like 1/N).
+value where it is the mean field (its error shrinks like 1/N; the largest gap
+between T and the mean field in the full runs of sweeps/README.md, 1.6% at
+N = 500, is 8 / N, and in quick mode no point needs any allowance).
 """
 
 from pathlib import Path
@@ -23,7 +24,7 @@ from jaxqueue.studies.store import Store
 
 SPECS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.toml"))
 #: Relative finite-N error of the mean field allowed at N servers: this / N.
-MEAN_FIELD_ALLOWANCE = 20.0
+MEAN_FIELD_ALLOWANCE = 10.0
 #: Metrics whose theory values are checked.
 CHECKED = ("mean_response_time", "waiting_probability")
 

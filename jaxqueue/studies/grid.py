@@ -191,11 +191,9 @@ def _refined(points: list[Point], cache: dict) -> list:
         if key not in cache:
             pol = make(point.policy, **dict(point.options))
             value = None
-            if pol.mean_field_kind() in ("generic", "closed-form"):
-                one = pol.single_dispatcher or not pol.uses_iqueues
-                ratio = None if one else point.params()["ratio"]
-                value = refined_mean_field(pol, point.load, ratio, buffer=point.buffer,
-                                           n_servers=point.servers)  # fmt: skip
+            if pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
+                value = refined_mean_field(pol, point.load, point.params()["ratio"],
+                                           buffer=point.buffer, n_servers=point.servers)  # fmt: skip
             cache[key] = value
         out.append(None if cache[key] is None else cache[key].at(point.servers))
     return out

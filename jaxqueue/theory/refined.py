@@ -559,8 +559,7 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     pol.validate(fsys)  # d against N (and M for jiq-sq)
     kink = pol.mean_field_kink(fsys)
     start = None
-    cf = pol.closed_form()
-    if cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None:
+    if _closed_form_starts(pol, buffer):
         with jax.enable_x64(True):  # Newton from the closed form, not from an ODE run
             start = np.asarray(_closed_form_start(pol, system, jnp.asarray([lam]),
                                                   jnp.asarray([r or 1.0]))[0, 0])  # fmt: skip
@@ -702,6 +701,12 @@ def _newton(x0, load, ratio, policy, system, tol, max_newton):
     return _embed(y, ratio, policy, system), status, it
 
 
+def _closed_form_starts(pol, buffer) -> bool:
+    """Whether Newton can start at the policy's closed form (Pod or JIQ-Pod, infinite buffers)."""
+    cf = pol.closed_form()
+    return cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None
+
+
 def _closed_form_start(pol, system, loads, ratios):
     """Fixed points of the untruncated closed form on the grid, as states ``[A, B, L + J]``."""
     from jaxqueue.theory.closed_forms import _tail
@@ -824,10 +829,9 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
     limit_kink = pol.mean_field_kink(system) is not None
     r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r
                          for r in ratio_list])  # fmt: skip
-    cf = pol.closed_form()
     with jax.enable_x64(True):
         lam_j, r_j = jnp.asarray(loads), jnp.asarray(r_values)
-        if cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None:
+        if _closed_form_starts(pol, buffer):
             x0 = _closed_form_start(pol, system, lam_j, r_j)
         else:
             x0 = _rk4_start(pol, system, lam_j, r_j)
