@@ -35,14 +35,18 @@ def sweep(
     buffer: int | None = None,
     replicas: int = 32,
     steps: int = 1_000_000,
-    warmup: int | None = None,
+    warmup: int | str | None = None,
     seed: int = 0,
     levels: int | None = None,
     iqueue_levels: int | None = None,
-    init="empty",
+    init="auto",
     on_overflow: str = "raise",
     progress: bool = False,
     devices: Sequence | None = None,
+    interval: str = "auto",
+    batches: int = runner.BATCHES,
+    checkpoint: str | None = None,
+    checkpoint_every: float = 300.0,
 ) -> list[SimulationResult]:
     """Simulate one policy at several loads in one compiled batch.
 
@@ -66,21 +70,41 @@ def sweep(
             blocks of 256; the result records the steps run).
         warmup: discarded uniformized steps per replica before measuring;
             default: 100 units of time at the largest load (see
-            docs/simulation.md on the bias of a short warm-up).
+            docs/simulation.md on the bias of a short warm-up). ``"auto"``
+            starts with the default and, while the warm-up diagnostic of the
+            measured window fails (:mod:`jaxqueue.results.warmup`), turns
+            the window into warm-up and measures a new one, at most
+            :data:`~jaxqueue.sim.runner.MAX_EXTENSIONS` times; the result's
+            ``diagnostics["warmup"]`` says how many and whether it passed.
         seed: the run's integer seed; replica ``i`` of load ``j`` uses the
             stream of global replica ``j * replicas + i``. Runs meant as
             independent trials need different seeds.
         levels: the largest tracked queue length (infinite buffers); default
             from the mean-field tail of the largest load.
         iqueue_levels: largest tracked I-queue size (JIQ family, ``M > 1``).
-        init: ``"empty"``, ``"mean-field"`` (start at the mean-field
-            occupancy, where a mean field exists) or an occupancy array.
+        init: ``"auto"`` (default: the mean-field occupancy where the policy
+            has a mean field, else empty), ``"empty"``, ``"mean-field"`` or an
+            occupancy array.
         on_overflow: ``"raise"`` (default) fails the run with advice if a
             queue or I-queue passes its bound; ``"report"`` returns the
             result with the ``overflow`` counts in its diagnostics.
         progress: print progress at chunk boundaries to stderr.
         devices: devices to spread replicas over (default: all of the default
             backend's devices).
+        interval: how the 95% intervals are made: ``"replicas"`` (across
+            replicas), ``"batch-means"`` (from each replica's ``batches``
+            batch means; see :func:`jaxqueue.results.simulation.batch_means`)
+            or ``"auto"`` (default: batch means with at most
+            :data:`~jaxqueue.sim.runner.BATCH_MEANS_REPLICAS` replicas).
+        batches: batches of the measured window (default 20; fewer when the
+            window has fewer blocks of 256 steps); they also feed the warm-up
+            diagnostic.
+        checkpoint: a file to save the run to, every ``checkpoint_every``
+            seconds (0: at every chunk) and at its end. If it exists and was
+            written by a run with the same settings, the run resumes from it
+            (bit for bit the result of an uninterrupted run); if its settings
+            or version differ, :class:`~jaxqueue.sim.runner.CheckpointMismatch`.
+        checkpoint_every: seconds of running between checkpoints.
 
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
@@ -89,8 +113,10 @@ def sweep(
         policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
+        interval=interval, batches=batches,
     )  # fmt: skip
-    return runner.run(p, progress=progress)
+    return runner.run(p, progress=progress, checkpoint=checkpoint,
+                      checkpoint_every=checkpoint_every)  # fmt: skip
 
 
 def simulate(

@@ -26,6 +26,15 @@ def _loads(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"--loads needs comma-separated numbers, got {text!r}")
 
 
+def _warmup(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--warmup needs a number of steps or 'auto', got {text!r}")
+
+
 def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
     if many:
         p.add_argument("--policies", default="jiq,jiq-pod,pod",
@@ -44,12 +53,23 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
     p.add_argument("--steps", type=int, default=1_000_000,
                    help="measured uniformized steps per replica")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=None,
-                   help="discarded warm-up steps per replica (default: 100 time units)")  # fmt: skip
+    p.add_argument("--warmup", type=_warmup, default=None,
+                   help="discarded warm-up steps per replica (default: 100 time units), or "
+                        "'auto': extend it while the warm-up diagnostic fails")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
     p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
-    p.add_argument("--init", default="empty", choices=("empty", "mean-field"))
+    p.add_argument("--init", default="auto", choices=("auto", "empty", "mean-field"),
+                   help="start (default auto: the mean-field occupancy where one exists)")
+    p.add_argument("--interval", default="auto", choices=("auto", "replicas", "batch-means"),
+                   help="95%% intervals across replicas or from batch means (default auto: "
+                        "batch means with at most 10 replicas)")  # fmt: skip
+    p.add_argument("--batches", type=int, default=20, help="batches of the measured window")
+    p.add_argument("--checkpoint", default=None,
+                   help="save the run to this file and resume from it when it exists and "
+                        "matches (a run stopped part-way resumes where it was saved)")  # fmt: skip
+    p.add_argument("--checkpoint-every", type=float, default=300.0,
+                   help="seconds between checkpoints (default 300; 0: every chunk)")
     p.add_argument("--progress", action="store_true", help="progress on stderr")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -60,9 +80,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="simulate one policy at one load")
     _add_policy(p)
-    p.add_argument("--servers", type=int, required=True, help="N")
+    p.add_argument("--servers", type=int, required=True, help="N (up to 2**31 - 1)")
     p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
-    p.add_argument("--load", type=float, required=True, help="lambda")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--load", type=float, help="lambda")
+    load.add_argument("--alpha", type=float,
+                      help="heavy traffic: lambda = 1 - N**(-alpha) (Liu and Ying)")
     _add_run(p)
 
     p = sub.add_parser("theory", help="mean-field prediction for one policy")
@@ -177,7 +200,24 @@ def _emit(res, args) -> int:
         ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
         title = f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
     _print_result(res, title)
+    if res.source == "simulation":
+        _print_run_diagnostics(res.diagnostics)
     return 0
+
+
+def _print_run_diagnostics(diag: dict) -> None:
+    if diag.get("interval") == "batch-means":
+        widened = " (widened: batches correlated)" if diag.get("widened") else ""
+        print(f"  intervals from {diag['batches']} batch means per replica, lag-1 correlation "
+              f"{diag['lag1_correlation']:.3f}{widened}")  # fmt: skip
+    w = diag.get("warmup_diagnostic")
+    if w:
+        verdict = {True: "passed", False: "FAILED", None: "too few batches to judge"}[w["passed"]]
+        drift = "" if w["half_drift"] is None else (
+            f", half drift {w['half_drift']:.4g} ± {w['half_drift_ci99']:.2g} (99%)")
+        extended = f", warm-up extended {w['extensions']} times" if w["extensions"] else ""
+        print(f"  warm-up {w['warmup']} steps: diagnostic {verdict} (MSER truncation "
+              f"{w['mser_truncation']} of {w['batches']} batches{drift}){extended}")
 
 
 def _order(args) -> dict:
@@ -188,11 +228,17 @@ def _order(args) -> dict:
 def _cmd_simulate(args) -> int:
     from jaxqueue.api import simulate
 
+    from jaxqueue.core.system import heavy_traffic_load
+
+    load = args.load
+    if args.alpha is not None:
+        load = heavy_traffic_load(args.servers, args.alpha)
     res = simulate(
-        args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
+        args.policy, load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
         buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
         seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
-        init=args.init, progress=args.progress,
+        init=args.init, progress=args.progress, interval=args.interval, batches=args.batches,
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
     )  # fmt: skip
     return _emit(res, args)
 

@@ -83,7 +83,7 @@ def test_sweep_returns_one_result_per_load():
         (dict(n_dispatchers=0), "n_dispatchers=0 is out of range"),
         (dict(n_dispatchers=9), "n_dispatchers=9 is out of range"),
         (dict(n_servers=0), "n_servers=0 is out of range"),
-        (dict(n_servers=2**24), "n_servers=16777216 is out of range"),
+        (dict(n_servers=2**31), "n_servers=2147483648 is out of range"),
         (dict(replicas=0), "replicas=0 is out of range"),
         (dict(steps=0), "steps=0 is out of range"),
         (dict(warmup=-1), "warmup=-1 is out of range"),

@@ -17,7 +17,7 @@ from jaxqueue.core.system import System
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
 from jaxqueue.sim.initial import initial_counts
-from jaxqueue.sim.state import State, core_from_counts, n_words, zero_stats
+from jaxqueue.sim.state import core_from_counts, n_words
 from jaxqueue.sim.step import step
 
 # One small system per policy; shapes shared across tests to keep compiles few.
@@ -100,7 +100,7 @@ def test_finite_buffer_blocks_and_never_overflows():
 
 def _run(policy, replicas_ids, n_blocks=2, devices=None):
     system = _system(policy)
-    one = State(_start(policy, system), zero_stats(system, policy))
+    one = _start(policy, system)
     r = len(replicas_ids)
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (r,) + x.shape), one)
     keys = replica_keys(11, np.asarray(replicas_ids))
@@ -111,7 +111,7 @@ def _run(policy, replicas_ids, n_blocks=2, devices=None):
         sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
         state, keys, load = jax.device_put((state, keys, load), sh)
     out = run_blocks(
-        state, keys, jnp.int32(0), jnp.int32(n_blocks), load,
+        state, keys, jnp.zeros(2, jnp.uint32), jnp.int32(n_blocks), load,
         system=system, policy=policy, mesh=mesh,
     )
     return jax.tree.map(np.asarray, out)
@@ -145,6 +145,9 @@ def test_same_key_same_result_and_chunking_invariance():
 
 def test_overflow_is_reported_not_clipped():
     kw = dict(n_servers=1, load=0.9, replicas=4, steps=16 * BLOCK, warmup=0, levels=3)
+    with pytest.raises(ValueError, match="mean-field start .* puts 0.656 servers past levels=3"):
+        jq.simulate("random", **kw)
+    kw["init"] = "empty"
     with pytest.raises(jq.LevelOverflowError, match="levels=3"):
         jq.simulate("random", **kw)
     res = jq.simulate("random", on_overflow="report", **kw)
@@ -174,21 +177,24 @@ def test_runs_with_the_same_shapes_do_not_recompile():
 
 
 def test_plan_state_and_next_block_are_an_exact_checkpoint():
-    """Any split of a run into advance() calls, across the warm-up boundary, gives the same result."""
+    """Any split of a run into advance() calls, across the warm-up boundary and the
+    batch boundaries, with the state leaving the devices in between, gives the same result."""
     p = runner.plan("jiq-pod", [0.7, 0.8], 20, 4, replicas=3, steps=5 * BLOCK, warmup=3 * BLOCK,
-                    levels=12, iqueue_levels=12, seed=4)  # fmt: skip
-    whole = runner.collect(p, runner.advance(p, runner.initial_state(p), 0, p.total_blocks))
-    state = runner.initial_state(p)
-    for first, count in ((0, 2), (2, 1), (3, 0), (3, 4), (7, 1)):  # 3 is the warm-up boundary
-        state = runner.advance(p, state, first, count)
+                    levels=12, iqueue_levels=12, seed=4, init="empty")  # fmt: skip
+    whole = runner.Run.start(p).advance().results()
+    run = runner.Run.start(p)
+    for count in (2, 1, 0, 4, 1):  # block 3 is the warm-up's end
+        run.advance(count)
         # a checkpoint: the state leaves the devices and comes back
-        state = jax.device_put(jax.tree.map(np.asarray, state), runner.placement(p)[1])
-    split = runner.collect(p, state)
+        run.core = jax.device_put(jax.tree.map(np.asarray, run.core), runner.placement(p)[1])
+    assert run.done and run.block == p.total_blocks
+    split = run.results()
     for a, b in zip(whole, split):
         np.testing.assert_array_equal(a.tail.mean, b.tail.mean)
+        np.testing.assert_array_equal(a.tail.ci95, b.tail.ci95)
         assert a.mean_response_time == b.mean_response_time and a.p0 == b.p0
-    with pytest.raises(ValueError, match="n_blocks=9 is out of range"):
-        runner.advance(p, state, 0, 9)
+    with pytest.raises(ValueError, match="n_blocks=-1 is out of range"):
+        run.advance(-1)
 
 
 PER_SERVER_CASES = [(name, opts) for name in PER_SERVER

@@ -71,17 +71,28 @@ def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     return jax.random.key_data(keys)
 
 
-def block_keys(replica_key: jax.Array, block: jax.Array) -> jax.Array:
+def block_keys(replica_key: jax.Array, block: jax.Array, block_hi: jax.Array | None = None) -> jax.Array:
     """The 64-bit key (two uint32 words) of one replica's block.
 
     Args:
         replica_key: uint32 ``(2,)``, the replica's key data (:func:`replica_keys`).
-        block: int scalar, the block's index from the start of the run.
+        block: int scalar, the block's index from the start of the run, or its
+            low 32 bits (as uint32) when ``block_hi`` is given.
+        block_hi: optional uint32 scalar, the high 32 bits of the block's index.
+            Blocks below ``2**32`` (``block_hi = 0``) draw from
+            ``fold_in(replica key, block)``; later ones from
+            ``fold_in(fold_in(replica key, low), high)``, so a run has no
+            ceiling on its length and no block's words repeat another's.
 
     Returns:
         uint32 array of shape ``(2,)``.
     """
     k = jax.random.fold_in(jax.random.wrap_key_data(replica_key), block)
+    if block_hi is not None:
+        later = jax.random.fold_in(k, block_hi)
+        k = jax.random.wrap_key_data(
+            jnp.where(block_hi == 0, jax.random.key_data(k), jax.random.key_data(later))
+        )
     return jax.random.bits(k, (2,), jnp.uint32)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jaxqueue.core.rng import BLOCK
 
 __all__ = [
     "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
@@ -44,11 +43,13 @@ def steps_per_time_unit(n_servers: int, load: float) -> float:
     """Uniformized steps per unit of time: ``N * (lambda + mu)``."""
     return n_servers * event_rate(load)
 
-#: Per-replica step counters are int32.
-MAX_STEPS = 2**31 - 1
+#: Steps per replica: the host totals are int64 and the block index has 64
+#: bits, so this is a guard against typing mistakes, not a ceiling of the engine.
+MAX_STEPS = 2**62
 
-#: Block time sums are exact int32 sums of up to BLOCK * N server counts.
-MAX_SERVERS = (2**31 - 1) // BLOCK
+#: Servers: the state holds counts of servers in int32 and draws a server
+#: index exactly below ``2**31`` (:func:`jaxqueue.core.rng.uniform_index`).
+MAX_SERVERS = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)

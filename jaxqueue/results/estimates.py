@@ -9,6 +9,7 @@ value use :func:`jaxqueue.results.stats.tolerance`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from typing import Any
@@ -20,9 +21,10 @@ from jaxqueue.results.stats import student_t_quantile
 __all__ = ["Estimate", "estimate", "t_quantile_975", "json_number"]
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile_975(dof: int) -> float:
     """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (NaN for ``dof < 1``)."""
-    return student_t_quantile(0.975, dof) if dof >= 1 else math.nan
+    return student_t_quantile(0.975, int(dof)) if dof >= 1 else math.nan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,16 +11,17 @@ Erlang mixture (:mod:`jaxqueue.results.response`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import ClassVar
 
 import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE, event_rate
-from jaxqueue.results.estimates import estimate
+from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["SimulationResult", "from_stats"]
+__all__ = ["SimulationResult", "from_stats", "metric_samples", "batch_means"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,69 +33,180 @@ class SimulationResult(Result):
     ``replicas``, ``steps`` and ``warmup`` (and in time units), ``seed``, the
     start, the devices, the wall time and the versions. ``diagnostics`` holds
     ``overflow`` (arrivals that found a queue at the level bound; 0 for a
-    valid run with infinite buffers) and ``iq_overflow`` (idle servers that
-    found their I-queue at its bound).
+    valid run with infinite buffers), ``iq_overflow`` (idle servers that
+    found their I-queue at its bound), ``interval`` (``"replicas"`` or
+    ``"batch-means"``, with ``batches``, ``lag1_correlation`` and
+    ``widened`` for the latter) and ``warmup_diagnostic`` (the diagnostic of
+    :mod:`jaxqueue.results.warmup`).
     """
 
     source: ClassVar[str] = "simulation"
 
 
 def _occupancy(tail: np.ndarray) -> np.ndarray:
-    return tail - np.concatenate([tail[:, 1:], np.zeros_like(tail[:, :1])], axis=1)
+    return tail - np.concatenate([tail[..., 1:], np.zeros_like(tail[..., :1])], axis=-1)
 
 
-def from_stats(stats: dict, load: np.ndarray, policy, single_dispatcher: bool,
-               settings: dict) -> SimulationResult:  # fmt: skip
-    """Turn per-replica running sums (numpy, leading replica axis) into a result.
+def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool) -> dict:
+    """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
-        stats: the fields of :class:`jaxqueue.sim.state.Stats` as numpy arrays.
+        sums: a window's sums with a leading sample axis
+            (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
+            (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
+        load: float ``(S,)``, each sample's lambda.
+        policy, single_dispatcher: as in :func:`from_stats`.
+
+    Returns:
+        ``{metric: float64 array}`` with the sample axis first (metrics that
+        do not apply are left out); ``response_quantiles`` is ``(S, Q)``.
+    """
+    steps = np.asarray(sums["steps"], np.float64)
+    tail = sums["tail"] / steps[:, None]
+    seen = np.asarray(sums["seen"], np.float64)
+    accepted = seen.sum(axis=1)
+    arrivals = np.asarray(sums["arrivals"], np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seen_dist = seen / accepted[:, None]
+        out = {
+            "tail": tail,
+            "occupancy": _occupancy(tail),
+            "mean_queue_length": tail[:, 1:].sum(axis=1),
+            "mean_response_time": erlang_mixture_mean(seen) / SERVICE_RATE,
+            "waiting_probability": 1.0 - seen_dist[:, 0],
+            "blocking_probability": sums["blocked"] / arrivals,
+            "arrival_seen": seen_dist,
+            "response_quantiles": erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE,
+        }
+        # messages per server per unit time: count / (N * time), time = steps / (N (lambda + mu))
+        per_time = event_rate(load) / steps
+        out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
+                   probe_rate=sums["probes"] * per_time)  # fmt: skip
+        if policy.uses_iqueues:
+            iq_tail = sums["iq"] / steps[:, None]
+            out["p0"] = 1.0 - iq_tail[:, 1]
+            if not single_dispatcher:
+                out["iqueue_distribution"] = _occupancy(iq_tail)
+        if policy.stale_picks:
+            out["stale_fraction"] = sums["stale"] / arrivals
+    return out
+
+
+def batch_means(whole: np.ndarray, batches: np.ndarray):
+    """An Estimate from each replica's whole window and its batch means.
+
+    The point estimate is the mean over replicas of their whole-window value.
+    Its variance comes from the ``R B`` batch values of ``R`` replicas of
+    ``B`` batches taken as one sample: ``s^2`` is their variance about the
+    grand mean over ``R B - 1`` degrees of freedom, and the half-width is
+    ``t_0.975(R B - 1) * s / sqrt(R B)``. With one replica this is the
+    classical batch-means interval; with several it combines the spread
+    within replicas with the spread between them (replicas that disagree
+    more than their batches do widen it). ``lag1`` is the lag-1 correlation
+    of consecutive batches within the replicas, about the grand mean. Where it exceeds
+    ``2 / sqrt(R B)`` (about twice its standard error when batches are
+    independent), the batches are too short to be independent and the
+    half-width is widened by ``sqrt((1 + lag1) / (1 - lag1))`` (the variance
+    factor of an AR(1) series; ``lag1`` capped at 0.9).
+
+    Args:
+        whole: ``(R, ...)`` each replica's value over its whole window.
+        batches: ``(R, B, ...)`` each replica's value over each batch.
+
+    Returns:
+        ``(Estimate, lag1, widened)``; the Estimate's ``n`` is ``R B``,
+        so :func:`~jaxqueue.results.stats.tolerance` uses the right degrees of freedom.
+    """
+    x = np.asarray(batches, np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(np.asarray(whole, np.float64), axis=0)
+        dev = x - np.nanmean(x, axis=(0, 1))
+        count = (~np.isnan(x)).sum(axis=(0, 1))
+        dof = count - 1
+        ss = np.nansum(dev**2, axis=(0, 1))
+        lag1 = np.nansum(dev[:, :-1] * dev[:, 1:], axis=(0, 1)) / ss
+        se = np.sqrt(ss / dof / count)
+        widened = np.nan_to_num(lag1) > 2.0 / np.sqrt(np.maximum(count, 1))
+        rho = np.clip(np.nan_to_num(lag1), 0.0, 0.9)
+        factor = np.where(widened, np.sqrt((1.0 + rho) / (1.0 - rho)), 1.0)
+        tq = np.vectorize(t_quantile_975)(np.maximum(dof, 0))
+        half = np.where(dof >= 1, tq * se * factor, np.nan)
+    n = dof + 1
+    if np.ndim(mean) == 0:
+        return Estimate(float(mean), float(half), int(n)), float(lag1), bool(widened)
+    n = int(n.flat[0]) if np.all(n == n.flat[0]) else np.asarray(n)
+    return Estimate(np.asarray(mean), np.asarray(half), n), lag1, widened
+
+
+def _estimates(whole: dict, batches: dict | None):
+    """``{metric: Estimate}``, across replicas or from batch means, and the batch diagnostics."""
+    out, diag = {}, None
+    for name, x in whole.items():
+        if batches is None:
+            est = estimate(x)
+        else:
+            est, lag1, widened = batch_means(x, batches[name])
+            if name == "mean_queue_length":
+                diag = {"batches": int(batches[name].shape[1]), "lag1_correlation": lag1,
+                        "widened": widened}  # fmt: skip
+        out[name] = est
+    return out, diag
+
+
+def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
+               settings: dict, *, batches: dict | None = None,
+               diagnostics: dict | None = None) -> SimulationResult:  # fmt: skip
+    """Turn per-replica window sums (numpy, leading replica axis) into a result.
+
+    Args:
+        sums: the window's sums (:meth:`jaxqueue.sim.totals.Totals.sums`).
         load: float ``(R,)`` the replicas' lambda.
         policy: the Policy simulated (which metrics apply comes from it).
         single_dispatcher: only ``p0`` is measured of the I-queues (exchangeable
             policies with ``M = 1``, whose one I-queue holds every idle server).
         settings: recorded with the result.
+        batches: ``None`` (intervals across replicas), or the sums of each
+            replica's batches with axes ``(R, B, ...)``: intervals from batch
+            means (:func:`batch_means`), recorded in the diagnostics as
+            ``interval = "batch-means"`` with ``batches`` and ``lag1_correlation``.
+        diagnostics: more diagnostics to record (the warm-up diagnostic).
     """
-    steps = stats["steps"].astype(np.float64)
-    tail = (stats["tail_sum"].astype(np.float64) - stats["tail_comp"]) / steps[:, None]
-    seen = stats["seen"].astype(np.float64)
-    accepted = seen.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        seen_dist = seen / accepted[:, None]
-        mean_t = erlang_mixture_mean(seen) / SERVICE_RATE
-        wait = 1.0 - seen_dist[:, 0]
-        blocking = stats["blocked"] / stats["arrivals"].astype(np.float64)
-    # messages per server per unit time: count / (N * time), time = steps / (N (lambda + mu))
-    per_time = event_rate(load) / steps
-    qvals = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE  # (R, Q)
-    quantiles = {q: estimate(qvals[:, j]) for j, q in enumerate(QUANTILES)}
-    p0 = iq_dist = None
-    if policy.uses_iqueues:
-        iq_tail = (stats["iq_sum"].astype(np.float64) - stats["iq_comp"]) / steps[:, None]
-        p0 = estimate(1.0 - iq_tail[:, 1])
-        if not single_dispatcher:
-            iq_dist = estimate(_occupancy(iq_tail))
-    stale = None
-    if policy.stale_picks:
-        stale = estimate(stats["stale"] / stats["arrivals"].astype(np.float64))
+    whole = metric_samples(sums, load, policy, single_dispatcher)
+    per_batch = None
+    if batches is not None:
+        r, b = np.shape(batches["steps"])[:2]
+        flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in batches.items()}
+        per = metric_samples(flat, np.repeat(load, b), policy, single_dispatcher)
+        per_batch = {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
+    est, batch_diag = _estimates(whole, per_batch)
+    qe = est.pop("response_quantiles")
+    qn = np.broadcast_to(np.asarray(qe.n), (len(QUANTILES),))
+    quantiles = {q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
+                 for j, q in enumerate(QUANTILES)}  # fmt: skip
+    diag = {
+        "overflow": int(np.sum(sums["overflow"])),
+        "iq_overflow": int(np.sum(sums["iq_overflow"])),
+        "interval": "replicas" if batches is None else "batch-means",
+    }
+    if batch_diag is not None:
+        diag.update(batch_diag)
+    diag.update(diagnostics or {})
     return SimulationResult(
-        tail=estimate(tail),
-        occupancy=estimate(_occupancy(tail)),
-        mean_queue_length=estimate(tail[:, 1:].sum(axis=1)),
-        mean_response_time=estimate(mean_t),
-        waiting_probability=estimate(wait),
-        blocking_probability=estimate(blocking),
+        tail=est["tail"],
+        occupancy=est["occupancy"],
+        mean_queue_length=est["mean_queue_length"],
+        mean_response_time=est["mean_response_time"],
+        waiting_probability=est["waiting_probability"],
+        blocking_probability=est["blocking_probability"],
         response_quantiles=quantiles,
-        arrival_seen=estimate(seen_dist),
-        p0=p0,
-        iqueue_distribution=iq_dist,
-        join_rate=estimate(stats["joins"] * per_time),
-        delete_rate=estimate(stats["deletes"] * per_time),
-        probe_rate=estimate(stats["probes"] * per_time),
-        stale_fraction=stale,
+        arrival_seen=est["arrival_seen"],
+        p0=est.get("p0"),
+        iqueue_distribution=est.get("iqueue_distribution"),
+        join_rate=est["join_rate"],
+        delete_rate=est["delete_rate"],
+        probe_rate=est["probe_rate"],
+        stale_fraction=est.get("stale_fraction"),
         settings=settings,
-        diagnostics={
-            "overflow": int(stats["overflow"].sum()),
-            "iq_overflow": int(stats["iq_overflow"].sum()),
-        },
+        diagnostics=diag,
     )

@@ -1,8 +1,10 @@
 """Blocks of uniformized steps for a batch of replicas, with on-device accumulation.
 
-Estimators are accumulated on the device: exact int32 sums inside a block of
-:data:`~jaxqueue.core.rng.BLOCK` steps, then Kahan-compensated float32 sums
-across blocks, so time averages stay accurate over 10^9 steps.
+Estimators are accumulated on the device in exact 32-bit integer arithmetic:
+a chunk of blocks returns its sums (:class:`~jaxqueue.sim.state.Stats`), and
+the runner adds them into exact 64-bit totals on the host
+(:mod:`jaxqueue.sim.totals`). Nothing is rounded or wraps, whatever ``N``
+(up to ``2**31 - 1``) and however long the run.
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from jaxqueue.core.rng import BLOCK, block_keys, step_words
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
-from jaxqueue.sim.state import Core, State, Stats, n_words
+from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
 from jaxqueue.sim.step import step
 
-__all__ = ["run_blocks", "advance_blocks"]
+__all__ = ["run_blocks", "advance_blocks", "max_chunk_blocks", "max_per_step", "block_words"]
 
 
 def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
@@ -32,20 +35,42 @@ def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
     return core.iq_tail
 
 
-def _kahan(total, comp, x):
-    y = x - comp
-    t = total + y
-    return t, (t - total) - y
+def _add64(lo: jax.Array, hi: jax.Array, x: jax.Array):
+    """Add a non-negative int32 ``x`` to the 64-bit sum ``(hi, lo)`` of uint32 words."""
+    xu = x.astype(jnp.uint32)
+    lo = lo + xu
+    return lo, hi + (lo < xu).astype(jnp.uint32)
 
 
-def _block(state: State, replica_key, block, load, system: System, policy: Policy) -> State:
-    """Run one block of BLOCK steps for one replica."""
-    bkey = block_keys(replica_key, block)
+def block_words(block: int) -> np.ndarray:
+    """A block index (a Python int below ``2**64``) as uint32 ``[low, high]`` words."""
+    if not 0 <= block < 2**64:
+        raise ValueError(f"block={block} is out of range: need 0 <= block < 2**64")
+    return np.array([block & 0xFFFFFFFF, block >> 32], np.uint32)
+
+
+def max_per_step(policy: Policy) -> int:
+    """A bound on what one step adds to any counter (probes: ``d`` to route, ``d`` to join)."""
+    opts = [v for v in policy.options().values() if isinstance(v, int) and not isinstance(v, bool)]
+    return 2 + 2 * max(opts + [1])
+
+
+def max_chunk_blocks(system: System, policy: Policy) -> int:
+    """The most blocks one call may run without any int32 chunk sum wrapping.
+
+    A block adds at most ``BLOCK * (BLOCK + 1) / 2`` to an entry of
+    ``tail_delta`` or ``iq_delta`` and ``BLOCK * max_per_step`` to a counter.
+    """
+    by_delta = (2**31 - 1) // (BLOCK * (BLOCK + 1) // 2)
+    return min(by_delta, (2**31 - 1) // (BLOCK * max_per_step(policy)))
+
+
+def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, system: System,
+           policy: Policy):  # fmt: skip
+    """Run one block of BLOCK steps for one replica; add its sums to ``stats``."""
+    bkey = block_keys(replica_key, block_lo, block_hi)
     nw = n_words(system, policy)
-    iq0 = _iq_view(state.core, system, policy)
-    counters = (
-        "arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes", "stale",
-    )  # fmt: skip
+    iq0 = _iq_view(core, system, policy)
 
     # Time sums over the block by changes: a server moving at step t counts in
     # the BLOCK - t post-step states left, so sum_t tail_t = BLOCK * tail_0 +
@@ -55,7 +80,7 @@ def _block(state: State, replica_key, block, load, system: System, policy: Polic
     def body(carry, t):
         core, acc_tail, acc_iq, seen, cnt = carry
         core, ev = step(core, step_words(bkey, t, nw), load, system, policy)
-        cnt = tuple(c + ev[name] for c, name in zip(cnt, counters))
+        cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         left = BLOCK - t
         acc_tail = acc_tail.at[ev["up"]].add(left, mode="drop")
         acc_tail = acc_tail.at[ev["down"]].add(-left, mode="drop")
@@ -67,64 +92,68 @@ def _block(state: State, replica_key, block, load, system: System, policy: Polic
         seen = seen.at[ev["seen"]].add(1, mode="drop")
         return (core, acc_tail, acc_iq, seen, cnt), None
 
-    zeros = tuple(jnp.int32(0) for _ in counters)
-    acc_iq0 = BLOCK * iq0 if by_changes else jnp.zeros_like(iq0)
-    carry0 = (state.core, BLOCK * state.core.tail, acc_iq0,
-              jnp.zeros_like(state.stats.seen), zeros)  # fmt: skip
-    (core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
+    zeros = tuple(jnp.int32(0) for _ in COUNTERS)
+    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), jnp.zeros_like(stats.seen),
+              zeros)  # fmt: skip
+    (new_core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
-    s = state.stats
-    tail_sum, tail_comp = _kahan(
-        s.tail_sum, s.tail_comp, acc_tail.astype(jnp.float32) / system.n_servers
-    )
-    iq_norm = system.n_dispatchers
-    iq_sum, iq_comp = _kahan(s.iq_sum, s.iq_comp, acc_iq.astype(jnp.float32) / iq_norm)
-    updates = {name: getattr(s, name) + c for name, c in zip(counters, cnt)}
-    stats = Stats(
-        tail_sum=tail_sum, tail_comp=tail_comp, iq_sum=iq_sum, iq_comp=iq_comp,
-        seen=s.seen + seen, steps=s.steps + BLOCK, **updates,
+    tail_lo, tail_hi = _add64(stats.tail_lo, stats.tail_hi, core.tail)
+    iq_lo, iq_hi = stats.iq_lo, stats.iq_hi
+    if by_changes:
+        iq_lo, iq_hi = _add64(iq_lo, iq_hi, iq0)
+    updates = {name: getattr(stats, name) + c for name, c in zip(COUNTERS, cnt)}
+    return new_core, Stats(
+        tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,
+        iq_lo=iq_lo, iq_hi=iq_hi, iq_delta=stats.iq_delta + acc_iq,
+        seen=stats.seen + seen, steps=stats.steps + BLOCK, **updates,
     )  # fmt: skip
-    return State(core, stats)
 
 
 def advance_blocks(
-    state: State,
+    core: Core,
     keys: jax.Array,
     first_block: jax.Array,
     n_blocks: jax.Array,
     load: jax.Array,
     system: System,
     policy: Policy,
-) -> State:
+):
     """Advance a batch of replicas by ``n_blocks`` blocks of BLOCK steps.
 
     Args:
-        state: batched State (leading replica axis ``R``).
+        core: batched Core (leading replica axis ``R``).
         keys: uint32 ``(R, 2)``, each replica's key data
             (:func:`jaxqueue.core.rng.replica_keys`; keys by position).
-        first_block: int32 scalar, index of the first block to run.
-        n_blocks: int32 scalar (traced: any count without recompiling).
+        first_block: uint32 ``(2,)``, the low and high words of the index of
+            the first block to run (a run has no ceiling on its length).
+        n_blocks: int32 scalar (traced: any count without recompiling), at
+            most :func:`max_chunk_blocks`.
         load: float32 ``(R,)``, each replica's ``lambda``.
         system, policy: static.
 
     Returns:
-        The advanced batched State.
+        ``(core, stats)``: the advanced batched Core and the batched
+        :class:`~jaxqueue.sim.state.Stats` of these blocks.
     """
+    zero = zero_stats(system, policy)
+    stats = jax.tree.map(lambda x: jnp.zeros((load.shape[0],) + x.shape, x.dtype), zero)
+    batched = jax.vmap(
+        lambda c, s, k, lam, lo, hi: _block(c, s, k, lo, hi, lam, system, policy),
+        in_axes=(0, 0, 0, 0, None, None),
+    )
+    lo0, hi0 = first_block[0], first_block[1]
 
-    def one(state, replica_key, load, block):
-        return _block(state, replica_key, block, load, system, policy)
+    def body(i, carry):
+        lo = lo0 + i.astype(jnp.uint32)
+        hi = hi0 + (lo < lo0).astype(jnp.uint32)
+        return batched(*carry, keys, load, lo, hi)
 
-    batched = jax.vmap(one, in_axes=(0, 0, 0, None))
-
-    def body(i, state):
-        return batched(state, keys, load, first_block + i)
-
-    return jax.lax.fori_loop(0, n_blocks, body, state)
+    return jax.lax.fori_loop(0, n_blocks, body, (core, stats))
 
 
-@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("state",))
-def run_blocks(state, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
+@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("core",))
+def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
     """:func:`advance_blocks`, jit-compiled and spread over a mesh.
 
     With a ``mesh`` (axis ``"replica"``), each device advances its own shard
@@ -134,8 +163,8 @@ def run_blocks(state, keys, first_block, n_blocks, load, *, system, policy, mesh
     """
     run = functools.partial(advance_blocks, system=system, policy=policy)
     if mesh is None or mesh.size == 1:
-        return run(state, keys, first_block, n_blocks, load)
+        return run(core, keys, first_block, n_blocks, load)
     spec, rep = PartitionSpec("replica"), PartitionSpec()
     return jax.shard_map(
         run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
-    )(state, keys, first_block, n_blocks, load)
+    )(core, keys, first_block, n_blocks, load)

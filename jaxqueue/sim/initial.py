@@ -33,7 +33,15 @@ def initial_counts(init, system: System, policy: Policy, load: float):
                     f"({policy.no_mean_field}); start 'empty' or pass an occupancy array"
                 )
             mf = mean_field(policy, load, system.ratio, buffer=system.buffer)
-            return initial_counts(np.asarray(mf.occupancy, np.float64), system, policy, load)
+            occ = np.asarray(mf.occupancy, np.float64)
+            beyond = occ[levels + 1 :].sum() * n
+            if beyond >= 0.5:
+                raise ValueError(
+                    f"the mean-field start (init='auto' or 'mean-field') puts {beyond:.3g} "
+                    f"servers past levels={levels} at load={load}; raise levels or pass "
+                    "init='empty'"
+                )
+            return initial_counts(occ, system, policy, load)
         else:
             raise ValueError(f"init={init!r} is not valid: use 'empty', 'mean-field' or an array")
     else:

@@ -1,22 +1,29 @@
-"""The simulation runner: plan, initial state, advance, collect.
-
-A run is split so that ``(plan, state, next block)`` is an exact checkpoint:
+"""The simulation runner: plan, run, checkpoint, collect.
 
 * :func:`plan` checks every argument (before anything compiles) and fixes the
   static configuration: the policy, the :class:`~jaxqueue.core.system.System`,
-  the loads, the replicas, the warm-up and measured blocks, the seed, the start;
-* :func:`initial_state` builds the batched state of all replicas of all loads,
-  sharded over the devices;
-* :func:`advance` runs blocks ``[first_block, first_block + n_blocks)`` in
-  chunks of about half a second (the chunk boundary is where progress,
-  overflow checks and, later, checkpoints live). Keys are by position (replica
-  ``i`` block ``b`` draws from ``fold_in(fold_in(key, i), b)``; see
-  :func:`jaxqueue.core.rng.replica_keys` for grid points) and the running
-  sums are reset exactly when block ``warmup_blocks`` starts, so any split of
-  the blocks into calls gives the same result;
-* :func:`collect` turns the running sums into one result per load.
+  the loads, the replicas, the warm-up and measured blocks, the batches of the
+  measured window, the seed, the start;
+* a :class:`Run` holds the replicas' Markov state (on the devices), the exact
+  host totals of the measured window (:mod:`jaxqueue.sim.totals`), the batch
+  records and the next block. It advances in chunks of about half a second
+  (the chunk boundary is where progress, overflow checks and checkpoints
+  live). Keys are by position (replica ``i`` block ``b`` draws from
+  ``fold_in(fold_in(key, i), b)``; see :func:`jaxqueue.core.rng.replica_keys`
+  for grid points) and every sum is an exact integer, so a run cut into any
+  chunks, stopped and resumed from a checkpoint, or spread over any number
+  of devices gives the same result, bit for bit;
+* :meth:`Run.results` turns the totals into one result per load.
 
-:func:`run` does all four; :func:`jaxqueue.simulate` and :func:`jaxqueue.sweep`
+The measured window is cut into ``batches`` batches (:attr:`Plan.batch_edges`).
+Each batch's mean queue length feeds the warm-up diagnostic
+(:mod:`jaxqueue.results.warmup`); with few replicas (``interval="auto"``
+and at most :data:`BATCH_MEANS_REPLICAS`) each batch's sums are kept and the
+intervals come from batch means. With ``warmup="auto"``, a window whose
+diagnostic fails becomes warm-up and a new window is measured, at most
+``max_extensions`` times.
+
+:func:`run` does it all; :func:`jaxqueue.simulate` and :func:`jaxqueue.sweep`
 are built on it.
 """
 
@@ -24,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
+import os
 import sys
 import time
 from typing import Sequence
@@ -38,22 +47,42 @@ from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
     steps_per_time_unit,
 )  # fmt: skip
-from jaxqueue.core.versions import versions
+from jaxqueue.core.versions import __version__, versions
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
-from jaxqueue.sim.blocks import run_blocks
+from jaxqueue.results.warmup import diagnose
+from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, required_levels
 from jaxqueue.sim.initial import initial_counts
-from jaxqueue.sim.state import State, init, zero_stats
+from jaxqueue.sim.per_server import Lists
+from jaxqueue.sim.state import Core, core_from_counts, iq_width
+from jaxqueue.sim.totals import Totals
 
 __all__ = [
-    "Plan", "plan", "initial_state", "advance", "collect", "run", "placement", "LevelOverflowError",
+    "Plan", "plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch",
+    "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS",
 ]  # fmt: skip
+
+#: Batches of the measured window (fewer when the window has fewer blocks).
+BATCHES = 20
+
+#: ``interval="auto"`` takes batch means at this many replicas per load or fewer.
+BATCH_MEANS_REPLICAS = 10
+
+#: ``warmup="auto"``: the most measured windows that may be turned into warm-up.
+MAX_EXTENSIONS = 4
+
+#: Version of the checkpoint file layout.
+CHECKPOINT_FORMAT = 1
 
 
 class LevelOverflowError(RuntimeError):
     """A queue or an I-queue passed its tracked bound; the run is not valid."""
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint file was written by a run with other settings or another version."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +105,12 @@ class Plan:
             stream word per load: its replicas ``0 .. replicas - 1`` draw from
             ``fold_in(fold_in(key, word), i)``, which does not depend on the
             other loads of the batch or their order (grid points).
+        batches: batches of the measured window (:attr:`batch_edges`).
+        interval: ``"replicas"`` (intervals across replicas) or
+            ``"batch-means"``.
+        warmup_auto: ``warmup="auto"``: a window whose warm-up diagnostic
+            fails becomes warm-up, at most ``max_extensions`` times.
+        max_extensions: see ``warmup_auto``.
     """
 
     policy: Policy
@@ -89,11 +124,35 @@ class Plan:
     on_overflow: str = "raise"
     devices: tuple = ()
     streams: tuple | None = None
+    batches: int = 1
+    interval: str = "replicas"
+    warmup_auto: bool = False
+    max_extensions: int = 0
+
+    @property
+    def batch_edges(self) -> tuple:
+        """Block offsets of the batch boundaries within the window, ``0 .. measure_blocks``."""
+        b, m = self.batches, self.measure_blocks
+        return tuple((i * m) // b for i in range(b + 1))
 
     @property
     def total_blocks(self) -> int:
-        """Blocks from the start to the end of the run."""
+        """Blocks from the start to the end of the run (without warm-up extensions)."""
         return self.warmup_blocks + self.measure_blocks
+
+    def fingerprint(self) -> dict:
+        """Everything that fixes the run's result (what a checkpoint must match)."""
+        system = dataclasses.asdict(self.system)
+        return {
+            "jaxqueue": __version__, "format": CHECKPOINT_FORMAT, "block": BLOCK,
+            "policy": self.policy.name, "options": self.policy.options(), "system": system,
+            "loads": [float(x).hex() for x in self.loads], "replicas": self.replicas,
+            "warmup_blocks": self.warmup_blocks, "measure_blocks": self.measure_blocks,
+            "seed": self.seed, "init": self.init if isinstance(self.init, str) else
+            [float(x).hex() for x in self.init], "streams": list(self.streams or []) or None,
+            "batches": self.batches, "interval": self.interval,
+            "warmup_auto": self.warmup_auto, "max_extensions": self.max_extensions,
+        }  # fmt: skip
 
     @property
     def n_replicas(self) -> int:
@@ -124,14 +183,16 @@ def plan(
     buffer: int | None = None,
     replicas: int = 32,
     steps: int = 1_000_000,
-    warmup: int | None = None,
+    warmup: int | str | None = None,
     seed: int = 0,
     levels: int | None = None,
     iqueue_levels: int | None = None,
-    init="empty",
+    init="auto",
     on_overflow: str = "raise",
     devices: Sequence | None = None,
     streams: Sequence[int] | None = None,
+    interval: str = "auto",
+    batches: int = BATCHES,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -150,16 +211,35 @@ def plan(
     if on_overflow not in ("raise", "report"):
         raise ValueError(f"on_overflow={on_overflow!r} is not valid: use 'raise' or 'report'")
     lmax = max(loads)
-    if warmup is None:
+    auto_warmup = isinstance(warmup, str)
+    if auto_warmup and warmup != "auto":
+        raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
+    if warmup is None or auto_warmup:
         warmup = int(math.ceil(DEFAULT_WARMUP_TIME * steps_per_time_unit(n_servers, lmax)))
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
-    if (measure_blocks + warm_blocks) * BLOCK > MAX_STEPS:
+    extensions = MAX_EXTENSIONS if auto_warmup else 0
+    if (measure_blocks * (1 + extensions) + warm_blocks) * BLOCK > MAX_STEPS:
         raise ValueError(
-            f"steps + warmup = {steps + warmup} is out of range: need at most {MAX_STEPS} "
-            "per replica; run more replicas instead"
+            f"steps + warmup = {steps + warmup} (with warm-up extensions) is out of range: "
+            f"need at most {MAX_STEPS} per replica"
         )
+    if interval not in ("auto", "replicas", "batch-means"):
+        raise ValueError(
+            f"interval={interval!r} is not valid: use 'auto', 'replicas' or 'batch-means'"
+        )
+    check_int("batches", batches, 1, 10**4)
+    n_batches = min(batches, measure_blocks)
+    if interval == "auto":
+        interval = "batch-means" if replicas <= BATCH_MEANS_REPLICAS else "replicas"
+    if interval == "batch-means" and n_batches < 2:
+        if replicas < 2:
+            raise ValueError(
+                f"steps={steps} is one block of {BLOCK} steps: an interval needs at least "
+                f"2 batches (steps >= {2 * BLOCK}) or at least 2 replicas"
+            )
+        interval = "replicas"
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {seed!r}")
     # the policy's options first: the level bounds below may solve (and compile) the mean field
@@ -169,9 +249,15 @@ def plan(
                     _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels, min(loads)))  # fmt: skip
     pol.validate(system)
     if isinstance(init, str):
-        if init not in ("empty", "mean-field"):
-            raise ValueError(f"init={init!r} is not valid: use 'empty', 'mean-field' or an array")
+        if init not in ("auto", "empty", "mean-field"):
+            raise ValueError(
+                f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array"
+            )
         start = init
+        if init == "auto":
+            kind = pol.mean_field_kind()
+            has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
+            start = "mean-field" if has else "empty"
     else:
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
         if np.ndim(init) != 1:
@@ -185,7 +271,8 @@ def plan(
             )
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
-                start, on_overflow, devs, streams)  # fmt: skip
+                start, on_overflow, devs, streams, n_batches, interval, auto_warmup,
+                extensions)  # fmt: skip
 
 
 def _levels(pol, n, m, buffer, levels, lmax) -> int:
@@ -232,76 +319,292 @@ def placement(p: Plan):
     return mesh, sharded, jax.device_put(keys, sharded), loads
 
 
-def initial_state(p: Plan) -> State:
-    """The batched State of every replica (leading axis ``padded``), sharded over the devices.
+def _initial_core(p: Plan) -> Core:
+    """The batched Core of every replica (leading axis ``padded``), on the host.
 
     Each load's replicas start from that load's initial state.
     """
-    init_arg = p.init if isinstance(p.init, str) else np.asarray(p.init)
-    starts = [init(*initial_counts(init_arg, p.system, p.policy, lam), p.system, p.policy)
-              for lam in p.loads]  # fmt: skip
+    starts = []
+    for lam in p.loads:
+        init_arg = p.init if isinstance(p.init, str) else np.asarray(p.init)
+        counts = initial_counts(init_arg, p.system, p.policy, lam)
+        starts.append(core_from_counts(*counts, p.system, p.policy))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
-    state = jax.tree.map(lambda *xs: jnp.stack(xs)[group], *starts)
-    return jax.device_put(state, placement(p)[1])
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
 
 
-def _reset_stats(p: Plan, state: State) -> State:
-    """Zero the running sums at the end of the warm-up, keeping the overflow counts."""
-    zero = zero_stats(p.system, p.policy)
-    stats = jax.tree.map(lambda x: jnp.broadcast_to(x, (p.padded,) + x.shape), zero)
-    stats = stats._replace(overflow=state.stats.overflow, iq_overflow=state.stats.iq_overflow)
-    return State(state.core, jax.device_put(stats, placement(p)[1]))
+class Run:
+    """A run in progress: the replicas' state, the exact totals of the window, the next block.
 
-
-def advance(p: Plan, state: State, first_block: int, n_blocks: int, *,
-            progress: bool = False) -> State:  # fmt: skip
-    """Run blocks ``[first_block, first_block + n_blocks)`` of the plan on ``state``.
-
-    The running sums are zeroed as block ``p.warmup_blocks`` starts. Raises
-    :class:`LevelOverflowError` at the first chunk that overflowed when the
-    plan says ``on_overflow="raise"``. ``state`` is consumed (its buffers are
-    donated to the result).
+    Create one with :meth:`start` or :meth:`resume`, advance it with
+    :meth:`advance` or :meth:`finish`, read it with :meth:`results`.
     """
-    check_int("first_block", first_block, 0, p.total_blocks)
-    check_int("n_blocks", n_blocks, 0, p.total_blocks - first_block)
-    end = first_block + n_blocks
-    mesh, _, keys, loads = placement(p)
-    at = first_block
-    while at < end:
-        if at == p.warmup_blocks:
-            state = _reset_stats(p, state)
-        stop = min(p.warmup_blocks, end) if at < p.warmup_blocks else end
-        phase = "warm-up" if at < p.warmup_blocks else "measure"
-        state = _run_chunks(p, state, keys, loads, mesh, at, stop, phase, progress)
-        at = stop
-    return state
+
+    def __init__(self, p: Plan, core: Core):
+        self.plan = p
+        self.core = jax.device_put(core, placement(p)[1])
+        self.block = 0  # the next block to run
+        self.extensions = 0  # measured windows turned into warm-up
+        self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, whole run
+        self.done = False
+        self.diagnostics: list[dict] = []  # per load, set when the window ends
+        self._reset_window()
+        self.wall = 0.0
+
+    @classmethod
+    def start(cls, p: Plan) -> "Run":
+        """A run at its first block, every replica at its initial state."""
+        return cls(p, _initial_core(p))
+
+    # -- the timeline --------------------------------------------------------
+
+    @property
+    def warmup_end(self) -> int:
+        """The block where the current window starts."""
+        return self.plan.warmup_blocks + self.extensions * self.plan.measure_blocks
+
+    @property
+    def end(self) -> int:
+        """The block where the current window ends."""
+        return self.warmup_end + self.plan.measure_blocks
+
+    def _reset_window(self) -> None:
+        p = self.plan
+        width = iq_width(p.system, p.policy)
+        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
+                                   p.system.n_dispatchers)  # fmt: skip
+        self.mark = self.totals.copy()  # the totals at the last batch boundary
+        self.batch_queue: list[np.ndarray] = []  # (R,) mean queue length of each batch
+        self.batch_sums: list[dict] = []  # each batch's sums (batch means only)
+
+    def _next_stop(self) -> int:
+        if self.block < self.warmup_end:
+            return self.warmup_end
+        edges = [self.warmup_end + e for e in self.plan.batch_edges]
+        return next(e for e in edges if e > self.block)
+
+    # -- advancing -----------------------------------------------------------
+
+    def advance(self, n_blocks: int | None = None, *, progress: bool = False,
+                checkpoint: str | None = None, checkpoint_every: float = 300.0) -> "Run":  # fmt: skip
+        """Run ``n_blocks`` more blocks (default: to the end), in chunks.
+
+        Raises :class:`LevelOverflowError` at the first chunk that overflowed
+        when the plan says ``on_overflow="raise"``. With ``checkpoint``, the
+        run is saved there every ``checkpoint_every`` seconds of running (0:
+        at every chunk) and when it ends.
+        """
+        p = self.plan
+        limit = math.inf if n_blocks is None else self.block + n_blocks
+        if n_blocks is not None:
+            check_int("n_blocks", n_blocks, 0, 2**62)
+        mesh, _, keys, loads = placement(p)
+        cap = max_chunk_blocks(p.system, p.policy)
+        chunk, saved = 1, time.perf_counter()
+        while not self.done and self.block < limit:
+            boundary = self._next_stop()
+            stop = min(boundary, limit)
+            n = int(min(chunk, stop - self.block, cap))
+            t0 = time.perf_counter()
+            self.core, stats = run_blocks(
+                self.core, keys, jnp.asarray(block_words(self.block)), jnp.int32(n), loads,
+                system=p.system, policy=p.policy, mesh=mesh,
+            )  # fmt: skip
+            host = {k: np.asarray(v)[: p.n_replicas] for k, v in stats._asdict().items()}
+            dt = time.perf_counter() - t0
+            self.wall += dt
+            self.overflow += np.stack([host["overflow"], host["iq_overflow"]], axis=1)
+            if self.block >= self.warmup_end:
+                self.totals.add(host)
+            self.block += n
+            if self.overflow.any() and p.on_overflow == "raise":
+                raise LevelOverflowError(_overflow_advice(self.overflow.sum(axis=0), p))
+            if self.block == boundary:
+                self._boundary()
+            if progress:
+                rate = n * BLOCK * p.padded / max(dt, 1e-9)
+                phase = "measure" if self.block > self.warmup_end else "warm-up"
+                print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
+                      f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
+            now = time.perf_counter()
+            if checkpoint is not None and (self.done or now - saved >= checkpoint_every):
+                self.save(checkpoint)
+                saved = now
+                if progress:
+                    print(f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
+                          file=sys.stderr, flush=True)  # fmt: skip
+            if dt > 0:  # aim for chunks of about half a second
+                chunk = max(1, min(4 * chunk, int(chunk * 0.5 / dt) or 1))
+        return self
+
+    def _boundary(self) -> None:
+        """Bookkeeping at a warm-up end or a batch boundary (``self.block`` is on it)."""
+        p = self.plan
+        if self.block == self.warmup_end:
+            self._reset_window()
+            return
+        window = self.totals.sums(since=self.mark)
+        self.batch_queue.append(window["tail"][:, 1:].sum(axis=1) / window["steps"])
+        if p.interval == "batch-means":
+            self.batch_sums.append(window)
+        self.mark = self.totals.copy()
+        if self.block < self.end:
+            return
+        self.diagnostics = self._diagnose()
+        failed = any(d["passed"] is False for d in self.diagnostics)
+        if p.warmup_auto and failed and self.extensions < p.max_extensions:
+            self.extensions += 1  # the window becomes warm-up; measure a new one
+            self._reset_window()
+        else:
+            self.done = True
+
+    def _diagnose(self) -> list[dict]:
+        p = self.plan
+        series = np.stack(self.batch_queue, axis=1)  # (R, B)
+        out = []
+        for j in range(len(p.loads)):
+            sl = slice(j * p.replicas, (j + 1) * p.replicas)
+            diag = diagnose(series[sl].mean(axis=0))
+            diag.update(auto=p.warmup_auto, extensions=self.extensions,
+                        warmup=self.warmup_end * BLOCK)  # fmt: skip
+            out.append(diag)
+        return out
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def save(self, path: str) -> None:
+        """Write the run to ``path`` (an npz file, replaced atomically)."""
+        p = self.plan
+        arrays = {f"core/{k}": np.asarray(v)[: p.n_replicas]
+                  for k, v in _core_fields(self.core).items()}  # fmt: skip
+        for name, totals in (("totals", self.totals), ("mark", self.mark)):
+            arrays.update({f"{name}/{k}": v for k, v in totals.arrays.items()})
+        arrays["overflow"] = self.overflow
+        if self.batch_queue:
+            arrays["batch_queue"] = np.stack(self.batch_queue, axis=1)
+        for i, window in enumerate(self.batch_sums):
+            arrays.update({f"batch/{i}/{k}": v for k, v in window.items()})
+        meta = {"fingerprint": p.fingerprint(), "block": self.block,
+                "extensions": self.extensions,
+                "done": self.done, "diagnostics": self.diagnostics,
+                "batches_done": len(self.batch_queue), "wall": self.wall}  # fmt: skip
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+
+    @classmethod
+    def resume(cls, p: Plan, path: str) -> "Run":
+        """The run saved at ``path``, which must have been written under the same plan.
+
+        Raises:
+            CheckpointMismatch: the file was written by a run with other
+                settings, or by another version of jaxqueue.
+        """
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(arrays.pop("meta").tobytes().decode())
+        theirs, ours = meta["fingerprint"], json.loads(json.dumps(p.fingerprint()))
+        if theirs != ours:
+            keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            detail = ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in keys)
+            raise CheckpointMismatch(
+                f"checkpoint {path} was written by another run ({detail}); delete it or "
+                "give another path"
+            )
+        core = _core_from_fields(
+            {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p
+        )
+        run = cls(p, core)
+        run.block, run.extensions = meta["block"], meta["extensions"]
+        run.overflow = arrays["overflow"]
+        run.done, run.diagnostics, run.wall = meta["done"], meta["diagnostics"], meta["wall"]
+        for name in ("totals", "mark"):
+            getattr(run, name).arrays = {k[len(name) + 1 :]: v for k, v in arrays.items()
+                                         if k.startswith(name + "/")}  # fmt: skip
+        if meta["batches_done"]:
+            run.batch_queue = list(arrays["batch_queue"].T)
+        if p.interval == "batch-means":
+            run.batch_sums = [
+                {k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith(f"batch/{i}/")}
+                for i in range(meta["batches_done"])
+            ]
+        return run
+
+    # -- results ---------------------------------------------------------------
+
+    def results(self, wall_seconds: float | None = None) -> list[SimulationResult]:
+        """One :class:`~jaxqueue.results.simulation.SimulationResult` per load."""
+        p = self.plan
+        if not self.done:
+            raise RuntimeError(f"the run is at block {self.block} of {self.end}: not finished")
+        sums = self.totals.sums()
+        sums["overflow"], sums["iq_overflow"] = self.overflow[:, 0], self.overflow[:, 1]
+        batches = None
+        if p.interval == "batch-means":
+            batches = {k: np.stack([w[k] for w in self.batch_sums], axis=1)
+                       for k in self.batch_sums[0]}  # fmt: skip
+        load_vec = p.load_vector()
+        system, pol = p.system, p.policy
+        recorded = versions()
+        results = []
+        for j, lam in enumerate(p.loads):
+            sl = slice(j * p.replicas, (j + 1) * p.replicas)
+            per_time = steps_per_time_unit(system.n_servers, lam)
+            warm = self.warmup_end
+            settings = {
+                "policy": pol.name,
+                "policy_label": pol.label(),
+                "options": pol.options(),
+                "n_servers": system.n_servers,
+                "n_dispatchers": system.n_dispatchers,
+                "ratio": system.ratio,
+                "load": lam,
+                "buffer": system.buffer,
+                "levels": system.levels,
+                "iqueue_levels": system.iqueue_levels,
+                "replicas": p.replicas,
+                "steps": p.measure_blocks * BLOCK,
+                "warmup": warm * BLOCK,
+                "time_measured": p.measure_blocks * BLOCK / per_time,
+                "time_warmup": warm * BLOCK / per_time,
+                "seed": p.seed,
+                "init": p.init if isinstance(p.init, str) else "array",
+                "interval": p.interval,
+                "batches": p.batches,
+                "devices": len(p.devices),
+                "platform": p.devices[0].platform,
+                "wall_seconds": wall_seconds,
+                "versions": dict(recorded),
+            }
+            part = {k: v[sl] for k, v in sums.items()}
+            single = system.n_dispatchers == 1 and not pol.per_server
+            bpart = None if batches is None else {k: v[sl] for k, v in batches.items()}
+            results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
+                                      settings, batches=bpart,
+                                      diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
+        return results
 
 
-def _run_chunks(p, state, keys, loads, mesh, start, stop, phase, progress):
-    done, chunk = start, 1
-    t_start = time.perf_counter()
-    while done < stop:
-        n = min(chunk, stop - done)
-        t0 = time.perf_counter()
-        state = run_blocks(state, keys, jnp.int32(done), jnp.int32(n), loads,
-                           system=p.system, policy=p.policy, mesh=mesh)  # fmt: skip
-        over = int(jnp.sum(state.stats.overflow)) + int(jnp.sum(state.stats.iq_overflow))
-        dt = time.perf_counter() - t0
-        done += n
-        if over and p.on_overflow == "raise":
-            raise LevelOverflowError(_overflow_advice(state, p))
-        if progress:
-            rate = (done - start) * BLOCK * p.padded / max(time.perf_counter() - t_start, 1e-9)
-            print(f"[jaxqueue] {p.policy.label()} {phase}: block {done}/{p.total_blocks} "
-                  f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
-        if dt > 0:  # aim for chunks of about half a second
-            chunk = max(1, min(4 * chunk, int(chunk * 0.5 / dt) or 1))
-    return state
+def _core_fields(core: Core) -> dict:
+    out = {"tail": core.tail, "iq_tail": core.iq_tail, "iq_listed": core.iq_listed}
+    if core.lists is not None:
+        out.update({f"lists.{k}": v for k, v in core.lists._asdict().items()})
+    return out
 
 
-def _overflow_advice(state: State, p: Plan) -> str:
-    over = int(jnp.sum(state.stats.overflow))
-    iq_over = int(jnp.sum(state.stats.iq_overflow))
+def _core_from_fields(fields: dict, p: Plan) -> Core:
+    group = np.minimum(np.arange(p.padded), p.n_replicas - 1)  # padding repeats the last replica
+    pad = {k: np.asarray(v)[group] for k, v in fields.items()}
+    lists = None
+    if "lists.q" in pad:
+        lists = Lists(*(pad[f"lists.{k}"] for k in Lists._fields))
+    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists)
+
+
+def _overflow_advice(overflow, p: Plan) -> str:
+    over, iq_over = int(overflow[0]), int(overflow[1])
     system, parts = p.system, []
     if over:
         parts.append(
@@ -316,48 +619,19 @@ def _overflow_advice(state: State, p: Plan) -> str:
     return "; ".join(parts) + " (or pass on_overflow='report' to keep the counts in the result)"
 
 
-def collect(p: Plan, state: State, wall_seconds: float | None = None) -> list[SimulationResult]:
-    """One :class:`~jaxqueue.results.simulation.SimulationResult` per load, from the running sums."""
-    host = {name: np.asarray(v)[: p.n_replicas] for name, v in state.stats._asdict().items()}
-    load_vec = p.load_vector()
-    system, pol = p.system, p.policy
-    recorded = versions()
-    results = []
-    for j, lam in enumerate(p.loads):
-        sl = slice(j * p.replicas, (j + 1) * p.replicas)
-        per_time = steps_per_time_unit(system.n_servers, lam)
-        settings = {
-            "policy": pol.name,
-            "policy_label": pol.label(),
-            "options": pol.options(),
-            "n_servers": system.n_servers,
-            "n_dispatchers": system.n_dispatchers,
-            "ratio": system.ratio,
-            "load": lam,
-            "buffer": system.buffer,
-            "levels": system.levels,
-            "iqueue_levels": system.iqueue_levels,
-            "replicas": p.replicas,
-            "steps": p.measure_blocks * BLOCK,
-            "warmup": p.warmup_blocks * BLOCK,
-            "time_measured": p.measure_blocks * BLOCK / per_time,
-            "time_warmup": p.warmup_blocks * BLOCK / per_time,
-            "seed": p.seed,
-            "init": p.init if isinstance(p.init, str) else "array",
-            "devices": len(p.devices),
-            "platform": p.devices[0].platform,
-            "wall_seconds": wall_seconds,
-            "versions": dict(recorded),
-        }
-        part = {k: v[sl] for k, v in host.items()}
-        single = system.n_dispatchers == 1 and not pol.per_server
-        results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single, settings))
-    return results
+def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
+        checkpoint_every: float = 300.0) -> list[SimulationResult]:  # fmt: skip
+    """Run a plan from its initial state (or its checkpoint) to the end; one result per load.
 
-
-def run(p: Plan, *, progress: bool = False) -> list[SimulationResult]:
-    """Run a plan from its initial state to the end; one result per load."""
+    With ``checkpoint``: a file there is resumed when it matches the plan (a
+    finished one returns its results at once) and refused with
+    :class:`CheckpointMismatch` when not; the run is saved there every
+    ``checkpoint_every`` seconds and when it ends.
+    """
     t0 = time.perf_counter()
-    state = initial_state(p)
-    state = advance(p, state, 0, p.total_blocks, progress=progress)
-    return collect(p, state, wall_seconds=time.perf_counter() - t0)
+    if checkpoint is not None and os.path.exists(checkpoint):
+        r = Run.resume(p, checkpoint)
+    else:
+        r = Run.start(p)
+    r.advance(progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    return r.results(wall_seconds=time.perf_counter() - t0)

@@ -10,7 +10,8 @@ One replica's Markov state is its occupancy tails (exchangeable form):
   finds its I-queue without a scan);
 * for the per-server policies, their :class:`~jaxqueue.sim.per_server.Lists`.
 
-The running sums (:class:`Stats`) are what the estimators read.
+A chunk of blocks returns its sums (:class:`Stats`); the runner adds them
+into exact host totals (:mod:`jaxqueue.sim.totals`), which the estimators read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.per_server import N_WORDS, Lists, init_lists
 
-__all__ = ["Core", "Stats", "State", "init", "zero_stats", "core_from_counts", "n_words", "iq_width"]
+__all__ = ["Core", "Stats", "COUNTERS", "zero_stats", "core_from_counts", "n_words", "iq_width"]
 
 
 class Core(NamedTuple):
@@ -38,17 +39,26 @@ class Core(NamedTuple):
 
 
 class Stats(NamedTuple):
-    """Running sums of one replica's measurements since the last reset.
+    """One chunk's sums of one replica's measurements, exact in 32-bit arithmetic.
 
-    Time averages (``tail_sum / steps`` etc.) are sums of the per-step
-    fractions ``tail / N`` and ``iq_tail / M`` (Kahan pairs ``*_sum``,
-    ``*_comp``). ``seen[k]`` counts accepted arrivals that found ``k`` tasks.
+    A block of ``BLOCK`` steps adds ``sum_t tail_t = BLOCK * tail_0 + delta``
+    to the time sums: ``tail_0`` (the tail at the block's start, up to ``N``)
+    goes into a 64-bit sum kept as two uint32 words (``tail_lo``,
+    ``tail_hi``), and ``delta`` (a signed sum of the steps left after each
+    change, at most ``BLOCK * (BLOCK + 1) / 2`` a block) into the int32
+    ``tail_delta``; likewise for the I-queue tail (``iq_*``). The counters are
+    int32. The runner limits a chunk to :func:`jaxqueue.sim.blocks.max_chunk_blocks`
+    blocks, so nothing wraps, and adds each chunk into exact 64-bit sums on
+    the host (:mod:`jaxqueue.sim.totals`). ``seen[k]`` counts accepted
+    arrivals that found ``k`` tasks.
     """
 
-    tail_sum: jax.Array  # float32 (levels + 1,)
-    tail_comp: jax.Array
-    iq_sum: jax.Array  # float32 (iq_width,)
-    iq_comp: jax.Array
+    tail_lo: jax.Array  # uint32 (levels + 1,)
+    tail_hi: jax.Array
+    tail_delta: jax.Array  # int32 (levels + 1,)
+    iq_lo: jax.Array  # uint32 (iq_width,)
+    iq_hi: jax.Array
+    iq_delta: jax.Array  # int32 (iq_width,)
     seen: jax.Array  # int32 (levels + 1,)
     arrivals: jax.Array  # int32 scalars from here on
     blocked: jax.Array
@@ -61,11 +71,8 @@ class Stats(NamedTuple):
     steps: jax.Array
 
 
-class State(NamedTuple):
-    """A replica: its Markov state and its running sums."""
-
-    core: Core
-    stats: Stats
+#: The scalar counters of :class:`Stats`, in order.
+COUNTERS = ("arrivals", "blocked", "overflow", "iq_overflow", "joins", "deletes", "probes", "stale")
 
 
 def iq_width(system: System, policy: Policy) -> int:
@@ -86,14 +93,13 @@ def n_words(system: System, policy: Policy) -> int:
 
 
 def zero_stats(system: System, policy: Policy) -> Stats:
-    """Running sums set to zero (single replica)."""
-    f = lambda n: jnp.zeros((n,), jnp.float32)  # noqa: E731
-    i = jnp.int32(0)
-    w = iq_width(system, policy)
-    return Stats(
-        f(system.levels + 1), f(system.levels + 1), f(w), f(w),
-        jnp.zeros((system.levels + 1,), jnp.int32), i, i, i, i, i, i, i, i, i,
-    )  # fmt: skip
+    """Chunk sums set to zero (single replica)."""
+    u = lambda n: jnp.zeros((n,), jnp.uint32)  # noqa: E731
+    i = lambda n: jnp.zeros((n,), jnp.int32)  # noqa: E731
+    levels, w = system.levels + 1, iq_width(system, policy)
+    c = jnp.int32(0)
+    return Stats(u(levels), u(levels), i(levels), u(w), u(w), i(w), i(levels),
+                 c, c, c, c, c, c, c, c, c)  # fmt: skip
 
 
 def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
@@ -122,8 +128,3 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
         iq_tail = np.array([system.n_dispatchers])
         iq_listed = np.array([0])
     return Core(as32(tail), as32(iq_tail), as32(iq_listed))
-
-
-def init(counts, iq_counts, system: System, policy: Policy) -> State:
-    """A replica's State from occupancy counts, with zeroed running sums."""
-    return State(core_from_counts(counts, iq_counts, system, policy), zero_stats(system, policy))

@@ -55,6 +55,9 @@ from jax.custom_derivatives import SymbolicZero
 
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, check_int
+
+#: The stand-in N of the limit's System: it only has to make M = N / r valid.
+_LIMIT_SERVERS = (2**31 - 1) // 256
 from jaxqueue.policies import Policy, View, make
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
@@ -75,7 +78,7 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
     """
     single = (ratio is None or math.isinf(ratio) or not policy.uses_iqueues
               or policy.single_dispatcher)  # fmt: skip
-    n = MAX_SERVERS
+    n = _LIMIT_SERVERS
     m = 1 if single else min(n, max(2, int(n / ratio)))
     iq = 0 if single else iqueue_levels
     return System(n, m, buffer, buffer if buffer is not None else levels, iq)

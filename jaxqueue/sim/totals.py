@@ -1,0 +1,95 @@
+"""Exact host totals of a run's measurements.
+
+The devices return each chunk's sums in 32-bit integers
+(:class:`~jaxqueue.sim.state.Stats`); :class:`Totals` adds them on the host in
+64-bit integers, so nothing wraps or drifts however long a run is:
+
+* the time sum of the tail, ``sum_t tail_t``, is kept as ``q * N + r`` with
+  ``0 <= r < N`` (``tail_q``, ``tail_r``), so ``sum_t tail_t / N = q + r / N``
+  is exact and ``q`` grows by at most one per step and level (``2**63`` steps);
+  the I-queue tail likewise, over ``M``;
+* the counters (arrivals, probes, seen-counts, steps, ...) are int64.
+
+A window (the measured part, or one batch of it) is the difference of two
+totals; its time sums come out as float64 ``(q1 - q0) + (r1 - r0) / N``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.sim.state import COUNTERS
+
+__all__ = ["Totals", "TIME_SUMS", "COUNTS"]
+
+#: The time sums: name -> the Stats prefix of its chunk sums.
+TIME_SUMS = ("tail", "iq")
+
+#: The integer counts (per replica), besides the time sums.
+COUNTS = ("seen",) + COUNTERS + ("steps",)
+
+
+class Totals:
+    """Per-replica sums of a run's measurements since the last reset (host, exact).
+
+    Attributes:
+        arrays: ``tail_q``, ``tail_r``, ``iq_q``, ``iq_r`` and the counts
+            (:data:`COUNTS`), int64 with a leading replica axis.
+        n_servers, n_dispatchers: the divisors of the tail and I-queue time sums.
+    """
+
+    def __init__(self, arrays: dict, n_servers: int, n_dispatchers: int):
+        self.arrays = arrays
+        self.n_servers = int(n_servers)
+        self.n_dispatchers = int(n_dispatchers)
+
+    @classmethod
+    def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers: int,
+              n_dispatchers: int) -> "Totals":  # fmt: skip
+        """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail entries."""
+        z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
+        arrays = {"tail_q": z(levels + 1), "tail_r": z(levels + 1),
+                  "iq_q": z(iq_width), "iq_r": z(iq_width), "seen": z(levels + 1)}  # fmt: skip
+        arrays.update({name: z() for name in COUNTERS + ("steps",)})
+        return cls(arrays, n_servers, n_dispatchers)
+
+    def copy(self) -> "Totals":
+        """An independent copy."""
+        return Totals({k: v.copy() for k, v in self.arrays.items()}, self.n_servers,
+                      self.n_dispatchers)  # fmt: skip
+
+    def add(self, chunk: dict) -> None:
+        """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading replica axis)."""
+        a = self.arrays
+        for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
+            base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(np.int64)
+            exact = BLOCK * base + chunk[f"{name}_delta"].astype(np.int64)
+            r = a[f"{name}_r"] + exact
+            a[f"{name}_q"] += r // div
+            a[f"{name}_r"] = r % div
+        for name in COUNTS:
+            a[name] += np.asarray(chunk[name], np.int64)
+
+    def sums(self, since: "Totals | None" = None) -> dict:
+        """The window's sums since ``since`` (default: since the reset).
+
+        Returns:
+            ``tail`` and ``iq``: float64 ``sum_t tail_t / N`` and ``sum_t
+            iq_tail_t / M``; the counts (:data:`COUNTS`) as int64.
+        """
+        a = self.arrays
+        b = since.arrays if since is not None else None
+        out = {}
+        for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
+            q, r = a[f"{name}_q"], a[f"{name}_r"]
+            if b is not None:
+                q, r = q - b[f"{name}_q"], r - b[f"{name}_r"]
+            out[name] = q.astype(np.float64) + r.astype(np.float64) / div
+        for name in COUNTS:
+            out[name] = a[name] - b[name] if b is not None else a[name].copy()
+        return out
+
+    def overflows(self) -> tuple[int, int]:
+        """Arrivals that found a queue at the level bound, and idle servers at the I-queue bound."""
+        return int(self.arrays["overflow"].sum()), int(self.arrays["iq_overflow"].sum())
