@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import jaxqueue as jq  # noqa: E402
 from jaxqueue.core.rng import BLOCK  # noqa: E402
 from jaxqueue.sim import runner  # noqa: E402
-from jaxqueue.sim.blocks import run_blocks  # noqa: E402
+from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
 
 
 def measure(name: str, n: int, ratio: float, load: float, replicas: int,
@@ -48,21 +48,22 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=BLOCK, warmup=0)
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
-    state = runner.initial_state(plan)
+    state = runner.Run.start(plan).core
     mesh, _, keys, lam = runner.placement(plan)
     blocks = max(1, int(target_events // (plan.padded * BLOCK)))
     t0 = time.perf_counter()
-    state = run_blocks(state, keys, jnp.int32(0), jnp.int32(1), lam, system=system,
-                       policy=pol, mesh=mesh)  # fmt: skip
+    state, _ = run_blocks(state, keys, jnp.asarray(block_words(0)), jnp.int32(1), lam,
+                          system=system, policy=pol, mesh=mesh)  # fmt: skip
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
     best = float("inf")
     first = 1
     for _ in range(3):
         t0 = time.perf_counter()
-        state = run_blocks(state, keys, jnp.int32(first), jnp.int32(blocks), lam,
-                           system=system, policy=pol, mesh=mesh)  # fmt: skip
-        jax.block_until_ready(state)
+        state, stats = run_blocks(state, keys, jnp.asarray(block_words(first)),
+                                  jnp.int32(blocks), lam, system=system, policy=pol,
+                                  mesh=mesh)  # fmt: skip
+        jax.block_until_ready((state, stats))
         best = min(best, time.perf_counter() - t0)
         first += blocks
     events = replicas * blocks * BLOCK  # padded replicas are not counted

@@ -1,16 +1,11 @@
-"""``python -m jaxqueue``: see :mod:`jaxqueue.cli`."""
+"""``python -m jaxqueue``: see :mod:`jaxqueue.cli`.
 
-import os
+Importing the package exposes one CPU device per core (see
+:func:`jaxqueue._one_device_per_core`), so the command puts every core to work.
+"""
+
 import sys
 
-# On a CPU, XLA runs one device per thread: expose one device per core so that
-# replicas are spread over all cores. Must happen before JAX starts.
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
-    ).strip()
-
-from jaxqueue.cli import main  # noqa: E402
+from jaxqueue.cli import main
 
 sys.exit(main())

@@ -83,8 +83,8 @@ def sweep(
             from the mean-field tail of the largest load.
         iqueue_levels: largest tracked I-queue size (JIQ family, ``M > 1``).
         init: ``"auto"`` (default: the mean-field occupancy where the policy
-            has a mean field, else empty), ``"empty"``, ``"mean-field"`` or an
-            occupancy array.
+            has a mean field and ``N >= 100``, else empty), ``"empty"``,
+            ``"mean-field"`` or an occupancy array.
         on_overflow: ``"raise"`` (default) fails the run with advice if a
             queue or I-queue passes its bound; ``"report"`` returns the
             result with the ``overflow`` counts in its diagnostics.

@@ -6,6 +6,7 @@ tolerance for the replicas used, family-wise 0.001 over the stated family
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -213,3 +214,22 @@ def test_cli_per_server_policies(capsys):
     assert cli_main(args[:1] + ["--policy", "jiq-original"] + args[1:]) == 0
     data = json.loads(capsys.readouterr().out)
     assert 0 <= data["stale_fraction"]["mean"] < 1 and data["delete_rate"]["mean"] == 0.0
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    env.update(extra)
+    return env
+
+
+def test_cli_and_import_use_one_device_per_core_unless_told_otherwise():
+    cmd = [sys.executable, "-m", "jaxqueue", "simulate", "--policy", "pod", "--servers", "10",
+           "--load", "0.5", "--replicas", "2", "--steps", "512", "--json"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), check=True)
+    assert json.loads(out.stdout)["settings"]["devices"] == os.cpu_count()
+    probe = [sys.executable, "-c", "import jaxqueue, jax; print(len(jax.devices()))"]
+    out = subprocess.run(probe, capture_output=True, text=True, env=_clean_env(), check=True)
+    assert int(out.stdout) == os.cpu_count()
+    own = _clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    out = subprocess.run(probe, capture_output=True, text=True, env=own, check=True)
+    assert int(out.stdout) == 1  # a user's own flag is kept

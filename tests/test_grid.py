@@ -226,3 +226,34 @@ def test_the_specs_in_sweeps_parse():
         for quick in (False, True):
             spec = load_spec(os.path.join(root, name), quick=quick)
             assert spec.points and spec.run.replicas >= 2
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
+    """A sweep interrupted right after a checkpoint inside its first batch resumes from
+    that checkpoint, and its rows equal those of an uninterrupted sweep."""
+    from jaxqueue.studies import grid
+
+    spec = parse_spec(SPEC.format(loads="0.5, 0.7"))
+    run_grid(spec, tmp_path / "clean.sqlite", batch_points=2)
+    path = tmp_path / "stopped.sqlite"
+    monkeypatch.setattr(grid, "CHECKPOINT_EVERY", 0.0)
+    real_save, real_resume, saves, resumed = runner.Run.save, runner.Run.resume, [], []
+
+    def save_then_stop(self, where):
+        real_save(self, where)
+        saves.append(self.block)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.Run, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(spec, path, batch_points=2)
+    assert os.path.exists(f"{path}.running.npz")
+    monkeypatch.setattr(runner.Run, "save", real_save)
+    monkeypatch.setattr(runner.Run, "resume", classmethod(
+        lambda cls, p, where: resumed.append(saves[-1]) or real_resume.__func__(cls, p, where)))
+    run_grid(spec, path, batch_points=2)
+    assert resumed == [saves[1]] and 0 < saves[1]
+    assert _rows(tmp_path / "clean.sqlite") == _rows(path)
+    assert not os.path.exists(f"{path}.running.npz")

@@ -73,6 +73,10 @@ BATCH_MEANS_REPLICAS = 10
 #: ``warmup="auto"``: the most measured windows that may be turned into warm-up.
 MAX_EXTENSIONS = 4
 
+#: ``init="auto"`` starts at the mean field from this many servers on; smaller
+#: systems fill in a few units of time, and the mean field is a poor guide there.
+AUTO_MEAN_FIELD_SERVERS = 100
+
 #: Version of the checkpoint file layout.
 CHECKPOINT_FORMAT = 1
 
@@ -257,7 +261,7 @@ def plan(
         if init == "auto":
             kind = pol.mean_field_kind()
             has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
-            start = "mean-field" if has else "empty"
+            start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
     else:
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
         if np.ndim(init) != 1:

@@ -279,9 +279,9 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                     steps=run.steps_for(first), warmup=run.warmup_for(first), seed=run.seed,
                     levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
-                    **dict(first.options),
+                    interval="replicas", **dict(first.options),
                 )  # fmt: skip
-                results = runner.run(plan)[: len(batch)]
+                results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = [], []
@@ -304,6 +304,22 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         if bar is not None:
             bar.close()
     return ran
+
+
+#: Seconds of running between checkpoints of a sweep's batch.
+CHECKPOINT_EVERY = 300.0
+
+
+def _run_batch(plan, checkpoint: str):
+    """Run one batch, saved to ``checkpoint`` every few minutes: a sweep stopped in a
+    long batch resumes inside it. A checkpoint of another batch is replaced."""
+    try:
+        results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
+    except runner.CheckpointMismatch:
+        os.remove(checkpoint)
+        results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
+    os.remove(checkpoint)
+    return results
 
 
 class _Progress:

@@ -67,7 +67,7 @@ GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
-INITS = ("empty", "mean-field")
+INITS = ("empty", "mean-field", "auto")
 THEORIES = ("mean-field", "refined", "exact", "none")
 #: The warm-up may be at most this many times the measured part.
 MAX_WARMUP_RATIO = 10
