@@ -113,7 +113,8 @@ def test_bad_input_is_rejected_before_compiling(kwargs, match):
 @pytest.mark.slow
 def test_finite_buffer_allows_overload():
     lam, b = 1.5, 2
-    res = jq.simulate("jsq", lam, 8, 1, buffer=b, replicas=8, steps=2**14, warmup=1024)
+    res = jq.simulate("jsq", lam, 8, 1, buffer=b, replicas=8, steps=2**14, warmup=1024,
+                      interval="replicas")
     assert res.settings["levels"] == b
     ex = solve_exact("jsq", lam, 8, 1, buffer=b)
     assert ex.blocking_probability > 0.2

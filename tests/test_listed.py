@@ -24,7 +24,8 @@ REPLICAS = 8
 # 4 two-engine differences + 1 vs mean field, Little's law, P(wait) vs JIQ's
 FAMILY = 7
 F = tolerance_factor(REPLICAS, FAMILY)
-KW = dict(replicas=REPLICAS, steps=int(60 * PER_TIME), warmup=int(20 * PER_TIME))
+KW = dict(replicas=REPLICAS, steps=int(60 * PER_TIME), warmup=int(20 * PER_TIME),
+          interval="replicas")  # the tests are designed around t(R - 1)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,8 @@ def test_against_simulation_at_ten_thousand_servers(opts):
     n, load = 10_000, 0.6
     per = n * (1 + load)
     sim = jq.simulate("jiq-original", load, n, n // 10, replicas=4, steps=int(40 * per),
-                      warmup=int(20 * per), init="mean-field", seed=7, **opts)  # fmt: skip
+                      warmup=int(20 * per), init="mean-field", seed=7, interval="replicas",
+                      **opts)  # fmt: skip
     mf = theory.mean_field("jiq-original", load, 10.0, **opts)
     for name in ("mean_response_time", "p0", "stale_fraction"):
         est, value = getattr(sim, name), getattr(mf, name)

@@ -43,7 +43,7 @@ def pair(request):
     mf = theory.mean_field(name, LOAD, RATIO, **opts)
     sim = jq.simulate(
         name, LOAD, N, int(N / RATIO), replicas=8, steps=int(60 * PER_TIME),
-        warmup=int(20 * PER_TIME), init=mf.occupancy, seed=9, **opts,
+        warmup=int(20 * PER_TIME), init=mf.occupancy, seed=9, interval="replicas", **opts,
     )  # fmt: skip
     return sim, mf
 

@@ -34,8 +34,11 @@ class Estimate:
     Attributes:
         mean: float, or a 1-D array for vector metrics such as the tail.
         ci95: the half-width, of the same shape; NaN with a single replica.
-        n: the number of replicas behind the mean (an int, or per entry where
-            replicas with no sample were left out).
+        n: the number of samples behind the interval, whose t quantile has
+            ``n - 1`` degrees of freedom: the replicas (an int, or per entry
+            where replicas with no sample were left out), or replicas times
+            batches for an interval from batch means
+            (:func:`jaxqueue.results.simulation.batch_means`).
     """
 
     mean: Any

@@ -341,7 +341,7 @@ class Run:
     """A run in progress: the replicas' state, the exact totals of the window, the next block.
 
     Create one with :meth:`start` or :meth:`resume`, advance it with
-    :meth:`advance` or :meth:`finish`, read it with :meth:`results`.
+    :meth:`advance` (saving it with :meth:`save`), read it with :meth:`results`.
     """
 
     def __init__(self, p: Plan, core: Core):
@@ -353,7 +353,6 @@ class Run:
         self.done = False
         self.diagnostics: list[dict] = []  # per load, set when the window ends
         self._reset_window()
-        self.wall = 0.0
 
     @classmethod
     def start(cls, p: Plan) -> "Run":
@@ -416,7 +415,6 @@ class Run:
             )  # fmt: skip
             host = {k: np.asarray(v)[: p.n_replicas] for k, v in stats._asdict().items()}
             dt = time.perf_counter() - t0
-            self.wall += dt
             self.overflow += np.stack([host["overflow"], host["iq_overflow"]], axis=1)
             if self.block >= self.warmup_end:
                 self.totals.add(host)
@@ -491,7 +489,7 @@ class Run:
         meta = {"fingerprint": p.fingerprint(), "block": self.block,
                 "extensions": self.extensions,
                 "done": self.done, "diagnostics": self.diagnostics,
-                "batches_done": len(self.batch_queue), "wall": self.wall}  # fmt: skip
+                "batches_done": len(self.batch_queue)}  # fmt: skip
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
@@ -523,7 +521,7 @@ class Run:
         run = cls(p, core)
         run.block, run.extensions = meta["block"], meta["extensions"]
         run.overflow = arrays["overflow"]
-        run.done, run.diagnostics, run.wall = meta["done"], meta["diagnostics"], meta["wall"]
+        run.done, run.diagnostics = meta["done"], meta["diagnostics"]
         for name in ("totals", "mark"):
             getattr(run, name).arrays = {k[len(name) + 1 :]: v for k, v in arrays.items()
                                          if k.startswith(name + "/")}  # fmt: skip
