@@ -56,9 +56,13 @@ def test_result_forms():
     assert set(d["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
     assert len(d["tail"]["mean"]) == 49 and d["tail"]["mean"][0] == 1.0
     assert d["settings"]["policy"] == "jiq-pod" and d["settings"]["options"] == {"d": 2}
-    assert d["stale_fraction"] is None and d["diagnostics"] == {"overflow": 0, "iq_overflow": 0}
+    diag = d["diagnostics"]
+    assert d["stale_fraction"] is None and (diag["overflow"], diag["iq_overflow"]) == (0, 0)
+    # 4 replicas: intervals from batch means (16 blocks: 16 batches), and a warm-up check
+    assert (diag["interval"], diag["batches"], res.mean_response_time.n) == ("batch-means", 16, 64)
+    assert -1 <= diag["lag1_correlation"] <= 1 and diag["warmup_diagnostic"]["batches"] == 16
     assert res.n_servers == 8 and res.overflow == 0  # settings and diagnostics as attributes
-    assert res.mean_response_time.n == 4
+    assert res.replicas == 4
     rows = res.records()
     names = {r["metric"] for r in rows}
     assert {"mean_response_time", "p0", "tail", "iqueue_distribution", "response_quantile"} <= names

@@ -146,8 +146,8 @@ def test_same_key_same_result_and_chunking_invariance():
 def test_overflow_is_reported_not_clipped():
     kw = dict(n_servers=1, load=0.9, replicas=4, steps=16 * BLOCK, warmup=0, levels=3)
     with pytest.raises(ValueError, match="mean-field start .* puts 0.656 servers past levels=3"):
-        jq.simulate("random", **kw)
-    kw["init"] = "empty"
+        jq.simulate("random", init="mean-field", **kw)
+    assert runner.plan("random", [0.9], 1, replicas=4, steps=BLOCK).init == "empty"  # N < 100
     with pytest.raises(jq.LevelOverflowError, match="levels=3"):
         jq.simulate("random", **kw)
     res = jq.simulate("random", on_overflow="report", **kw)
