@@ -89,7 +89,3 @@ class Totals:
         for name in COUNTS:
             out[name] = a[name] - b[name] if b is not None else a[name].copy()
         return out
-
-    def overflows(self) -> tuple[int, int]:
-        """Arrivals that found a queue at the level bound, and idle servers at the I-queue bound."""
-        return int(self.arrays["overflow"].sum()), int(self.arrays["iq_overflow"].sum())
