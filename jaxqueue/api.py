@@ -47,6 +47,7 @@ def sweep(
     batches: int = runner.BATCHES,
     checkpoint: str | None = None,
     checkpoint_every: float = 300.0,
+    backend: str = "auto",
 ) -> list[SimulationResult]:
     """Simulate one policy at several loads in one compiled batch.
 
@@ -105,6 +106,15 @@ def sweep(
             (bit for bit the result of an uninterrupted run); if its settings
             or version differ, :class:`~jaxqueue.sim.runner.CheckpointMismatch`.
         checkpoint_every: seconds of running between checkpoints.
+        backend: what steps the replicas (:data:`~jaxqueue.sim.runner.BACKENDS`):
+            ``"auto"`` (default: the Pallas kernel on a GPU where it covers
+            the run, else ``"xla"``), ``"xla"`` (the vmapped engine),
+            ``"pallas"`` (the kernel; interpreted, slowly, off a GPU, for
+            checking) or ``"registers"`` (the kernel's layout in plain XLA).
+            Every backend gives bit-identical results; one that does not
+            cover the run (the per-server policies, more than 8 probes or
+            128 levels) warns (:class:`~jaxqueue.sim.runner.BackendWarning`)
+            and runs on ``"xla"``. The result's settings record the backend used.
 
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
@@ -113,7 +123,7 @@ def sweep(
         policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
-        interval=interval, batches=batches,
+        interval=interval, batches=batches, backend=backend,
     )  # fmt: skip
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip

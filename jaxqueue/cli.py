@@ -70,6 +70,10 @@ def _add_run(p: argparse.ArgumentParser) -> None:
                         "matches (a run stopped part-way resumes where it was saved)")  # fmt: skip
     p.add_argument("--checkpoint-every", type=float, default=300.0,
                    help="seconds between checkpoints (default 300; 0: every chunk)")
+    p.add_argument("--backend", default="auto", choices=("auto", "xla", "registers", "pallas"),
+                   help="what steps the replicas: auto (the Pallas kernel on a GPU, else xla), "
+                        "xla, pallas (interpreted off a GPU, for checking) or registers "
+                        "(the kernel's layout in plain XLA); results are bit-identical")
     p.add_argument("--progress", action="store_true", help="progress on stderr")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
@@ -201,6 +205,7 @@ def _emit(res, args) -> int:
         title = f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
     _print_result(res, title)
     if res.source == "simulation":
+        print(f"  ran on {s['devices']} {s['platform']} device(s), backend {s['backend']}")
         _print_run_diagnostics(res.diagnostics)
     return 0
 
@@ -239,6 +244,7 @@ def _cmd_simulate(args) -> int:
         seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
         init=args.init, progress=args.progress, interval=args.interval, batches=args.batches,
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+        backend=args.backend,
     )  # fmt: skip
     return _emit(res, args)
 

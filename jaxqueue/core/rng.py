@@ -27,7 +27,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BLOCK", "replica_keys", "block_keys", "step_words", "uniform_index", "bernoulli"]
+__all__ = [
+    "BLOCK", "replica_keys", "block_keys", "step_words", "step_word_rows", "uniform_index",
+    "bernoulli",
+]  # fmt: skip
 
 #: Uniformized steps per random block (the unit of key derivation and of the
 #: exact integer accumulation of time averages).
@@ -109,6 +112,22 @@ def step_words(bkey: jax.Array, step_in_block: jax.Array, n_words: int) -> jax.A
     """
     ctr = step_in_block.astype(_U32) * _U32(n_words) + jnp.arange(n_words, dtype=_U32)
     return _mix(_mix(ctr ^ bkey[0]) ^ bkey[1])
+
+
+def step_word_rows(k0: jax.Array, k1: jax.Array, step_in_block: jax.Array, n_words: int) -> tuple:
+    """:func:`step_words` for a block of replicas in the register layout.
+
+    Args:
+        k0, k1: uint32 ``(B,)``, the two words of each replica's block key.
+        step_in_block: int scalar in ``[0, BLOCK)``.
+        n_words: static number of words the step consumes.
+
+    Returns:
+        a tuple of ``n_words`` uint32 ``(B,)`` vectors, word ``w`` of replica
+        ``i`` equal to ``step_words(block key of i, step_in_block, n_words)[w]``.
+    """
+    base = step_in_block.astype(_U32) * _U32(n_words)
+    return tuple(_mix(_mix((base + _U32(w)) ^ k0) ^ k1) for w in range(n_words))
 
 
 def _mulhi(a: jax.Array, b: jax.Array) -> jax.Array:

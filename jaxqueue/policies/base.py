@@ -53,6 +53,7 @@ from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxqueue.core.system import System, check_int
 from jaxqueue.core.rng import uniform_index
@@ -104,14 +105,20 @@ class Route(NamedTuple):
     probes: jax.Array
 
 
-ZERO = jnp.int32(0)
+#: A zero count (a NumPy scalar: a literal when traced, so a Pallas kernel captures no constant).
+ZERO = np.int32(0)
 
 
-def level_of(tail: jax.Array, index: jax.Array) -> jax.Array:
+def level_of(tail, index: jax.Array) -> jax.Array:
     """Queue length of the server (or I-queue size of the dispatcher) at ``index``.
 
     Items are sorted longest first; ``tail[k]`` of them have length >= k.
+    ``tail`` is one replica's array, or the register layout of a block of
+    replicas (a tuple of per-level vectors, :mod:`jaxqueue.sim.registers`),
+    where the lookup is a sum of compares.
     """
+    if isinstance(tail, tuple):
+        return sum((t > index).astype(jnp.int32) for t in tail[1:])
     return jnp.sum(tail[1:] > index, dtype=jnp.int32)
 
 

@@ -128,6 +128,6 @@ class IdleOneFirst(Policy):
         tail = view.tail
         has_idle = view.idle > 0
         # servers with exactly one task (with one place per server, every busy one)
-        has_one = (tail[1] - tail[2] if tail.shape[0] > 2 else tail[1]) > 0
+        has_one = (tail[1] - tail[2] if len(tail) > 2 else tail[1]) > 0
         level = jnp.where(has_idle, 0, jnp.where(has_one, 1, outcomes[0]))
         return Route(jnp.asarray(level, jnp.int32), ZERO, ZERO, ZERO)

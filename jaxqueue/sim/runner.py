@@ -36,6 +36,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from typing import Sequence
 
 import jax
@@ -56,13 +57,22 @@ from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, required_levels
 from jaxqueue.sim.initial import initial_counts
 from jaxqueue.sim.per_server import Lists
+from jaxqueue.sim.registers import run_registers, unsupported
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
 from jaxqueue.sim.totals import Totals
 
 __all__ = [
     "Plan", "plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch",
-    "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS",
+    "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS", "BACKENDS", "BackendWarning",
 ]  # fmt: skip
+
+#: The paths that step the replicas: ``"xla"`` (the vmapped engine,
+#: :mod:`jaxqueue.sim.blocks`), ``"registers"`` (the register layout in plain
+#: XLA, :mod:`jaxqueue.sim.registers`), ``"pallas"`` (the register layout as a
+#: Pallas GPU kernel, :mod:`jaxqueue.sim.kernel`; interpreted off a GPU, for
+#: checking) and ``"auto"`` (the kernel on a GPU where it covers the run, else
+#: ``"xla"``). All give bit-identical results.
+BACKENDS = ("auto", "xla", "registers", "pallas")
 
 #: Batches of the measured window (fewer when the window has fewer blocks).
 BATCHES = 20
@@ -79,6 +89,10 @@ AUTO_MEAN_FIELD_SERVERS = 100
 
 #: Version of the checkpoint file layout.
 CHECKPOINT_FORMAT = 1
+
+
+class BackendWarning(UserWarning):
+    """The backend asked for cannot run this configuration; the run goes on ``"xla"``."""
 
 
 class LevelOverflowError(RuntimeError):
@@ -115,6 +129,10 @@ class Plan:
         warmup_auto: ``warmup="auto"``: a window whose warm-up diagnostic
             fails becomes warm-up, at most ``max_extensions`` times.
         max_extensions: see ``warmup_auto``.
+        backend: the path that steps the replicas (:data:`BACKENDS`, resolved:
+            never ``"auto"``); every path gives bit-identical results, so it
+            is not part of :meth:`fingerprint`.
+        backend_note: why the backend asked for was not used, or None.
     """
 
     policy: Policy
@@ -132,6 +150,8 @@ class Plan:
     interval: str = "replicas"
     warmup_auto: bool = False
     max_extensions: int = 0
+    backend: str = "xla"
+    backend_note: str | None = None
 
     @property
     def batch_edges(self) -> tuple:
@@ -197,6 +217,7 @@ def plan(
     streams: Sequence[int] | None = None,
     interval: str = "auto",
     batches: int = BATCHES,
+    backend: str = "auto",
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -274,9 +295,26 @@ def plan(
                 f"got {len(streams)} words"
             )
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
+    used, note = _backend(backend, system, pol, devs)
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
                 start, on_overflow, devs, streams, n_batches, interval, auto_warmup,
-                extensions)  # fmt: skip
+                extensions, used, note)  # fmt: skip
+
+
+def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
+    """The backend that runs the plan, and why the one asked for is not it (or None)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
+    if backend == "xla":
+        return "xla", None
+    reason = unsupported(system, pol)
+    if backend == "auto":
+        return ("pallas" if devices[0].platform == "gpu" and reason is None else "xla"), None
+    if reason is not None:
+        note = f"backend={backend!r} does not cover this run ({reason}); it runs on 'xla'"
+        warnings.warn(note, BackendWarning, stacklevel=3)
+        return "xla", note
+    return backend, None
 
 
 def _levels(pol, n, m, buffer, levels, lmax) -> int:
@@ -321,6 +359,17 @@ def placement(p: Plan):
         keys = replica_keys(p.seed, index - group * p.replicas, np.asarray(p.streams)[group])
     loads = jax.device_put(jnp.asarray(p.load_vector()), sharded)
     return mesh, sharded, jax.device_put(keys, sharded), loads
+
+
+def _stepper(p: Plan):
+    """The jitted chunk function of the plan's backend (same signature as ``run_blocks``)."""
+    if p.backend == "registers":
+        return run_registers
+    if p.backend == "pallas":
+        from jaxqueue.sim.kernel import run_kernel  # imports Pallas only when asked for
+
+        return functools.partial(run_kernel, interpret=p.devices[0].platform != "gpu")
+    return run_blocks
 
 
 def _initial_core(p: Plan) -> Core:
@@ -409,7 +458,7 @@ class Run:
             stop = min(boundary, limit)
             n = int(min(chunk, stop - self.block, cap))
             t0 = time.perf_counter()
-            self.core, stats = run_blocks(
+            self.core, stats = _stepper(p)(
                 self.core, keys, jnp.asarray(block_words(self.block)), jnp.int32(n), loads,
                 system=p.system, policy=p.policy, mesh=mesh,
             )  # fmt: skip
@@ -577,6 +626,8 @@ class Run:
                 "batches": p.batches,
                 "devices": len(p.devices),
                 "platform": p.devices[0].platform,
+                "backend": p.backend,
+                "backend_note": p.backend_note,
                 "wall_seconds": wall_seconds,
                 "versions": dict(recorded),
             }

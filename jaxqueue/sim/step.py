@@ -24,7 +24,7 @@ from jaxqueue.sim.events import step_event
 from jaxqueue.sim.per_server import step_listed
 from jaxqueue.sim.state import Core
 
-__all__ = ["step"]
+__all__ = ["step", "occupancy_step"]
 
 
 def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy):
@@ -49,12 +49,64 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             join_d=policy.join_choices,
         )  # fmt: skip
         return Core(tail, iq_tail, core.iq_listed, lists), event
+    tail, iq_tail, iq_listed, event = occupancy_step(
+        core.tail, core.iq_tail, core.iq_listed, words, arrival_probability(load), system, policy
+    )
+    return Core(tail, iq_tail, iq_listed), event
+
+
+def _shift(tail, up, down):
+    """``tail`` with one more item at level ``up`` and one fewer at ``down``
+    (an index past the end: no change); one replica's array or the register
+    layout (a tuple of per-level vectors, whose level 0 never changes)."""
+    if isinstance(tail, tuple):
+        one = lambda c: c.astype(jnp.int32)  # noqa: E731
+        return tail[:1] + tuple(t + one(up == k) - one(down == k) for k, t in enumerate(tail) if k)
+    return tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
+
+
+def _relist(iq_listed, leave, s_out, join, s_in):
+    """``iq_listed`` after an I-queue of size ``s_out`` loses a server (if
+    ``leave``) and one of size ``s_in - 1`` gains one (if ``join``): an
+    I-queue of size s holds s listed servers, counted in ``iq_listed[0..s]``."""
+    def change(j):
+        return (jnp.where(leave, jnp.where(j == s_out, s_out, j < s_out), 0),
+                jnp.where(join, jnp.where(j == s_in, s_in, j < s_in), 0))  # fmt: skip
+
+    if isinstance(iq_listed, tuple):
+        out = []
+        for j, x in enumerate(iq_listed):
+            lose, gain = change(j)
+            out.append(x - lose + gain)
+        return tuple(out)
+    lose, gain = change(jnp.arange(iq_listed.shape[0], dtype=jnp.int32))
+    return iq_listed - lose + gain
+
+
+def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy):
+    """One uniformized step of an exchangeable policy, in either layout.
+
+    The same function steps one replica's arrays (vmapped over replicas by
+    :func:`jaxqueue.sim.blocks.run_blocks`) and a block of replicas in the
+    register layout (tuples of per-level vectors, :mod:`jaxqueue.sim.registers`,
+    in plain XLA or in the Pallas kernel), so the three paths take the same
+    decisions from the same words.
+
+    Args:
+        tail, iq_tail, iq_listed: the occupancy tails (see :class:`Core`).
+        words: the step's random words (an array, or a tuple of vectors).
+        p_arrival: float32, ``lambda / (lambda + mu)`` (computed outside, so
+            that every path rounds it alike).
+        system, policy: static.
+
+    Returns:
+        ``(tail, iq_tail, iq_listed, event)``.
+    """
     n = system.n_servers
     levels = system.levels
-    tail, iq_tail, iq_listed, _ = core
     idle = jnp.int32(n) - tail[1]
     view = View(tail, iq_tail, iq_listed, idle)
-    is_arrival = bernoulli(words[0], arrival_probability(load))
+    is_arrival = bernoulli(words[0], p_arrival)
 
     # Departure branch: a uniformly random server completes a task if busy.
     k_dep = level_of(tail, uniform_index(words[1], words[2], n))
@@ -67,15 +119,16 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     full = k >= levels
     accepted = is_arrival & ~full
 
-    # Changes as scatter-adds at one index each (O(1), not a pass over the
-    # levels); an index past the end (``levels + 1``) is dropped.
+    # Changes at one index each (a scatter-add, O(1), for one replica's
+    # arrays; a where per level in the register layout); an index past the
+    # end (``levels + 1``) changes nothing.
     nowhere = levels + 1
     up = jnp.where(accepted, k + 1, nowhere)
     down = jnp.where(departs, k_dep, nowhere)
-    new_tail = tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
+    new_tail = _shift(tail, up, down)
 
     joins = jnp.int32(0)
-    iq_up = iq_down = jnp.int32(iq_tail.shape[0])  # nowhere
+    iq_up = iq_down = jnp.int32(len(iq_tail))  # nowhere
     probes = jnp.where(is_arrival, route.probes, 0)
     iq_overflow = jnp.bool_(False)
     new_iq, new_listed = iq_tail, iq_listed
@@ -91,18 +144,12 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             s_out, s_in = route.iq_remove, join_size + 1  # sizes before / after the change
             iq_up = jnp.where(join, s_in, top + 1)
             iq_down = jnp.where(leave, s_out, top + 1)
-            new_iq = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
-            jdx = jnp.arange(top + 1, dtype=jnp.int32)
-            # An I-queue of size s holds s listed servers, counted in iq_listed[0..s].
-            new_listed = (
-                iq_listed
-                - jnp.where(leave, jnp.where(jdx == s_out, s_out, jdx < s_out), 0)
-                + jnp.where(join, jnp.where(jdx == s_in, s_in, jdx < s_in), 0)
-            )
+            new_iq = _shift(iq_tail, iq_up, iq_down)
+            new_listed = _relist(iq_listed, leave, s_out, join, s_in)
 
     event = step_event(
         system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k,
         is_arrival=is_arrival, full=full, iq_overflow=iq_overflow, joins=joins,
         deletes=jnp.where(is_arrival, route.deletes, 0), probes=probes, stale=jnp.int32(0),
     )  # fmt: skip
-    return Core(new_tail, new_iq, new_listed), event
+    return new_tail, new_iq, new_listed, event

@@ -1,0 +1,217 @@
+"""The register layout: a block of replicas as tuples of per-level vectors.
+
+The engine of :mod:`jaxqueue.sim.blocks` holds one replica's occupancy tail
+as an array and vmaps the step over replicas; a level lookup is a reduction
+and an update a scatter-add. In the register layout a block of replicas is
+held level by level instead: ``tail[k]`` is the vector, over the block's
+replicas, of the servers holding at least ``k`` tasks, and the whole state is
+a Python tuple of such vectors. A level lookup is then a sum of compares and
+an update a ``where`` per level: element-wise work only, with no gathers,
+scatters, iotas or reductions, which is what a GPU kernel that keeps each
+replica's state in registers needs (:mod:`jaxqueue.sim.kernel`).
+
+The step itself is :func:`jaxqueue.sim.step.occupancy_step`, the same function
+the engine vmaps, so every path takes the same decisions from the same random
+words; :func:`run_block` adds the same exact integer sums as
+:func:`jaxqueue.sim.blocks.run_blocks`, so the three paths (the engine, this
+layout in plain XLA, the Pallas kernel) return bit-identical states and
+:class:`~jaxqueue.sim.state.Stats`.
+
+Time sums: the engine adds ``BLOCK - t`` at each change; here every level
+adds its post-step value at every step (one add a level) and the block's
+``BLOCK * tail_0`` is subtracted at its end. The per-block sum wraps modulo
+``2**32`` on the way, but its true value after the subtraction is at most
+``BLOCK * (BLOCK + 1) / 2`` in size, so the result is exact.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
+from jaxqueue.core.system import System, arrival_probability
+from jaxqueue.policies.base import Dispatchers, Policy, Servers
+from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
+from jaxqueue.sim.step import occupancy_step
+
+__all__ = [
+    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
+    "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
+]  # fmt: skip
+
+#: Largest ``d`` whose distinct probes are drawn by unrolled compares (above
+#: it the engine loops over an array of picks, which this layout does not do).
+UNROLLED_PROBES = 8
+#: Largest ``levels`` (and ``iqueue_levels``) the layout holds: every level is
+#: a register of each GPU thread (about six a level with the sums), and the
+#: compile time grows with the number of levels.
+MAX_LEVELS = 128
+
+
+class Regs(NamedTuple):
+    """A block of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level."""
+
+    tail: tuple
+    iq_tail: tuple
+    iq_listed: tuple
+
+
+def unsupported(system: System, policy: Policy) -> str | None:
+    """Why the register layout (and so the Pallas kernel) cannot run ``policy``, or None."""
+    if policy.per_server:
+        return (f"{policy.label()} steps on per-server state (each dispatcher's list of "
+                "servers), not on occupancy tails")  # fmt: skip
+    for name in ("levels", "iqueue_levels"):
+        if getattr(system, name) > MAX_LEVELS:
+            return (f"{name}={getattr(system, name)} > {MAX_LEVELS}: the register layout holds "
+                    f"every level in registers (pass {name} <= {MAX_LEVELS})")  # fmt: skip
+    for draw in policy.draws(system) + policy.join_draws(system):
+        d = getattr(draw, "d", 1)
+        exhaustive = isinstance(draw, Servers) and draw.exhaustive
+        if isinstance(draw, (Servers, Dispatchers)) and d > UNROLLED_PROBES and not exhaustive:
+            return (f"{policy.label()} probes d={d} > {UNROLLED_PROBES}, drawn by a loop over "
+                    "an array of picks")  # fmt: skip
+    return None
+
+
+def _rows(x: jax.Array) -> tuple:
+    return tuple(x[:, k] for k in range(x.shape[1]))
+
+
+def to_rows(core: Core, stats: Stats) -> tuple[Regs, Stats]:
+    """Batched ``Core`` and ``Stats`` (leading replica axis) in the register layout."""
+    regs = Regs(_rows(core.tail), _rows(core.iq_tail), _rows(core.iq_listed))
+    return regs, Stats(*(_rows(x) if x.ndim == 2 else x for x in stats))
+
+
+def from_rows(regs: Regs, stats: Stats) -> tuple[Core, Stats]:
+    """The inverse of :func:`to_rows`."""
+    stack = lambda rows: jnp.stack(rows, axis=1)  # noqa: E731
+    core = Core(stack(regs.tail), stack(regs.iq_tail), stack(regs.iq_listed))
+    return core, Stats(*(stack(x) if isinstance(x, tuple) else x for x in stats))
+
+
+def _add64(lo: tuple, hi: tuple, x: tuple):
+    out_lo, out_hi = [], []
+    for a, b, v in zip(lo, hi, x):
+        vu = v.astype(jnp.uint32)
+        s = a + vu
+        out_lo.append(s)
+        out_hi.append(b + (s < vu).astype(jnp.uint32))
+    return tuple(out_lo), tuple(out_hi)
+
+
+def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
+    """``delta + acc - BLOCK * start``, level by level (wrapping int32; exact, see above)."""
+    return tuple(d + a - jnp.int32(BLOCK) * s for d, a, s in zip(delta, acc, start))
+
+
+def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, policy: Policy):
+    """One block of ``BLOCK`` steps for a block of replicas in the register layout.
+
+    Args:
+        regs: the replicas' state (:class:`Regs`).
+        stats: their sums so far, a :class:`Stats` of tuples of vectors
+            (:func:`to_rows`), counters as vectors.
+        k0, k1: uint32 ``(B,)``, the two words of each replica's block key.
+        p_arrival: float32 ``(B,)``, each replica's ``lambda / (lambda + 1)``.
+        system, policy: static.
+
+    Returns:
+        ``(regs, stats)`` after the block.
+    """
+    nw = n_words(system, policy)
+    by_changes = policy.uses_iqueues and system.n_dispatchers > 1
+    idle_view = policy.uses_iqueues and system.n_dispatchers == 1
+    zero = jnp.zeros_like(regs.tail[0])
+
+    def iq_now(tail, iq_tail):
+        if idle_view:  # the I-queue tail [1, idle > 0] of one dispatcher
+            idle = jnp.int32(system.n_servers) - tail[1]
+            return (zero + 1, (idle > 0).astype(jnp.int32))
+        return iq_tail
+
+    def body(t, carry):
+        regs, acc_tail, acc_iq, seen, cnt = carry
+        words = step_word_rows(k0, k1, t, nw)
+        tail, iq_tail, iq_listed, ev = occupancy_step(*regs, words, p_arrival, system, policy)
+        acc_tail = acc_tail[:1] + tuple(a + x for a, x in zip(acc_tail[1:], tail[1:]))
+        acc_iq = tuple(a + x for a, x in zip(acc_iq, iq_now(tail, iq_tail)))
+        # accepted arrivals find at most levels - 1 tasks: seen[levels] stays 0
+        found = ev["seen"]
+        seen = tuple(c + (found == k).astype(jnp.int32) for k, c in enumerate(seen[:-1])) + seen[-1:]
+        cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
+        return Regs(tail, iq_tail, iq_listed), acc_tail, acc_iq, seen, cnt
+
+    acc_iq0 = tuple(zero for _ in iq_now(regs.tail, regs.iq_tail))
+    carry = (regs, tuple(zero for _ in regs.tail), acc_iq0, stats.seen,
+             tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
+    new, acc_tail, acc_iq, seen, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
+
+    tail_lo, tail_hi = _add64(stats.tail_lo, stats.tail_hi, regs.tail)
+    # level 0 holds N servers at every step: its delta is 0
+    tail_delta = stats.tail_delta[:1] + _sum_since(acc_tail[1:], regs.tail[1:],
+                                                   stats.tail_delta[1:])  # fmt: skip
+    if by_changes:
+        iq_lo, iq_hi = _add64(stats.iq_lo, stats.iq_hi, regs.iq_tail)
+        iq_delta = _sum_since(acc_iq, regs.iq_tail, stats.iq_delta)
+    else:
+        iq_lo, iq_hi = stats.iq_lo, stats.iq_hi
+        iq_delta = tuple(d + a for d, a in zip(stats.iq_delta, acc_iq))
+    return new, Stats(
+        tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=tail_delta, iq_lo=iq_lo, iq_hi=iq_hi,
+        iq_delta=iq_delta, seen=seen, steps=stats.steps + BLOCK, **dict(zip(COUNTERS, cnt)),
+    )  # fmt: skip
+
+
+def block_keys_rows(keys: jax.Array, lo0, hi0, index) -> tuple:
+    """The block keys of block ``first + index`` of every replica, as two uint32 rows.
+
+    ``first`` is the 64-bit block index ``(hi0, lo0)``; ``keys`` the replicas'
+    key data ``(R, 2)``. The same keys as :func:`jaxqueue.sim.blocks.advance_blocks`.
+    """
+    lo = lo0 + jnp.asarray(index).astype(jnp.uint32)
+    hi = hi0 + (lo < lo0).astype(jnp.uint32)
+    bk = jax.vmap(block_keys, in_axes=(0, None, None))(keys, lo, hi)
+    return bk[:, 0], bk[:, 1]
+
+
+def zero_rows(system: System, policy: Policy, replicas: int) -> Stats:
+    """Zero chunk sums of ``replicas`` replicas, batched (leading replica axis)."""
+    zero = zero_stats(system, policy)
+    return jax.tree.map(lambda x: jnp.zeros((replicas,) + x.shape, x.dtype), zero)
+
+
+def advance_registers(core: Core, keys, first_block, n_blocks, load, system: System,
+                      policy: Policy):  # fmt: skip
+    """:func:`jaxqueue.sim.blocks.advance_blocks` in the register layout, in plain XLA.
+
+    Same arguments and the same (bit-identical) results.
+    """
+    p = arrival_probability(load)
+    regs, stats = to_rows(core, zero_rows(system, policy, load.shape[0]))
+    lo0, hi0 = first_block[0], first_block[1]
+
+    def body(i, carry):
+        k0, k1 = block_keys_rows(keys, lo0, hi0, i)
+        return run_block(*carry, k0, k1, p, system, policy)
+
+    regs, stats = jax.lax.fori_loop(0, n_blocks, body, (regs, stats))
+    return from_rows(regs, stats)
+
+
+@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("core",))
+def run_registers(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
+    """:func:`advance_registers`, jit-compiled and spread over a mesh (as ``run_blocks``)."""
+    run = functools.partial(advance_registers, system=system, policy=policy)
+    if mesh is None or mesh.size == 1:
+        return run(core, keys, first_block, n_blocks, load)
+    spec, rep = PartitionSpec("replica"), PartitionSpec()
+    return jax.shard_map(
+        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
+    )(core, keys, first_block, n_blocks, load)
