@@ -1,0 +1,135 @@
+"""The register layout and the Pallas kernel against the engine, bit for bit.
+
+The kernel runs in interpret mode here (about 1e6 replica-steps per second on
+the CPU), so the batches are small; the CUDA lowering is checked without a
+GPU. See docs/simulation.md, "Backends".
+"""
+
+import functools
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.cli import main as cli_main
+from jaxqueue.sim import runner
+from jaxqueue.sim.blocks import block_words, run_blocks
+from jaxqueue.sim.kernel import advance_kernel, lower_for_cuda
+from jaxqueue.sim.registers import MAX_LEVELS, run_registers
+
+ONE = jax.devices()[:1]
+
+# (policy, options, N, M, buffer, levels, iqueue_levels): every exchangeable
+# policy, with and without buffers, one and several dispatchers; the small
+# bounds make queues and I-queues overflow now and then, which must match too.
+CASES = [
+    ("pod", {"d": 2}, 60, 1, None, 8, None),
+    ("random", {}, 60, 1, 3, None, None),
+    ("jsq", {}, 60, 1, 4, None, None),
+    ("pod", {"d": 3}, 120, 1, 5, None, None),
+    ("pod", {"d": 120}, 120, 1, None, 8, None),  # d = N: JSQ's exhaustive draw
+    ("i1f", {}, 60, 1, None, 10, None),
+    ("jiq", {}, 60, 10, None, 10, 8),
+    ("jiq", {}, 60, 1, 6, None, None),
+    ("jiq-pod", {"d": 2}, 60, 5, 4, None, 14),
+    ("jiq-sq", {"d": 2}, 60, 8, None, 10, 8),
+    ("idle-first", {"d": 3}, 60, 1, 5, None, None),
+]
+FAST = {0, 6}  # the rest is in the slow tier
+
+
+def _setup(name, opts, n, m, buffer, levels, iq, replicas=24):
+    p = runner.plan(name, [0.6, 0.9], n, m, buffer=buffer, levels=levels, iqueue_levels=iq,
+                    replicas=replicas // 2, steps=2560, seed=11, devices=ONE, backend="xla",
+                    **opts)  # fmt: skip
+    core = runner._initial_core(p)
+    _, _, keys, loads = runner.placement(p)
+    return p, core, keys, loads
+
+
+def _same(a, b) -> bool:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        x.dtype == y.dtype and np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb)
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(system, policy):
+    # two blocks a launch: three blocks take a full launch and a partial one
+    return jax.jit(functools.partial(advance_kernel, system=system, policy=policy,
+                                     interpret=True, tile=8, key_blocks=2))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=() if i in FAST else pytest.mark.slow) for i, c in enumerate(CASES)],
+    ids=[f"{c[0]}-{c[1]}-M{c[3]}-b{c[4]}" for c in CASES],
+)
+def test_kernel_and_register_layout_match_the_engine_bit_for_bit(case):
+    p, core, keys, loads = _setup(*case)
+    put = lambda: jax.tree.map(jnp.asarray, core)  # noqa: E731  (a fresh copy: donated)
+    kernel = _kernel(p.system, p.policy)
+    # a start past 2**32 - 2 blocks: the high word of the block index turns over inside
+    for first, n_blocks in ((0, 1), (2**32 - 2, 3)):
+        fb, nb = jnp.asarray(block_words(first)), jnp.int32(n_blocks)
+        want = run_blocks(put(), keys, fb, nb, loads, system=p.system, policy=p.policy)
+        got_kernel = kernel(put(), keys, fb, nb, loads)
+        got_regs = run_registers(put(), keys, fb, nb, loads, system=p.system, policy=p.policy)
+        assert _same(want, got_kernel), f"kernel differs from the engine at {first}+{n_blocks}"
+        assert _same(want, got_regs), f"register layout differs at {first}+{n_blocks}"
+        assert int(want[1].arrivals.sum()) > 0  # the runs did something
+
+
+@pytest.mark.parametrize(
+    "case", [CASES[0], pytest.param(CASES[8], marks=pytest.mark.slow)], ids=["pod", "jiq-pod-b4"]
+)
+def test_kernel_lowers_for_cuda_through_triton(case):
+    """Lowering for CUDA needs no GPU: a construct Triton rejects fails here."""
+    p, *_ = _setup(*case)
+    text = lower_for_cuda(p.system, p.policy).as_text()
+    assert "triton" in text  # the Triton custom call, chosen by its compiler parameters
+
+
+def test_backend_choice_and_its_errors():
+    pod = dict(policy="pod", loads=[0.8], n_servers=50, d=2, replicas=2, steps=512)
+    assert runner.plan(**pod).backend == "xla"  # auto off a GPU
+    assert runner.plan(**pod, backend="registers").backend == "registers"
+    with pytest.raises(ValueError, match="backend='gpu' is not valid"):
+        runner.plan(**pod, backend="gpu")
+    for bad, why in [
+        (dict(policy="jiq-original", n_dispatchers=5), "per-server state"),
+        (dict(policy="pod", d=10), "d=10 > 8"),
+        (dict(policy="pod", levels=MAX_LEVELS + 1), f"levels={MAX_LEVELS + 1} > {MAX_LEVELS}"),
+    ]:
+        args = {**pod, **bad}
+        with pytest.warns(runner.BackendWarning, match=why):
+            p = runner.plan(**args, backend="pallas")
+        assert p.backend == "xla" and why in p.backend_note
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert runner.plan(**args).backend == "xla"  # auto: no warning
+
+
+@pytest.mark.slow
+def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
+    """Through the runner: chunks, two devices (shard_map), batch means, the result."""
+    args = ("jiq", 0.85, 40, 4)
+    kw = dict(replicas=6, steps=4 * 256, warmup=256, levels=12, iqueue_levels=16, seed=2)
+    ref = jq.simulate(*args, **kw, backend="xla").to_dict()
+    got = jq.simulate(*args, **kw, backend="pallas").to_dict()
+    assert got["settings"].pop("backend") == "pallas" and ref["settings"].pop("backend") == "xla"
+    for d in (ref, got):
+        d["settings"].pop("wall_seconds")
+    assert got == ref
+    code = cli_main(["simulate", "--policy", "jiq", "--load", "0.85", "--servers", "40",
+                     "--dispatchers", "4", "--replicas", "6", "--steps", "1024", "--warmup", "256",
+                     "--levels", "12", "--iqueue-levels", "16", "--seed", "2",
+                     "--backend", "registers", "--json"])  # fmt: skip
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["backend"] == "registers"
+    assert out["mean_queue_length"] == ref["mean_queue_length"]
