@@ -42,7 +42,7 @@ from jaxqueue.sim.registers import (
 )  # fmt: skip
 from jaxqueue.sim.state import Core, Stats
 
-__all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda"]
+__all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops"]
 
 #: Replicas per program (one per GPU thread: 4 warps of 32).
 TILE = 128
@@ -191,19 +191,62 @@ def run_kernel(core, keys, first_block, n_blocks, load, *, system, policy, mesh=
     )(core, keys, first_block, n_blocks, load)
 
 
+def _zero_core(system: System, policy: Policy, replicas: int) -> Core:
+    """A batched Core of zeros with the engine's shapes."""
+    width = system.iqueue_levels + 1 if policy.uses_iqueues and system.n_dispatchers > 1 else 1
+    z = lambda n: jnp.zeros((replicas, n), jnp.int32)  # noqa: E731
+    return Core(z(system.levels + 1), z(width), z(width))
+
+
 def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE):
     """Lower the kernel for CUDA (no GPU needed) and return the lowered program.
 
     A construct the Triton lowering rejects fails here, on any machine.
     """
-    levels, iq = system.levels + 1, max(system.iqueue_levels + 1, 1)
-    width = iq if policy.uses_iqueues and system.n_dispatchers > 1 else 1
-    core = Core(jax.ShapeDtypeStruct((replicas, levels), jnp.int32),
-                jax.ShapeDtypeStruct((replicas, width), jnp.int32),
-                jax.ShapeDtypeStruct((replicas, width), jnp.int32))  # fmt: skip
+    core = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        _zero_core(system, policy, replicas))  # fmt: skip
     args = (core, jax.ShapeDtypeStruct((replicas, 2), jnp.uint32),
             jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((replicas,), jnp.float32))  # fmt: skip
     fn = functools.partial(advance_kernel, system=system, policy=policy)
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
 
+
+def _count_eqns(jaxpr) -> int:
+    """Equations of a jaxpr, those of its sub-jaxprs (calls, loops, branches) included."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        subs = [v for v in eqn.params.values() if hasattr(v, "jaxpr") or hasattr(v, "eqns")]
+        subs += [b for v in eqn.params.values() if isinstance(v, tuple) for b in v
+                 if hasattr(b, "jaxpr") or hasattr(b, "eqns")]  # fmt: skip
+        if subs:
+            total += sum(_count_eqns(getattr(s, "jaxpr", s)) for s in subs)
+        else:
+            total += 1
+    return total
+
+
+def step_ops(system: System, policy: Policy) -> int:
+    """Element-wise operations per replica in one step of the kernel (its block loop's body).
+
+    Each is one vector operation over a tile, one element per GPU thread,
+    so this is the count of operations per replica-step as JAX hands them to
+    the Triton compiler (before its own simplification; about one machine
+    instruction each, more for the 64-bit products of the exact draws). It
+    needs no GPU.
+    """
+    width = 8
+    core, stats = jax.tree.map(jnp.zeros_like, (_zero_core(system, policy, width),
+                                                zero_rows(system, policy, width)))  # fmt: skip
+    regs, stats = to_rows(core, stats)
+    vec = lambda dtype: jnp.zeros((width,), dtype)  # noqa: E731
+
+    def one_block(regs, stats, k0, k1, p):
+        return run_block(regs, stats, k0, k1, p, system, policy)
+
+    jaxpr = jax.make_jaxpr(one_block)(regs, stats, vec(jnp.uint32), vec(jnp.uint32),
+                                      vec(jnp.float32))  # fmt: skip
+    loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("while", "scan")]
+    params = loops[0].params
+    body = params["body_jaxpr"] if "body_jaxpr" in params else params["jaxpr"]
+    return _count_eqns(body.jaxpr)

@@ -1,0 +1,210 @@
+"""The GPU check: bit-exactness of the Pallas kernel on the GPU, then throughput.
+
+One command on a GPU machine (needs only the project and what JAX brings):
+
+    python benchmarks/gpu_check.py --out results/       # writes gpu_check.json and .md
+
+1. Bit-exactness: the kernel (compiled for the GPU) against the XLA engine on
+   the same GPU, for Pod(2), JIQ (M > 1), JIQ-SQ(2) with a buffer and I1F:
+   final states and every sum must be identical.
+2. Throughput: replica-events per second (one event is one uniformized step
+   of one replica) for Pod(2) and JIQ (r = 10) at lambda = 0.9, N = 1000, at
+   2^12, 2^15, 2^17 and 2^20 replicas and 16, 32 and 64 levels, for the XLA
+   engine and the kernel. Each figure is the best of two timed calls after a
+   compile-and-warm call. The goal on an H200 is 1e10 for Pod(2) at 2^17
+   replicas.
+
+The rows run most important first and stop when ``--budget`` seconds have
+passed (compiles take most of it), so the script ends in time on any GPU;
+rows not reached are listed as skipped. Off a GPU it runs the kernel in
+interpret mode at the smallest size only (``--quick``), to check the script.
+It also prints the kernel's element-wise operations per replica-step
+(:func:`jaxqueue.sim.kernel.step_ops`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxqueue as jq  # noqa: E402
+from jaxqueue.core.rng import BLOCK, replica_keys  # noqa: E402
+from jaxqueue.core.system import System  # noqa: E402
+from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
+from jaxqueue.sim.initial import initial_counts  # noqa: E402
+from jaxqueue.sim.kernel import run_kernel, step_ops  # noqa: E402
+from jaxqueue.sim.state import core_from_counts  # noqa: E402
+
+LOAD = 0.9
+N = 1000
+POLICIES = {"pod": ("pod", {"d": 2}, 1, 0), "jiq": ("jiq", {}, 100, 32)}
+
+
+def _setup(name, opts, m, iq, levels, replicas, buffer=None, n=N, init="mean-field"):
+    policy = jq.make(name, **opts)
+    system = System(n, m, buffer, buffer or levels, iq)
+    policy.validate(system)
+    counts = initial_counts(init, system, policy, LOAD)
+    one = core_from_counts(*counts, system, policy)
+    core = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (replicas,) + x.shape), one)
+    keys = replica_keys(7, np.arange(replicas))
+    loads = jnp.full((replicas,), LOAD, jnp.float32)
+    return system, policy, core, keys, loads
+
+
+def _call(backend, system, policy, core, keys, first, blocks, loads, interpret):
+    fb, nb = jnp.asarray(block_words(first)), jnp.int32(blocks)
+    if backend == "xla":
+        return run_blocks(core, keys, fb, nb, loads, system=system, policy=policy)
+    return run_kernel(core, keys, fb, nb, loads, system=system, policy=policy,
+                      interpret=interpret)  # fmt: skip
+
+
+def exactness(interpret: bool) -> list[dict]:
+    """The kernel against the engine on this device, bit for bit."""
+    cases = [("pod", {"d": 2}, 1, 0, 16, None), ("jiq", {}, 100, 32, 16, None),
+             ("jiq-sq", {"d": 2}, 50, 24, 4, 4), ("i1f", {}, 1, 0, 16, None)]  # fmt: skip
+    rows = []
+    for name, opts, m, iq, levels, buffer in cases:
+        replicas = 256 if interpret else 4096
+        system, policy, core, keys, loads = _setup(name, opts, m, iq, levels, replicas, buffer)
+        t0 = time.perf_counter()
+        out = {}
+        for backend in ("xla", "pallas"):
+            c = jax.tree.map(jnp.copy, core)
+            out[backend] = jax.block_until_ready(
+                _call(backend, system, policy, c, keys, 2**32 - 3, 5, loads, interpret))
+        la, lb = jax.tree.leaves(out["xla"]), jax.tree.leaves(out["pallas"])
+        same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(la, lb))
+        rows.append({"policy": policy.label(), "n_dispatchers": m, "buffer": buffer,
+                     "levels": system.levels, "replicas": replicas, "blocks": 5,
+                     "identical": bool(same), "seconds": time.perf_counter() - t0})  # fmt: skip
+        print(f"exactness {policy.label():12s} M={m:<4d} buffer={buffer}: "
+              f"{'identical' if same else 'DIFFERENT'}", file=sys.stderr, flush=True)
+    return rows
+
+
+def throughput(backend, name, levels, replicas, interpret, target_seconds=1.0) -> dict:
+    pname, opts, m, iq = POLICIES[name]
+    system, policy, core, keys, loads = _setup(pname, opts, m, iq, levels, replicas)
+    t0 = time.perf_counter()
+    core, _ = jax.block_until_ready(
+        _call(backend, system, policy, core, keys, 0, 1, loads, interpret))
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    core, _ = jax.block_until_ready(
+        _call(backend, system, policy, core, keys, 1, 2, loads, interpret))
+    per_block = (time.perf_counter() - t0) / 2
+    blocks = int(max(1, min(4096, target_seconds / max(per_block, 1e-9))))
+    best, first = float("inf"), 3
+    for _ in range(2):
+        t0 = time.perf_counter()
+        core, _ = jax.block_until_ready(
+            _call(backend, system, policy, core, keys, first, blocks, loads, interpret))
+        best = min(best, time.perf_counter() - t0)
+        first += blocks
+    return {"backend": backend, "policy": policy.label(), "n_servers": N, "n_dispatchers": m,
+            "load": LOAD, "levels": levels, "iqueue_levels": iq, "replicas": replicas,
+            "blocks": blocks, "seconds": best, "compile_seconds": compile_s,
+            "events_per_second": replicas * blocks * BLOCK / best}  # fmt: skip
+
+
+def markdown(meta, exact, rows, skipped) -> str:
+    lines = [f"GPU check, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
+             f"jaxqueue {meta['jaxqueue']}", "",
+             "Bit-exactness, kernel against the XLA engine on this device:", "",
+             "| policy | M | buffer | levels | replicas | identical |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in exact:
+        lines.append(f"| {r['policy']} | {r['n_dispatchers']} | {r['buffer']} | {r['levels']} | "
+                     f"{r['replicas']} | {'yes' if r['identical'] else 'NO'} |")  # fmt: skip
+    lines += ["", f"Replica-events per second, N = {N}, lambda = {LOAD} (JIQ: r = 10, "
+              "32 I-queue levels):", "",
+              "| policy | levels | replicas | XLA engine | Pallas kernel | kernel / XLA |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    table = {}
+    for r in rows:
+        table.setdefault((r["policy"], r["levels"], r["replicas"]), {})[r["backend"]] = r
+    for (pol, lv, rep), cell in table.items():
+        x, k = cell.get("xla"), cell.get("pallas")
+        fx = f"{x['events_per_second']:.3g}" if x else "-"
+        fk = f"{k['events_per_second']:.3g}" if k else "-"
+        ratio = f"{k['events_per_second'] / x['events_per_second']:.2f}" if x and k else "-"
+        lines.append(f"| {pol} | {lv} | 2^{int(np.log2(rep))} | {fx} | {fk} | {ratio} |")
+    if skipped:
+        lines += ["", f"Skipped for time: {len(skipped)} rows ("
+                  + ", ".join(f"{b} {p} L={lv} 2^{int(np.log2(r))}" for b, p, lv, r in skipped)
+                  + ")."]  # fmt: skip
+    lines += ["", "Element-wise operations per replica-step in the kernel: "
+              + ", ".join(f"{k} {v}" for k, v in meta["step_ops"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the outputs")
+    ap.add_argument("--budget", type=float, default=330.0,
+                    help="seconds for the throughput rows (default 330)")
+    ap.add_argument("--quick", action="store_true", help="smallest size only (automatic off a GPU)")
+    ap.add_argument("--json", action="store_true", help="the JSON record alone on stdout")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    dev = jax.devices()[0]
+    interpret = dev.platform != "gpu"
+    quick = args.quick or interpret
+    meta = {"date": datetime.date.today().isoformat(), "device": getattr(dev, "device_kind", str(dev)),
+            "platform": dev.platform, "jax": jax.__version__, "jaxqueue": jq.__version__,
+            "python": platform.python_version(), "interpret": interpret,
+            "step_ops": {f"{p} L={lv}": step_ops(System(N, POLICIES[p][2], None, lv,
+                                                        POLICIES[p][3]), jq.make(POLICIES[p][0],
+                                                        **POLICIES[p][1]))
+                         for p in POLICIES for lv in (16, 32, 64)}}  # fmt: skip
+    print(f"device {meta['device']} ({dev.platform}), jax {jax.__version__}", file=sys.stderr)
+    exact = exactness(interpret)
+    sizes = (2**12,) if quick else (2**17, 2**20, 2**15, 2**12)
+    level_list = (16,) if quick else (32, 16, 64)
+    order = [(b, p, lv, r) for r in sizes for lv in level_list for p in ("pod", "jiq")
+             for b in ("pallas", "xla")]  # fmt: skip
+    rows, skipped = [], []
+    t_rows = time.perf_counter()
+    for b, p, lv, r in order:
+        if time.perf_counter() - t_rows > args.budget:
+            skipped.append((b, p, lv, r))
+            continue
+        try:
+            row = throughput(b, p, lv, r, interpret, 0.3 if quick else 1.0)
+        except Exception as e:  # a row that fails is reported, the others still run
+            row = {"backend": b, "policy": p, "levels": lv, "replicas": r,
+                   "error": f"{type(e).__name__}: {e}"[:500]}  # fmt: skip
+            print(f"{b:6s} {p:4s} L={lv:<3d} R={r:<8d} FAILED {row['error']}", file=sys.stderr)
+            rows.append(row)
+            continue
+        rows.append(row)
+        print(f"{b:6s} {row['policy']:8s} L={lv:<3d} R={r:<8d} {row['events_per_second']:10.3e} "
+              f"replica-events/s (compile {row['compile_seconds']:.1f} s)", file=sys.stderr,
+              flush=True)  # fmt: skip
+    good = [r for r in rows if "error" not in r]
+    meta["total_seconds"] = time.perf_counter() - start
+    record = {**meta, "exactness": exact, "rows": rows, "skipped": skipped}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    md = markdown(meta, exact, good, skipped)
+    with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
+        f.write(md)
+    print(json.dumps(record) if args.json else md)
+    return 0 if all(r["identical"] for r in exact) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
