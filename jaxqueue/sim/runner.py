@@ -15,6 +15,19 @@
   of devices gives the same result, bit for bit;
 * :meth:`Run.results` turns the totals into one result per load.
 
+Several processes (``jax.distributed``, one per host; ``jax.process_count() >
+1``): every process runs the same program on the global device list (the
+default ``devices``), each stepping the replicas of its own devices. The
+replica keys, loads and initial state are built as global arrays from the
+same host values in every process (:func:`_put`, no communication); after
+each chunk the statistics are gathered to every process
+(``multihost_utils.process_allgather``), so every process keeps the same
+totals and returns the same results; the chunk length and the decision to
+save a checkpoint follow process 0's clock (:func:`_agree`), so every
+process runs the same chunks. Checkpoints are gathered by every process and
+written by process 0 only; the file must be on a file system every process
+sees (all resume from it). With one process nothing of this runs.
+
 The measured window is cut into ``batches`` batches (:attr:`Plan.batch_edges`).
 Each batch's mean queue length feeds the warm-up diagnostic
 (:mod:`jaxqueue.results.warmup`); with few replicas (``interval="auto"``
@@ -42,6 +55,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.system import (
@@ -345,7 +359,11 @@ def _iqueue_levels(pol, n, m, iqueue_levels, lmin) -> int:
 
 @functools.lru_cache(maxsize=8)
 def placement(p: Plan):
-    """The mesh, and the sharded replica keys and loads of a plan."""
+    """The mesh, and the sharded replica keys and loads of a plan.
+
+    With several processes, ``devices`` are global and the keys and loads
+    global arrays (see :func:`_put`).
+    """
     mesh = jax.sharding.Mesh(np.asarray(p.devices), ("replica",))
     if len(p.devices) > 1:
         sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
@@ -357,8 +375,35 @@ def placement(p: Plan):
     else:
         group = np.minimum(index // p.replicas, len(p.loads) - 1)
         keys = replica_keys(p.seed, index - group * p.replicas, np.asarray(p.streams)[group])
+    if jax.process_count() > 1:
+        return mesh, sharded, _put(np.asarray(keys), sharded), _put(p.load_vector(), sharded)
     loads = jax.device_put(jnp.asarray(p.load_vector()), sharded)
     return mesh, sharded, jax.device_put(keys, sharded), loads
+
+
+def _put(tree, sharding):
+    """A pytree of host arrays as global arrays of ``sharding`` (several processes).
+
+    Every process holds the same full host values and builds the shards of
+    its own devices from them (``jax.make_array_from_callback``): no
+    communication, unlike ``jax.device_put``, which checks across processes
+    that the values are equal.
+    """
+    def one(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(one, tree)
+
+
+def _agree(*values: int) -> tuple:
+    """Process 0's integers in every process (several processes; a collective).
+
+    The values must be int32: without ``jax_enable_x64`` an int64 array would
+    travel as int32 and larger values wrap.
+    """
+    out = multihost_utils.broadcast_one_to_all(np.asarray(values, np.int32))
+    return tuple(int(v) for v in out)
 
 
 def _stepper(p: Plan):
@@ -395,7 +440,9 @@ class Run:
 
     def __init__(self, p: Plan, core: Core):
         self.plan = p
-        self.core = jax.device_put(core, placement(p)[1])
+        sharded = placement(p)[1]
+        put = _put if jax.process_count() > 1 else jax.device_put
+        self.core = put(core, sharded)
         self.block = 0  # the next block to run
         self.extensions = 0  # measured windows turned into warm-up
         self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, whole run
@@ -445,8 +492,14 @@ class Run:
         when the plan says ``on_overflow="raise"``. With ``checkpoint``, the
         run is saved there every ``checkpoint_every`` seconds of running (0:
         at every chunk) and when it ends.
+
+        With several processes every process must call this with the same
+        arguments (the chunks are collective); only process 0 prints progress
+        and writes the checkpoint.
         """
         p = self.plan
+        multi = jax.process_count() > 1
+        progress = progress and jax.process_index() == 0
         limit = math.inf if n_blocks is None else self.block + n_blocks
         if n_blocks is not None:
             check_int("n_blocks", n_blocks, 0, 2**62)
@@ -462,7 +515,10 @@ class Run:
                 self.core, keys, jnp.asarray(block_words(self.block)), jnp.int32(n), loads,
                 system=p.system, policy=p.policy, mesh=mesh,
             )  # fmt: skip
-            host = {k: np.asarray(v)[: p.n_replicas] for k, v in stats._asdict().items()}
+            fields = stats._asdict()
+            if multi:  # global arrays: every process gets all replicas' stats
+                fields = multihost_utils.process_allgather(fields, tiled=True)
+            host = {k: np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
             dt = time.perf_counter() - t0
             self.overflow += np.stack([host["overflow"], host["iq_overflow"]], axis=1)
             if self.block >= self.warmup_end:
@@ -478,14 +534,17 @@ class Run:
                 print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
                       f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
             now = time.perf_counter()
-            if checkpoint is not None and (self.done or now - saved >= checkpoint_every):
+            due = checkpoint is not None and (self.done or now - saved >= checkpoint_every)
+            if dt > 0:  # aim for chunks of about half a second
+                chunk = max(1, min(4 * chunk, int(chunk * 0.5 / dt) or 1))
+            if multi:  # the same chunks and saves in every process: process 0's clock
+                chunk, due = _agree(min(chunk, cap), due)  # (chunk grows without bound)
+            if due:
                 self.save(checkpoint)
                 saved = now
                 if progress:
                     print(f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
                           file=sys.stderr, flush=True)  # fmt: skip
-            if dt > 0:  # aim for chunks of about half a second
-                chunk = max(1, min(4 * chunk, int(chunk * 0.5 / dt) or 1))
         return self
 
     def _boundary(self) -> None:
@@ -524,10 +583,25 @@ class Run:
     # -- checkpoints ----------------------------------------------------------
 
     def save(self, path: str) -> None:
-        """Write the run to ``path`` (an npz file, replaced atomically)."""
+        """Write the run to ``path`` (an npz file, replaced atomically).
+
+        With several processes every process must call this (the state is
+        gathered from all of them); process 0 writes the file, and every
+        process returns once it is written.
+        """
+        fields = _core_fields(self.core)
+        if jax.process_count() > 1:
+            fields = multihost_utils.process_allgather(fields, tiled=True)
+            if jax.process_index() == 0:
+                self._write(path, fields)
+            multihost_utils.sync_global_devices("jaxqueue checkpoint written")
+            return
+        self._write(path, fields)
+
+    def _write(self, path: str, fields: dict) -> None:
         p = self.plan
         arrays = {f"core/{k}": np.asarray(v)[: p.n_replicas]
-                  for k, v in _core_fields(self.core).items()}  # fmt: skip
+                  for k, v in fields.items()}  # fmt: skip
         for name, totals in (("totals", self.totals), ("mark", self.mark)):
             arrays.update({f"{name}/{k}": v for k, v in totals.arrays.items()})
         arrays["overflow"] = self.overflow
@@ -548,6 +622,9 @@ class Run:
     @classmethod
     def resume(cls, p: Plan, path: str) -> "Run":
         """The run saved at ``path``, which must have been written under the same plan.
+
+        With several processes every process reads the file (it must be on a
+        file system they all see).
 
         Raises:
             CheckpointMismatch: the file was written by a run with other
@@ -680,9 +757,21 @@ def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
     finished one returns its results at once) and refused with
     :class:`CheckpointMismatch` when not; the run is saved there every
     ``checkpoint_every`` seconds and when it ends.
+
+    With several processes (``jax.distributed``) every process calls this
+    with the same plan and gets the same results; a checkpoint must be on a
+    file system every process sees.
     """
     t0 = time.perf_counter()
-    if checkpoint is not None and os.path.exists(checkpoint):
+    exists = checkpoint is not None and os.path.exists(checkpoint)
+    if checkpoint is not None and jax.process_count() > 1:
+        seen = multihost_utils.process_allgather(np.asarray(exists, np.int32))
+        if seen.min() != seen.max():
+            raise RuntimeError(
+                f"checkpoint {checkpoint} exists in processes {np.flatnonzero(seen).tolist()} "
+                "only: with several processes it must be on a file system they all see"
+            )
+    if exists:
         r = Run.resume(p, checkpoint)
     else:
         r = Run.start(p)

@@ -26,6 +26,8 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
+import jax
+
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
@@ -248,6 +250,11 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
+    if jax.process_count() > 1:
+        raise RuntimeError(
+            "run_grid runs in one process (it owns its SQLite store and checkpoint files); "
+            "with jax.distributed, call jaxqueue.sweep in every process instead"
+        )
     run = spec.run
     groups = shape_groups(spec)
     for points in groups.values():  # before anything runs
