@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from jaxqueue.core.rng import BLOCK, block_keys, step_words
+from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
@@ -79,7 +79,13 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
 
     def body(carry, t):
         core, acc_tail, acc_iq, seen, cnt = carry
-        core, ev = step(core, step_words(bkey, t, nw), load, system, policy)
+        # the words as separate scalars (not one array of nw): vmapped, each is a
+        # vector over the replicas, which XLA vectorizes; an (R, nw) array it
+        # would loop over nw innermost, twice as slow for a whole Pod(2) step
+        words = step_word_rows(bkey[0], bkey[1], t, nw)
+        if policy.per_server:
+            words = jnp.stack(words)
+        core, ev = step(core, words, load, system, policy)
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         left = BLOCK - t
         acc_tail = acc_tail.at[ev["up"]].add(left, mode="drop")
