@@ -29,17 +29,16 @@ ONE = jax.devices()[:1]
 CASES = [
     ("pod", {"d": 2}, 60, 1, None, 8, None),
     ("random", {}, 60, 1, 3, None, None),
-    ("jsq", {}, 60, 1, 4, None, None),
-    ("pod", {"d": 3}, 120, 1, 5, None, None),
-    ("pod", {"d": 120}, 120, 1, None, 8, None),  # d = N: JSQ's exhaustive draw
+    ("jsq", {}, 60, 1, 4, None, None),  # JSQ's exhaustive draw (as Pod(d = N))
     ("i1f", {}, 60, 1, None, 10, None),
     ("jiq", {}, 60, 10, None, 10, 8),
     ("jiq", {}, 60, 1, 6, None, None),
-    ("jiq-pod", {"d": 2}, 60, 5, 4, None, 14),
+    ("jiq-pod", {"d": 2}, 60, 10, 4, None, 8),
     ("jiq-sq", {"d": 2}, 60, 8, None, 10, 8),
-    ("idle-first", {"d": 3}, 60, 1, 5, None, None),
+    ("idle-first", {"d": 3}, 60, 1, 5, None, None),  # three distinct probes
 ]
-FAST = {0, 6}  # the rest is in the slow tier
+FAST = {0}  # the rest is in the slow tier
+REGISTERS = {0, 4}  # the register layout in plain XLA (compiles slowly): one of each kind
 
 
 def _setup(name, opts, n, m, buffer, levels, iq, replicas=24):
@@ -78,14 +77,15 @@ def test_kernel_and_register_layout_match_the_engine_bit_for_bit(case):
         fb, nb = jnp.asarray(block_words(first)), jnp.int32(n_blocks)
         want = run_blocks(put(), keys, fb, nb, loads, system=p.system, policy=p.policy)
         got_kernel = kernel(put(), keys, fb, nb, loads)
-        got_regs = run_registers(put(), keys, fb, nb, loads, system=p.system, policy=p.policy)
         assert _same(want, got_kernel), f"kernel differs from the engine at {first}+{n_blocks}"
-        assert _same(want, got_regs), f"register layout differs at {first}+{n_blocks}"
+        if CASES.index(case) in REGISTERS:
+            got = run_registers(put(), keys, fb, nb, loads, system=p.system, policy=p.policy)
+            assert _same(want, got), f"register layout differs at {first}+{n_blocks}"
         assert int(want[1].arrivals.sum()) > 0  # the runs did something
 
 
 @pytest.mark.parametrize(
-    "case", [CASES[0], pytest.param(CASES[8], marks=pytest.mark.slow)], ids=["pod", "jiq-pod-b4"]
+    "case", [CASES[0], pytest.param(CASES[6], marks=pytest.mark.slow)], ids=["pod", "jiq-pod-b4"]
 )
 def test_kernel_lowers_for_cuda_through_triton(case):
     """Lowering for CUDA needs no GPU: a construct Triton rejects fails here."""
@@ -116,20 +116,16 @@ def test_backend_choice_and_its_errors():
 
 @pytest.mark.slow
 def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
-    """Through the runner: chunks, two devices (shard_map), batch means, the result."""
-    args = ("jiq", 0.85, 40, 4)
-    kw = dict(replicas=6, steps=4 * 256, warmup=256, levels=12, iqueue_levels=16, seed=2)
-    ref = jq.simulate(*args, **kw, backend="xla").to_dict()
-    got = jq.simulate(*args, **kw, backend="pallas").to_dict()
+    """Through the runner (chunks, two devices under shard_map, batch means, the
+    result) and the command line."""
+    args = ["--policy", "jiq", "--load", "0.85", "--servers", "40", "--dispatchers", "8",
+            "--replicas", "6", "--steps", "1024", "--warmup", "256", "--levels", "12",
+            "--iqueue-levels", "12", "--seed", "2", "--json"]  # fmt: skip
+    kw = dict(replicas=6, steps=1024, warmup=256, levels=12, iqueue_levels=12, seed=2)
+    ref = jq.simulate("jiq", 0.85, 40, 8, **kw, backend="xla").to_dict()
+    assert cli_main(["simulate", *args, "--backend", "pallas"]) == 0
+    got = json.loads(capsys.readouterr().out)
     assert got["settings"].pop("backend") == "pallas" and ref["settings"].pop("backend") == "xla"
     for d in (ref, got):
         d["settings"].pop("wall_seconds")
-    assert got == ref
-    code = cli_main(["simulate", "--policy", "jiq", "--load", "0.85", "--servers", "40",
-                     "--dispatchers", "4", "--replicas", "6", "--steps", "1024", "--warmup", "256",
-                     "--levels", "12", "--iqueue-levels", "16", "--seed", "2",
-                     "--backend", "registers", "--json"])  # fmt: skip
-    assert code == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["settings"]["backend"] == "registers"
-    assert out["mean_queue_length"] == ref["mean_queue_length"]
+    assert got == json.loads(json.dumps(ref))  # what the command line prints is the result
