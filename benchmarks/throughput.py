@@ -45,7 +45,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
-    plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=BLOCK, warmup=0)
+    plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0)
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
     state = runner.Run.start(plan).core
