@@ -227,6 +227,7 @@ def _clean_env(**extra):
     return env
 
 
+@pytest.mark.slow
 def test_cli_and_import_use_one_device_per_core_unless_told_otherwise():
     cmd = [sys.executable, "-m", "jaxqueue", "simulate", "--policy", "pod", "--servers", "10",
            "--load", "0.5", "--replicas", "2", "--steps", "512", "--json"]  # fmt: skip

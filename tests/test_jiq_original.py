@@ -166,6 +166,7 @@ def _trajectory(policy, system, n, seed):
     return jax.tree.map(np.asarray, run(core0))
 
 
+@pytest.mark.slow
 def test_fifo_rings_and_joins_to_the_shortest_after_every_step():
     n, m, levels, steps = 8, 3, 16, 3000
     policy = jq.make("jiq-original", order="fifo", z=1, d=3)  # d = M: a shortest I-queue

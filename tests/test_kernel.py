@@ -37,7 +37,6 @@ CASES = [
     ("jiq-sq", {"d": 2}, 60, 8, None, 10, 8),
     ("idle-first", {"d": 3}, 60, 1, 5, None, None),  # three distinct probes
 ]
-FAST = {0}  # the rest is in the slow tier
 REGISTERS = {0, 4}  # the register layout in plain XLA (compiles slowly): one of each kind
 
 
@@ -65,7 +64,7 @@ def _kernel(system, policy):
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=() if i in FAST else pytest.mark.slow) for i, c in enumerate(CASES)],
+    "case", [pytest.param(c, marks=pytest.mark.slow) for c in CASES],
     ids=[f"{c[0]}-{c[1]}-M{c[3]}-b{c[4]}" for c in CASES],
 )
 def test_kernel_and_register_layout_match_the_engine_bit_for_bit(case):

@@ -121,6 +121,7 @@ def test_a_chunk_across_block_2_32_carries_into_the_high_word():
     assert not np.array_equal(np.asarray(zero.tail_delta), np.asarray(second.tail_delta))
 
 
+@pytest.mark.slow
 def test_a_billion_servers():
     """N = 10^9: block-start sums pass 2**32 after five blocks and carry; the tail's
     time averages stay exact (tail_0 = N always; tail_1 moves by one per step)."""
@@ -223,6 +224,7 @@ def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
     _same(whole, resumed)
 
 
+@pytest.mark.slow
 def test_cli_checkpoint_warmup_auto_and_heavy_traffic(tmp_path, capsys):
     path = str(tmp_path / "cli.npz")
     args = ["simulate", "--policy", "jsq", "--servers", "100", "--alpha", "0.5", "--buffer", "3",
@@ -272,6 +274,7 @@ def test_short_batches_are_flagged_and_widened():
     assert diag["widened"] is True
 
 
+@pytest.mark.slow
 def test_warmup_diagnostic_catches_a_transient_and_auto_extends_it():
     """Pod(2), N = 100 at 0.95, started empty with no warm-up and a window of 105 time
     units: the queues fill during the first part of the window, and the diagnostic

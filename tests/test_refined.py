@@ -251,6 +251,7 @@ def test_conservation_law_of_the_jiq_family():
         rf.mean_field.mean_response_time + rf.correction["mean_response_time"] / 10, rel=1e-14)
 
 
+@pytest.mark.slow
 def test_cli_theory_with_servers_prints_refined_values(capsys):
     args = ["theory", "--policy", "pod", "--load", "1.2", "--buffer", "2", "--servers", "10",
             "--json"]  # fmt: skip

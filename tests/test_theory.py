@@ -424,6 +424,7 @@ def test_array_functions_need_a_closed_form():
         theory.tail("jiq", 0.9)
 
 
+@pytest.mark.slow
 def test_status_codes_are_status_members():
     assert theory.Status is Status
     with jax.enable_x64(True):

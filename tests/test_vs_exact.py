@@ -49,7 +49,13 @@ def _exact(name, opts, lam, n, m, b):
     return ex
 
 
-@pytest.mark.parametrize("name", FAST_POLICIES)
+#: Policies checked in the fast tier; the others run in the full suite (same family).
+FAST_TIER = ("pod", "jiq", "jiq-pod", "jiq-original")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST_TIER else pytest.param(n, marks=pytest.mark.slow) for n in FAST_POLICIES]
+)
 def test_every_policy_against_its_exact_chain(name):
     policy = jq.make(name)
     n, m = 3, (1 if policy.single_dispatcher or not policy.uses_iqueues else 2)
