@@ -115,7 +115,7 @@ def step_words(bkey: jax.Array, step_in_block: jax.Array, n_words: int) -> jax.A
 
 
 def step_word_rows(k0: jax.Array, k1: jax.Array, step_in_block: jax.Array, n_words: int) -> tuple:
-    """:func:`step_words` for a block of replicas in the register layout.
+    """:func:`step_words` for a tile of replicas in the register layout.
 
     Args:
         k0, k1: uint32 ``(B,)``, the two words of each replica's block key.

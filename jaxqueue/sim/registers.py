@@ -1,8 +1,8 @@
-"""The register layout: a block of replicas as tuples of per-level vectors.
+"""The register layout: a tile of replicas as tuples of per-level vectors.
 
 The engine of :mod:`jaxqueue.sim.blocks` holds one replica's occupancy tail
 as an array and vmaps the step over replicas; a level lookup is a reduction
-and an update a scatter-add. In the register layout a block of replicas is
+and an update a scatter-add. In the register layout a tile of replicas is
 held level by level instead: ``tail[k]`` is the vector, over the block's
 replicas, of the servers holding at least ``k`` tasks, and the whole state is
 a Python tuple of such vectors. A level lookup is then a sum of compares and
@@ -41,7 +41,7 @@ from jaxqueue.sim.step import occupancy_step
 
 __all__ = [
     "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
-    "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
+    "run_registers", "block_keys_rows", "zero_rows", "UNROLLED_PROBES", "MAX_LEVELS",
 ]  # fmt: skip
 
 #: Largest ``d`` whose distinct probes are drawn by unrolled compares (above
@@ -54,7 +54,7 @@ MAX_LEVELS = 128
 
 
 class Regs(NamedTuple):
-    """A block of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level."""
+    """A tile of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level."""
 
     tail: tuple
     iq_tail: tuple
@@ -112,7 +112,7 @@ def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
 
 
 def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, policy: Policy):
-    """One block of ``BLOCK`` steps for a block of replicas in the register layout.
+    """One block of ``BLOCK`` steps for a tile of replicas in the register layout.
 
     Args:
         regs: the replicas' state (:class:`Regs`).

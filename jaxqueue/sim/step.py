@@ -87,7 +87,7 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     """One uniformized step of an exchangeable policy, in either layout.
 
     The same function steps one replica's arrays (vmapped over replicas by
-    :func:`jaxqueue.sim.blocks.run_blocks`) and a block of replicas in the
+    :func:`jaxqueue.sim.blocks.run_blocks`) and a tile of replicas in the
     register layout (tuples of per-level vectors, :mod:`jaxqueue.sim.registers`,
     in plain XLA or in the Pallas kernel), so the three paths take the same
     decisions from the same words.
