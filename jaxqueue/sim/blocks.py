@@ -22,7 +22,10 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
 from jaxqueue.sim.step import step
 
-__all__ = ["run_blocks", "advance_blocks", "max_chunk_blocks", "max_per_step", "block_words"]
+__all__ = [
+    "run_blocks", "advance_blocks", "spread", "zero_rows", "max_chunk_blocks", "max_per_step",
+    "block_words",
+]  # fmt: skip
 
 
 def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
@@ -116,6 +119,12 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     )  # fmt: skip
 
 
+def zero_rows(system: System, policy: Policy, replicas: int) -> Stats:
+    """Zero chunk sums of ``replicas`` replicas, batched (leading replica axis)."""
+    zero = zero_stats(system, policy)
+    return jax.tree.map(lambda x: jnp.zeros((replicas,) + x.shape, x.dtype), zero)
+
+
 def advance_blocks(
     core: Core,
     keys: jax.Array,
@@ -142,8 +151,7 @@ def advance_blocks(
         ``(core, stats)``: the advanced batched Core and the batched
         :class:`~jaxqueue.sim.state.Stats` of these blocks.
     """
-    zero = zero_stats(system, policy)
-    stats = jax.tree.map(lambda x: jnp.zeros((load.shape[0],) + x.shape, x.dtype), zero)
+    stats = zero_rows(system, policy, load.shape[0])
     batched = jax.vmap(
         lambda c, s, k, lam, lo, hi: _block(c, s, k, lo, hi, lam, system, policy),
         in_axes=(0, 0, 0, 0, None, None),
@@ -168,6 +176,14 @@ def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=
     block count is traced: runs of any length reuse one compiled program.
     """
     run = functools.partial(advance_blocks, system=system, policy=policy)
+    return spread(run, mesh, core, keys, first_block, n_blocks, load)
+
+
+def spread(run, mesh, core, keys, first_block, n_blocks, load):
+    """``run(core, keys, first_block, n_blocks, load)`` with each device of
+    ``mesh`` (axis ``"replica"``) on its own shard of replicas (``shard_map``;
+    no communication), or directly without a mesh of several devices. Every
+    backend's chunk function is spread by it."""
     if mesh is None or mesh.size == 1:
         return run(core, keys, first_block, n_blocks, load)
     spec, rep = PartitionSpec("replica"), PartitionSpec()

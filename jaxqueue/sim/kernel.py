@@ -33,12 +33,12 @@ import warnings
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.sharding import PartitionSpec
 
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy
+from jaxqueue.sim.blocks import spread, zero_rows
 from jaxqueue.sim.registers import (
-    Regs, block_keys_rows, from_rows, run_block, to_rows, unsupported, zero_rows,
+    Regs, block_keys_rows, from_rows, run_block, to_rows, unsupported,
 )  # fmt: skip
 from jaxqueue.sim.state import Core, Stats
 
@@ -183,12 +183,7 @@ def run_kernel(core, keys, first_block, n_blocks, load, *, system, policy, mesh=
                interpret=False):  # fmt: skip
     """:func:`advance_kernel`, jit-compiled and spread over a mesh (as ``run_blocks``)."""
     run = functools.partial(advance_kernel, system=system, policy=policy, interpret=interpret)
-    if mesh is None or mesh.size == 1:
-        return run(core, keys, first_block, n_blocks, load)
-    spec, rep = PartitionSpec("replica"), PartitionSpec()
-    return jax.shard_map(
-        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
-    )(core, keys, first_block, n_blocks, load)
+    return spread(run, mesh, core, keys, first_block, n_blocks, load)
 
 
 def _zero_core(system: System, policy: Policy, replicas: int) -> Core:

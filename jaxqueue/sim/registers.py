@@ -31,17 +31,17 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec
 
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Dispatchers, Policy, Servers
-from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
+from jaxqueue.sim.blocks import spread, zero_rows
+from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
 
 __all__ = [
     "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
-    "run_registers", "block_keys_rows", "zero_rows", "UNROLLED_PROBES", "MAX_LEVELS",
+    "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
 ]  # fmt: skip
 
 #: Largest ``d`` whose distinct probes are drawn by unrolled compares (above
@@ -181,12 +181,6 @@ def block_keys_rows(keys: jax.Array, lo0, hi0, index) -> tuple:
     return bk[:, 0], bk[:, 1]
 
 
-def zero_rows(system: System, policy: Policy, replicas: int) -> Stats:
-    """Zero chunk sums of ``replicas`` replicas, batched (leading replica axis)."""
-    zero = zero_stats(system, policy)
-    return jax.tree.map(lambda x: jnp.zeros((replicas,) + x.shape, x.dtype), zero)
-
-
 def advance_registers(core: Core, keys, first_block, n_blocks, load, system: System,
                       policy: Policy):  # fmt: skip
     """:func:`jaxqueue.sim.blocks.advance_blocks` in the register layout, in plain XLA.
@@ -209,9 +203,4 @@ def advance_registers(core: Core, keys, first_block, n_blocks, load, system: Sys
 def run_registers(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
     """:func:`advance_registers`, jit-compiled and spread over a mesh (as ``run_blocks``)."""
     run = functools.partial(advance_registers, system=system, policy=policy)
-    if mesh is None or mesh.size == 1:
-        return run(core, keys, first_block, n_blocks, load)
-    spec, rep = PartitionSpec("replica"), PartitionSpec()
-    return jax.shard_map(
-        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
-    )(core, keys, first_block, n_blocks, load)
+    return spread(run, mesh, core, keys, first_block, n_blocks, load)
