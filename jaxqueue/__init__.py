@@ -47,7 +47,7 @@ from jaxqueue.core.system import (  # noqa: E402
 )  # fmt: skip
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
-from jaxqueue.sim.runner import CheckpointMismatch, LevelOverflowError  # noqa: E402
+from jaxqueue.sim.runner import BackendWarning, CheckpointMismatch, LevelOverflowError  # noqa: E402
 from jaxqueue.api import simulate, sweep  # noqa: E402
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "register",
     "LevelOverflowError",
     "CheckpointMismatch",
+    "BackendWarning",
     "simulate",
     "sweep",
 ]

@@ -113,7 +113,7 @@ def sweep(
             checking) or ``"registers"`` (the kernel's layout in plain XLA).
             Every backend gives bit-identical results; one that does not
             cover the run (the per-server policies, more than 8 probes or
-            128 levels) warns (:class:`~jaxqueue.sim.runner.BackendWarning`)
+            128 levels) warns (:class:`jaxqueue.BackendWarning`)
             and runs on ``"xla"``. The result's settings record the backend used.
 
     Returns:

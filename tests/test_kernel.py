@@ -105,7 +105,7 @@ def test_backend_choice_and_its_errors():
         (dict(policy="pod", levels=MAX_LEVELS + 1), f"levels={MAX_LEVELS + 1} > {MAX_LEVELS}"),
     ]:
         args = {**pod, **bad}
-        with pytest.warns(runner.BackendWarning, match=why):
+        with pytest.warns(jq.BackendWarning, match=why):
             p = runner.plan(**args, backend="pallas")
         assert p.backend == "xla" and why in p.backend_note
         with warnings.catch_warnings():
