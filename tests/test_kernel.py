@@ -128,3 +128,18 @@ def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
     for d in (ref, got):
         d["settings"].pop("wall_seconds")
     assert got == json.loads(json.dumps(ref))  # what the command line prints is the result
+
+
+def test_every_exchangeable_policy_is_covered_by_the_kernel():
+    """A policy added to the registry is covered by the kernel unless it keeps per-server state."""
+    from jaxqueue.core.system import System
+    from jaxqueue.sim.registers import unsupported
+
+    covered = set()
+    for name in jq.available():
+        policy = jq.make(name)
+        m = 1 if policy.single_dispatcher or not policy.uses_iqueues else 10
+        reason = unsupported(System(100, m, None, 16, 16 if m > 1 else 0), policy)
+        assert (reason is None) == (not policy.per_server), (name, reason)
+        covered |= {name} if reason is None else set()
+    assert {c[0] for c in CASES} == covered  # and each is checked bit for bit above
