@@ -110,8 +110,7 @@ def step_words(bkey: jax.Array, step_in_block: jax.Array, n_words: int) -> jax.A
     Returns:
         uint32 array of shape ``(n_words,)``.
     """
-    ctr = step_in_block.astype(_U32) * _U32(n_words) + jnp.arange(n_words, dtype=_U32)
-    return _mix(_mix(ctr ^ bkey[0]) ^ bkey[1])
+    return jnp.stack(step_word_rows(bkey[0], bkey[1], step_in_block, n_words))
 
 
 def step_word_rows(k0: jax.Array, k1: jax.Array, step_in_block: jax.Array, n_words: int) -> tuple:

@@ -23,7 +23,7 @@ from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
 from jaxqueue.sim.step import step
 
 __all__ = [
-    "run_blocks", "advance_blocks", "spread", "zero_rows", "max_chunk_blocks", "max_per_step",
+    "run_blocks", "advance_blocks", "spread", "zero_rows", "add64", "max_chunk_blocks", "max_per_step",
     "block_words",
 ]  # fmt: skip
 
@@ -38,7 +38,7 @@ def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
     return core.iq_tail
 
 
-def _add64(lo: jax.Array, hi: jax.Array, x: jax.Array):
+def add64(lo: jax.Array, hi: jax.Array, x: jax.Array):
     """Add a non-negative int32 ``x`` to the 64-bit sum ``(hi, lo)`` of uint32 words."""
     xu = x.astype(jnp.uint32)
     lo = lo + xu
@@ -107,10 +107,10 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     (new_core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
-    tail_lo, tail_hi = _add64(stats.tail_lo, stats.tail_hi, core.tail)
+    tail_lo, tail_hi = add64(stats.tail_lo, stats.tail_hi, core.tail)
     iq_lo, iq_hi = stats.iq_lo, stats.iq_hi
     if by_changes:
-        iq_lo, iq_hi = _add64(iq_lo, iq_hi, iq0)
+        iq_lo, iq_hi = add64(iq_lo, iq_hi, iq0)
     updates = {name: getattr(stats, name) + c for name, c in zip(COUNTERS, cnt)}
     return new_core, Stats(
         tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,

@@ -231,9 +231,7 @@ def step_ops(system: System, policy: Policy) -> int:
     needs no GPU.
     """
     width = 8
-    core, stats = jax.tree.map(jnp.zeros_like, (_zero_core(system, policy, width),
-                                                zero_rows(system, policy, width)))  # fmt: skip
-    regs, stats = to_rows(core, stats)
+    regs, stats = to_rows(_zero_core(system, policy, width), zero_rows(system, policy, width))
     vec = lambda dtype: jnp.zeros((width,), dtype)  # noqa: E731
 
     def one_block(regs, stats, k0, k1, p):

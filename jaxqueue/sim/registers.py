@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Dispatchers, Policy, Servers
-from jaxqueue.sim.blocks import spread, zero_rows
+from jaxqueue.sim.blocks import add64, spread, zero_rows
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
 
@@ -97,13 +97,9 @@ def from_rows(regs: Regs, stats: Stats) -> tuple[Core, Stats]:
 
 
 def _add64(lo: tuple, hi: tuple, x: tuple):
-    out_lo, out_hi = [], []
-    for a, b, v in zip(lo, hi, x):
-        vu = v.astype(jnp.uint32)
-        s = a + vu
-        out_lo.append(s)
-        out_hi.append(b + (s < vu).astype(jnp.uint32))
-    return tuple(out_lo), tuple(out_hi)
+    """:func:`jaxqueue.sim.blocks.add64` level by level."""
+    pairs = [add64(a, b, v) for a, b, v in zip(lo, hi, x)]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
 def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
