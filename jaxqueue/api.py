@@ -48,6 +48,8 @@ def sweep(
     checkpoint: str | None = None,
     checkpoint_every: float = 300.0,
     backend: str = "auto",
+    service=None,
+    pools=None,
 ) -> list[SimulationResult]:
     """Simulate one policy at several loads in one compiled batch.
 
@@ -115,6 +117,21 @@ def sweep(
             cover the run (the per-server policies, more than 8 probes or
             128 levels) warns (:class:`jaxqueue.BackendWarning`)
             and runs on ``"xla"``. The result's settings record the backend used.
+        service: the service law: ``None`` (exponential, mean 1), a
+            :class:`~jaxqueue.core.service.PhaseType` (:mod:`jaxqueue.core.service`
+            builds Erlang, hyperexponential and two-moment fits) or its
+            command-line form (``"erlang:3"``, ``"hyperexp:4"``, ``"fit:0.5"``,
+            ``"ph:FILE.json"``). Covers the exchangeable policies (not
+            ``jiq-original``, ``jiq-threshold``); runs on ``"xla"``. The mean
+            response time then comes from Little's law and
+            ``response_quantiles`` is empty (docs/simulation.md).
+        pools: heterogeneous servers: ``(fraction, speed)`` pairs (or the
+            command-line form ``"0.2:2,0.8:1"``, or
+            :class:`~jaxqueue.core.service.Pool` objects with their own laws);
+            the fractions of ``N`` are rounded to whole servers. A server of
+            speed ``v`` serves at ``v`` times the law's rates; the policies see
+            queue lengths only. Stability needs ``load`` below the capacity
+            ``sum_i fraction_i speed_i / mean_i``.
 
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
@@ -123,7 +140,8 @@ def sweep(
         policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
-        interval=interval, batches=batches, backend=backend,
+        interval=interval, batches=batches, backend=backend, service=service,
+        pools=pools,
     )  # fmt: skip
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip

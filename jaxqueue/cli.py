@@ -48,8 +48,15 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
                        help="I-queue pick order (jiq-original; default random)")  # fmt: skip
 
 
+_SERVICE_HELP = ("service law: exp (default), erlang:K, hyperexp:SCV, fit:SCV (two-moment "
+                 "fit) or ph:FILE.json ({\"alpha\": [...], \"S\": [[...]]}); mean 1")
+
+
 def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument("--pools", default=None,
+                   help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
     p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
     p.add_argument("--steps", type=int, default=1_000_000,
                    help="measured uniformized steps per replica")  # fmt: skip
@@ -111,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
     p.add_argument("--queue-bound", type=int, default=None,
                    help="truncation of infinite buffers (default: automatic, mass below 1e-9)")  # fmt: skip
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
@@ -196,6 +204,12 @@ def _emit(res, args) -> int:
         title = (f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
                  f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
                  f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units")  # fmt: skip
+        if s.get("pools"):
+            title += "\n  pools " + ", ".join(f"{q['servers']} servers at speed {q['speed']:g}"
+                                              for q in s["pools"])
+        if s.get("service", "exp") != "exp":
+            law = s["service"]
+            title += f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, SCV {law['scv']:.4g}"
     elif res.source == "exact":
         title = (f"exact: {s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
                  f"load={s['load']}  buffer={s['buffer']}  ({res.n_states} states, "
@@ -244,7 +258,7 @@ def _cmd_simulate(args) -> int:
         seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
         init=args.init, progress=args.progress, interval=args.interval, batches=args.batches,
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-        backend=args.backend,
+        backend=args.backend, service=args.service, pools=args.pools,
     )  # fmt: skip
     return _emit(res, args)
 

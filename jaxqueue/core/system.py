@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
+
 
 __all__ = [
     "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
@@ -29,19 +31,21 @@ DEFAULT_WARMUP_TIME = 100.0
 SERVICE_RATE = 1.0
 
 
-def event_rate(load):
-    """Uniformization rate per server: ``lambda + mu`` (arrivals plus a potential completion)."""
-    return load + SERVICE_RATE
+def event_rate(load, rate: float = SERVICE_RATE):
+    """Uniformization rate per server: ``lambda + mu`` (arrivals plus a potential
+    completion); ``rate`` is :attr:`System.service_rate` for other service laws."""
+    return load + rate
 
 
-def arrival_probability(load):
+def arrival_probability(load, rate: float = SERVICE_RATE):
     """Probability that a uniformized step is an arrival: ``lambda / (lambda + mu)``."""
-    return load / event_rate(load)
+    return load / event_rate(load, rate)
 
 
-def steps_per_time_unit(n_servers: int, load: float) -> float:
+def steps_per_time_unit(n_servers: int, load: float, rate: float = SERVICE_RATE) -> float:
     """Uniformized steps per unit of time: ``N * (lambda + mu)``."""
-    return n_servers * event_rate(load)
+    return n_servers * event_rate(load, rate)
+
 
 #: Steps per replica: the host totals are int64 and the block index has 64
 #: bits, so this is a guard against typing mistakes, not a ceiling of the engine.
@@ -67,6 +71,12 @@ class System:
         iqueue_levels: the largest tracked I-queue size (JIQ family with
             ``M > 1``; 0 otherwise). A server that would join a full I-queue is
             an overflow, counted and reported.
+        service: the service law, ``None`` for exponential service of rate
+            :data:`SERVICE_RATE` (a unit exponential law is stored as ``None``),
+            or a :class:`~jaxqueue.core.service.PhaseType` law.
+        pools: ``None`` (identical servers), or a tuple of
+            :class:`~jaxqueue.core.service.Pool` (server count, speed, law;
+            the counts sum to ``N``): heterogeneous servers.
     """
 
     n_servers: int
@@ -74,6 +84,8 @@ class System:
     buffer: int | None = None
     levels: int = 0
     iqueue_levels: int = 0
+    service: PhaseType | None = None
+    pools: tuple | None = None
 
     def __post_init__(self):
         check_int("n_servers", self.n_servers, 1, MAX_SERVERS)
@@ -87,6 +99,36 @@ class System:
         else:
             check_int("levels", self.levels, 1, 10**6)
         check_int("iqueue_levels", self.iqueue_levels, 0, self.n_servers)
+        if self.service is not None:
+            if not isinstance(self.service, PhaseType):
+                raise TypeError(f"service must be a PhaseType or None, got {self.service!r}")
+            if self.service.is_unit_exponential:
+                object.__setattr__(self, "service", None)
+        if self.pools is not None:
+            pools = tuple(self.pools)
+            if not pools or not all(isinstance(p, Pool) for p in pools):
+                raise TypeError("pools must be a non-empty tuple of Pool")
+            if sum(p.count for p in pools) != self.n_servers:
+                raise ValueError(
+                    f"the pools' server counts sum to {sum(p.count for p in pools)}, "
+                    f"not n_servers={self.n_servers}"
+                )
+            object.__setattr__(self, "pools", pools)
+
+    @property
+    def classes(self) -> bool:
+        """Whether the state counts servers by class (phase-type service or pools)."""
+        return self.service is not None or self.pools is not None
+
+    @property
+    def service_rate(self) -> float:
+        """The uniformization rate of service per server (1 for unit exponential service)."""
+        return uniform_rate(self.service, self.pools)
+
+    @property
+    def capacity(self) -> float:
+        """Tasks per server per unit time the servers complete when all are busy (1 by default)."""
+        return capacity(self.service, self.pools, self.n_servers)
 
     @property
     def ratio(self) -> float:
@@ -102,12 +144,14 @@ def check_int(name: str, value, lo: int, hi: int) -> None:
         raise ValueError(f"{name}={value} is out of range: need {lo} <= {name} <= {hi}")
 
 
-def check_load(load: float, buffer: int | None) -> float:
+def check_load(load: float, buffer: int | None, capacity: float = 1.0) -> float:
     """Validate the normalised arrival rate ``lambda``.
 
     Args:
         load: arrivals per server per unit time.
-        buffer: ``None`` for infinite buffers (then ``load < 1`` is required).
+        buffer: ``None`` for infinite buffers (then ``load < capacity`` is required).
+        capacity: tasks per server per unit time the servers can complete
+            (:attr:`System.capacity`; 1 for identical servers of mean service 1).
 
     Returns:
         ``load`` as a Python float.
@@ -118,7 +162,13 @@ def check_load(load: float, buffer: int | None) -> float:
         raise TypeError(f"load must be a number, got {load!r}") from None
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"load={load} is out of range: need load > 0")
-    if buffer is None and value >= 1.0:
+    if buffer is None and capacity != 1.0 and value >= capacity:
+        raise ValueError(
+            f"load={load} is out of range: infinite buffers need load < {capacity:.6g}, the "
+            "servers' capacity (tasks per server per unit time; the system is unstable "
+            "otherwise); give a finite buffer or a smaller load"
+        )
+    if buffer is None and value >= 1.0 and capacity == 1.0:
         raise ValueError(
             f"load={load} is out of range: infinite buffers need 0 < load < 1 "
             "(the system is unstable otherwise); give a finite buffer for load >= 1"

@@ -6,6 +6,13 @@ exponential and FIFO, so a task that finds ``k`` tasks at its server has an
 Erlang(``k + 1``, mu) response time, and the histogram of ``k`` seen by
 accepted arrivals gives the mean, the percentiles and the whole law as an
 Erlang mixture (:mod:`jaxqueue.results.response`).
+
+With phase-type service or pools of servers of other speeds that no longer holds: the residual of
+the task in service depends on its phase. The mean response time then comes
+from Little's law (mean queue length over the accepted arrival rate, both
+measured exactly), and ``response_quantiles`` is empty; the law of the queue
+length an arrival finds (``arrival_seen``) and the waiting probability are
+measured as before.
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ def _occupancy(tail: np.ndarray) -> np.ndarray:
     return tail - np.concatenate([tail[..., 1:], np.zeros_like(tail[..., :1])], axis=-1)
 
 
-def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool) -> dict:
+def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
+                   rate=None) -> dict:  # fmt: skip
     """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
@@ -55,11 +63,12 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher: as in :func:`from_stats`.
+        policy, single_dispatcher, rate: as in :func:`from_stats`.
 
     Returns:
         ``{metric: float64 array}`` with the sample axis first (metrics that
-        do not apply are left out); ``response_quantiles`` is ``(S, Q)``.
+        do not apply are left out); ``response_quantiles`` is ``(S, Q)``
+        (left out with server classes).
     """
     steps = np.asarray(sums["steps"], np.float64)
     tail = sums["tail"] / steps[:, None]
@@ -79,7 +88,10 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             "response_quantiles": erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE,
         }
         # messages per server per unit time: count / (N * time), time = steps / (N (lambda + mu))
-        per_time = event_rate(load) / steps
+        per_time = event_rate(load, SERVICE_RATE if rate is None else rate) / steps
+        if rate is not None:  # Little's law: tasks per server over accepted tasks per server and time
+            out["mean_response_time"] = out["mean_queue_length"] / (accepted * per_time)
+            del out["response_quantiles"]
         out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
                    probe_rate=sums["probes"] * per_time)  # fmt: skip
         if policy.uses_iqueues:
@@ -156,7 +168,7 @@ def _estimates(whole: dict, batches: dict | None):
 
 def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
                settings: dict, *, batches: dict | None = None,
-               diagnostics: dict | None = None) -> SimulationResult:  # fmt: skip
+               diagnostics: dict | None = None, rate=None) -> SimulationResult:  # fmt: skip
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
     Args:
@@ -171,19 +183,24 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
             means (:func:`batch_means`), recorded in the diagnostics as
             ``interval = "batch-means"`` with ``batches`` and ``lag1_correlation``.
         diagnostics: more diagnostics to record (the warm-up diagnostic).
+        rate: with server classes (phase-type service, pools), their
+            uniformization rate of service (:attr:`System.service_rate`);
+            ``None``: identical servers with exponential service.
     """
-    whole = metric_samples(sums, load, policy, single_dispatcher)
+    whole = metric_samples(sums, load, policy, single_dispatcher, rate)
     per_batch = None
     if batches is not None:
         r, b = np.shape(batches["steps"])[:2]
         flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in batches.items()}
-        per = metric_samples(flat, np.repeat(load, b), policy, single_dispatcher)
+        per = metric_samples(flat, np.repeat(load, b), policy, single_dispatcher, rate)
         per_batch = {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
     est, batch_diag = _estimates(whole, per_batch)
-    qe = est.pop("response_quantiles")
-    qn = np.broadcast_to(np.asarray(qe.n), (len(QUANTILES),))
-    quantiles = {q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
-                 for j, q in enumerate(QUANTILES)}  # fmt: skip
+    quantiles = {}
+    qe = est.pop("response_quantiles", None)
+    if qe is not None:
+        qn = np.broadcast_to(np.asarray(qe.n), (len(QUANTILES),))
+        quantiles = {q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
+                     for j, q in enumerate(QUANTILES)}  # fmt: skip
     diag = {
         "overflow": int(np.sum(sums["overflow"])),
         "iq_overflow": int(np.sum(sums["iq_overflow"])),

@@ -13,11 +13,15 @@ import math
 
 import numpy as np
 
+from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
 from jaxqueue.theory.p0 import iqueue_distribution, solve_p0
 
-__all__ = ["mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels"]
+__all__ = [
+    "mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels",
+    "mph1_tail", "phase_levels",
+]  # fmt: skip
 
 _MAX_SEARCH = 100_000
 
@@ -112,3 +116,73 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     if policy.per_server:  # lists also hold busy servers (stale or below the threshold)
         bound = 2 * bound + int(math.ceil(ratio))
     return int(min(n_servers, max(start, 4 * math.ceil(bound / 4))))
+
+
+def mph1_tail(load: float, law, levels: int) -> np.ndarray:
+    """``P(Q >= k)``, ``k = 0..levels``, of the M/PH/1 queue (matrix-geometric).
+
+    With arrivals at rate ``lambda`` and service ``PH(alpha, S)``, the
+    stationary law of (queue length ``k >= 1``, phase) is ``pi_1 R^(k-1)``,
+    ``R`` the minimal solution of ``A0 + R A1 + R^2 A2 = 0`` with ``A0 =
+    lambda I``, ``A1 = S - lambda I``, ``A2 = s alpha`` (Neuts, "Matrix-Geometric
+    Solutions in Stochastic Models", 1981). It is Random routing's exact
+    tail, and bounds the tails of the policies that route better.
+    """
+    a = np.asarray(law.alpha)
+    s = law.matrix
+    exit_ = law.exit_rates
+    n = a.size
+    a0, a1, a2 = load * np.eye(n), s - load * np.eye(n), np.outer(exit_, a)
+    r = np.zeros((n, n))
+    for _ in range(100_000):
+        new = a0 @ np.linalg.inv(-(a1 + r @ a2))
+        if np.max(np.abs(new - r)) < 1e-15:
+            r = new
+            break
+        r = new
+    # level 1 entered from idle at rate lambda alpha: pi_1 = pi_0 lambda alpha (-(A1 + R A2))^-1
+    pi1 = load * a @ np.linalg.inv(-(a1 + r @ a2))
+    tail_mass = pi1 @ np.linalg.inv(np.eye(n) - r)  # sum_{k >= 1} pi_k per phase
+    pi0 = 1.0 / (1.0 + tail_mass.sum())
+    out = np.empty(levels + 1)
+    out[0] = 1.0
+    v = pi1 * pi0
+    inv = np.linalg.inv(np.eye(n) - r)
+    for k in range(1, levels + 1):
+        out[k] = float((v @ inv).sum())
+        v = v @ r
+    return out
+
+
+def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float, law,
+                 pools=None) -> int:  # fmt: skip
+    """Default level bound with a phase-type law or pools: ``N * s_L < 1e-6`` plus a quarter.
+
+    ``s_L`` is the largest over the pools of the M/PH/1 tail (:func:`mph1_tail`)
+    of a server of the pool under Random routing (arrival rate ``lambda``):
+    Random's exact tail, which bounds the tails of the policies that route
+    better. A pool that Random would overload gets the tail at the system's
+    utilization ``lambda / capacity`` instead (only load-aware policies are
+    stable there; an overflow says to raise ``levels``).
+    """
+    base = exponential() if law is None else law
+    laws, util = [base], [load * base.mean]
+    if pools is not None:
+        laws = [(p.law or base) for p in pools]
+        laws = [lw.scaled(lw.mean / p.speed) for lw, p in zip(laws, pools)]
+        system_util = load / capacity(law, pools, n_servers)
+        util = [load * lw.mean if load * lw.mean < 1 else system_util for lw in laws]
+    return max(_mph1_levels(n_servers, u / lw.mean, lw) for lw, u in zip(laws, util))
+
+
+def _mph1_levels(n_servers: int, rate: float, law) -> int:
+    size = 64
+    while True:
+        tail = mph1_tail(rate, law, size)
+        below = np.nonzero(n_servers * tail < 1e-6)[0]
+        if below.size:
+            base = int(below[0])
+            return int(4 * math.ceil((base + max(4, base // 4)) / 4))
+        if size >= _MAX_SEARCH:
+            raise ValueError("the load is too close to 1 for a tracked level bound below 100000")
+        size *= 4

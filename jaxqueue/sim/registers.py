@@ -66,6 +66,8 @@ def unsupported(system: System, policy: Policy) -> str | None:
     if policy.per_server:
         return (f"{policy.label()} steps on per-server state (each dispatcher's list of "
                 "servers), not on occupancy tails")  # fmt: skip
+    if system.classes:
+        return "phase-type service and server pools keep per-class counts"
     for name in ("levels", "iqueue_levels"):
         if getattr(system, name) > MAX_LEVELS:
             return (f"{name}={getattr(system, name)} > {MAX_LEVELS}: the register layout holds "

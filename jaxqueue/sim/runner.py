@@ -58,6 +58,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxqueue.core.rng import BLOCK, replica_keys
+from jaxqueue.core.service import PhaseType, capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
     steps_per_time_unit,
@@ -68,9 +69,10 @@ from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
-from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, required_levels
+from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels, required_levels
 from jaxqueue.sim.initial import initial_counts
 from jaxqueue.sim.per_server import Lists
+from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.registers import run_registers, unsupported
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
 from jaxqueue.sim.totals import Totals
@@ -181,6 +183,9 @@ class Plan:
     def fingerprint(self) -> dict:
         """Everything that fixes the run's result (what a checkpoint must match)."""
         system = dataclasses.asdict(self.system)
+        for name in ("service", "pools"):  # as before they existed: old checkpoints resume
+            if system[name] is None:
+                del system[name]
         return {
             "jaxqueue": __version__, "format": CHECKPOINT_FORMAT, "block": BLOCK,
             "policy": self.policy.name, "options": self.policy.options(), "system": system,
@@ -232,6 +237,8 @@ def plan(
     interval: str = "auto",
     batches: int = BATCHES,
     backend: str = "auto",
+    service: str | PhaseType | None = None,
+    pools=None,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -240,7 +247,10 @@ def plan(
     pol = make(policy, d=d, z=z, order=order)
     check_int("n_servers", n_servers, 1, MAX_SERVERS)
     check_int("n_dispatchers", n_dispatchers, 1, n_servers)
-    loads = [check_load(x, buffer) for x in np.atleast_1d(np.asarray(loads, dtype=object))]
+    law = _service(service, pol)
+    pool_set = _pools(pools, n_servers, pol)
+    loads = [check_load(x, buffer, capacity(law, pool_set, n_servers))
+             for x in np.atleast_1d(np.asarray(loads, dtype=object))]  # fmt: skip
     if not loads:
         raise ValueError("loads is empty: give at least one load")
     if buffer is not None:
@@ -254,7 +264,8 @@ def plan(
     if auto_warmup and warmup != "auto":
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
     if warmup is None or auto_warmup:
-        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * steps_per_time_unit(n_servers, lmax)))
+        rate = uniform_rate(law, pool_set)
+        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * steps_per_time_unit(n_servers, lmax, rate)))
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
@@ -284,8 +295,9 @@ def plan(
     # the policy's options first: the level bounds below may solve (and compile) the mean field
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
     system = System(n_servers, n_dispatchers, buffer,
-                    _levels(pol, n_servers, n_dispatchers, buffer, levels, lmax),
-                    _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels, min(loads)))  # fmt: skip
+                    _levels(pol, n_servers, n_dispatchers, buffer, levels, lmax, law, pool_set),
+                    _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels, min(loads)),
+                    law, pool_set)  # fmt: skip
     pol.validate(system)
     if isinstance(init, str):
         if init not in ("auto", "empty", "mean-field"):
@@ -296,7 +308,13 @@ def plan(
         if init == "auto":
             kind = pol.mean_field_kind()
             has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
+            has = has and not system.classes
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
+        elif init == "mean-field" and system.classes:
+            raise ValueError(
+                "init='mean-field' starts from the mean field of identical exponential servers; "
+                "with a phase-type service law or pools use init='empty' or an occupancy array"
+            )
     else:
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
         if np.ndim(init) != 1:
@@ -331,11 +349,48 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
     return backend, None
 
 
-def _levels(pol, n, m, buffer, levels, lmax) -> int:
+def _service(service, pol) -> PhaseType | None:
+    """The service law of a run (``None``: exponential), checked against the policy."""
+    if service is None:
+        return None
+    law = parse_service(service) if isinstance(service, str) else service
+    if not isinstance(law, PhaseType):
+        raise TypeError(f"service must be None, a string such as 'erlang:3' or a PhaseType, got {service!r}")
+    if law.is_unit_exponential:
+        return None
+    if pol.per_server:
+        raise ValueError(
+            f"service={law.label!r}: phase-type service covers the exchangeable policies "
+            f"(random, jsq, pod, i1f, jiq, jiq-pod, jiq-sq, idle-first), not {pol.label()}, "
+            "which steps on per-server lists; use service=None"
+        )
+    return law
+
+
+def _pools(pools, n: int, pol) -> tuple | None:
+    """The pools of a run (``None``: identical servers); see :func:`make_pools`."""
+    if pools is not None and pol.per_server:
+        raise ValueError(
+            f"pools cover the exchangeable policies, not {pol.label()}, which steps on "
+            "per-server lists; use pools=None"
+        )
+    return make_pools(pools, n)
+
+
+def _phase_levels(pol, n, m, levels, lmax, law, pools) -> int:
+    if levels is None:
+        return phase_levels(pol, n, m, lmax, law, pools)
+    check_int("levels", levels, 1, 10**6)
+    return levels
+
+
+def _levels(pol, n, m, buffer, levels, lmax, law=None, pools=None) -> int:
     if buffer is not None:
         if levels is not None and levels != buffer:
             raise ValueError(f"levels={levels} must equal buffer={buffer} (or be omitted)")
         return buffer
+    if law is not None or pools is not None:
+        return _phase_levels(pol, n, m, levels, lmax, law, pools)
     need = required_levels(pol, n, m, lmax)
     if levels is None:
         return default_levels(pol, n, m, lmax)
@@ -426,7 +481,8 @@ def _initial_core(p: Plan) -> Core:
     for lam in p.loads:
         init_arg = p.init if isinstance(p.init, str) else np.asarray(p.init)
         counts = initial_counts(init_arg, p.system, p.policy, lam)
-        starts.append(core_from_counts(*counts, p.system, p.policy))
+        classes = split_classes(counts[0], p.system) if p.system.classes else None
+        starts.append(core_from_counts(*counts, p.system, p.policy, classes))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
 
@@ -679,7 +735,7 @@ class Run:
         results = []
         for j, lam in enumerate(p.loads):
             sl = slice(j * p.replicas, (j + 1) * p.replicas)
-            per_time = steps_per_time_unit(system.n_servers, lam)
+            per_time = steps_per_time_unit(system.n_servers, lam, system.service_rate)
             warm = self.warmup_end
             settings = {
                 "policy": pol.name,
@@ -692,6 +748,10 @@ class Run:
                 "buffer": system.buffer,
                 "levels": system.levels,
                 "iqueue_levels": system.iqueue_levels,
+                "service": "exp" if system.service is None else system.service.to_dict(),
+                "pools": None if system.pools is None else [
+                    {"servers": q.count, "speed": q.speed,
+                     "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
                 "replicas": p.replicas,
                 "steps": p.measure_blocks * BLOCK,
                 "warmup": warm * BLOCK,
@@ -713,6 +773,7 @@ class Run:
             bpart = None if batches is None else {k: v[sl] for k, v in batches.items()}
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
+                                      rate=system.service_rate if system.classes else None,
                                       diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
         return results
 
@@ -721,6 +782,8 @@ def _core_fields(core: Core) -> dict:
     out = {"tail": core.tail, "iq_tail": core.iq_tail, "iq_listed": core.iq_listed}
     if core.lists is not None:
         out.update({f"lists.{k}": v for k, v in core.lists._asdict().items()})
+    if core.classes is not None:
+        out["classes"] = core.classes
     return out
 
 
@@ -730,7 +793,7 @@ def _core_from_fields(fields: dict, p: Plan) -> Core:
     lists = None
     if "lists.q" in pad:
         lists = Lists(*(pad[f"lists.{k}"] for k in Lists._fields))
-    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists)
+    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"))
 
 
 def _overflow_advice(overflow, p: Plan) -> str:

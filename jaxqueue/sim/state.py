@@ -8,7 +8,10 @@ One replica's Markov state is its occupancy tails (exchangeable form):
   ``iq_listed[j]``: idle servers listed in I-queues of size at least ``j``
   (derivable from ``iq_tail`` by a suffix sum, kept so that a delete request
   finds its I-queue without a scan);
-* for the per-server policies, their :class:`~jaxqueue.sim.per_server.Lists`.
+* for the per-server policies, their :class:`~jaxqueue.sim.per_server.Lists`;
+* with phase-type service or pools of servers, ``classes[k, c]``: servers
+  holding exactly ``k`` tasks of class ``c`` (pool and phase;
+  :mod:`jaxqueue.sim.classes`).
 
 A chunk of blocks returns its sums (:class:`Stats`); the runner adds them
 into exact host totals (:mod:`jaxqueue.sim.totals`), which the estimators read.
@@ -26,7 +29,8 @@ from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.per_server import N_WORDS, Lists, init_lists
 
-__all__ = ["Core", "Stats", "COUNTERS", "zero_stats", "core_from_counts", "n_words", "iq_width"]
+__all__ = ["Core", "Stats", "COUNTERS", "zero_stats", "core_from_counts", "n_words", "iq_width",
+           "PHASE_WORDS"]
 
 
 class Core(NamedTuple):
@@ -36,6 +40,7 @@ class Core(NamedTuple):
     iq_tail: jax.Array  # (iqueue_levels + 1,) or (1,)
     iq_listed: jax.Array  # (iqueue_levels + 1,) or (1,): listed servers in I-queues of size >= j
     lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
+    classes: jax.Array | None = None  # (levels + 1, C): phase-type service or pools only
 
 
 class Stats(NamedTuple):
@@ -84,12 +89,18 @@ def iq_width(system: System, policy: Policy) -> int:
     return system.iqueue_levels + 1
 
 
+#: Extra words of a step with server classes (:mod:`jaxqueue.sim.classes`).
+PHASE_WORDS = 4
+
+
 def n_words(system: System, policy: Policy) -> int:
-    """Random words one step consumes: event type, then the larger of the branches."""
+    """Random words one step consumes: event type, then the larger of the
+    branches, then :data:`PHASE_WORDS` with server classes."""
     if policy.per_server:
         return N_WORDS
     departure = 2 + policy.idle_words(system)
-    return 1 + max(departure, policy.route_words(system))
+    base = 1 + max(departure, policy.route_words(system))
+    return base + (PHASE_WORDS if system.classes else 0)
 
 
 def zero_stats(system: System, policy: Policy) -> Stats:
@@ -102,7 +113,7 @@ def zero_stats(system: System, policy: Policy) -> Stats:
                  c, c, c, c, c, c, c, c, c)  # fmt: skip
 
 
-def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
+def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_counts=None) -> Core:
     """Build a Core from occupancy counts (host side, numpy).
 
     Args:
@@ -110,6 +121,9 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
         iq_counts: int ``(iqueue_levels + 1,)``, dispatchers listing exactly j
             servers (sums to M, and ``sum j * iq_counts[j]`` equals the idle
             servers), or ``None`` when the policy has no I-queues or ``M = 1``.
+        class_counts: int ``(levels + 1, C)`` with server classes
+            (:mod:`jaxqueue.sim.classes`): the servers of each level by class
+            (rows sum to ``counts``).
     """
     counts = np.asarray(counts, np.int64)
     tail = np.cumsum(counts[::-1])[::-1]
@@ -127,4 +141,12 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy) -> Core:
     else:
         iq_tail = np.array([system.n_dispatchers])
         iq_listed = np.array([0])
-    return Core(as32(tail), as32(iq_tail), as32(iq_listed))
+    classes = None
+    if system.classes:
+        classes = np.asarray(class_counts, np.int64)
+        if classes.ndim != 2 or classes.shape[0] != counts.size or np.any(
+            classes.sum(axis=1) != counts
+        ):
+            raise ValueError("class_counts must split each level's servers over the classes")
+        classes = as32(classes)
+    return Core(as32(tail), as32(iq_tail), as32(iq_listed), None, classes)

@@ -22,6 +22,7 @@ from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy, View, level_of
 from jaxqueue.sim.events import step_event
 from jaxqueue.sim.per_server import step_listed
+from jaxqueue.sim.classes import classes_after, service_outcome
 from jaxqueue.sim.state import Core
 
 __all__ = ["step", "occupancy_step"]
@@ -49,8 +50,18 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             join_d=policy.join_choices,
         )  # fmt: skip
         return Core(tail, iq_tail, core.iq_listed, lists), event
+    p_arrival = arrival_probability(load, system.service_rate)
+    if system.classes:  # phase-type service or pools: jaxqueue.sim.classes
+        service = service_outcome(core.classes, core.tail, words, system)
+        tail, iq_tail, iq_listed, event = occupancy_step(
+            core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
+            serves=service[2] == 0,
+        )  # fmt: skip
+        classes = classes_after(core.classes, core.tail, words, event["arrivals"] > 0, event["up"],
+                                service, system)  # fmt: skip
+        return Core(tail, iq_tail, iq_listed, None, classes), event
     tail, iq_tail, iq_listed, event = occupancy_step(
-        core.tail, core.iq_tail, core.iq_listed, words, arrival_probability(load), system, policy
+        core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy
     )
     return Core(tail, iq_tail, iq_listed), event
 
@@ -83,7 +94,8 @@ def _relist(iq_listed, leave, s_out, join, s_in):
     return iq_listed - lose + gain
 
 
-def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy):
+def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy,
+                   serves=None):  # fmt: skip
     """One uniformized step of an exchangeable policy, in either layout.
 
     The same function steps one replica's arrays (vmapped over replicas by
@@ -98,6 +110,9 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
         p_arrival: float32, ``lambda / (lambda + mu)`` (computed outside, so
             that every path rounds it alike).
         system, policy: static.
+        serves: with server classes, whether the service event a departure
+            step draws is a completion (:mod:`jaxqueue.sim.classes`);
+            ``None``: every busy server drawn completes (exponential service).
 
     Returns:
         ``(tail, iq_tail, iq_listed, event)``.
@@ -111,6 +126,8 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     # Departure branch: a uniformly random server completes a task if busy.
     k_dep = level_of(tail, uniform_index(words[1], words[2], n))
     departs = ~is_arrival & (k_dep >= 1)
+    if serves is not None:
+        departs = departs & serves
     to_idle = departs & (k_dep == 1)
 
     # Arrival branch.

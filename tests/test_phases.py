@@ -1,0 +1,154 @@
+"""Phase-type service in the simulator.
+
+Statistical checks are two-sided Student-t tests for the replicas used
+(:func:`jaxqueue.tolerance`), family-wise 0.001 (Bonferroni) over the
+comparisons of this file, counted in :data:`FAMILY`. References: the M/PH/1
+queue (Pollaczek-Khinchine mean, waiting probability ``rho``) for ``N = 1``,
+and the exact CTMC with phases (:func:`jaxqueue.exact.solve_exact`) for small
+systems; the exact solutions' truncated mass is below 1e-9, far below the
+intervals.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.core.service import (
+    PhaseType, erlang, exponential, hyperexponential, mph1_mean_response_time,
+)  # fmt: skip
+from jaxqueue.exact import solve_exact
+from jaxqueue.results.stats import tolerance
+from jaxqueue.sim import runner
+
+ONE = jax.devices()[:1]
+
+# (policy, options, N, M, buffer, load, service) against the exact chain with phases
+EXACT_CASES = [
+    ("pod", {"d": 2}, 3, 1, 4, 0.7, "erlang:2"),
+    ("jsq", {}, 3, 1, 5, 0.6, "hyperexp:4"),
+    ("jiq", {}, 3, 2, 4, 0.6, "erlang:3"),
+    ("jiq-pod", {"d": 2}, 4, 2, 3, 0.9, "hyperexp:4"),
+    ("i1f", {}, 3, 1, 4, 0.8, "fit:0.5"),
+    ("jiq-sq", {"d": 2}, 2, 2, None, 0.6, "erlang:2"),
+]
+EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length",
+                 "blocking_probability", "p0", "delete_rate", "tail s_1..s_3")  # fmt: skip
+# comparisons: M/PH/1 (2 laws x 2 metrics), the exact cases (at most 9 each)
+FAMILY = 4 + len(EXACT_CASES) * (len(EXACT_METRICS) + 2)
+
+
+def _close(est, value, what):
+    value = np.asarray(value, np.float64)
+    err = np.abs(np.asarray(est.mean) - value)
+    tol = tolerance(est, FAMILY)
+    assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, exact {value}"
+    assert np.all((np.asarray(est.ci95) > 0) | (err == 0)), what
+
+
+def test_mph1_and_the_phase_counts():
+    """N = 1, Erlang-3: the Pollaczek-Khinchine mean and P(wait) = rho; and the
+    state's phase counts split each level's servers exactly."""
+    law = erlang(3)
+    p = runner.plan("random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5,
+                    service=law, devices=ONE)  # fmt: skip
+    assert p.system.service == law and p.backend == "xla"
+    r = runner.Run.start(p)
+    r.advance()
+    (res,) = r.results()
+    _close(res.mean_response_time, mph1_mean_response_time(0.6, law), "M/E3/1 mean response")
+    _close(res.waiting_probability, 0.6, "M/E3/1 waiting probability")
+    assert res.response_quantiles == {}
+    assert res.settings["service"]["label"] == "erlang:3"
+    tail = np.asarray(r.core.tail)
+    phases = np.asarray(r.core.classes)
+    counts = tail - np.concatenate([tail[:, 1:], np.zeros_like(tail[:, :1])], axis=1)
+    assert phases.shape == (32, p.system.levels + 1, 3)
+    assert np.all(phases >= 0) and np.all(phases[:, 0, 1:] == 0)  # idle: the pool's first class
+    np.testing.assert_array_equal(phases.sum(axis=2), counts)
+
+
+@pytest.mark.slow
+def test_mph1_hyperexponential():
+    law = hyperexponential(4.0)
+    res = jq.simulate("random", 0.6, 1, service=law, replicas=32, steps=2**18, warmup=8192,
+                      seed=6, devices=ONE)  # fmt: skip
+    _close(res.mean_response_time, mph1_mean_response_time(0.6, law), "M/H2/1 mean response")
+    _close(res.waiting_probability, 0.6, "M/H2/1 waiting probability")
+
+
+def _ids(case):
+    name, opts, n, m, b, lam, law = case
+    return f"{name}-N{n}-M{m}-b{b}-l{lam}-{law}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", EXACT_CASES, ids=_ids)
+def test_against_the_exact_chain_with_phases(case):
+    name, opts, n, m, b, lam, law = case
+    sim = jq.simulate(name, lam, n, m, buffer=b, replicas=32, steps=2**18, warmup=8192, seed=7,
+                      service=law, iqueue_levels=n if m > 1 else None, devices=ONE, **opts)  # fmt: skip
+    ex = solve_exact(name, lam, n, m, buffer=b, service=law, **opts)
+    assert ex.truncated_mass < 1e-9
+    for metric in EXACT_METRICS[:-1]:
+        exact = getattr(ex, metric)
+        if exact is None:
+            assert getattr(sim, metric) is None, metric
+        elif metric == "blocking_probability" and b is None:
+            assert sim.blocking_probability.mean == 0.0 and exact == 0.0
+        elif metric == "delete_rate" and exact == 0.0:
+            assert sim.delete_rate.mean == 0.0
+        else:
+            _close(getattr(sim, metric), exact, metric)
+    s = sim.tail
+    _close(jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n), ex.tail[1:4], "tail")
+
+
+def test_a_unit_exponential_law_is_the_exponential_engine():
+    kw = dict(replicas=4, steps=2048, warmup=512, seed=3, devices=ONE)
+    a = jq.simulate("pod", 0.8, 20, **kw)
+    b = jq.simulate("pod", 0.8, 20, service="exp", **kw)
+    c = jq.simulate("pod", 0.8, 20, service=exponential(), **kw)
+    assert a.to_dict()["tail"] == b.to_dict()["tail"] == c.to_dict()["tail"]
+    assert b.settings["service"] == "exp"
+
+
+def test_bad_service_inputs_fail_before_compiling():
+    with pytest.raises(ValueError, match="service="):
+        runner.plan("pod", [0.5], 10, service="erlang:0")
+    with pytest.raises(ValueError, match="service="):
+        runner.plan("pod", [0.5], 10, service="weibull:2")
+    with pytest.raises(ValueError, match="exchangeable"):
+        runner.plan("jiq-original", [0.5], 10, 2, service="erlang:2")
+    with pytest.raises(ValueError, match="capacity"):
+        runner.plan("pod", [0.6], 10, service=erlang(2, mean=2.0))
+    with pytest.raises(ValueError, match="init='mean-field'"):
+        runner.plan("pod", [0.6], 10, service="erlang:2", init="mean-field")
+    with pytest.raises(TypeError, match="service"):
+        runner.plan("pod", [0.6], 10, service=3)
+    with pytest.raises(ValueError, match="sub-generator"):
+        PhaseType((1.0,), ((1.0,),))
+    with pytest.warns(jq.BackendWarning, match="phase-type"):
+        p = runner.plan("pod", [0.6], 10, service="erlang:2", backend="registers")
+    assert p.backend == "xla"
+    # a law of mean 2 at load 0.4 is stable (rho = 0.8) and takes twice the time per task
+    p = runner.plan("pod", [0.4], 10, service=erlang(2, mean=2.0))
+    assert p.system.capacity == pytest.approx(0.5) and p.system.service.mean == pytest.approx(2.0)
+
+
+def test_pools_inputs():
+    p = runner.plan("pod", [0.9], 10, pools="0.2:2,0.8:1")
+    assert [(q.count, q.speed) for q in p.system.pools] == [(2, 2.0), (8, 1.0)]
+    assert p.system.capacity == pytest.approx(1.2) and p.system.service_rate == 2.0
+    with pytest.raises(ValueError, match="capacity"):
+        runner.plan("pod", [0.7], 10, pools=[(0.5, 1.0), (0.5, 0.2)])
+    with pytest.raises(ValueError, match="FRACTION:SPEED"):
+        runner.plan("pod", [0.5], 10, pools="0.2,0.8")
+    with pytest.raises(ValueError, match="sum to 1"):
+        runner.plan("pod", [0.5], 10, pools=[(0.2, 2.0), (0.7, 1.0)])
+    with pytest.raises(ValueError, match="without servers"):
+        runner.plan("pod", [0.5], 10, pools=[(0.01, 2.0), (0.99, 1.0)])
+    with pytest.raises(ValueError, match="speed"):
+        runner.plan("pod", [0.5], 10, pools=[(0.5, 0.0), (0.5, 1.0)])
+    with pytest.raises(ValueError, match="exchangeable"):
+        runner.plan("jiq-threshold", [0.5], 10, 2, pools="0.5:2,0.5:1")
