@@ -32,7 +32,10 @@ class ExactResult(Result):
         mean_queue_length: expected tasks per server.
         mean_response_time: mean sojourn time of accepted tasks (Little's law
             on the accepted throughput; checked against the PASTA form
-            ``sum_k (k + 1) arrival_seen[k]``).
+            ``sum_k (k + 1) arrival_seen[k]`` with exp(1) service, and with
+            phase-type service against the mean over the ``(k, phase)`` an
+            arrival finds of the residual service, ``k - 1`` services and its
+            own).
         waiting_probability: ``1 - arrival_seen[0]``.
         blocking_probability: probability that an arrival is blocked (finite
             buffers; 0 for infinite buffers, see ``truncation_loss``).
@@ -47,10 +50,16 @@ class ExactResult(Result):
             response time of accepted tasks: the Erlang mixture of
             ``arrival_seen`` (a task that finds ``k`` tasks stays an
             Erlang(``k + 1``, ``mu``) time, FIFO with exp(``mu``) service).
+            With phase-type service, the mixture of phase-type laws given by
+            the tasks found and the phase of the one in service (see
+            :mod:`jaxqueue.exact.solver`), not a function of ``arrival_seen``.
         settings: ``policy``, ``policy_label``, ``options``, ``n_servers``,
             ``n_dispatchers``, ``ratio``, ``load``, ``buffer``, ``levels``,
             ``queue_bound`` (``None`` for finite buffers), ``symmetry``,
-            ``rule`` (the chain rule of :mod:`jaxqueue.exact.chain` solved).
+            ``rule`` (the chain rule of :mod:`jaxqueue.exact.chain` solved),
+            and ``service`` (the law's
+            :meth:`~jaxqueue.core.service.PhaseType.to_dict`) when a service
+            law was given.
         diagnostics: ``truncated_mass`` (probability that some server is at
             the queue bound; 0 for finite buffers), ``truncation_loss``
             (probability that an arrival is dropped at the bound; 0 for finite

@@ -1,10 +1,30 @@
 """Exact stationary metrics of a small system: :func:`solve_exact`.
 
-Resolves the policy (:func:`jaxqueue.policies.make`) and validates every
-input before any work, builds the policy's chain
-(:mod:`jaxqueue.exact.chain`, the rule ``Policy.exact_rule()`` names),
-solves it (:mod:`jaxqueue.exact.linalg`), checks Little's law against the
-PASTA response time, and returns an :class:`~jaxqueue.exact.result.ExactResult`.
+Resolves the policy (:func:`jaxqueue.policies.make`) and the service law
+(:func:`jaxqueue.core.service.parse_service`) and validates every input
+before any work, builds the policy's chain (:mod:`jaxqueue.exact.chain`, the
+rule ``Policy.exact_rule()`` names), solves it (:mod:`jaxqueue.exact.linalg`),
+checks Little's law against the response time computed from what arrivals
+find, and returns an :class:`~jaxqueue.exact.result.ExactResult`.
+
+Service. By default (``service=None``, or a law that is exponential with rate
+1) service is exp(1) and the chain is :class:`~jaxqueue.exact.chain.Chain`.
+Any other phase-type law ``PH(alpha, S)`` solves
+:class:`~jaxqueue.exact.chain.PhaseChain` (each server's state also holds
+the phase of its task in service), for the rules of
+:data:`~jaxqueue.exact.chain.PHASE_RULES` (every policy but JIQ-Original and
+JIQ-Threshold). Every metric is then still exact up to the truncation of
+infinite buffers: the queue-length laws, blocking, messages and the I-queue
+law from the stationary law, the mean response time by Little's law, and the
+response-time law as a mixture of phase-type laws. A task that finds ``k = 0``
+tasks stays ``PH(alpha, S)``; one that finds ``k >= 1``, the one in service in
+phase ``p``, stays the residual ``PH(e_p, S)``, ``k - 1`` services and its
+own (FIFO), so the chain also records the joint law of ``(k, p)`` seen by
+accepted arrivals. Its quantiles are found by bisection on the survival
+function, computed by uniformization. With exp(1) service the response time
+is the Erlang mixture of ``arrival_seen``; with phases, ``arrival_seen`` no
+longer determines it (nor the mean: ``sum_k (k + 1) arrival_seen[k]`` holds
+for exp(1) service only, and the Little's-law check uses the ``(k, p)`` form).
 
 Infinite buffers are truncated at ``queue_bound``: an arrival that would pass
 it is dropped (reported as ``truncation_loss``, not as blocking), and
@@ -16,17 +36,29 @@ that budget is not enough a :class:`UserWarning` says so. ``max_states``
 
 Cost. With ``N = 4``, ``M = 2`` and queue bound 12: 1820 states (no
 I-queues), about 1900 (JIQ, JIQ-Pod, JIQ-SQ), 2098 (JIQ-Threshold, z = 1),
-0.05-0.15 s each; JIQ-Original has 23 283 states (about 2 s).
+0.05-0.15 s each; JIQ-Original has 23 283 states (about 2 s). Phases multiply
+the count by up to ``P^N`` (idle servers have no phase): Erlang-2 service with
+``N = 4`` and queue bound 12 has 20 475 states (Pod(2)) and 20 801 (JIQ,
+``M = 2``), 6-7 s each; with
+``N = 3`` at load 0.7 the automatic bound gives 10 660 states for Pod(2)
+(about 1 s) and 20 874 for JIQ with ``M = 2`` (about 4 s, truncated mass
+1.6e-7: the default budget is just short).
 
 Time scale: the chain is written in units of the mean service time
 ``1 / SERVICE_RATE`` (:mod:`jaxqueue.core.system`); times are divided by
 ``SERVICE_RATE`` and rates multiplied by it (both exact no-ops while it is 1).
+A phase-type law is taken in that unit as it is (the helpers of
+:mod:`jaxqueue.core.service` have mean 1; a law of mean ``m`` makes the load
+``lambda * m``).
 
 Example:
     >>> from jaxqueue.exact import solve_exact
     >>> res = solve_exact("jsq", 0.5, 1, queue_bound=40)
     >>> round(res.mean_response_time, 6)  # M/M/1: 1 / (1 - lambda)
     2.0
+    >>> res = solve_exact("random", 0.5, 1, service="erlang:2")
+    >>> round(res.mean_response_time, 6)  # M/E2/1, Pollaczek-Khinchine: 1 + 0.5 * 1.5 / 1
+    1.75
 """
 
 from __future__ import annotations
@@ -37,15 +69,16 @@ import warnings
 
 import numpy as np
 
+from jaxqueue.core.service import PhaseType, parse_service
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
-    DELETE, JOIN, LOST, N_FIXED_REWARDS, PROBE, RULES, STALE, Chain, enumerate_states,
-    estimate_states,
+    DELETE, JOIN, LOST, N_FIXED_REWARDS, PHASE_RULES, PROBE, RULES, STALE, Chain, PhaseChain,
+    enumerate_states, estimate_states,
 )  # fmt: skip
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
-from jaxqueue.policies.registry import make
+from jaxqueue.policies.registry import available, make
 from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
 
@@ -73,12 +106,31 @@ def _check_at_least(name, value, lo):
     return value
 
 
-def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order=None):
+def _service_law(service):
+    """``service`` as a :class:`PhaseType`, or ``None`` (exponential, rate 1)."""
+    if service is None or isinstance(service, PhaseType):
+        return service
+    if isinstance(service, str):
+        return parse_service(service)  # its ValueError names service
+    raise TypeError(
+        f"service must be None, a PhaseType or a string such as 'erlang:3', got {service!r}"
+    )
+
+
+def _phase_policies():
+    """The registered policies whose exact rule has a phase-type chain."""
+    return [name for name in available() if make(name).exact_rule()[0] in PHASE_RULES]
+
+
+def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order=None,
+             service=None):  # fmt: skip
     """Check every input, in order, before any work.
 
     Returns:
-        ``(policy, rule, rule_options, load, n, m, buffer, queue_bound)``, the
-        counts as Python ints.
+        ``(policy, rule, rule_options, load, n, m, buffer, queue_bound, law,
+        phases)``, the counts as Python ints; ``law`` is the service law
+        (``None`` if not given) and ``phases`` whether it needs the
+        phase-type chain (a law that is not exponential with rate 1).
     """
     n = _as_int("n_servers", n_servers)
     m = _as_int("n_dispatchers", n_dispatchers)
@@ -95,9 +147,26 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
         raise ValueError(str(err)) from None
     if rule not in RULES:
         raise ValueError(f"policy {policy.name!r} names exact rule {rule!r}, not one of {RULES}")
+    law = _service_law(service)
+    phases = law is not None and not law.is_unit_exponential
+    if phases and rule not in PHASE_RULES:
+        raise ValueError(
+            f"service={law.label!r}: policy {policy.label()!r} (exact rule {rule!r}) is solved "
+            "with exponential service only; the policies that take a phase-type service law "
+            f"are {', '.join(_phase_policies())} (use service=None or 'exp' here)"
+        )
     if load is None:
         raise ValueError("load is required: the arrival rate per server, load > 0")
-    load = check_load(load, buffer)
+    if not phases:
+        load = check_load(load, buffer)
+    else:  # stability is load * mean < 1: check_load checks the rest (a buffer lifts its < 1)
+        load = check_load(load, 1 if buffer is None else buffer)
+        if buffer is None and load * law.mean >= 1.0:
+            raise ValueError(
+                f"load={load} is out of range with service={law.label!r} of mean {law.mean:.6g}: "
+                f"infinite buffers need load * mean < 1 (here {load * law.mean:.6g}); give a "
+                "finite buffer for a heavier load"
+            )
     if queue_bound is not None:
         if buffer is not None:
             raise ValueError(
@@ -105,39 +174,67 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
                 f"{buffer} the queues are bounded by the buffer (leave queue_bound=None)"
             )
         queue_bound = _check_at_least("queue_bound", queue_bound, 1)
-    return policy, rule, options, load, n, m, buffer, queue_bound
+    return policy, rule, options, load, n, m, buffer, queue_bound, law, phases
 
 
 # --------------------------------------------------------------------------
 # one bounded chain
 
 
-def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random"):
+def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random",
+                   law=None):  # fmt: skip
     """Solve the chain with queues bounded by ``cap``; returns ``(metrics, diagnostics)``.
 
-    Everything is in units of the mean service time here.
+    ``law``: ``None`` for exp(1) service (:class:`Chain`), else the phase-type
+    law (:class:`PhaseChain`); then ``metrics`` also holds ``"_seen_phase"``,
+    the ``(cap - 1, P)`` joint law of the tasks ``k >= 1`` an accepted arrival
+    finds and the phase of the one in service (for the response-time
+    quantiles; :func:`_result` takes it out). Everything is in the time unit
+    of the chain's rates here (the mean service time for exp(1) service).
     """
-    chain = Chain(rule, n, m, lam, d, z, cap, symmetry, order=order)
+    if law is None:
+        chain = Chain(rule, n, m, lam, d, z, cap, symmetry, order=order)
+    else:
+        chain = PhaseChain(rule, n, m, lam, d, z, cap, symmetry, law)
     states, rows, cols, vals, rewards = enumerate_states(chain, max_states)
     n_states = len(states)
     linalg.check_irreducible(n_states, rows, cols)
     pi = linalg.stationary(n_states, rows, cols, vals)
 
     decoded = [chain.decode(s) for s in states]
-    qs = np.array([q for q, _ in decoded], dtype=np.int64)  # (S, N)
-    counts = np.stack([(qs == k).sum(axis=1) for k in range(cap + 1)], axis=1)  # (S, K+1)
-    occupancy = pi @ counts / n
+    if law is None:
+        qs = np.array([q for q, _ in decoded], dtype=np.int64)  # (S, N)
+        counts = np.stack([(qs == k).sum(axis=1) for k in range(cap + 1)], axis=1)  # (S, K+1)
+        occupancy = pi @ counts / n
+    else:  # server entries are (queue length, phase); bounds run higher: no (S, K+1) array
+        qs = np.array([chain.queue_lengths(q) for q, _ in decoded], dtype=np.int64)
+        occupancy = np.bincount(qs.ravel(), weights=np.repeat(pi, n), minlength=cap + 1) / n
     tail = np.cumsum(occupancy[::-1])[::-1]
     mean_q = float(np.arange(cap + 1) @ occupancy)
 
-    ev = pi @ rewards  # expected event rates
+    ev = pi @ rewards  # expected event rates (rewards: an array, or SparseRewards with phases)
     arrival_rate = lam * n
-    seen_rate = ev[N_FIXED_REWARDS:]
+    seen_rate = ev[N_FIXED_REWARDS : N_FIXED_REWARDS + cap]  # (PhaseChain: more follow)
     accepted = float(seen_rate.sum())
     arrival_seen = seen_rate / accepted  # k = 0..cap-1: an accepted arrival never finds cap
     lost = float(ev[LOST]) / arrival_rate
     t_little = n * mean_q / accepted
-    t_pasta = float(np.arange(1, cap + 1) @ arrival_seen)
+    if law is None:
+        # exp(1) service: a task that finds k tasks stays k + 1 mean services
+        seen_phase = None
+        t_pasta = float(np.arange(1, cap + 1) @ arrival_seen)
+    else:
+        # Phase-type service: the response time of a task that finds k >= 1 tasks
+        # at a server whose task in service is in phase p is the residual service
+        # from p, r_p = (e_p (-S)^-1 1), then k - 1 full services, then its own
+        # (FIFO: later arrivals do not matter). So the mean of the law of
+        # (k, p) seen by accepted arrivals (rewards of the chain, exact) must
+        # give Little's mean; sum_k (k + 1) arrival_seen[k] would not hold here.
+        seen_phase = ev[chain.seen_phase_offset:].reshape(cap - 1, law.n_phases) / accepted
+        residual = np.linalg.solve(-law.matrix, np.ones(law.n_phases))
+        k_ahead = np.arange(1, cap)[:, None]
+        stay = residual[None, :] + (k_ahead - 1) * law.mean  # before its own service
+        t_pasta = law.mean + float(np.sum(seen_phase * stay))
     if abs(t_little - t_pasta) > 1e-6 * max(1.0, t_pasta):
         raise RuntimeError(
             f"Little's law ({t_little!r}) and PASTA ({t_pasta!r}) response times disagree"
@@ -168,6 +265,8 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         probe_rate=float(ev[PROBE]) / n,
         stale_fraction=float(ev[STALE]) / arrival_rate,
     )
+    if law is not None:
+        metrics["_seen_phase"] = seen_phase
     diagnostics = dict(
         truncated_mass=float(pi @ at_bound) if buffer is None else 0.0,
         truncation_loss=lost if buffer is None else 0.0,
@@ -176,10 +275,91 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     return metrics, diagnostics
 
 
-def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics):
-    """The :class:`ExactResult` of a solved chain, in the package's time unit."""
+def _ph_response_terms(law, seen, seen_phase, eps=1e-14, max_steps=5_000_000):
+    """The response time of an accepted arrival with phase-type service, uniformized.
+
+    The response time is the absorption time of a chain on ``(j, p)``: ``j``
+    services left (the task in service, those waiting ahead, its own), the one
+    in service in phase ``p``; within ``j`` the phase moves by ``S``, a
+    completion (rate ``s_p``) goes to ``j - 1`` with the next task in phase
+    ``a`` with probability ``alpha[a]``, or is absorbed from ``j = 1``. An
+    arrival that finds the server empty starts at ``(1, alpha)``; one that
+    finds ``k >= 1`` tasks, the one in service in phase ``p``, at ``(k + 1, p)``
+    (the residual service from ``p``, then ``k - 1`` full services, then its
+    own: a mixture of convolutions of phase-type laws). Uniformized at
+    ``gamma = max_p -S[p][p]``:
+    ``P(T > t) = sum_n Poisson(gamma t; n) a_n`` with ``a_n`` the probability
+    that the uniformized chain is not absorbed after ``n`` steps.
+
+    Args:
+        law: the :class:`PhaseType` service law.
+        seen: ``(cap,)``, the law of the tasks found (``k = 0..cap-1``).
+        seen_phase: ``(cap - 1, P)``, the joint law of ``k >= 1`` and the phase.
+        eps: stop when ``a_n < eps`` (the error this leaves in ``P(T > t)``).
+
+    Returns:
+        ``(gamma, a)``: the rate and the float64 array ``a_0 = 1 >= a_1 >= ...``.
+    """
+    alpha = np.asarray(law.alpha)
+    gamma = law.rate
+    step = np.eye(law.n_phases) + law.matrix / gamma
+    out = law.exit_rates / gamma
+    v = np.zeros((len(seen), law.n_phases))
+    v[0] = seen[0] * alpha
+    v[1:] = seen_phase
+    v /= v.sum()
+    terms = [1.0]
+    while terms[-1] > eps and len(terms) < max_steps:
+        ex = v @ out
+        v = v @ step
+        v[:-1] += ex[1:, None] * alpha[None, :]
+        terms.append(float(v.sum()))
+    return gamma, np.asarray(terms)
+
+
+def _ph_response_quantiles(law, seen, seen_phase, levels):
+    """Quantiles of the response time with phase-type service (:func:`_ph_response_terms`),
+    by bisection on its survival function to ``1e-13`` relative."""
+    gamma, a = _ph_response_terms(law, seen, seen_phase)
+    n = np.arange(len(a))
+    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, len(a))))])
+
+    def sf(t):
+        x = gamma * t
+        if x <= 0.0:
+            return 1.0
+        return float(np.exp(n * math.log(x) - x - log_fact) @ a)
+
+    mean = float(a.sum()) / gamma
+    out = []
+    for q in levels:
+        target = 1.0 - q
+        lo, hi = 0.0, mean
+        while sf(hi) > target:
+            lo, hi = hi, 2.0 * hi
+        while hi - lo > 1e-13 * hi:
+            mid = 0.5 * (lo + hi)
+            if sf(mid) > target:
+                lo = mid
+            else:
+                hi = mid
+        out.append(0.5 * (lo + hi))
+    return np.asarray(out)
+
+
+def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics, law=None,
+            phases=False):  # fmt: skip
+    """The :class:`ExactResult` of a solved chain, in the package's time unit.
+
+    ``law``: the service law given (``None``: none given); ``phases``: whether
+    it was solved with :class:`PhaseChain` (then ``metrics`` holds ``"_seen_phase"``).
+    """
     seen = metrics["arrival_seen"]
-    quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
+    seen_phase = metrics.pop("_seen_phase", None)
+    if phases:
+        quantiles = _ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
+    else:
+        quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
     for name in ("join_rate", "delete_rate", "probe_rate"):
         metrics[name] = metrics[name] * SERVICE_RATE
     metrics["mean_response_time"] = metrics["mean_response_time"] / SERVICE_RATE
@@ -199,6 +379,8 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
         symmetry=symmetry,
         rule=rule,
     )
+    if law is not None:
+        settings["service"] = law.to_dict()
     return ExactResult(
         **metrics,
         response_quantiles={q: float(t) for q, t in zip(QUANTILES, quantiles)},
@@ -280,6 +462,7 @@ def solve_exact(
     order: str | None = None,
     buffer: int | None = None,
     queue_bound: int | None = None,
+    service: str | PhaseType | None = None,
     symmetry: bool = True,
     tol: float = 1e-9,
     max_states: int = 200_000,
@@ -308,6 +491,18 @@ def solve_exact(
         queue_bound: truncation level for infinite buffers (``>= 1``); by
             default chosen so that ``truncated_mass <= tol`` within
             ``default_max_states`` states (a warning says if it cannot).
+        service: the service law: ``None`` (exponential, rate 1), a
+            :class:`~jaxqueue.core.service.PhaseType`, or a string for
+            :func:`~jaxqueue.core.service.parse_service` (``"exp"``,
+            ``"erlang:K"``, ``"hyperexp:SCV"``, ``"fit:SCV"``,
+            ``"ph:FILE.json"``). A law that is exponential with rate 1 solves
+            the same chain as ``None``; any other law solves the phase-type
+            chain (:class:`~jaxqueue.exact.chain.PhaseChain`), for the
+            policies whose rule is in :data:`~jaxqueue.exact.chain.PHASE_RULES`
+            (not ``jiq-original``, ``jiq-threshold``), and infinite buffers
+            then need ``load * mean < 1``. Times are in the unit of the law's
+            rates; the law is recorded as ``settings["service"]``
+            (:meth:`~jaxqueue.core.service.PhaseType.to_dict`) when given.
         symmetry: lump states by server and dispatcher relabelling (exact).
         tol: target truncated mass when ``queue_bound`` is chosen here.
         max_states: hard cap on the reachable state count.
@@ -319,9 +514,10 @@ def solve_exact(
     Raises:
         ValueError: a parameter out of range (the message names it and the
             valid range), an unknown policy, an option the policy does not
-            take, or too many states. Raised before any work, but for the
-            state count.
-        TypeError: a count that is not an int, a load that is not a number.
+            take, an invalid service law or one the policy does not take, or
+            too many states. Raised before any work, but for the state count.
+        TypeError: a count that is not an int, a load that is not a number,
+            a service that is not None, a PhaseType or a string.
 
     Warns:
         UserWarning: the automatic ``queue_bound`` could not reach ``tol``
@@ -333,8 +529,8 @@ def solve_exact(
         >>> res.n_states, round(res.p0, 4)
         (1068, 0.4648)
     """
-    policy, rule, options, lam, n, m, buffer, queue_bound = _resolve(
-        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order
+    policy, rule, options, lam, n, m, buffer, queue_bound, law, phases = _resolve(
+        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order, service
     )
     max_states = _check_at_least("max_states", max_states, 1)
     default_max_states = _check_at_least("default_max_states", default_max_states, 1)
@@ -342,13 +538,16 @@ def solve_exact(
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     rule_d, rule_z = options.get("d", 1), options.get("z", 0)
     rule_order = options.get("order", "random")
+    chain_law = law if phases else None
+    n_phases = law.n_phases if phases else 1
 
     def solve(cap):
         return _solve_bounded(rule, n, m, lam, rule_d, rule_z, buffer, cap, symmetry, max_states,
-                              rule_order)  # fmt: skip
+                              rule_order, chain_law)  # fmt: skip
 
     def result(cap, metrics, diagnostics):
-        return _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics)
+        return _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics,
+                       law, phases)  # fmt: skip
 
     if buffer is not None or queue_bound is not None:
         cap = buffer if buffer is not None else queue_bound
@@ -356,8 +555,8 @@ def solve_exact(
 
     budget = min(max_states, default_max_states)
     bound, metrics, diag, reached = _search_bound(
-        solve, lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order), tol,
-        budget, rule_z,
+        solve, lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order, n_phases),
+        tol, budget, rule_z,
     )
     if not reached:
         warnings.warn(
