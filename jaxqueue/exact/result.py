@@ -52,19 +52,26 @@ class ExactResult(Result):
             Erlang(``k + 1``, ``mu``) time, FIFO with exp(``mu``) service).
             With phase-type service, the mixture of phase-type laws given by
             the tasks found and the phase of the one in service (see
-            :mod:`jaxqueue.exact.solver`), not a function of ``arrival_seen``.
+            :mod:`jaxqueue.exact.solver`), not a function of ``arrival_seen``;
+            with pools, the mixture of these over the pools, each with the
+            pool's law at its speed.
         settings: ``policy``, ``policy_label``, ``options``, ``n_servers``,
             ``n_dispatchers``, ``ratio``, ``load``, ``buffer``, ``levels``,
             ``queue_bound`` (``None`` for finite buffers), ``symmetry``,
             ``rule`` (the chain rule of :mod:`jaxqueue.exact.chain` solved),
             and ``service`` (the law's
             :meth:`~jaxqueue.core.service.PhaseType.to_dict`) when a service
-            law was given.
+            law was given, and ``pools`` (a list of ``{"servers", "speed",
+            "service"}``, ``service`` the pool's own law's ``to_dict()`` or
+            ``None``) when pools were given.
         diagnostics: ``truncated_mass`` (probability that some server is at
             the queue bound; 0 for finite buffers), ``truncation_loss``
             (probability that an arrival is dropped at the bound; 0 for finite
             buffers), ``n_states`` (states solved, after symmetry lumping when
-            ``symmetry``).
+            ``symmetry``), and with pools ``pool_occupancy``, a ``(pools,
+            levels + 1)`` array: row ``i`` is the expected fraction of pool
+            ``i``'s servers with exactly ``k`` tasks (the pools' rows,
+            weighted by their server counts, average to ``occupancy``).
 
     Settings and diagnostics read as attributes too: ``res.truncated_mass``,
     ``res.n_states``, ``res.queue_bound``, ``res.load``.

@@ -26,6 +26,27 @@ is the Erlang mixture of ``arrival_seen``; with phases, ``arrival_seen`` no
 longer determines it (nor the mean: ``sum_k (k + 1) arrival_seen[k]`` holds
 for exp(1) service only, and the Little's-law check uses the ``(k, p)`` form).
 
+Pools. ``pools`` (:func:`jaxqueue.core.service.make_pools`: ``"F1:S1,F2:S2"``,
+``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
+objects) splits the ``N`` servers into pools: pool ``i`` has ``count_i``
+servers of speed ``v_i`` and law ``L_i`` (the pool's law, else ``service``,
+else exp(1)), and a server of speed ``v`` runs ``L_i``'s rates times ``v``.
+The policies see queue lengths only (their routing is unchanged), an idle
+server of any pool joins an I-queue as usual, and only the rules of
+:data:`~jaxqueue.exact.chain.PHASE_RULES` take pools. The chain is
+:class:`~jaxqueue.exact.chain.PhaseChain` with each server's entry
+``(pool, queue length, phase)`` (lumped only within pools), even for
+exponential laws, and every metric is exact as with phases: the tails,
+occupancy and ``arrival_seen`` are over all servers, the mean response time
+is by Little's law (checked against the mean over the ``(pool, k, phase)``
+an accepted arrival finds), and the response-time law is the mixture over
+the pools of the phase-type mixtures above, each with the pool's law at its
+speed, ``PH(alpha_i, v_i S_i)``, weighted by the share of accepted arrivals
+the pool gets. The per-pool occupancy is reported as
+``diagnostics["pool_occupancy"]``. Infinite buffers need ``load <
+capacity``, the tasks per server per unit time the servers complete when
+all are busy (:func:`~jaxqueue.core.service.capacity`).
+
 Infinite buffers are truncated at ``queue_bound``: an arrival that would pass
 it is dropped (reported as ``truncation_loss``, not as blocking), and
 ``truncated_mass`` is the stationary probability that some server is at the
@@ -42,14 +63,19 @@ the count by up to ``P^N`` (idle servers have no phase): Erlang-2 service with
 ``M = 2``), 6-7 s each; with
 ``N = 3`` at load 0.7 the automatic bound gives 10 660 states for Pod(2)
 (about 1 s) and 20 874 for JIQ with ``M = 2`` (about 4 s, truncated mass
-1.6e-7: the default budget is just short).
+1.6e-7: the default budget is just short). Pools tell servers apart: two
+exponential pools of speeds 2 and 1 (``N = 4``, ``M = 2``, buffer 3) give 137
+states for JIQ (46 for identical servers); with ``N = 3`` at load 0.7 and
+pools ``(1/3, 2), (2/3, 1)`` the automatic bound gives 2601 states for Pod(2)
+(0.2 s).
 
 Time scale: the chain is written in units of the mean service time
 ``1 / SERVICE_RATE`` (:mod:`jaxqueue.core.system`); times are divided by
 ``SERVICE_RATE`` and rates multiplied by it (both exact no-ops while it is 1).
 A phase-type law is taken in that unit as it is (the helpers of
 :mod:`jaxqueue.core.service` have mean 1; a law of mean ``m`` makes the load
-``lambda * m``).
+``lambda * m``), and so are the pools' laws and speeds (no rescaling: the
+capacity need not be 1).
 
 Example:
     >>> from jaxqueue.exact import solve_exact
@@ -69,7 +95,7 @@ import warnings
 
 import numpy as np
 
-from jaxqueue.core.service import PhaseType, parse_service
+from jaxqueue.core.service import PhaseType, capacity, exponential, make_pools, parse_service
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
@@ -123,14 +149,16 @@ def _phase_policies():
 
 
 def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order=None,
-             service=None):  # fmt: skip
+             service=None, pools=None):  # fmt: skip
     """Check every input, in order, before any work.
 
     Returns:
         ``(policy, rule, rule_options, load, n, m, buffer, queue_bound, law,
-        phases)``, the counts as Python ints; ``law`` is the service law
-        (``None`` if not given) and ``phases`` whether it needs the
-        phase-type chain (a law that is not exponential with rate 1).
+        phases, pools)``, the counts as Python ints; ``law`` is the service law
+        (``None`` if not given), ``phases`` whether it needs the phase-type
+        chain (a law that is not exponential with rate 1), and ``pools`` the
+        tuple of :class:`~jaxqueue.core.service.Pool` of
+        :func:`~jaxqueue.core.service.make_pools` (``None``: identical servers).
     """
     n = _as_int("n_servers", n_servers)
     m = _as_int("n_dispatchers", n_dispatchers)
@@ -155,9 +183,37 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
             "with exponential service only; the policies that take a phase-type service law "
             f"are {', '.join(_phase_policies())} (use service=None or 'exp' here)"
         )
+    if pools is not None:
+        if rule not in PHASE_RULES:
+            raise ValueError(
+                f"pools={pools!r}: policy {policy.label()!r} (exact rule {rule!r}) is solved "
+                "with identical servers only; the policies that take pools are "
+                f"{', '.join(_phase_policies())} (use pools=None here)"
+            )
+        try:
+            pools = make_pools(pools, n)
+        except ValueError as err:
+            if "pools" in str(err):
+                raise
+            raise ValueError(f"pools={pools!r}: {err}") from None
+        except TypeError:
+            raise TypeError(
+                f"pools must be None, a string 'F1:S1,F2:S2', (fraction, speed) pairs or Pool "
+                f"objects, got {pools!r}"
+            ) from None
     if load is None:
         raise ValueError("load is required: the arrival rate per server, load > 0")
-    if not phases:
+    if pools is not None:  # stability is load < capacity: check_load checks the rest
+        load = check_load(load, 1 if buffer is None else buffer)
+        cap = capacity(law, pools, n)
+        if buffer is None and load >= cap:
+            raise ValueError(
+                f"load={load} is out of range with pools {_pools_label(pools, law)}: infinite "
+                f"buffers need load < capacity = {cap:.6g} (tasks per server per unit time when "
+                "all are busy: the sum over the pools of count * speed / mean, over n_servers); "
+                "give a finite buffer for a heavier load"
+            )
+    elif not phases:
         load = check_load(load, buffer)
     else:  # stability is load * mean < 1: check_load checks the rest (a buffer lifts its < 1)
         load = check_load(load, 1 if buffer is None else buffer)
@@ -174,7 +230,27 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
                 f"{buffer} the queues are bounded by the buffer (leave queue_bound=None)"
             )
         queue_bound = _check_at_least("queue_bound", queue_bound, 1)
-    return policy, rule, options, load, n, m, buffer, queue_bound, law, phases
+    return policy, rule, options, load, n, m, buffer, queue_bound, law, phases, pools
+
+
+def _pools_label(pools, law):
+    """``"2 x speed 2 (erlang:2), 1 x speed 1 (exp)"``: the pools, for messages."""
+    return ", ".join(
+        f"{p.count} x speed {p.speed:g} ({(p.law or law or exponential()).label})" for p in pools
+    )
+
+
+def _pool_laws(pools, law):
+    """Each pool's law at its speed: ``PH(alpha, speed S)`` (its completion time
+    at a server of the pool), the pool's law or else ``law`` (``None``: exp(1))."""
+    out = []
+    for p in pools:
+        x = p.law or law or exponential()
+        if p.speed != 1.0:
+            s = tuple(tuple(p.speed * float(y) for y in row) for row in x.matrix)
+            x = PhaseType(x.alpha, s, x.label)
+        out.append(x)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -182,17 +258,24 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
 
 
 def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random",
-                   law=None):  # fmt: skip
+                   law=None, pools=None):  # fmt: skip
     """Solve the chain with queues bounded by ``cap``; returns ``(metrics, diagnostics)``.
 
     ``law``: ``None`` for exp(1) service (:class:`Chain`), else the phase-type
     law (:class:`PhaseChain`); then ``metrics`` also holds ``"_seen_phase"``,
     the ``(cap - 1, P)`` joint law of the tasks ``k >= 1`` an accepted arrival
     finds and the phase of the one in service (for the response-time
-    quantiles; :func:`_result` takes it out). Everything is in the time unit
-    of the chain's rates here (the mean service time for exp(1) service).
+    quantiles; :func:`_result` takes it out). ``pools``: ``None``, or the
+    :class:`~jaxqueue.core.service.Pool` tuple (:class:`PhaseChain` with
+    pools; ``law`` is then the law of the pools without one, ``None`` for
+    exp(1)); ``"_seen_phase"`` is then the ``(pools, cap, P)`` joint law of
+    the pool, the tasks ``k >= 0`` and the phase (0 for ``k = 0``), and the
+    diagnostics hold ``pool_occupancy``. Everything is in the time unit of the
+    chain's rates here (the mean service time for exp(1) service).
     """
-    if law is None:
+    if pools is not None:
+        chain = PhaseChain(rule, n, m, lam, d, z, cap, symmetry, law or exponential(), pools)
+    elif law is None:
         chain = Chain(rule, n, m, lam, d, z, cap, symmetry, order=order)
     else:
         chain = PhaseChain(rule, n, m, lam, d, z, cap, symmetry, law)
@@ -202,13 +285,22 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     pi = linalg.stationary(n_states, rows, cols, vals)
 
     decoded = [chain.decode(s) for s in states]
-    if law is None:
+    if not chain.sparse_rewards:  # Chain
         qs = np.array([q for q, _ in decoded], dtype=np.int64)  # (S, N)
         counts = np.stack([(qs == k).sum(axis=1) for k in range(cap + 1)], axis=1)  # (S, K+1)
         occupancy = pi @ counts / n
-    else:  # server entries are (queue length, phase); bounds run higher: no (S, K+1) array
+    else:  # PhaseChain: server entries are (queue length, phase), with pools (pool, queue
+        # length, phase); bounds run higher: no (S, K+1) array
         qs = np.array([chain.queue_lengths(q) for q, _ in decoded], dtype=np.int64)
         occupancy = np.bincount(qs.ravel(), weights=np.repeat(pi, n), minlength=cap + 1) / n
+    pool_occupancy = None
+    if pools is not None:  # per pool: the fraction of its servers with exactly k tasks
+        labels = np.array([chain.pool_labels(q) for q, _ in decoded], dtype=np.int64)
+        weights = np.broadcast_to(pi[:, None], qs.shape)
+        pool_occupancy = np.stack([
+            np.bincount(qs[labels == i], weights=weights[labels == i], minlength=cap + 1) / p.count
+            for i, p in enumerate(pools)
+        ])  # fmt: skip
     tail = np.cumsum(occupancy[::-1])[::-1]
     mean_q = float(np.arange(cap + 1) @ occupancy)
 
@@ -219,7 +311,18 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     arrival_seen = seen_rate / accepted  # k = 0..cap-1: an accepted arrival never finds cap
     lost = float(ev[LOST]) / arrival_rate
     t_little = n * mean_q / accepted
-    if law is None:
+    if pools is not None:
+        # Pools: as with phases (below), per pool, with the pool's law at its
+        # speed; the law of (pool, k, p) seen by accepted arrivals.
+        seen_phase = ev[chain.seen_phase_offset:].reshape(len(pools), cap, chain.n_phases)
+        seen_phase = seen_phase / accepted
+        t_pasta = 0.0
+        for x, sp in zip(_pool_laws(pools, law), seen_phase):
+            residual = np.linalg.solve(-x.matrix, np.ones(x.n_phases))
+            k_ahead = np.arange(1, cap)[:, None]
+            stay = residual[None, :] + (k_ahead - 1) * x.mean  # before its own service
+            t_pasta += x.mean * float(sp.sum()) + float(np.sum(sp[1:, : x.n_phases] * stay))
+    elif law is None:
         # exp(1) service: a task that finds k tasks stays k + 1 mean services
         seen_phase = None
         t_pasta = float(np.arange(1, cap + 1) @ arrival_seen)
@@ -265,13 +368,15 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         probe_rate=float(ev[PROBE]) / n,
         stale_fraction=float(ev[STALE]) / arrival_rate,
     )
-    if law is not None:
+    if law is not None or pools is not None:
         metrics["_seen_phase"] = seen_phase
     diagnostics = dict(
         truncated_mass=float(pi @ at_bound) if buffer is None else 0.0,
         truncation_loss=lost if buffer is None else 0.0,
         n_states=n_states,
     )
+    if pools is not None:
+        diagnostics["pool_occupancy"] = pool_occupancy
     return metrics, diagnostics
 
 
@@ -320,17 +425,37 @@ def _ph_response_terms(law, seen, seen_phase, eps=1e-14, max_steps=5_000_000):
 def _ph_response_quantiles(law, seen, seen_phase, levels):
     """Quantiles of the response time with phase-type service (:func:`_ph_response_terms`),
     by bisection on its survival function to ``1e-13`` relative."""
-    gamma, a = _ph_response_terms(law, seen, seen_phase)
-    n = np.arange(len(a))
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, len(a))))])
+    return _ph_mixture_quantiles([(1.0, law, seen, seen_phase)], levels)
+
+
+def _ph_mixture_quantiles(components, levels):
+    """Quantiles of a mixture of the response-time laws of :func:`_ph_response_terms`.
+
+    ``components``: ``(weight, law, seen, seen_phase)`` each (weights sum to
+    1; with pools one per pool: the share of accepted arrivals that go to the
+    pool, the pool's law at its speed, and what they find there). The survival
+    function is the weighted sum of the components' (each uniformized at its
+    own rate); the quantiles are found by bisection on it to ``1e-13`` relative.
+    """
+    parts = []
+    for w, law, seen, seen_phase in components:
+        if w <= 0.0:
+            continue
+        gamma, a = _ph_response_terms(law, seen, seen_phase)
+        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, len(a))))])
+        parts.append((w, gamma, a, np.arange(len(a)), log_fact))
 
     def sf(t):
-        x = gamma * t
-        if x <= 0.0:
-            return 1.0
-        return float(np.exp(n * math.log(x) - x - log_fact) @ a)
+        total = 0.0
+        for w, gamma, a, n, log_fact in parts:
+            x = gamma * t
+            if x <= 0.0:
+                total += w
+            else:
+                total += w * float(np.exp(n * math.log(x) - x - log_fact) @ a)
+        return total
 
-    mean = float(a.sum()) / gamma
+    mean = sum(w * float(a.sum()) / gamma for w, gamma, a, _, _ in parts)
     out = []
     for q in levels:
         target = 1.0 - q
@@ -348,15 +473,23 @@ def _ph_response_quantiles(law, seen, seen_phase, levels):
 
 
 def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics, law=None,
-            phases=False):  # fmt: skip
+            phases=False, pools=None):  # fmt: skip
     """The :class:`ExactResult` of a solved chain, in the package's time unit.
 
     ``law``: the service law given (``None``: none given); ``phases``: whether
-    it was solved with :class:`PhaseChain` (then ``metrics`` holds ``"_seen_phase"``).
+    it was solved with :class:`PhaseChain` (then ``metrics`` holds ``"_seen_phase"``);
+    ``pools``: the pools (``None``: identical servers; else ``"_seen_phase"``
+    is by pool, see :func:`_solve_bounded`).
     """
     seen = metrics["arrival_seen"]
     seen_phase = metrics.pop("_seen_phase", None)
-    if phases:
+    if pools is not None:
+        components = [
+            (float(sp.sum()), x, sp[:, 0], sp[1:, : x.n_phases])
+            for x, sp in zip(_pool_laws(pools, law), seen_phase)
+        ]
+        quantiles = _ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
+    elif phases:
         quantiles = _ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
     else:
         quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
@@ -381,6 +514,12 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
     )
     if law is not None:
         settings["service"] = law.to_dict()
+    if pools is not None:
+        settings["pools"] = [
+            {"servers": p.count, "speed": p.speed,
+             "service": None if p.law is None else p.law.to_dict()}
+            for p in pools
+        ]  # fmt: skip
     return ExactResult(
         **metrics,
         response_quantiles={q: float(t) for q, t in zip(QUANTILES, quantiles)},
@@ -463,6 +602,7 @@ def solve_exact(
     buffer: int | None = None,
     queue_bound: int | None = None,
     service: str | PhaseType | None = None,
+    pools: str | tuple | list | None = None,
     symmetry: bool = True,
     tol: float = 1e-9,
     max_states: int = 200_000,
@@ -476,7 +616,8 @@ def solve_exact(
             ``make(policy, d=d, z=z, order=order)``. Its ``exact_rule()`` names
             the chain.
         load: ``lambda > 0``, arrivals per server per unit time; ``< 1`` when
-            ``buffer`` is ``None``.
+            ``buffer`` is ``None`` (with a service law or pools: below the
+            capacity, ``1 / mean`` or :func:`~jaxqueue.core.service.capacity`).
         n_servers: ``N >= 1``.
         n_dispatchers: ``1 <= M <= N``.
         d: probes of ``pod``, ``jiq-pod``, ``idle-first`` (``1 <= d <= N``)
@@ -503,6 +644,19 @@ def solve_exact(
             then need ``load * mean < 1``. Times are in the unit of the law's
             rates; the law is recorded as ``settings["service"]``
             (:meth:`~jaxqueue.core.service.PhaseType.to_dict`) when given.
+        pools: heterogeneous servers (see the module docstring): ``None``
+            (identical servers), ``"F1:S1,F2:S2"``, ``(fraction, speed)``
+            pairs or :class:`~jaxqueue.core.service.Pool` objects, resolved
+            with :func:`~jaxqueue.core.service.make_pools`. Pool ``i`` has
+            ``count_i`` servers of speed ``v_i`` whose rates are ``v_i``
+            times those of the pool's law (``Pool.law``, else ``service``,
+            else exp(1)). For the policies of
+            :data:`~jaxqueue.exact.chain.PHASE_RULES` only; infinite buffers
+            then need ``load <`` :func:`~jaxqueue.core.service.capacity`.
+            Recorded as ``settings["pools"]``, a list of ``{"servers",
+            "speed", "service"}`` (``service``: the pool's own law's
+            ``to_dict()``, or ``None``), and ``diagnostics["pool_occupancy"]``
+            holds each pool's occupancy.
         symmetry: lump states by server and dispatcher relabelling (exact).
         tol: target truncated mass when ``queue_bound`` is chosen here.
         max_states: hard cap on the reachable state count.
@@ -514,10 +668,13 @@ def solve_exact(
     Raises:
         ValueError: a parameter out of range (the message names it and the
             valid range), an unknown policy, an option the policy does not
-            take, an invalid service law or one the policy does not take, or
-            too many states. Raised before any work, but for the state count.
+            take, an invalid service law or one the policy does not take,
+            invalid pools or pools for a policy that does not take them, a
+            load at or above the capacity with infinite buffers, or too many
+            states. Raised before any work, but for the state count.
         TypeError: a count that is not an int, a load that is not a number,
-            a service that is not None, a PhaseType or a string.
+            a service that is not None, a PhaseType or a string, pools that
+            are not a string or a sequence.
 
     Warns:
         UserWarning: the automatic ``queue_bound`` could not reach ``tol``
@@ -529,8 +686,8 @@ def solve_exact(
         >>> res.n_states, round(res.p0, 4)
         (1068, 0.4648)
     """
-    policy, rule, options, lam, n, m, buffer, queue_bound, law, phases = _resolve(
-        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order, service
+    policy, rule, options, lam, n, m, buffer, queue_bound, law, phases, pool_set = _resolve(
+        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order, service, pools
     )
     max_states = _check_at_least("max_states", max_states, 1)
     default_max_states = _check_at_least("default_max_states", default_max_states, 1)
@@ -538,16 +695,19 @@ def solve_exact(
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     rule_d, rule_z = options.get("d", 1), options.get("z", 0)
     rule_order = options.get("order", "random")
-    chain_law = law if phases else None
+    chain_law = law if phases or pool_set is not None else None
     n_phases = law.n_phases if phases else 1
+    pool_phases = None
+    if pool_set is not None:
+        pool_phases = [(p.count, (p.law or law or exponential()).n_phases) for p in pool_set]
 
     def solve(cap):
         return _solve_bounded(rule, n, m, lam, rule_d, rule_z, buffer, cap, symmetry, max_states,
-                              rule_order, chain_law)  # fmt: skip
+                              rule_order, chain_law, pool_set)  # fmt: skip
 
     def result(cap, metrics, diagnostics):
         return _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics,
-                       law, phases)  # fmt: skip
+                       law, phases, pool_set)  # fmt: skip
 
     if buffer is not None or queue_bound is not None:
         cap = buffer if buffer is not None else queue_bound
@@ -555,7 +715,9 @@ def solve_exact(
 
     budget = min(max_states, default_max_states)
     bound, metrics, diag, reached = _search_bound(
-        solve, lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order, n_phases),
+        solve,
+        lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order, n_phases,
+                                  pool_phases),  # fmt: skip
         tol, budget, rule_z,
     )
     if not reached:
