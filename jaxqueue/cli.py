@@ -119,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-bound", type=int, default=None,
                    help="truncation of infinite buffers (default: automatic, mass below 1e-9)")  # fmt: skip
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument("--pools", default=None,
+                   help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.5:2,0.5:1")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
@@ -195,6 +197,19 @@ def _print_result(res, title: str) -> None:
         print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
 
 
+def _servers_line(s: dict) -> str:
+    """The pools and the service law of a result's settings, where not the default."""
+    out = ""
+    if s.get("pools"):
+        out += "\n  pools " + ", ".join(f"{q['servers']} servers at speed {q['speed']:g}"
+                                        for q in s["pools"])  # fmt: skip
+    law = s.get("service")
+    if isinstance(law, dict):
+        out += (f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, "
+                f"SCV {law['scv']:.4g}")  # fmt: skip
+    return out
+
+
 def _emit(res, args) -> int:
     if args.json:
         print(json.dumps(res.to_dict()))
@@ -204,12 +219,6 @@ def _emit(res, args) -> int:
         title = (f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
                  f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
                  f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units")  # fmt: skip
-        if s.get("pools"):
-            title += "\n  pools " + ", ".join(f"{q['servers']} servers at speed {q['speed']:g}"
-                                              for q in s["pools"])
-        if s.get("service", "exp") != "exp":
-            law = s["service"]
-            title += f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, SCV {law['scv']:.4g}"
     elif res.source == "exact":
         title = (f"exact: {s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
                  f"load={s['load']}  buffer={s['buffer']}  ({res.n_states} states, "
@@ -217,7 +226,7 @@ def _emit(res, args) -> int:
     else:
         ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
         title = f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
-    _print_result(res, title)
+    _print_result(res, title + _servers_line(s))
     if res.source == "simulation":
         print(f"  ran on {s['devices']} {s['platform']} device(s), backend {s['backend']}")
         _print_run_diagnostics(res.diagnostics)
@@ -322,7 +331,8 @@ def _cmd_exact(args) -> int:
 
     res = solve_exact(args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
                       **_order(args),
-                      buffer=args.buffer, queue_bound=args.queue_bound)  # fmt: skip
+                      buffer=args.buffer, queue_bound=args.queue_bound,
+                      service=args.service, pools=args.pools)  # fmt: skip
     res.settings["versions"] = versions()
     return _emit(res, args)
 

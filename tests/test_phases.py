@@ -32,10 +32,16 @@ EXACT_CASES = [
     ("i1f", {}, 3, 1, 4, 0.8, "fit:0.5"),
     ("jiq-sq", {"d": 2}, 2, 2, None, 0.6, "erlang:2"),
 ]
+# (policy, options, N, M, buffer, load, pools) against the exact chain with pools
+POOL_CASES = [
+    ("pod", {"d": 2}, 3, 1, 4, 1.0, "0.34:2,0.66:1"),
+    ("jiq", {}, 4, 2, 3, 1.2, "0.5:2,0.5:1"),
+    ("jsq", {}, 3, 1, 4, 0.9, ((1 / 3, 3.0), (2 / 3, 0.5))),
+]
 EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length",
                  "blocking_probability", "p0", "delete_rate", "tail s_1..s_3")  # fmt: skip
 # comparisons: M/PH/1 (2 laws x 2 metrics), the exact cases (at most 9 each)
-FAMILY = 4 + len(EXACT_CASES) * (len(EXACT_METRICS) + 2)
+FAMILY = 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2)
 
 
 def _close(est, value, what):
@@ -86,9 +92,20 @@ def _ids(case):
 @pytest.mark.parametrize("case", EXACT_CASES, ids=_ids)
 def test_against_the_exact_chain_with_phases(case):
     name, opts, n, m, b, lam, law = case
+    _against_exact(name, opts, n, m, b, lam, {"service": law})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: f"{c[0]}-N{c[2]}-M{c[3]}-l{c[5]}-{c[6]}")
+def test_against_the_exact_chain_with_pools(case):
+    name, opts, n, m, b, lam, pools = case
+    _against_exact(name, opts, n, m, b, lam, {"pools": pools})
+
+
+def _against_exact(name, opts, n, m, b, lam, law):
     sim = jq.simulate(name, lam, n, m, buffer=b, replicas=32, steps=2**18, warmup=8192, seed=7,
-                      service=law, iqueue_levels=n if m > 1 else None, devices=ONE, **opts)  # fmt: skip
-    ex = solve_exact(name, lam, n, m, buffer=b, service=law, **opts)
+                      iqueue_levels=n if m > 1 else None, devices=ONE, **law, **opts)  # fmt: skip
+    ex = solve_exact(name, lam, n, m, buffer=b, **law, **opts)
     assert ex.truncated_mass < 1e-9
     for metric in EXACT_METRICS[:-1]:
         exact = getattr(ex, metric)

@@ -33,7 +33,7 @@ from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
 from jaxqueue.policies.registry import make
 from jaxqueue.sim import runner
-from jaxqueue.sim.bounds import default_iqueue_levels, default_levels
+from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
 from jaxqueue.theory import mean_field
@@ -46,11 +46,13 @@ DEFAULT_BATCH_POINTS = 32
 
 
 def _shape_key(point: Point):
-    return (point.policy, point.options, point.servers, point.dispatchers, point.buffer)
+    return (point.policy, point.options, point.servers, point.dispatchers, point.buffer,
+            point.service, point.pools)  # fmt: skip
 
 
 def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
-    """The spec's points grouped by compiled shape (policy, options, N, M, buffer), in order."""
+    """The spec's points grouped by compiled shape (policy, options, N, M, buffer, service
+    law, pools), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
         groups.setdefault(_shape_key(point), []).append(point)
@@ -133,7 +135,11 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     pol = make(first.policy, **dict(first.options))
     n, m = first.servers, first.dispatchers
     loads = [p.load for p in points]
-    levels = None if first.buffer is not None else default_levels(pol, n, m, max(loads))
+    levels = None
+    if first.buffer is None and (first.service or first.pools):
+        levels = phase_levels(pol, n, m, max(loads), first.law(), first.pool_set())
+    elif first.buffer is None:
+        levels = default_levels(pol, n, m, max(loads))
     iq = None
     if pol.uses_iqueues and (m > 1 or pol.per_server):
         iq = default_iqueue_levels(pol, n, m, min(loads))
@@ -144,9 +150,9 @@ def _theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``)."""
     if kind == "mean-field":
         return (kind, point.policy, point.options, point.load, point.params()["ratio"],
-                point.buffer)  # fmt: skip
+                point.buffer, point.service, point.pools)  # fmt: skip
     return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
-            point.buffer)  # fmt: skip
+            point.buffer, point.service, point.pools)  # fmt: skip
 
 
 def _theory(points: list[Point], kind: str, cache: dict) -> list:
@@ -167,12 +173,13 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
         if kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
-            if pol.mean_field_kind() != "none":
+            if pol.mean_field_kind() != "none" and point.service is None and point.pools is None:
                 new[key] = mean_field(pol, point.load, point.params()["ratio"],
                                       buffer=point.buffer, with_quantiles=False)  # fmt: skip
         else:
             new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
-                                   buffer=point.buffer, **opts)  # fmt: skip
+                                   buffer=point.buffer, service=point.service, pools=point.pools,
+                                   **opts)  # fmt: skip
     cache.update(zip(new, fill_quantiles(list(new.values()))))
     return [cache[key] for key in keys]
 
@@ -193,7 +200,8 @@ def _refined(points: list[Point], cache: dict) -> list:
         if key not in cache:
             pol = make(point.policy, **dict(point.options))
             value = None
-            if pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
+            plain = point.service is None and point.pools is None
+            if plain and pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
                 value = refined_mean_field(pol, point.load, point.params()["ratio"],
                                            buffer=point.buffer, n_servers=point.servers)  # fmt: skip
             cache[key] = value
@@ -286,7 +294,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                     steps=run.steps_for(first), warmup=run.warmup_for(first), seed=run.seed,
                     levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
-                    interval="replicas", **dict(first.options),
+                    interval="replicas", service=first.service, pools=first.pools,
+                    **dict(first.options),
                 )  # fmt: skip
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch

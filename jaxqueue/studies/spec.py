@@ -10,6 +10,8 @@
     load = [0.5, 0.7, 0.9]      # or alpha = [...] (1 - N**-alpha), beta = [...] (1 - beta/sqrt(N))
     buffer = [0]                # optional; 0 or "inf": infinite (the default)
     d = [2]                     # optional, for every policy (likewise z)
+    service = ["exp", "erlang:4", "hyperexp:4"]   # optional: service laws (default exp)
+    pools = ["0.2:2,0.8:1"]     # optional: server pools FRACTION:SPEED,... (default: identical)
     [run]
     replicas = 16
     time = 300                  # measured time units, or steps = ...
@@ -42,6 +44,7 @@ import re
 from pathlib import Path
 
 from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.service import capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load, halfin_whitt_load,
     heavy_traffic_load, steps_per_time_unit,
@@ -63,7 +66,7 @@ __all__ = [
 ]  # fmt: skip
 
 GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
-             "z", "order")  # fmt: skip
+             "z", "order", "service", "pools")  # fmt: skip
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
@@ -113,6 +116,9 @@ class Point:
         load: ``lambda``, arrivals per server per unit time.
         alpha: the exponent the load came from (``1 - N**-alpha``), or None.
         beta: the Halfin-Whitt parameter the load came from (``1 - beta/sqrt(N)``), or None.
+        service: the service law's command-line form (``"erlang:4"``), or None
+            for exponential service.
+        pools: the server pools' command-line form (``"0.2:2,0.8:1"``), or None.
     """
 
     policy: str
@@ -123,19 +129,36 @@ class Point:
     load: float
     alpha: float | None = None
     beta: float | None = None
+    service: str | None = None
+    pools: str | None = None
 
     def params(self) -> dict:
         """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options).
 
-        ``order`` is there only for a policy that takes it (JIQ-Original), so the
-        ids of other points do not depend on it.
+        ``order`` is there only for a policy that takes it (JIQ-Original), and
+        ``service`` and ``pools`` only where given, so the ids of other points
+        do not depend on them.
         """
         opts = dict(self.options)
         return {"policy": self.policy, "options": opts, "servers": self.servers,
                 "dispatchers": self.dispatchers, "ratio": self.servers / self.dispatchers,
                 "buffer": self.buffer, "load": self.load, "alpha": self.alpha, "beta": self.beta,
                 "d": opts.get("d"), "z": opts.get("z"),
-                **({"order": opts["order"]} if "order" in opts else {})}  # fmt: skip
+                **({"order": opts["order"]} if "order" in opts else {}),
+                **({"service": self.service} if self.service is not None else {}),
+                **({"pools": self.pools} if self.pools is not None else {})}  # fmt: skip
+
+    def law(self):
+        """The service law (a PhaseType), or None for exponential service."""
+        return None if self.service is None else parse_service(self.service)
+
+    def pool_set(self):
+        """The pools as :class:`~jaxqueue.core.service.Pool` objects, or None."""
+        return make_pools(self.pools, self.servers)
+
+    def rate(self) -> float:
+        """The uniformization rate of service (1 for identical exponential servers)."""
+        return uniform_rate(self.law(), self.pool_set())
 
     def point_id(self) -> str:
         """The first 16 hex digits of the sha256 of the canonical JSON of :meth:`params`."""
@@ -154,6 +177,8 @@ class Point:
         text += f" load={self.load:.6g}"
         for key in ("alpha", "beta"):
             text += f" {key}={getattr(self, key):g}" if getattr(self, key) is not None else ""
+        for key in ("service", "pools"):
+            text += f" {key}={getattr(self, key)}" if getattr(self, key) is not None else ""
         return text
 
 
@@ -211,7 +236,7 @@ class RunSettings:
 
     def _steps(self, key: str, count, point: Point) -> int:
         units = self.time_units(key, point)
-        per = steps_per_time_unit(point.servers, point.load)
+        per = steps_per_time_unit(point.servers, point.load, point.rate())
         n = count if units is None else math.ceil(units * per)
         if n > MAX_STEPS:
             raise SpecError(f"{key}={units:g} is {n} steps per replica at {point.label()}, out "
@@ -219,7 +244,7 @@ class RunSettings:
         return n
 
     def steps_for(self, point: Point) -> int:
-        """Measured steps per replica at ``point``: ``ceil(time * N * (load + 1))`` or ``steps``."""
+        """Measured steps per replica at ``point``: ``ceil(time * N * (load + rate))`` or ``steps``."""
         return self._steps("time", self.steps, point)
 
     def warmup_for(self, point: Point) -> int:
@@ -297,6 +322,22 @@ def _choice(name: str, valid: tuple):
             raise ValueError(f"{name}={value!r} is not valid: use one of {str(valid)[1:-1]}")
         return value
     return check
+
+
+def _service(value):
+    """A service law's command-line form, checked; ``"exp"`` is None (the default law)."""
+    if not isinstance(value, str):
+        raise TypeError(f"service must be a string such as 'erlang:4', got {value!r}")
+    law = parse_service(value)
+    return None if law.is_unit_exponential else value
+
+
+def _pools_text(value):
+    """Server pools ``"F1:S1,F2:S2"``, checked for form (counts are checked per N)."""
+    if not isinstance(value, str):
+        raise TypeError(f"pools must be a string such as '0.2:2,0.8:1', got {value!r}")
+    make_pools(value, 10**6)  # the fractions and speeds; per-N counts at each point
+    return value
 
 
 def _buffer(value):
@@ -455,15 +496,16 @@ class _Parser:
             return m
         return self.axis(key, from_ratio) if key else [1]
 
-    def loads(self, key: str, n: int, buffer) -> list:
-        """``(load, alpha, beta)`` per value of the load axis at ``n`` servers."""
+    def loads(self, key: str, n: int, buffer, cap: float = 1.0) -> list:
+        """``(load, alpha, beta)`` per value of the load axis at ``n`` servers
+        (``cap``: the servers' capacity, for the stability check)."""
         def check(value):
             x = _number(key, value)
             if key == "load":
-                return check_load(value, buffer), None, None
+                return check_load(value, buffer, cap), None, None
             try:
                 form = heavy_traffic_load if key == "alpha" else halfin_whitt_load
-                lam = check_load(form(n, value), buffer)
+                lam = check_load(form(n, value), buffer, cap)
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{key}={value} at servers={n}: {err}") from None
             return lam, (x if key == "alpha" else None), (x if key == "beta" else None)
@@ -540,7 +582,7 @@ class _Parser:
             steps, warm = run.steps_for(point), run.warmup_for(point)
         except SpecError as err:
             self.fail("run", str(err).split("=")[0], str(err))
-        per = steps_per_time_unit(point.servers, point.load)
+        per = steps_per_time_unit(point.servers, point.load, point.rate())
         if warm > MAX_WARMUP_RATIO * steps:
             self.fail("run", measure, f"a run too short for its warm-up: the warm-up is {warm} "
                       f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
@@ -584,18 +626,32 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
     dispatchers = {n: p.dispatchers(n) for n in servers}
     buffers = p.axis("buffer", _buffer) if p.has("grid", "buffer") else [None]
     key = p.one_of("grid", ("load", "alpha", "beta"), required=True)
-    loads = {(n, b): p.loads(key, n, b) for n, b in itertools.product(servers, buffers)}
+    services = p.axis("service", _service) if p.has("grid", "service") else [None]
+    pool_texts = p.axis("pools", _pools_text) if p.has("grid", "pools") else [None]
+    caps, loads = {}, {}
+    for n, law, pools in itertools.product(servers, services, pool_texts):
+        try:
+            caps[n, law, pools] = capacity(law and parse_service(law), make_pools(pools, n), n)
+        except (TypeError, ValueError) as err:
+            p.fail("grid", "pools", f"pools={pools!r} at servers={n}: {err}")
+    for (n, law, pools), cap in caps.items():
+        for b in buffers:
+            loads.setdefault((n, b, cap), p.loads(key, n, b, cap))
     points, seen, with_mean_field = [], {}, False
     for policy, opts, lines in policies:
         for n in servers:
-            for m, b in itertools.product(dispatchers[n], buffers):
+            for m, b, law, pools in itertools.product(dispatchers[n], buffers, services, pool_texts):
                 for combo in itertools.product(*(opts[k] for k in sorted(opts))):
                     given = dict(zip(sorted(opts), combo, strict=True))
                     pol = p.resolve(policy, given, lines, n, m, b, run)
+                    if pol.per_server and (law or pools):
+                        p.fail("grid", "service" if law else "pools",
+                               f"{policy} steps on per-server lists: service laws and pools "
+                               "cover the exchangeable policies only")  # fmt: skip
                     with_mean_field |= pol.mean_field_kind() != "none"
                     options = tuple(sorted(pol.options().items()))
-                    for lam, alpha, beta in loads[n, b]:
-                        point = Point(policy, options, n, m, b, lam, alpha, beta)
+                    for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:
+                        point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools)
                         if point in seen:
                             raise SpecError(f"duplicate point {point.label()} (also from line "
                                             f"{seen[point]})", lines["policy"])  # fmt: skip
