@@ -479,3 +479,44 @@ def test_spec_error_is_a_value_error_without_line():
     err = SpecError("x")
     assert isinstance(err, ValueError) and err.line is None and str(err) == "x"
     assert isinstance(parse_spec(BASE), GridSpec)
+
+
+# ---- service laws and pools -------------------------------------------------------------
+
+
+def test_service_and_pools_axes():
+    plain = parse_spec(BASE)
+    spec = parse_spec(edit(BASE, "load = [0.5, 0.9]",
+                           'load = [0.5, 0.9]\nservice = ["exp", "erlang:4"]\npools = ["0.2:2,0.8:1"]'))
+    assert len(spec.points) == 2 * len(plain.points)
+    by = {(p.policy, p.load, p.service): p for p in spec.points}
+    p = by["pod", 0.9, "erlang:4"]
+    assert p.pools == "0.2:2,0.8:1" and p.params()["service"] == "erlang:4"
+    assert [(q.count, q.speed) for q in p.pool_set()] == [(20, 2.0), (80, 1.0)]
+    assert p.rate() == pytest.approx(8.0)  # speed 2 x the Erlang-4 phase rate 4
+    # the time unit follows the uniformization rate: N * (load + gamma) steps
+    assert spec.run.steps_for(p) == math.ceil(50 * 100 * (0.9 + 8.0))
+    # "exp" is the default law: such points have the ids of a spec without the key
+    exp_only = parse_spec(edit(BASE, "load = [0.5, 0.9]", 'load = [0.5, 0.9]\nservice = "exp"'))
+    assert ids(exp_only) == ids(plain)
+    # pools raise the capacity: load 1.1 is stable with 20% of the servers twice as fast
+    fast = parse_spec(edit(BASE, "load = [0.5, 0.9]", 'load = [1.1]\npools = "0.2:2,0.8:1"'))
+    assert {p.load for p in fast.points} == {1.1}
+
+
+@pytest.mark.parametrize("line, error", [
+    ('service = ["weibull:2"]', "service"),
+    ('pools = ["0.2:2"]', "sum to 1"),
+    ('pools = ["0.5:2,0.5"]', "FRACTION:SPEED"),
+])  # fmt: skip
+def test_service_and_pools_errors(line, error):
+    with pytest.raises(SpecError, match=error) as info:
+        parse_spec(edit(BASE, "load = [0.5, 0.9]", "load = [0.5, 0.9]\n" + line))
+    assert info.value.line == 6
+
+
+def test_service_with_a_per_server_policy_is_an_error():
+    text = edit(BASE, '["jiq", "pod"]', '["jiq-original"]')
+    text = edit(text, "servers = [100]", "servers = [100]\nratio = [10]\nservice = \"erlang:2\"")
+    with pytest.raises(SpecError, match="exchangeable"):
+        parse_spec(text)
