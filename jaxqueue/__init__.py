@@ -1,6 +1,7 @@
 """jaxqueue: batched, jit-compiled simulation and mean-field theory of load balancing.
 
-N FIFO servers with exponential service, Poisson arrivals of rate ``lambda * N``,
+N FIFO servers with exponential (or phase-type) service, in one pool or several
+of their own speeds, Poisson arrivals of rate ``lambda * N``,
 M dispatchers, and the policies of the papers: Random, JSQ, Pod(d), I1F, JIQ
 (with delete requests), JIQ-Pod(d), JIQ-SQ(d), the single-dispatcher
 idle-first-else-JSQ(d) scheme, JIQ-Original and JIQ-Threshold(z).
@@ -49,6 +50,7 @@ from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
 from jaxqueue.sim.runner import BackendWarning, CheckpointMismatch, LevelOverflowError  # noqa: E402
 from jaxqueue.api import simulate, sweep  # noqa: E402
+from jaxqueue.sim.transient import TransientResult, transient  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -70,4 +72,6 @@ __all__ = [
     "BackendWarning",
     "simulate",
     "sweep",
+    "transient",
+    "TransientResult",
 ]

@@ -99,6 +99,24 @@ def _parser() -> argparse.ArgumentParser:
                       help="heavy traffic: lambda = 1 - N**(-alpha) (Liu and Ying)")
     _add_run(p)
 
+    p = sub.add_parser("transient", help="ensemble estimates at given times beside the mean-field ODE")
+    _add_policy(p)
+    p.add_argument("--servers", type=int, required=True, help="N")
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument("--load", type=float, required=True, help="lambda from time 0 on")
+    p.add_argument("--start-load", type=float, default=None,
+                   help="a load step: run --warmup-time at this load first (from its mean field)")
+    p.add_argument("--warmup-time", type=float, default=100.0, help="time units at --start-load")
+    p.add_argument("--times", type=_loads, default=[0.5, 1, 2, 4, 8, 16, 32],
+                   help="comma-separated times (default 0.5,1,2,4,8,16,32)")
+    p.add_argument("--replicas", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument("--pools", default=None, help="heterogeneous servers: FRACTION:SPEED pairs")
+    p.add_argument("--plot", default=None, help="write a PNG of simulation and ODE (extra: plot)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("theory", help="mean-field prediction for one policy")
     _add_policy(p)
     p.add_argument("--load", type=float, required=True, help="lambda")
@@ -270,6 +288,53 @@ def _cmd_simulate(args) -> int:
         backend=args.backend, service=args.service, pools=args.pools,
     )  # fmt: skip
     return _emit(res, args)
+
+
+def _cmd_transient(args) -> int:
+    from jaxqueue.sim.transient import transient
+    from jaxqueue.studies.transient import plot_transient, transient_study
+
+    kw = dict(times=args.times, start_load=args.start_load, warmup_time=args.warmup_time,
+              replicas=args.replicas, seed=args.seed, buffer=args.buffer, d=args.d, z=args.z,
+              **_order(args))  # fmt: skip
+    plain = args.service is None and args.pools is None
+    if plain:
+        study = transient_study(args.policy, args.load, args.servers, args.dispatchers, **kw)
+        res, rows = study["result"], study["rows"]
+    else:  # no mean field for service laws and pools: the simulation alone
+        res = transient(args.policy, args.load, args.servers, args.dispatchers, init="empty",
+                        service=args.service, pools=args.pools, **kw)  # fmt: skip
+        rows, study = None, None
+    if args.plot and study is not None:
+        plot_transient(study, args.plot)
+    if args.json:
+        out = res.to_dict()
+        out["rows"] = rows
+        print(json.dumps(out))
+        return 0
+    s = res.settings
+    step = (f"load {s['start_load']} -> {s['load']} (after {s['warmup_time']:g} time units)"
+            if s["start_load"] is not None else f"load {s['load']} from empty")  # fmt: skip
+    print(f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  {step}  "
+          f"replicas={s['replicas']}  ({s['steps']} steps per replica){_servers_line(s)}")
+    head = "  time      s_1 ± 95%            s_2 ± 95%            idle ± 95%"
+    head += "           p0 ± 95%" if res.p0 is not None else ""
+    print(head + ("      mean field s_1, s_2" if rows else ""))
+    for j, t in enumerate(res.times):
+        line = f"  {t:<8.4g}"
+        for k in (1, 2):
+            line += f"  {res.tail.mean[j][k]:.4f} ± {res.tail.ci95[j][k]:.4f}  "
+        line += f"  {res.idle_fraction.mean[j]:.4f} ± {res.idle_fraction.ci95[j]:.4f}  "
+        if res.p0 is not None:
+            line += f"  {res.p0.mean[j]:.4f} ± {res.p0.ci95[j]:.4f}  "
+        if rows:
+            line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
+        print(line)
+    if args.plot and study is None:
+        print("  (no plot: the mean field covers identical exponential servers)")
+    elif args.plot:
+        print(f"  plot written to {args.plot}")
+    return 0
 
 
 def _cmd_theory(args) -> int:
@@ -474,7 +539,7 @@ def main(argv=None) -> int:
             return 0
         commands = {"simulate": _cmd_simulate, "theory": _cmd_theory, "exact": _cmd_exact,
                     "compare": _cmd_compare, "sweep": _cmd_sweep, "export": _cmd_export,
-                    "plot": _cmd_plot}  # fmt: skip
+                    "plot": _cmd_plot, "transient": _cmd_transient}  # fmt: skip
         return commands[args.command](args)
     except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -179,14 +179,16 @@ def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=
     return spread(run, mesh, core, keys, first_block, n_blocks, load)
 
 
-def spread(run, mesh, core, keys, first_block, n_blocks, load):
-    """``run(core, keys, first_block, n_blocks, load)`` with each device of
-    ``mesh`` (axis ``"replica"``) on its own shard of replicas (``shard_map``;
-    no communication), or directly without a mesh of several devices. Every
-    backend's chunk function is spread by it."""
+def spread(run, mesh, core, keys, first_block, n_blocks, load, *shared):
+    """``run(core, keys, first_block, n_blocks, load, *shared)`` with each device
+    of ``mesh`` (axis ``"replica"``) on its own shard of replicas
+    (``shard_map``; no communication; ``shared`` arrays are replicated), or
+    directly without a mesh of several devices. Every backend's chunk
+    function is spread by it."""
     if mesh is None or mesh.size == 1:
-        return run(core, keys, first_block, n_blocks, load)
+        return run(core, keys, first_block, n_blocks, load, *shared)
     spec, rep = PartitionSpec("replica"), PartitionSpec()
     return jax.shard_map(
-        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec), out_specs=spec, check_vma=False
-    )(core, keys, first_block, n_blocks, load)
+        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec) + (rep,) * len(shared),
+        out_specs=spec, check_vma=False,
+    )(core, keys, first_block, n_blocks, load, *shared)  # fmt: skip

@@ -1,0 +1,289 @@
+"""Transient estimates: ensemble averages at given times, exact in time.
+
+The uniformized chain makes one step per event of a Poisson clock of rate
+``Lambda = N (lambda + gamma)`` (``gamma`` the service rate of uniformization,
+1 for exponential service), independent of the path of the embedded chain
+``X_0, X_1, ...``. So the state at time ``t`` is ``X_{K(t)}`` with ``K(t)``
+Poisson of mean ``Lambda t``, and for any function ``f`` of the state
+
+    E f(X(t)) = sum_n P(K(t) = n) E f(X_n).
+
+Each replica therefore contributes ``Y(t) = sum_n P(K(t) = n) f(X_n)``, an
+unbiased estimate of ``E f(X(t))`` with no time discretization: the weights
+are the Poisson probabilities, summed up to the step past which their tail is
+below ``1e-12``. The replicas are independent, so the across-replica mean and
+its Student-t interval are the ensemble estimate and its 95% interval, at
+every requested time at once, from one run of the replicas.
+
+``f`` is the occupancy tail ``s_k`` (fractions of servers with at least ``k``
+tasks), from which the idle fraction and the mean queue length follow, and
+for the JIQ family the fraction of empty I-queues ``p0``. A load step (the
+replicas first run ``warmup_time`` at ``start_load``, then the load changes)
+and a start from empty are the two classical experiments; compare with the
+mean-field ODE, :func:`jaxqueue.theory.meanfield.transient`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
+from jaxqueue.core.system import DEFAULT_WARMUP_TIME, System, check_load
+from jaxqueue.core.versions import versions
+from jaxqueue.policies.base import Policy
+from jaxqueue.results.estimates import Estimate, estimate
+from jaxqueue.sim import runner
+from jaxqueue.sim.blocks import block_words, spread
+from jaxqueue.sim.state import n_words
+from jaxqueue.sim.step import step
+
+__all__ = ["transient", "TransientResult", "poisson_weights", "MAX_TIMES"]
+
+#: Most times one transient run reports.
+MAX_TIMES = 256
+#: Blocks per compiled call (the weights of a call are a fixed shape).
+CHUNK_BLOCKS = 16
+#: The Poisson tail left out past the last step.
+TAIL_MASS = 1e-12
+
+
+@dataclasses.dataclass(frozen=True)
+class TransientResult:
+    """Ensemble estimates at given times (each an :class:`Estimate` across replicas).
+
+    Attributes:
+        times: float ``(T,)``, the times since the start (of the load step).
+        tail: ``s_k(t)``, mean ``(T, levels + 1)``.
+        idle_fraction: ``1 - s_1(t)``, ``(T,)``.
+        mean_queue_length: ``sum_k s_k(t)``, ``(T,)``.
+        p0: the fraction of empty I-queues (JIQ family with ``M > 1``; with
+            one dispatcher, the probability that no server is idle), or None.
+        settings: what produced it (policy, sizes, loads, replicas, steps, versions).
+    """
+
+    times: np.ndarray
+    tail: Estimate
+    idle_fraction: Estimate
+    mean_queue_length: Estimate
+    p0: Estimate | None
+    settings: dict
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict: ``{"mean": [...], "ci95": [...]}`` per metric."""
+        def js(e):
+            return None if e is None else {"mean": np.asarray(e.mean).tolist(),
+                                           "ci95": np.asarray(e.ci95).tolist(), "n": e.n}  # fmt: skip
+        return {"source": "transient", "times": self.times.tolist(), "tail": js(self.tail),
+                "idle_fraction": js(self.idle_fraction),
+                "mean_queue_length": js(self.mean_queue_length), "p0": js(self.p0),
+                "settings": self.settings}  # fmt: skip
+
+
+def poisson_weights(rate_times: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``P(Poisson(mu) = n)`` for each ``mu`` of ``rate_times`` (rows) and ``n`` (columns), float64."""
+    mu = np.asarray(rate_times, np.float64)[:, None]
+    k = np.asarray(n, np.float64)[None, :]
+    lgam = np.vectorize(math.lgamma)(k + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logp = np.where(mu > 0, k * np.log(np.where(mu > 0, mu, 1.0)) - mu - lgam,
+                        np.where(k == 0, 0.0, -np.inf))  # fmt: skip
+    return np.exp(logp)
+
+
+def _last_step(mu_max: float) -> int:
+    """A step count past which the Poisson(mu_max) tail is below :data:`TAIL_MASS`."""
+    n = int(mu_max + 8.0 * math.sqrt(mu_max) + 40)
+    while True:  # the tail past n is below the pmf at n times a geometric factor
+        tail = poisson_weights(np.array([mu_max]), np.array([n]))[0, 0] * (n + 1) / max(1.0, n + 1 - mu_max)
+        if tail < TAIL_MASS:
+            return n
+        n += int(2 * math.sqrt(mu_max) + 10)
+
+
+def _f0(core, system: System, policy: Policy):
+    """``(tail fractions (R, L + 1), p0 indicator (R,))`` of a batched state."""
+    tail = core.tail.astype(jnp.float32) / system.n_servers
+    if policy.uses_iqueues and system.n_dispatchers > 1:
+        p0 = 1.0 - core.iq_tail[:, 1].astype(jnp.float32) / system.n_dispatchers
+    else:
+        p0 = (core.tail[:, 1] >= system.n_servers).astype(jnp.float32)
+    return tail, p0
+
+
+def _weighted(core, keys, first_block, n_blocks, load, weights, *, system, policy):
+    """Advance by ``n_blocks`` blocks, summing each post-step state weighted by ``weights``.
+
+    ``weights``: float32 ``(CHUNK_BLOCKS, BLOCK, T)``. Returns ``(core, tail
+    sums (R, T, L + 1), p0 sums (R, T), overflows (R,))``.
+    """
+    nw = n_words(system, policy)
+    vstep = jax.vmap(lambda c, w, lam: step(c, w, lam, system, policy))
+    lo0, hi0 = first_block[0], first_block[1]
+    r, t_count = load.shape[0], weights.shape[-1]
+
+    def block(i, carry):
+        core, acc, acc_p0, over = carry
+        lo = lo0 + i.astype(jnp.uint32)
+        hi = hi0 + (lo < lo0).astype(jnp.uint32)
+        bkeys = jax.vmap(lambda k: block_keys(k, lo, hi))(keys)
+        w_block = weights[i]
+
+        def body(c, t):
+            core, acc, acc_p0, over = c
+            words = step_word_rows(bkeys[:, 0], bkeys[:, 1], t, nw)  # (R,) vectors
+            if policy.per_server:
+                words = jnp.stack(words, axis=1)
+            core, ev = vstep(core, words, load)
+            tail, p0 = _f0(core, system, policy)
+            w = w_block[t]
+            acc = acc + w[None, :, None] * tail[:, None, :]
+            acc_p0 = acc_p0 + w[None, :] * p0[:, None]
+            over = over + ev["overflow"] + ev["iq_overflow"]
+            return (core, acc, acc_p0, over), None
+
+        out, _ = jax.lax.scan(body, (core, acc, acc_p0, over), jnp.arange(BLOCK, dtype=jnp.int32))
+        return out
+
+    acc = jnp.zeros((r, t_count, system.levels + 1), jnp.float32)
+    start = (core, acc, jnp.zeros((r, t_count), jnp.float32), jnp.zeros((r,), jnp.int32))
+    return jax.lax.fori_loop(0, n_blocks, block, start)
+
+
+@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("core",))
+def _run_weighted(core, keys, first_block, n_blocks, load, weights, *, system, policy, mesh=None):
+    run = functools.partial(_weighted, system=system, policy=policy)
+    return spread(run, mesh, core, keys, first_block, n_blocks, load, weights)
+
+
+def transient(
+    policy: str | Policy,
+    load: float,
+    n_servers: int,
+    n_dispatchers: int = 1,
+    *,
+    times: Sequence[float],
+    replicas: int = 32,
+    seed: int = 0,
+    init="empty",
+    start_load: float | None = None,
+    warmup_time: float = DEFAULT_WARMUP_TIME,
+    d: int | None = None,
+    z: int | None = None,
+    order: str | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    service=None,
+    pools=None,
+    devices: Sequence | None = None,
+) -> TransientResult:
+    """Ensemble estimates of the occupancy (and ``p0``) at given times.
+
+    Args:
+        policy, load, n_servers, n_dispatchers: as for :func:`jaxqueue.simulate`;
+            ``load`` is the load from time 0 on.
+        times: the times (``>= 0``, at most :data:`MAX_TIMES`) at which to estimate.
+        replicas: independent replicas (``>= 2``): the estimates' sample.
+        seed: the run's seed (keys by position, as for a simulation).
+        init: the state at the start: ``"empty"`` (default), ``"mean-field"``
+            or an occupancy array (as for :func:`jaxqueue.simulate`), taken at
+            ``start_load`` when given.
+        start_load: a load step: the replicas first run ``warmup_time`` units
+            of time at ``start_load`` from ``init`` (not measured), and time 0
+            is the moment the load changes to ``load``.
+        warmup_time: see ``start_load``.
+        d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
+            as for :func:`jaxqueue.simulate` (``levels`` by default for the
+            larger of the two loads).
+
+    Returns:
+        :class:`TransientResult`.
+
+    Raises:
+        ValueError: a parameter out of range (before anything compiles).
+        LevelOverflowError: a queue or I-queue passed its bound.
+    """
+    t = np.asarray(times, np.float64).ravel()
+    if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
+    common = dict(d=d, z=z, order=order, buffer=buffer, replicas=replicas, seed=seed,
+                  iqueue_levels=iqueue_levels, service=service, pools=pools, devices=devices,
+                  backend="xla")  # fmt: skip
+    if start_load is not None:
+        check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
+        if not (isinstance(warmup_time, (int, float)) and math.isfinite(warmup_time) and warmup_time >= 0):
+            raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
+    if start_load is not None:  # one System for both loads: bounds from both
+        both = runner.plan(policy, [load, start_load], n_servers, n_dispatchers, steps=BLOCK,
+                           warmup=0, init="empty", levels=levels, **common).system  # fmt: skip
+        levels = None if buffer is not None else both.levels
+        common["iqueue_levels"] = both.iqueue_levels or None
+    p = runner.plan(policy, [load], n_servers, n_dispatchers, steps=BLOCK, warmup=0,
+                    init=init if start_load is None else "empty", levels=levels, **common)  # fmt: skip
+    system, pol = p.system, p.policy
+    first = 0
+    if start_load is not None:
+        per = n_servers * (start_load + system.service_rate)
+        warm = max(BLOCK, int(math.ceil(warmup_time * per)))
+        wp = runner.plan(policy, [start_load], n_servers, n_dispatchers, steps=warm, warmup=0,
+                         init=init, levels=levels, interval="replicas", **common)  # fmt: skip
+        if wp.system != system:
+            raise AssertionError("the warm-up and the transient run must share one System")
+        r = runner.Run.start(wp)
+        r.advance()  # raises on an overflow during the warm-up
+        core, first = r.core, wp.total_blocks
+    else:
+        core = runner.Run.start(p).core
+    mesh, _, keys, lam = runner.placement(p)
+
+    rate = n_servers * (load + system.service_rate)  # steps per unit time
+    n_last = _last_step(rate * float(t.max()))
+    blocks = -(-n_last // BLOCK)
+    tail0, p00 = (np.asarray(x, np.float64) for x in _f0(core, system, pol))
+    w0 = poisson_weights(rate * t, np.array([0]))[:, 0]  # (T,)
+    acc = w0[None, :, None] * tail0[:, None, :]
+    acc_p0 = w0[None, :] * p00[:, None]
+    over = np.zeros(p.padded, np.int64)
+    done = 0
+    while done < blocks:
+        todo = min(CHUNK_BLOCKS, blocks - done)
+        n = np.arange(done * BLOCK + 1, (done + CHUNK_BLOCKS) * BLOCK + 1)  # post-step indices
+        w = poisson_weights(rate * t, n).T.reshape(CHUNK_BLOCKS, BLOCK, t.size)
+        core, a, a0, o = _run_weighted(core, keys, jnp.asarray(block_words(first + done)),
+                                       jnp.int32(todo), lam, jnp.asarray(w, jnp.float32),
+                                       system=system, policy=pol, mesh=mesh)  # fmt: skip
+        acc += np.asarray(a, np.float64)
+        acc_p0 += np.asarray(a0, np.float64)
+        over += np.asarray(o, np.int64)
+        done += todo
+    acc, acc_p0, over = acc[: p.n_replicas], acc_p0[: p.n_replicas], over[: p.n_replicas]
+    if over.sum():
+        raise runner.LevelOverflowError(
+            f"{int(over.sum())} arrivals or joins passed levels={system.levels} or "
+            f"iqueue_levels={system.iqueue_levels} during the transient; rerun with larger bounds"
+        )
+    p0 = None
+    if pol.uses_iqueues:
+        p0 = estimate(acc_p0)
+    settings = {
+        "policy": pol.name, "policy_label": pol.label(), "options": pol.options(),
+        "n_servers": n_servers, "n_dispatchers": n_dispatchers, "load": float(load),
+        "start_load": start_load, "warmup_time": warmup_time if start_load is not None else None,
+        "init": init if isinstance(init, str) else "array", "buffer": buffer,
+        "levels": system.levels, "iqueue_levels": system.iqueue_levels, "replicas": replicas,
+        "seed": seed, "steps": blocks * BLOCK, "steps_per_time_unit": rate,
+        "service": "exp" if system.service is None else system.service.to_dict(),
+        "pools": None if system.pools is None else [[q.count, q.speed] for q in system.pools],
+        "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
+    }  # fmt: skip
+    return TransientResult(
+        times=t, tail=estimate(acc), idle_fraction=estimate(1.0 - acc[:, :, 1]),
+        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)), p0=p0, settings=settings,
+    )  # fmt: skip

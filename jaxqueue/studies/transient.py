@@ -1,0 +1,129 @@
+"""Transient experiments: ensemble estimates beside the mean-field ODE.
+
+:func:`transient_study` runs :func:`jaxqueue.sim.transient.transient` (a
+start from empty, or a load step from the stationary regime at
+``start_load``) and integrates the mean-field ODE
+(:func:`jaxqueue.theory.meanfield.transient`) from the matching start (the
+empty system, or the mean-field fixed point at ``start_load``);
+:func:`plot_transient` draws both (``s_1``, ``s_2``, ``s_3`` and, for the JIQ
+family, ``p0``) against time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxqueue.policies.registry import make
+from jaxqueue.sim.transient import TransientResult, transient
+from jaxqueue.theory import meanfield
+
+__all__ = ["transient_study", "plot_transient"]
+
+#: Tail levels a study reports.
+SHOWN = (1, 2, 3)
+
+
+def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1, *,
+                    times, start_load: float | None = None, dt: float = 0.01,
+                    **kwargs) -> dict:  # fmt: skip
+    """A transient run beside the mean-field ODE from the same start.
+
+    Args:
+        policy, load, n_servers, n_dispatchers, times, start_load: as for
+            :func:`~jaxqueue.sim.transient.transient` (the simulation starts
+            empty, or from ``warmup_time`` at ``start_load``).
+        dt: the ODE's RK4 step.
+        kwargs: more arguments of :func:`~jaxqueue.sim.transient.transient`
+            (``d``, ``replicas``, ``seed``, ...).
+
+    Returns:
+        ``{"result": TransientResult, "rows": [...]}``: a row per time with
+        the simulated ``s_k`` (mean and 95% half-width), their mean-field
+        values (``mf_s1``...), and ``p0`` where it applies.
+    """
+    if kwargs.get("service") is not None or kwargs.get("pools") is not None:
+        raise ValueError("transient_study compares with the mean field of identical exponential "
+                         "servers: use jaxqueue.sim.transient.transient for service laws and pools")
+    init = "mean-field" if start_load is not None else "empty"
+    res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
+                                     start_load=start_load, init=init, **kwargs)  # fmt: skip
+    pol = make(policy, d=kwargs.get("d"))
+    ratio = n_servers / n_dispatchers if pol.uses_iqueues and n_dispatchers > 1 else None
+    levels = res.settings["levels"]
+    opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
+    x0 = None
+    if start_load is not None:
+        fp = meanfield.fixed_point(pol, start_load, ratio, **opts)
+        x0 = np.concatenate([np.asarray(fp.tail)[1:], np.asarray(fp.iq_tail)[1:]])
+    t_end = float(np.max(res.times))
+    tt, tails, iq = meanfield.transient(pol, load, ratio, t_end=max(t_end, dt), dt=dt, x0=x0, **opts)
+    tt, tails, iq = np.concatenate([[0.0], tt]), np.vstack([_start(x0, tails), tails]), np.vstack(
+        [_start_iq(x0, iq, levels), iq])
+    rows = []
+    for j, t in enumerate(res.times):
+        row = {"time": float(t)}
+        for k in SHOWN:
+            if k <= levels:
+                row[f"s{k}"] = float(res.tail.mean[j][k])
+                row[f"s{k}_ci95"] = float(res.tail.ci95[j][k])
+                row[f"mf_s{k}"] = float(np.interp(t, tt, tails[:, k]))
+        if res.p0 is not None:
+            row["p0"], row["p0_ci95"] = float(res.p0.mean[j]), float(res.p0.ci95[j])
+            if iq.shape[1] > 1:
+                row["mf_p0"] = float(np.interp(t, tt, 1.0 - iq[:, 1]))
+        rows.append(row)
+    return {"result": res, "rows": rows, "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+
+
+def _start(x0, tails):
+    first = np.zeros(tails.shape[1])
+    first[0] = 1.0
+    if x0 is not None:
+        first[1:] = x0[: tails.shape[1] - 1]
+    return first
+
+
+def _start_iq(x0, iq, levels):
+    first = np.ones(iq.shape[1])
+    if iq.shape[1] > 1:
+        first[1:] = x0[levels:] if x0 is not None else iq[0, 1:]  # empty start: all I-queues full
+    return first
+
+
+def plot_transient(study: dict, out=None, *, title: str | None = None, dpi: int = 120):
+    """Draw a :func:`transient_study`: simulated points with 95% intervals, the ODE as lines.
+
+    Returns the figure (and writes a PNG to ``out`` when given).
+    """
+    from jaxqueue.studies.plots import _pyplot_free_figure
+
+    res, ode = study["result"], study["ode"]
+    has_p0 = res.p0 is not None and ode["iq_tails"].shape[1] > 1
+    fig = _pyplot_free_figure(figsize=(6.4 * (1 + has_p0), 4.2))
+    axes = fig.subplots(1, 1 + has_p0, squeeze=False)[0]
+    ax = axes[0]
+    for i, k in enumerate(SHOWN):
+        if k >= res.tail.mean.shape[1]:
+            continue
+        color = f"C{i}"
+        ax.plot(ode["times"], ode["tails"][:, k], color=color, lw=1.2, label=f"mean field $s_{k}$")
+        ax.errorbar(res.times, res.tail.mean[:, k], yerr=res.tail.ci95[:, k], fmt="o", ms=3,
+                    color=color, capsize=2, label=f"simulation $s_{k}$")  # fmt: skip
+    ax.set_xlabel("time t (mean service times)")
+    ax.set_ylabel(r"$s_k(t)$")
+    ax.legend(fontsize=8)
+    if has_p0:
+        ax = axes[1]
+        ax.plot(ode["times"], 1.0 - ode["iq_tails"][:, 1], color="C3", lw=1.2, label="mean field")
+        ax.errorbar(res.times, res.p0.mean, yerr=res.p0.ci95, fmt="o", ms=3, color="C3",
+                    capsize=2, label="simulation")  # fmt: skip
+        ax.set_xlabel("time t (mean service times)")
+        ax.set_ylabel(r"$p_0(t)$")
+        ax.legend(fontsize=8)
+    s = res.settings
+    step = f"{s['start_load']} -> {s['load']}" if s["start_load"] is not None else f"{s['load']} from empty"
+    fig.suptitle(title or f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+                 f"load {step}  ({s['replicas']} replicas)", fontsize=10)  # fmt: skip
+    if out is not None:
+        fig.savefig(out, dpi=dpi)
+    return fig

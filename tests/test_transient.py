@@ -1,0 +1,118 @@
+"""Transient estimates (:mod:`jaxqueue.sim.transient`).
+
+The ensemble estimate at time ``t`` weights the embedded chain's states by
+the Poisson law of the number of uniformized steps by ``t``: it is exact in
+time. Checked against the exact transient law of small systems, ``p(t) =
+p(0) exp(Q t)`` with the generator ``Q`` of the exact solver's chain (an
+independent per-server implementation), and against the mean-field ODE at
+``N = 1000``. Comparisons are two-sided Student-t tests for the replicas
+used (:func:`jaxqueue.tolerance`), family-wise 0.001 (Bonferroni) over the
+comparisons of this file (:data:`FAMILY`).
+"""
+
+import jax
+import numpy as np
+import pytest
+from scipy.linalg import expm
+
+import jaxqueue as jq
+from jaxqueue.exact.chain import Chain, enumerate_states
+from jaxqueue.results.stats import tolerance
+from jaxqueue.sim.transient import _last_step, poisson_weights, transient
+from jaxqueue.studies.transient import transient_study
+
+ONE = jax.devices()[:1]
+TIMES = [0.25, 1.0, 3.0]
+# exact: 2 cases x 3 times x (s_1, s_2, p0); mean field: 3 times x (s_1, s_2, s_3, p0)
+FAMILY = 2 * 3 * 3 + 3 * 4
+
+
+def _close(est, value, what, allowance=0.0):
+    err = np.abs(np.asarray(est.mean) - np.asarray(value))
+    tol = tolerance(est, FAMILY, allowance=allowance)
+    assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, reference {value}"
+
+
+def _exact_transient(rule, n, m, lam, d, cap, times):
+    chain = Chain(rule, n, m, lam, d, 0, cap, True)
+    states, rows, cols, vals, _ = enumerate_states(chain, 10_000)
+    q = np.zeros((len(states), len(states)))
+    np.add.at(q, (rows, cols), vals)
+    q -= np.diag(q.sum(axis=1))
+    decoded = [chain.decode(s) for s in states]
+    qs = np.array([x for x, _ in decoded])
+    tails = np.stack([(qs >= k).sum(axis=1) / n for k in range(cap + 1)], axis=1)
+    if chain.listed:
+        ls = np.array([l for _, l in decoded])
+        empty = np.array([sum(1 for j in range(m) if not np.any(row == j)) for row in ls]) / m
+    else:
+        empty = np.zeros(len(states))
+    start = np.zeros(len(states))
+    start[0] = 1.0  # the empty system (idle servers spread over the I-queues)
+    out = [start @ expm(q * t) for t in times]
+    return np.array([p @ tails for p in out]), np.array([p @ empty for p in out])
+
+
+@pytest.mark.parametrize("rule, m", [("pod", 1), ("jiq", 2)])
+def test_against_the_exact_transient_law(rule, m):
+    n, lam, cap = 3, 0.8, 3
+    res = transient(rule, lam, n, m, times=TIMES, replicas=256, seed=4, buffer=cap,
+                    iqueue_levels=n if m > 1 else None, devices=ONE)  # fmt: skip
+    tails, p0 = _exact_transient(rule, n, m, lam, 2, cap, TIMES)
+    for k in (1, 2):
+        est = jq.Estimate(res.tail.mean[:, k], res.tail.ci95[:, k], res.tail.n)
+        _close(est, tails[:, k], f"{rule} s_{k}(t)")
+    if m > 1:
+        _close(res.p0, p0, f"{rule} p0(t)")
+    np.testing.assert_allclose(res.idle_fraction.mean, 1.0 - res.tail.mean[:, 1])
+
+
+@pytest.mark.slow
+def test_load_step_against_the_mean_field_ode():
+    """JIQ, N = 1000, r = 10, load 0.5 -> 0.95 from the stationary regime.
+
+    Finite-N allowance: the mean field is the N -> infinity limit; at N
+    servers its error is O(1/N), allowed as 5 / N on every fraction.
+    """
+    n = 1000
+    study = transient_study("jiq", 0.95, n, 100, times=[1.0, 4.0, 16.0], start_load=0.5,
+                            warmup_time=20.0, replicas=16, seed=5)  # fmt: skip
+    res = study["result"]
+    for k in (1, 2, 3):
+        est = jq.Estimate(res.tail.mean[:, k], res.tail.ci95[:, k], res.tail.n)
+        _close(est, [r[f"mf_s{k}"] for r in study["rows"]], f"s_{k}(t)", allowance=5.0 / n)
+    _close(res.p0, [r["mf_p0"] for r in study["rows"]], "p0(t)", allowance=5.0 / n)
+
+
+def test_poisson_weights_and_the_last_step():
+    w = poisson_weights(np.array([0.0, 3.5, 400.0]), np.arange(2000))
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-12)
+    assert w[0, 0] == 1.0 and np.all(w[0, 1:] == 0.0)
+    n = _last_step(400.0)
+    assert poisson_weights(np.array([400.0]), np.arange(n + 1)).sum() > 1.0 - 1e-12
+
+
+def test_bad_inputs_fail_before_compiling():
+    with pytest.raises(ValueError, match="times"):
+        transient("pod", 0.9, 10, times=[])
+    with pytest.raises(ValueError, match="times"):
+        transient("pod", 0.9, 10, times=[-1.0])
+    with pytest.raises(ValueError, match="load"):
+        transient("pod", 1.2, 10, times=[1.0])
+    with pytest.raises(ValueError, match="warmup_time"):
+        transient("pod", 0.9, 10, times=[1.0], start_load=0.5, warmup_time=-1)
+    with pytest.raises(ValueError, match="service laws and pools"):
+        transient_study("pod", 0.9, 10, times=[1.0], service="erlang:2")
+
+
+def test_command_line_json(capsys):
+    from jaxqueue.cli import main
+
+    assert main(["transient", "--policy", "pod", "--servers", "20", "--load", "0.8",
+                 "--times", "0.5,2", "--replicas", "4", "--json"]) == 0  # fmt: skip
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["source"] == "transient" and out["times"] == [0.5, 2.0]
+    assert len(out["rows"]) == 2 and {"s1", "mf_s1", "s1_ci95"} <= set(out["rows"][0])
+    assert out["settings"]["replicas"] == 4 and out["settings"]["versions"]["jaxqueue"]
