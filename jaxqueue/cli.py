@@ -126,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="largest queue length of the printed tail (default: automatic)")  # fmt: skip
     p.add_argument("--servers", type=int, default=None,
                    help="N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)")  # fmt: skip
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("exact", help="exact stationary solution of a small system")
@@ -349,8 +350,11 @@ def _cmd_theory(args) -> int:
         rf = theory.refined_mean_field(args.policy, args.load, args.ratio, d=args.d,
                                        buffer=args.buffer, n_servers=args.servers,
                                        levels=args.levels)  # fmt: skip
+    if args.servers is not None and args.service is not None:
+        raise ValueError("--servers (the refined mean field) is for exponential service: "
+                         "leave out --service")  # fmt: skip
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z, **_order(args),
-                           buffer=args.buffer, levels=args.levels)  # fmt: skip
+                           buffer=args.buffer, levels=args.levels, service=args.service)  # fmt: skip
     mf.settings["versions"] = versions()
     if args.servers is None:
         return _emit(mf, args)

@@ -40,8 +40,9 @@ POOL_CASES = [
 ]
 EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length",
                  "blocking_probability", "p0", "delete_rate", "tail s_1..s_3")  # fmt: skip
-# comparisons: M/PH/1 (2 laws x 2 metrics), the exact cases (at most 9 each)
-FAMILY = 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2)
+# comparisons: M/PH/1 (2 laws x 2 metrics), the exact cases (at most 9 each), the
+# mean-field cases (s_1..s_3 and p0)
+FAMILY = 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2) + 2 * 4
 
 
 def _close(est, value, what):
@@ -140,7 +141,7 @@ def test_bad_service_inputs_fail_before_compiling():
     with pytest.raises(ValueError, match="capacity"):
         runner.plan("pod", [0.6], 10, service=erlang(2, mean=2.0))
     with pytest.raises(ValueError, match="init='mean-field'"):
-        runner.plan("pod", [0.6], 10, service="erlang:2", init="mean-field")
+        runner.plan("pod", [0.6], 10, pools="0.5:2,0.5:1", init="mean-field")
     with pytest.raises(TypeError, match="service"):
         runner.plan("pod", [0.6], 10, service=3)
     with pytest.raises(ValueError, match="sub-generator"):
@@ -169,3 +170,42 @@ def test_pools_inputs():
         runner.plan("pod", [0.5], 10, pools=[(0.5, 0.0), (0.5, 1.0)])
     with pytest.raises(ValueError, match="exchangeable"):
         runner.plan("jiq-threshold", [0.5], 10, 2, pools="0.5:2,0.5:1")
+
+
+# (policy, options, M, service, levels) against the phase-type mean field at N = 10^4
+MF_CASES = [("pod", {"d": 2}, 1, "hyperexp:4", None), ("jiq", {}, 1000, "erlang:2", 32)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", MF_CASES, ids=lambda c: f"{c[0]}-{c[3]}")
+def test_against_the_phase_type_mean_field(case):
+    """N = 10^4, lambda = 0.9 (r = 10 for JIQ), 50 time units after 50 of warm-up
+    from the phase-type mean field's occupancy (init "auto"). Finite-N allowance: the mean field is the N -> infinity limit,
+    its error at N is O(1/N), allowed as 5 / N on every fraction."""
+    from jaxqueue import theory
+
+    name, opts, m, law, levels = case
+    n, lam = 10_000, 0.9
+    per = jq.steps_per_time_unit(n, lam, _rate(law))
+    sim = jq.simulate(name, lam, n, m, service=law, replicas=8, steps=int(50 * per),
+                      warmup=int(50 * per), seed=9, levels=levels, **opts)  # fmt: skip
+    mf = theory.mean_field(name, lam, n / m if m > 1 else None, service=law, **opts)
+    s = sim.tail
+    est = jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n)
+    err = np.abs(est.mean - mf.tail[1:4])
+    tol = tolerance(est, FAMILY, allowance=5.0 / n)
+    assert np.all(err <= tol), f"tail: simulated {est.mean} ± {tol}, mean field {mf.tail[1:4]}"
+    if m > 1:
+        _close_with(sim.p0, mf.p0, 5.0 / n, "p0")
+
+
+def _rate(law):
+    from jaxqueue.core.service import parse_service
+
+    return parse_service(law).rate
+
+
+def _close_with(est, value, allowance, what):
+    err = abs(est.mean - value)
+    tol = tolerance(est, FAMILY, allowance=allowance)
+    assert err <= tol, f"{what}: simulated {est.mean} ± {tol}, mean field {value}"

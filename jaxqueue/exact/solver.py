@@ -105,7 +105,7 @@ from jaxqueue.exact.chain import (
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import available, make
-from jaxqueue.results.response import erlang_mixture_quantile
+from jaxqueue.results.response import erlang_mixture_quantile, ph_mixture_quantiles, ph_response_quantiles
 from jaxqueue.results.schema import QUANTILES
 
 __all__ = ["solve_exact"]
@@ -380,98 +380,6 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     return metrics, diagnostics
 
 
-def _ph_response_terms(law, seen, seen_phase, eps=1e-14, max_steps=5_000_000):
-    """The response time of an accepted arrival with phase-type service, uniformized.
-
-    The response time is the absorption time of a chain on ``(j, p)``: ``j``
-    services left (the task in service, those waiting ahead, its own), the one
-    in service in phase ``p``; within ``j`` the phase moves by ``S``, a
-    completion (rate ``s_p``) goes to ``j - 1`` with the next task in phase
-    ``a`` with probability ``alpha[a]``, or is absorbed from ``j = 1``. An
-    arrival that finds the server empty starts at ``(1, alpha)``; one that
-    finds ``k >= 1`` tasks, the one in service in phase ``p``, at ``(k + 1, p)``
-    (the residual service from ``p``, then ``k - 1`` full services, then its
-    own: a mixture of convolutions of phase-type laws). Uniformized at
-    ``gamma = max_p -S[p][p]``:
-    ``P(T > t) = sum_n Poisson(gamma t; n) a_n`` with ``a_n`` the probability
-    that the uniformized chain is not absorbed after ``n`` steps.
-
-    Args:
-        law: the :class:`PhaseType` service law.
-        seen: ``(cap,)``, the law of the tasks found (``k = 0..cap-1``).
-        seen_phase: ``(cap - 1, P)``, the joint law of ``k >= 1`` and the phase.
-        eps: stop when ``a_n < eps`` (the error this leaves in ``P(T > t)``).
-
-    Returns:
-        ``(gamma, a)``: the rate and the float64 array ``a_0 = 1 >= a_1 >= ...``.
-    """
-    alpha = np.asarray(law.alpha)
-    gamma = law.rate
-    step = np.eye(law.n_phases) + law.matrix / gamma
-    out = law.exit_rates / gamma
-    v = np.zeros((len(seen), law.n_phases))
-    v[0] = seen[0] * alpha
-    v[1:] = seen_phase
-    v /= v.sum()
-    terms = [1.0]
-    while terms[-1] > eps and len(terms) < max_steps:
-        ex = v @ out
-        v = v @ step
-        v[:-1] += ex[1:, None] * alpha[None, :]
-        terms.append(float(v.sum()))
-    return gamma, np.asarray(terms)
-
-
-def _ph_response_quantiles(law, seen, seen_phase, levels):
-    """Quantiles of the response time with phase-type service (:func:`_ph_response_terms`),
-    by bisection on its survival function to ``1e-13`` relative."""
-    return _ph_mixture_quantiles([(1.0, law, seen, seen_phase)], levels)
-
-
-def _ph_mixture_quantiles(components, levels):
-    """Quantiles of a mixture of the response-time laws of :func:`_ph_response_terms`.
-
-    ``components``: ``(weight, law, seen, seen_phase)`` each (weights sum to
-    1; with pools one per pool: the share of accepted arrivals that go to the
-    pool, the pool's law at its speed, and what they find there). The survival
-    function is the weighted sum of the components' (each uniformized at its
-    own rate); the quantiles are found by bisection on it to ``1e-13`` relative.
-    """
-    parts = []
-    for w, law, seen, seen_phase in components:
-        if w <= 0.0:
-            continue
-        gamma, a = _ph_response_terms(law, seen, seen_phase)
-        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, len(a))))])
-        parts.append((w, gamma, a, np.arange(len(a)), log_fact))
-
-    def sf(t):
-        total = 0.0
-        for w, gamma, a, n, log_fact in parts:
-            x = gamma * t
-            if x <= 0.0:
-                total += w
-            else:
-                total += w * float(np.exp(n * math.log(x) - x - log_fact) @ a)
-        return total
-
-    mean = sum(w * float(a.sum()) / gamma for w, gamma, a, _, _ in parts)
-    out = []
-    for q in levels:
-        target = 1.0 - q
-        lo, hi = 0.0, mean
-        while sf(hi) > target:
-            lo, hi = hi, 2.0 * hi
-        while hi - lo > 1e-13 * hi:
-            mid = 0.5 * (lo + hi)
-            if sf(mid) > target:
-                lo = mid
-            else:
-                hi = mid
-        out.append(0.5 * (lo + hi))
-    return np.asarray(out)
-
-
 def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics, law=None,
             phases=False, pools=None):  # fmt: skip
     """The :class:`ExactResult` of a solved chain, in the package's time unit.
@@ -488,9 +396,9 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
             (float(sp.sum()), x, sp[:, 0], sp[1:, : x.n_phases])
             for x, sp in zip(_pool_laws(pools, law), seen_phase)
         ]
-        quantiles = _ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
+        quantiles = ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
     elif phases:
-        quantiles = _ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
+        quantiles = ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
     else:
         quantiles = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
     for name in ("join_rate", "delete_rate", "probe_rate"):

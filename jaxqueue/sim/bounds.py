@@ -158,6 +158,10 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
                  pools=None) -> int:  # fmt: skip
     """Default level bound with a phase-type law or pools: ``N * s_L < 1e-6`` plus a quarter.
 
+    For the policies that probe ``d >= 2`` servers (Pod, JSQ, I1F, JIQ-Pod)
+    with one pool and ``N >= 100``, ``s_L`` is the phase-type mean-field
+    tail (:func:`jaxqueue.theory.phases.fixed_point`). Otherwise:
+
     ``s_L`` is the largest over the pools of the M/PH/1 tail (:func:`mph1_tail`)
     of a server of the pool under Random routing (arrival rate ``lambda``):
     Random's exact tail, which bounds the tails of the policies that route
@@ -166,6 +170,14 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
     stable there; an overflow says to raise ``levels``).
     """
     base = exponential() if law is None else law
+    if pools is None and n_servers >= SMALL_SYSTEM and policy.tail_bound()[0] >= 2:
+        # probing policies keep short, doubly exponential tails: the mean field's
+        tail = _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, base)
+        if tail is not None:
+            below = np.nonzero(n_servers * tail < 1e-6)[0]
+            if below.size:
+                level = int(below[0])
+                return int(4 * math.ceil((level + max(4, level // 4)) / 4))
     laws, util = [base], [load * base.mean]
     if pools is not None:
         laws = [(p.law or base) for p in pools]
@@ -173,6 +185,18 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
         system_util = load / capacity(law, pools, n_servers)
         util = [load * lw.mean if load * lw.mean < 1 else system_util for lw in laws]
     return max(_mph1_levels(n_servers, u / lw.mean, lw) for lw, u in zip(laws, util))
+
+
+def _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, law):
+    """The phase-type mean-field tail (:mod:`jaxqueue.theory.phases`), or None if it fails."""
+    from jaxqueue.theory import phases
+
+    ratio = n_servers / n_dispatchers if policy.uses_iqueues and n_dispatchers > 1 else None
+    try:
+        fp = phases.fixed_point(policy, load, law, ratio)
+    except (ValueError, RuntimeError):
+        return None
+    return None if fp.status != 0 else np.asarray(fp.tail)
 
 
 def _mph1_levels(n_servers: int, rate: float, law) -> int:

@@ -32,7 +32,15 @@ def initial_counts(init, system: System, policy: Policy, load: float):
                     f"init='mean-field' needs a mean field, and {policy.name!r} has none "
                     f"({policy.no_mean_field}); start 'empty' or pass an occupancy array"
                 )
-            mf = mean_field(policy, load, system.ratio, buffer=system.buffer)
+            if system.service is not None and policy.mean_field_kind() == "tagged-server":
+                raise ValueError(
+                    f"init='mean-field': {policy.name!r} has no mean field with phase-type "
+                    "service; start 'empty' or pass an occupancy array"
+                )
+            # with a phase-type law, the phase-type mean field (each level's
+            # servers are then split over the phases by the law's in-service mix)
+            mf = mean_field(policy, load, system.ratio, buffer=system.buffer,
+                            service=system.service)  # fmt: skip
             occ = np.asarray(mf.occupancy, np.float64)
             beyond = occ[levels + 1 :].sum() * n
             if beyond >= 0.5:

@@ -308,12 +308,12 @@ def plan(
         if init == "auto":
             kind = pol.mean_field_kind()
             has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
-            has = has and not system.classes
+            has = has and system.pools is None and (system.service is None or kind != "tagged-server")
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
-        elif init == "mean-field" and system.classes:
+        elif init == "mean-field" and system.pools is not None:
             raise ValueError(
-                "init='mean-field' starts from the mean field of identical exponential servers; "
-                "with a phase-type service law or pools use init='empty' or an occupancy array"
+                "init='mean-field' needs a mean field, and there is none for server pools; "
+                "use init='empty' or an occupancy array"
             )
     else:
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())

@@ -28,7 +28,8 @@ from jaxqueue.sim.state import Core
 __all__ = ["step", "occupancy_step"]
 
 
-def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy):
+def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy,
+         p_arrival=None):  # fmt: skip
     """One uniformized step of one replica.
 
     Args:
@@ -36,6 +37,10 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         words: uint32 ``(n_words(system, policy),)`` random words.
         load: float32 scalar, ``lambda``.
         system, policy: static.
+        p_arrival: float32, the probability that the step is an arrival;
+            default ``lambda / (lambda + gamma)`` (:func:`arrival_probability`).
+            Time-varying sources set their own (1 forces an arrival, 0 a
+            service event).
 
     Returns:
         ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
@@ -50,7 +55,8 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             join_d=policy.join_choices,
         )  # fmt: skip
         return Core(tail, iq_tail, core.iq_listed, lists), event
-    p_arrival = arrival_probability(load, system.service_rate)
+    if p_arrival is None:
+        p_arrival = arrival_probability(load, system.service_rate)
     if system.classes:  # phase-type service or pools: jaxqueue.sim.classes
         service = service_outcome(core.classes, core.tail, words, system)
         tail, iq_tail, iq_listed, event = occupancy_step(

@@ -173,9 +173,13 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
         if kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
-            if pol.mean_field_kind() != "none" and point.service is None and point.pools is None:
+            if point.pools is None and pol.mean_field_kind() in (
+                ("generic", "closed-form", "tagged-server") if point.service is None
+                else ("generic", "closed-form")
+            ):  # fmt: skip
                 new[key] = mean_field(pol, point.load, point.params()["ratio"],
-                                      buffer=point.buffer, with_quantiles=False)  # fmt: skip
+                                      buffer=point.buffer, with_quantiles=False,
+                                      service=point.service)  # fmt: skip
         else:
             new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
                                    buffer=point.buffer, service=point.service, pools=point.pools,

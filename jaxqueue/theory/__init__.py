@@ -14,6 +14,9 @@ Modules (each depends only on those above it):
   (Pod(d), JSQ, JIQ-Pod(d)): :func:`tail`, :func:`mean_response_time`;
 * :mod:`~jaxqueue.theory.meanfield` -- the generic mean field derived from the
   policies' own rules: ``meanfield.fixed_point``, ``meanfield.transient``;
+* :mod:`~jaxqueue.theory.phases` -- the same generic mean field with
+  phase-type service (:mod:`jaxqueue.core.service`): ``phases.fixed_point``,
+  ``phases.transient``;
 * :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
   closed form or the generic fixed point from the policy's declarations;
 * :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
@@ -38,6 +41,7 @@ Example:
 
 from jaxqueue.core.status import Status
 from jaxqueue.theory import meanfield
+from jaxqueue.theory import phases
 from jaxqueue.theory.closed_forms import mean_response_time, tail
 from jaxqueue.theory.design import MaxLoadResult, max_load_for_target
 from jaxqueue.theory.dispatch import mean_field
@@ -49,5 +53,5 @@ from jaxqueue.theory.result import MeanFieldResult
 __all__ = [
     "solve_p0", "p0_grid", "iqueue_distribution", "P0Solution", "tail", "mean_response_time",
     "mean_field", "MeanFieldResult", "max_load_for_target", "MaxLoadResult", "Status",
-    "meanfield", "refined", "refined_mean_field", "RefinedMeanField",
+    "meanfield", "phases", "refined", "refined_mean_field", "RefinedMeanField",
 ]  # fmt: skip

@@ -34,6 +34,7 @@ def mean_field(
     buffer: int | None = None,
     levels: int | None = None,
     with_quantiles: bool = True,
+    service=None,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -75,6 +76,10 @@ def mean_field(
             NaN where they need a root-finder); pass a list of such results to
             :func:`jaxqueue.theory.result.fill_quantiles` to compute them for
             many points in one vectorised call (as grid sweeps do).
+        service: a phase-type service law (:mod:`jaxqueue.core.service`, or
+            its command-line form such as ``"erlang:4"``): the generic mean
+            field with phases (:mod:`jaxqueue.theory.phases`); its quantiles
+            are always computed. ``None`` or ``"exp"``: exponential service.
 
     Returns:
         A :class:`~jaxqueue.theory.result.MeanFieldResult`.
@@ -92,6 +97,8 @@ def mean_field(
         2.54
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
+    if service is not None and not (isinstance(service, str) and service == "exp"):
+        return _phase_type(pol, load, ratio, service, buffer, levels)
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() == "tagged-server":
@@ -126,3 +133,18 @@ def mean_field(
             f"{fp.status.name} (residual {fp.residual:.3g})"
         )
     return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer, with_quantiles=with_quantiles)
+
+
+def _phase_type(pol, load, ratio, service, buffer, levels):
+    """The mean field with a phase-type service law (:mod:`jaxqueue.theory.phases`)."""
+    from jaxqueue.theory import phases
+
+    one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
+    fp = phases.fixed_point(pol, load, service, None if one_dispatcher else ratio,
+                            buffer=buffer, levels=levels)  # fmt: skip
+    if fp.status != 0:
+        raise RuntimeError(
+            f"the phase-type mean-field fixed point of {pol.label()!r} did not converge: "
+            f"{fp.status.name} (residual {fp.residual:.3g})"
+        )
+    return phases.as_result(fp, pol, load, ratio, buffer=buffer)

@@ -1,0 +1,712 @@
+"""The generic mean field with phase-type service (:class:`~jaxqueue.core.service.PhaseType`).
+
+Model. ``N`` servers, ``M`` dispatchers, ``N, M -> infinity`` with
+``r = N / M`` fixed, Poisson arrivals at rate ``lambda`` per server, FIFO
+servers, and service times drawn from a phase-type law ``PH(alpha, S)``: a
+task starts its service in phase ``p`` with probability ``alpha[p]``, moves to
+phase ``q`` at rate ``S[p][q]`` and completes at the exit rate ``s_p = -sum_q
+S[p][q]``. The policies are the exchangeable ones of
+:mod:`jaxqueue.theory.meanfield` (Random, Pod(d), JSQ, I1F, the JIQ family
+with I-queues that list exactly the idle servers): they route on queue lengths
+only, so their routing laws are exactly those of the exponential mean field,
+evaluated on the queue-length tails. The generic mean field follows
+Mitzenmacher, "The power of two choices in randomized load balancing" (IEEE
+TPDS 2001); the JIQ family with many dispatchers Wang, Feng and Cheng,
+"Distributed Join-the-Idle-Queue for Low Latency Cloud Services",
+arXiv:1709.10119.
+
+State. A server's queue length alone is no longer Markov: what it will do next
+depends on the phase of the task in service. So the state is
+
+* ``x[k, p]`` (``k = 1..L``, ``p = 0..P-1``): the fraction of servers holding
+  exactly ``k`` tasks whose task in service is in phase ``p``;
+* for the JIQ family with many dispatchers, ``Q_j`` (``j = 1..J``): the
+  fraction of dispatchers whose I-queue lists at least ``j`` servers.
+
+The idle fraction is ``1 - sum x`` (not a coordinate), and the queue-length
+tails are ``s_k = sum_{j >= k} sum_p x[j, p]`` (``s_0 = 1``). Flattened, the
+state vector is ``[x[1..L, :] row by row, Q_1..Q_J]``.
+
+Drift (per unit time; time in units of the law's own time, i.e. of the mean
+service time for a mean-1 law, so ``lambda * mean`` is the load per server).
+From the tails, :func:`jaxqueue.theory.meanfield.rates` evaluates the policy's
+own decision rule on the law of its random outcomes: it gives ``level[k]``,
+the probability that an arrival joins a server with ``k`` tasks (``level[L]``:
+blocked by a finite buffer, or dropped by the truncation), and the I-queue
+laws. Among the servers with ``k`` tasks the one chosen is uniformly random,
+so its task in service is in phase ``p`` with probability ``x[k, p] / n_k``,
+``n_k = sum_p x[k, p]``. Then:
+
+* arrivals: ``lambda * level[0]`` per unit time start a service at an idle
+  server, in phase ``a ~ alpha`` (``x[1, a]`` gains); ``lambda * level[k] *
+  x[k, p] / n_k`` move servers from ``x[k, p]`` to ``x[k + 1, p]`` (the task
+  in service keeps its phase), ``1 <= k < L``;
+* phase changes: ``x[k, p] -> x[k, q]`` at rate ``S[p][q]`` per server;
+* completions: at rate ``s_p`` per server ``x[k, p] -> x[k - 1, a]`` with
+  ``a ~ alpha`` (the next task starts) for ``k >= 2``, and to idle for
+  ``k = 1``;
+* I-queues (JIQ family, ``M > 1``): servers become idle at rate ``sum_p s_p
+  x[1, p]`` (with exponential service this is ``s_1 - s_2``); a newly idle
+  server joins an I-queue and arrivals remove listed servers exactly as in
+  :func:`jaxqueue.theory.meanfield.drift_from_rates`.
+
+Summed over phases and levels ``>= k`` this is the exponential drift of
+:mod:`jaxqueue.theory.meanfield` when ``P = 1`` and ``S = [[-1]]`` (tested).
+With Random routing every server is an independent M/PH/1 queue, so the mean
+response time is the Pollaczek-Khinchine value
+(:func:`~jaxqueue.core.service.mph1_mean_response_time`; tested).
+
+Fixed point. As in :func:`jaxqueue.theory.meanfield.fixed_point`: an RK4 run
+of the ODE from the empty system (``warmup_time``, 20 by default; if Newton
+fails from its end, the run goes on four times as long and Newton starts
+again), then Newton (``jax.jacfwd`` of the drift, with backtracking), where
+for the JIQ family with many dispatchers the conservation law ``sum_j Q_j /
+r = 1 - s_1`` (the I-queues list exactly the idle servers) replaces the
+``Q_1`` equation. With infinite buffers and
+``levels=None`` the number of levels is adaptive: it starts at
+:data:`~jaxqueue.theory.meanfield.DEFAULT_LEVELS` (for Random, at the level
+where the M/PH/1 tail, decaying geometrically, falls below ``level_tol``) and,
+while the tail mass at the bound ``s_L`` exceeds ``level_tol``, grows by the
+decay rate read off the solved tail, then solves again from the previous
+solution, extended geometrically (a new compilation each time; at most
+:data:`MAX_STATE` state coordinates ``L * P``, then a warning). Where
+routing is random (Random, the fallback of JIQ) a law with a large SCV has a
+much longer, geometric tail than exponential service (Random with
+``hyperexp:10`` at load 0.95 needs more than 1000 levels: pass ``levels``);
+Pod(d) keeps a doubly exponential tail, which starts later.
+
+The mean response time follows from Little's law: the mean queue length
+``sum_k s_k`` over the accepted rate per server ``lambda (1 - blocking)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.core.service import PhaseType, parse_service
+from jaxqueue.core.status import Status
+from jaxqueue.core.system import System, check_int
+from jaxqueue.policies import Policy, available, make, policy_class
+from jaxqueue.theory import meanfield
+from jaxqueue.results.response import ph_response_quantiles
+from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
+from jaxqueue.theory.result import MeanFieldResult, build
+
+__all__ = [
+    "FixedPoint", "Transient", "MAX_STATE", "LEVEL_TOL", "drift", "law_arrays", "fixed_point",
+    "transient", "mph1_tail_decay",
+]  # fmt: skip
+
+#: Most state coordinates ``levels * phases`` the adaptive level count grows to.
+MAX_STATE = 2048
+#: Default tail mass at the bound below which the adaptive level count stops growing.
+LEVEL_TOL = 1e-12
+_MAX_LEVELS = 10**6
+#: Levels holding less mass than this choose the phase of their server from the in-service mix.
+_TINY = 1e-100
+
+
+class _Law(NamedTuple):
+    """A phase-type law as arrays (traced: laws with as many phases share compilations)."""
+
+    alpha: jax.Array  # (P,)
+    generator: jax.Array  # (P, P) sub-generator S
+    mix: jax.Array  # (P,) phase of a level whose servers have vanished (in-service mix)
+
+
+def law_arrays(law: PhaseType) -> _Law:
+    """``(alpha, S, mix)`` of ``law`` as float64 arrays, as :func:`drift` takes them
+    (call with x64 on: ``with jax.enable_x64(True)``)."""
+    return _Law(jnp.asarray(law.alpha, jnp.float64), jnp.asarray(law.matrix, jnp.float64),
+                jnp.asarray(law.in_service_mix(), jnp.float64))  # fmt: skip
+
+
+def _split(x, L: int, P: int):
+    """``x[1..L, :]`` as an ``(L, P)`` array, and ``Q_1..Q_J``."""
+    return x[: L * P].reshape(L, P), x[L * P :]
+
+
+def _tails(X):
+    """``s_1..s_L`` from the phase counts ``x[1..L, :]`` (a triangular product: cheaper
+    to compile and differentiate than a cumulative sum)."""
+    L = X.shape[0]
+    above = jnp.arange(L)[:, None] >= jnp.arange(L)[None, :]  # level j counts in s_k, k <= j
+    return jnp.sum(X, axis=1) @ above.astype(X.dtype)
+
+
+def _flat(X, q):
+    """The state of :mod:`jaxqueue.theory.meanfield`: ``[s_1..s_L, Q_1..Q_J]``."""
+    return jnp.concatenate([_tails(X), q])
+
+
+def drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
+    """``dx/dt`` of the phase-type mean field (``x = [x[1..L, :].ravel(), Q_1..Q_J]``).
+
+    ``law`` is ``(alpha, S, mix)`` as arrays (:func:`law_arrays`; ``mix``:
+    the phase given to a server chosen at a level that holds no mass, where
+    the rule is 0/0: the in-service mix ``alpha (-S)^-1``, normalised);
+    ``system`` a limit System (:func:`jaxqueue.theory.meanfield.limit_system`).
+    See the module docstring.
+    """
+    return _drift_and_rates(x, load, ratio, law, policy, system)[0]
+
+
+def _drift_and_rates(x, load, ratio, law, policy, system):
+    L, J = system.levels, system.iqueue_levels
+    P = law.alpha.shape[0]
+    X, q = _split(x, L, P)
+    rt = meanfield.rates(_flat(X, q), policy, system)
+    level = rt.level  # (L + 1,): level[k] an arrival joins a server with k tasks
+    n = jnp.sum(X, axis=1)
+    filled = n > _TINY  # below, the 0/0 share's derivative (-x / n**2) would overflow
+    share = jnp.where(filled[:, None], X / jnp.where(filled, n, 1.0)[:, None], law.mix[None, :])
+    exits = -jnp.sum(law.generator, axis=1)  # s_p
+    done = X @ exits  # (L,): completions per unit time at level k = 1..L
+    none = jnp.zeros((1, P), X.dtype)
+    up = load * level[1:L, None] * share[: L - 1]  # (L - 1, P): arrivals at k = 1..L-1
+    start = load * level[0] * law.alpha[None, :]  # an idle server starts a task
+    dX = (X @ law.generator  # phase changes; every completion leaves its (k, p)
+          + jnp.concatenate([start, up]) - jnp.concatenate([up, none])
+          + jnp.concatenate([done[1:, None] * law.alpha[None, :], none]))  # the next task starts
+    dx = dX.reshape(-1)
+    if J:
+        dq = ratio * (done[0] * rt.join[:J] - load * rt.iq_remove[1:])
+        dx = jnp.concatenate([dx, dq])
+    return dx, rt
+
+
+def _residual(x, load, ratio, law, policy, system):
+    """The drift with, for the JIQ family with many dispatchers, the conservation
+    law in place of the ``Q_1`` equation; and the :class:`Rates` at ``x``."""
+    f, rt = _drift_and_rates(x, load, ratio, law, policy, system)
+    if system.iqueue_levels:
+        L, P = system.levels, law.alpha.shape[0]
+        X, q = _split(x, L, P)
+        # the I-queues list exactly the idle servers: replaces the Q_1 equation
+        f = f.at[L * P].set(jnp.sum(q) / ratio - (1.0 - jnp.sum(X)))
+    return f, rt
+
+
+#: RK4 as stages ``(weight in the step, weight of the stage's slope in the sum)``.
+_RK4_STAGES = ((0.0, 1.0 / 6.0), (0.5, 1.0 / 3.0), (0.5, 1.0 / 3.0), (1.0, 1.0 / 6.0))
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _advance(x, n_steps, h, load, ratio, law, policy, system):
+    """``n_steps`` RK4 steps of size ``h`` (both traced: one compilation for all runs).
+
+    The four stages are a loop over :data:`_RK4_STAGES`, so the drift is
+    compiled once rather than four times.
+    """
+    at, weight = (jnp.asarray(v, x.dtype) for v in zip(*_RK4_STAGES))
+
+    def stage(carry, coef):
+        y, slope, total = carry
+        k = drift(y + coef[0] * h * slope, load, ratio, law, policy, system)
+        return (y, k, total + coef[1] * k), None
+
+    def body(_, y):
+        (_, _, total), _ = jax.lax.scan(stage, (y, jnp.zeros_like(y), jnp.zeros_like(y)),
+                                        jnp.stack([at, weight], axis=1))  # fmt: skip
+        return jnp.clip(y + h * total, 0.0, 1.0)
+
+    return jax.lax.fori_loop(0, n_steps, body, x)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _linearize(x, load, ratio, law, policy, system):
+    """The residual at ``x``, its Jacobian and the policy's :class:`Rates` there
+    (the linear solve is on the host: cheaper to compile)."""
+
+    def g(y):
+        f, rt = _residual(y, load, ratio, law, policy, system)
+        return f, (f, rt)
+
+    jac, (f, rt) = jax.jacfwd(g, has_aux=True)(x)
+    return f, jac, rt
+
+
+def _newton_step(x, load, ratio, law, policy, system):
+    f, jac, rt = _linearize(x, load, ratio, law, policy, system)
+    f, jac = np.asarray(f), np.asarray(jac)
+    try:
+        dx = np.linalg.solve(jac, -f)
+    except np.linalg.LinAlgError:
+        dx = np.full_like(f, np.nan)
+    return f, dx, rt
+
+
+class FixedPoint(NamedTuple):
+    """The phase-type mean-field fixed point and its metrics (host values, float64).
+
+    Attributes:
+        tail: ``(L + 1,)`` ``s_0..s_L``: the fraction of servers with at least ``k`` tasks.
+        phase_counts: ``(L + 1, P)``: ``x[k, p]``, servers with exactly ``k``
+            tasks whose task in service is in phase ``p`` (row 0 is zero: the
+            idle fraction is ``1 - tail[1]``).
+        iq_tail: ``(J + 1,)`` ``Q_0..Q_J`` for the JIQ family with many
+            dispatchers, else None.
+        mean_queue_length: ``sum_k k * P(k tasks) = sum_{k >= 1} s_k``.
+        mean_response_time: Little's law, ``mean_queue_length / (lambda (1 - blocking))``,
+            in the law's time unit (mean service times for a mean-1 law).
+        p0: the probability that an arrival's dispatcher has an empty I-queue
+            (JIQ family: ``1 - Q_1``, or with one dispatcher 1.0 if no server
+            is idle else 0.0), else None.
+        blocking_probability: ``level[L]`` with a finite buffer, else 0.0.
+        status: a :class:`~jaxqueue.core.status.Status` (``CONVERGED``,
+            ``MAX_ITERATIONS`` or ``NON_FINITE``), as the exponential fixed point.
+        residual: max-norm of the residual (drift, with the conservation law) there.
+        iterations: Newton iterations (residual evaluations) at the final level count.
+        truncated: ``(s_L, Q_J)`` (``s_L`` with infinite buffers, else 0.0;
+            ``Q_J`` 0.0 without I-queues): the mass at the bounds.
+        levels: ``L``, the largest queue length represented.
+        rates: the :class:`~jaxqueue.theory.meanfield.Rates` at the fixed point.
+        service: the :class:`~jaxqueue.core.service.PhaseType` law.
+    """
+
+    tail: np.ndarray
+    phase_counts: np.ndarray
+    iq_tail: np.ndarray | None
+    mean_queue_length: float
+    mean_response_time: float
+    p0: float | None
+    blocking_probability: float
+    status: Status
+    residual: float
+    iterations: int
+    truncated: tuple
+    levels: int
+    rates: Rates
+    service: PhaseType
+
+
+class Transient(NamedTuple):
+    """The phase-type mean-field ODE at given times (host float64 arrays).
+
+    Attributes:
+        times: ``(T,)`` as given.
+        tails: ``(T, L + 1)``: ``s_0..s_L`` at each time.
+        phase_counts: ``(T, L + 1, P)``: ``x[k, p]`` at each time (row 0 zero).
+        iq_tails: ``(T, J + 1)``: ``Q_0..Q_J`` (JIQ family with many
+            dispatchers), else None.
+    """
+
+    times: np.ndarray
+    tails: np.ndarray
+    phase_counts: np.ndarray
+    iq_tails: np.ndarray | None
+
+
+# -- inputs -------------------------------------------------------------------
+
+
+def _service(service) -> PhaseType:
+    if isinstance(service, PhaseType):
+        return service
+    if isinstance(service, str):
+        return parse_service(service)  # its ValueError names service=...
+    raise TypeError(f"service must be a PhaseType or a string such as 'erlang:3', got {service!r}")
+
+
+def _check(policy, load, service, ratio, d, buffer, levels):
+    """Validated ``(law, policy, load)``; errors name the parameter."""
+    law = _service(service)
+    pol = make(policy, d=d)
+    if pol.per_server:
+        exchangeable = [n for n in available() if policy_class(n).engine != "per-server"]
+        raise ValueError(
+            f"policy {pol.name!r} is a per-server policy (its I-queues may list busy servers, so "
+            "its state is not exchangeable): phase-type service covers the exchangeable policies "
+            f"({', '.join(exchangeable)})"
+        )
+    try:
+        lam = float(load)
+    except (TypeError, ValueError):
+        raise TypeError(f"load must be a number, got {load!r}") from None
+    if not (math.isfinite(lam) and 0.0 < lam <= 1e6):
+        raise ValueError(f"load={load!r} is out of range: need 0 < load <= 1e6")
+    if buffer is not None:
+        check_int("buffer", buffer, 1, _MAX_LEVELS)
+    if levels is not None:
+        check_int("levels", levels, 1, _MAX_LEVELS)
+    if buffer is None and lam * law.mean >= 1.0:
+        raise ValueError(
+            f"load={load} is out of range: with infinite buffers the load per server "
+            f"load * service mean = {lam * law.mean:.6g} must be < 1 "
+            "(give a finite buffer otherwise)"
+        )
+    if ratio is not None:
+        try:
+            r = float(ratio)
+        except (TypeError, ValueError):
+            raise TypeError(f"ratio must be a number or None, got {ratio!r}") from None
+        if not r > 0:  # also NaN
+            raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0 (or None)")
+    return law, pol, lam
+
+
+def _dt(law: PhaseType, lam: float, pol: Policy, system: System, ratio) -> float:
+    """An RK4 step with ``h * (largest total rate out of a coordinate) <= 1.25``.
+
+    The Jacobian's Gershgorin discs are centred at ``-a`` with radius about
+    ``a`` (rates out balance rates in), and RK4 is stable on the disc of centre
+    ``-c`` and radius ``c`` for ``c <= 1.3``: this covers the defective
+    Erlang chains (a Jordan block, whose pseudospectrum fills that disc), which
+    a step of ``2.5 / rate`` would not.
+    """
+    d = int(pol.options().get("d", 1) or 1)
+    fastest = law.rate + lam * (d + 1)
+    if system.iqueue_levels:  # I-queue sizes move at about r (lambda + 1) per unit time
+        fastest += float(ratio) * (lam + 1.0)
+    return min(0.1, 1.25 / fastest)
+
+
+def mph1_tail_decay(load: float, law: PhaseType) -> float:
+    """The geometric decay rate ``eta`` of the M/PH/1 queue-length tail, ``P(Q >= k) ~ C eta**k``,
+    at arrival rate ``load`` (``load * law.mean < 1``).
+
+    ``eta = lambda / (lambda + theta)`` with ``theta > 0`` the root of
+    ``E[exp(theta X)] = 1 + theta / lambda`` (the pole of the queue-length
+    generating function of the M/G/1 queue), found by bisection below the
+    decay rate of ``S``.
+    """
+    S, a = law.matrix, np.asarray(law.alpha)
+    exits = law.exit_rates
+    P = law.n_phases
+    top = -float(np.max(np.linalg.eigvals(S).real))
+
+    def excess(theta):
+        mgf = a @ np.linalg.solve(-S - theta * np.eye(P), exits)
+        return mgf - 1.0 - theta / load
+
+    lo, hi = 0.0, top * (1.0 - 1e-12)
+    if excess(hi) <= 0:
+        theta = top
+    else:
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+        theta = 0.5 * (lo + hi)
+    return load / (load + theta)
+
+
+def _round8(n: int) -> int:
+    return int(8 * math.ceil(n / 8))
+
+
+def _initial_levels(pol: Policy, lam: float, law: PhaseType, level_tol: float) -> int:
+    """The first level count of the adaptive search (infinite buffers)."""
+    if pol.tail_bound() == (1, False) and not pol.uses_iqueues:  # Random: M/PH/1 queues
+        eta = mph1_tail_decay(lam, law)
+        need = math.log(level_tol) / math.log(eta) + 16 if 0 < eta < 1 else DEFAULT_LEVELS
+        return max(DEFAULT_LEVELS, _round8(need))
+    return DEFAULT_LEVELS
+
+
+def _empty_start(L: int, P: int, system: System, ratio) -> np.ndarray:
+    """All servers idle; with many dispatchers, ``r`` idle servers listed per I-queue."""
+    J = system.iqueue_levels
+    x = np.zeros(L * P + J)
+    if J:
+        r = float(ratio)
+        whole = min(int(r), J)
+        x[L * P : L * P + whole] = 1.0
+        if whole < J:
+            x[L * P + whole] = r - int(r)
+    return x
+
+
+def _extend(x, L_old: int, L_new: int, P: int, J: int) -> np.ndarray:
+    """A solution at ``L_old`` levels extended to ``L_new`` by its geometric tail decay."""
+    X = np.asarray(x[: L_old * P]).reshape(L_old, P)
+    q = np.asarray(x[L_old * P :])
+    base = max(1, L_old - 3)  # the last levels are distorted by the truncation
+    n = X.sum(axis=1)
+    lo = max(0, base - 1 - 4)
+    eta = (n[base - 1] / n[lo]) ** (1.0 / (base - 1 - lo)) if n[lo] > 0 and base - 1 > lo else 0.5
+    eta = min(max(eta, 0.0), 0.999)
+    out = np.zeros((L_new, P))
+    out[:base] = X[:base]
+    k = np.arange(base, L_new) - (base - 1)
+    out[base:] = X[base - 1][None, :] * (eta ** k)[:, None]
+    return np.concatenate([out.reshape(-1), q[:J]])
+
+
+def _grown_levels(tail: np.ndarray, L: int, level_tol: float) -> int:
+    """More levels, from the decay of the solved tail near (not at) the bound."""
+    hi, lo = max(1, L - 4), max(1, L - 12)
+    eta = (tail[hi] / tail[lo]) ** (1.0 / (hi - lo)) if tail[lo] > 0 and hi > lo else 0.0
+    if not 0.0 < eta < 1.0:
+        return 2 * L
+    more = math.log(level_tol / max(tail[L], 1e-300)) / math.log(eta)
+    return _round8(L + max(8.0, 1.25 * more + 8))
+
+
+# -- solving ------------------------------------------------------------------
+
+
+def _newton(x, lam, r, lawa, pol, system, tol, max_newton):
+    """Newton with backtracking on the max-norm of the residual; x stays in [0, 1]."""
+    status, it = Status.MAX_ITERATIONS, 0
+    x = np.asarray(x, np.float64)
+    f, dx, rt = _newton_step(x, lam, r, lawa, pol, system)
+    res = float(np.max(np.abs(f)))
+    for it in range(1, max_newton + 1):
+        if not (math.isfinite(res) and np.all(np.isfinite(dx))):
+            status = Status.NON_FINITE
+            break
+        if res < tol:
+            status = Status.CONVERGED
+            break
+        step = 1.0
+        while True:
+            y = np.clip(x + step * dx, 0.0, 1.0)
+            fy, dy, ry_rates = _newton_step(y, lam, r, lawa, pol, system)
+            ry = float(np.max(np.abs(fy)))
+            if ry < res or step < 1.0 / 64 or not math.isfinite(ry):
+                break
+            step *= 0.5
+        x, f, dx, res, rt = y, fy, dy, ry, ry_rates
+    else:
+        if res < tol:
+            status = Status.CONVERGED
+    return x, status, it, res, Rates(*(np.asarray(v, np.float64) for v in rt))
+
+
+def _solve(lawa, lam, r, pol, system, ratio, start, warmup_time, dt, tol, max_newton):
+    """Newton from ``start``, or from the end of an ODE run from the empty system;
+    if Newton fails from there, the ODE runs four times as long again and Newton
+    restarts from its end."""
+    if start is not None:
+        return _newton(jnp.asarray(start, jnp.float64), lam, r, lawa, pol, system, tol, max_newton)
+    L, P = system.levels, int(lawa.alpha.shape[0])
+    x = jnp.asarray(_empty_start(L, P, system, ratio), jnp.float64)
+    out = None
+    for run in (warmup_time, 4.0 * warmup_time):
+        steps = int(math.ceil(run / dt))
+        if steps > 0:
+            x = _advance(x, steps, jnp.float64(run / steps), lam, r, lawa, pol, system)
+        out = _newton(x, lam, r, lawa, pol, system, tol, max_newton)
+        if out[1] is Status.CONVERGED or steps == 0:
+            break
+    return out
+
+
+def fixed_point(policy, load: float, service, ratio: float | None = None, *,
+                d: int | None = None, buffer: int | None = None, levels: int | None = None,
+                iqueue_levels: int | None = None, tol: float = 1e-12,
+                level_tol: float = LEVEL_TOL, warmup_time: float = 20.0, dt: float | None = None,
+                max_newton: int = 50) -> FixedPoint:  # fmt: skip
+    """Fixed point of the phase-type mean field (float64: x64 is switched on for the call).
+
+    Args:
+        policy: an exchangeable policy's name or :class:`~jaxqueue.policies.Policy`
+            (options via ``d``); the per-server JIQ-Original and JIQ-Threshold
+            are refused.
+        load: ``lambda``, arrivals per server per unit time (``> 0``; the load
+            per server ``lambda * service.mean`` must be ``< 1`` unless
+            ``buffer`` is given).
+        service: a :class:`~jaxqueue.core.service.PhaseType`, or its
+            command-line form for :func:`~jaxqueue.core.service.parse_service`
+            (``"erlang:3"``, ``"hyperexp:4"``, ...).
+        ratio: ``r = N / M`` for the JIQ family; None (or inf) for one dispatcher.
+        d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
+        buffer: places per server, or None (infinite buffers).
+        levels: the largest queue length represented (tails ``s_0..s_levels``).
+            None: ``buffer`` with a finite buffer, else adaptive (module
+            docstring): grown until ``s_levels <= level_tol`` or the state
+            would pass :data:`MAX_STATE` coordinates (then a warning).
+        iqueue_levels: the largest I-queue size represented (default
+            ``max(30, 4 r + 10)``); its mass ``Q_J`` is reported in ``truncated``.
+        tol: residual at which Newton stops.
+        level_tol: the tail mass at the bound the adaptive level count aims below.
+        warmup_time, dt: the ODE run (RK4) that gives Newton its start (if
+            Newton fails from there, the run goes on for ``4 * warmup_time``
+            and Newton starts again; ``warmup_time=0``: Newton from the empty
+            system). ``dt`` default: about ``1.25 / (largest rate)``, at most 0.1.
+        max_newton: Newton steps at most (per level count).
+
+    Raises:
+        ValueError: an invalid ``service``, ``load``, ``ratio``, ``buffer`` or
+            ``levels``, or a per-server policy.
+        TypeError: a ``service`` that is neither a PhaseType nor a string.
+        NotImplementedError: a policy without a mean field.
+    """
+    law, pol, lam = _check(policy, load, service, ratio, d, buffer, levels)
+    P = law.n_phases
+    adaptive = levels is None and buffer is None
+    if adaptive:
+        levels = _initial_levels(pol, lam, law, level_tol)
+        levels = max(1, min(levels, MAX_STATE // P))
+    pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
+    one_r = float(ratio) if system.iqueue_levels else 1.0
+    start = None
+    with jax.enable_x64(True):
+        lawa = law_arrays(law)
+        lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
+        while True:
+            step = _dt(law, lam, pol, system, one_r) if dt is None else float(dt)
+            x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, start,
+                                            warmup_time, step, tol, max_newton)  # fmt: skip
+            if start is not None and status is not Status.CONVERGED:  # the extension failed
+                x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None,
+                                            warmup_time, step, tol, max_newton)  # fmt: skip
+            L = system.levels
+            X = np.asarray(x[: L * P]).reshape(L, P)
+            tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+            if not adaptive or status is not Status.CONVERGED or tail[L] <= level_tol:
+                break
+            grown = min(_grown_levels(tail, L, level_tol), MAX_STATE // P)
+            if grown <= L:
+                warnings.warn(
+                    f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
+                    f"level_tol={level_tol:g}, and more levels would pass MAX_STATE={MAX_STATE} "
+                    f"coordinates ({P} phases); pass levels to choose", stacklevel=2,
+                )  # fmt: skip
+                break
+            start = _extend(np.asarray(x), L, grown, P, system.iqueue_levels)
+            pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
+        q = np.asarray(x[L * P :], np.float64)
+    return _summarize(pol, lam, law, system, X, tail, q, rt, buffer, status, res, it)
+
+
+def _summarize(pol, lam, law, system, X, tail, q, rt, buffer, status, res, it) -> FixedPoint:
+    L, J = system.levels, system.iqueue_levels
+    counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
+    iq_tail = np.concatenate([[1.0], q]) if J else None
+    blocked = float(rt.level[L]) if buffer is not None else 0.0
+    mql = float(tail[1:].sum())
+    accepted = lam * (1.0 - blocked)
+    mrt = mql / accepted if accepted > 0 else math.inf
+    if J:
+        p0 = float(1.0 - q[0])
+    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
+        p0 = float(tail[1] >= 1.0)
+    else:
+        p0 = None
+    truncated = (float(tail[L]) if buffer is None else 0.0, float(q[-1]) if J else 0.0)
+    return FixedPoint(tail, counts, iq_tail, mql, mrt, p0, blocked, Status(status), float(res),
+                      int(it), truncated, L, rt, law)  # fmt: skip
+
+
+def transient(policy, load: float, service, ratio: float | None = None, *, times,
+              start=None, d: int | None = None, buffer: int | None = None,
+              levels: int | None = None, iqueue_levels: int | None = None,
+              dt: float | None = None) -> Transient:  # fmt: skip
+    """The phase-type mean-field ODE by RK4, recorded at ``times``.
+
+    Arguments as for :func:`fixed_point`, except:
+
+    Args:
+        times: non-decreasing times ``>= 0`` (a sequence or 1-D array); each
+            interval is split into equal RK4 steps of at most ``dt``, so the
+            states are at exactly these times.
+        start: None (the empty system: every server idle, ``r`` idle servers
+            listed per I-queue), a :class:`FixedPoint` of the same setting, or
+            the flat state ``[x[1..L, :].ravel(), Q_1..Q_J]``.
+        levels: the largest queue length represented (no adaptivity here):
+            default ``buffer``, else the first level count of
+            :func:`fixed_point`'s search (or the FixedPoint's given as ``start``).
+
+    Returns:
+        A :class:`Transient`.
+    """
+    law, pol, lam = _check(policy, load, service, ratio, d, buffer, levels)
+    P = law.n_phases
+    t = np.asarray(times, np.float64)
+    if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0) \
+            or np.any(np.diff(t) < 0):  # fmt: skip
+        raise ValueError(
+            "times must be a non-empty 1-D sequence of finite, non-decreasing times >= 0"
+        )
+    if isinstance(start, FixedPoint) and levels is None and buffer is None:
+        levels = start.levels
+    if levels is None and buffer is None:
+        levels = min(_initial_levels(pol, lam, law, LEVEL_TOL), max(1, MAX_STATE // P))
+    pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
+    L, J = system.levels, system.iqueue_levels
+    one_r = float(ratio) if J else 1.0
+    dim = L * P + J
+    if start is None:
+        x0 = _empty_start(L, P, system, ratio)
+    elif isinstance(start, FixedPoint):
+        if start.phase_counts.shape != (L + 1, P) or (start.iq_tail is None) != (J == 0) \
+                or (J and start.iq_tail.size != J + 1):  # fmt: skip
+            raise ValueError(f"start: a FixedPoint with levels={start.levels} and "
+                             f"{start.phase_counts.shape[1]} phases does not match levels={L}, "
+                             f"{P} phases, iqueue_levels={J}")  # fmt: skip
+        x0 = np.concatenate([start.phase_counts[1:].reshape(-1),
+                             start.iq_tail[1:] if J else np.zeros(0)])  # fmt: skip
+    else:
+        x0 = np.asarray(start, np.float64)
+        if x0.shape != (dim,):
+            raise ValueError(f"start must have shape ({dim},) (levels * phases + iqueue_levels), "
+                             f"got {x0.shape}")  # fmt: skip
+    step = _dt(law, lam, pol, system, one_r) if dt is None else float(dt)
+    out = np.empty((t.size, dim))
+    with jax.enable_x64(True):
+        lawa = law_arrays(law)
+        lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
+        x, now = jnp.asarray(x0, jnp.float64), 0.0
+        for i, ti in enumerate(t):
+            n = int(math.ceil((ti - now) / step - 1e-9)) if ti > now else 0
+            if n:
+                x = _advance(x, n, jnp.float64((ti - now) / n), lam64, r64, lawa, pol, system)
+            now = ti
+            out[i] = np.asarray(x)
+    X = out[:, : L * P].reshape(t.size, L, P)
+    counts = np.concatenate([np.zeros((t.size, 1, P)), X], axis=1)
+    occ = X.sum(axis=2)
+    tails = np.concatenate([np.ones((t.size, 1)), np.cumsum(occ[:, ::-1], axis=1)[:, ::-1]], axis=1)
+    iq = np.concatenate([np.ones((t.size, 1)), out[:, L * P :]], axis=1) if J else None
+    return Transient(t, tails, counts, iq)
+
+
+def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
+              buffer: int | None = None) -> MeanFieldResult:  # fmt: skip
+    """A :class:`~jaxqueue.theory.result.MeanFieldResult` from a phase-type fixed point.
+
+    ``arrival_seen[k]`` is the law of the tasks an accepted arrival finds. The
+    server it joins, given ``k >= 1``, is in phase ``p`` with probability
+    ``x[k, p] / sum_p x[k, p]``, which gives the joint law of ``(k, p)`` and
+    so the whole response-time law (the residual of the phase in service,
+    ``k - 1`` services, its own; :func:`jaxqueue.results.response.ph_response_terms`)
+    and its quantiles. The mean is Little's; the settings record the law.
+    """
+    pol = make(policy)
+    law, rt = fp.service, fp.rates
+    s = np.asarray(fp.tail, np.float64)
+    L = s.size - 1
+    level = np.asarray(rt.level, np.float64)
+    seen = level[:L] / level[:L].sum()
+    x = np.asarray(fp.phase_counts, np.float64)[1:L]  # k = 1..L-1
+    share = np.divide(x, x.sum(axis=1, keepdims=True), out=np.zeros_like(x),
+                      where=x.sum(axis=1, keepdims=True) > 0)  # fmt: skip
+    seen_phase = seen[1:, None] * share
+    quantiles = ph_response_quantiles(law, seen, seen_phase, QUANTILES)
+    seen_all = np.append(seen, 0.0)
+    occupancy = s - np.concatenate([s[1:], [0.0]])
+    q = fp.iq_tail
+    accepted = load * (1.0 - fp.blocking_probability)
+    join = accepted * seen[0] if pol.uses_iqueues else 0.0  # servers that become idle
+    result = build(
+        pol, load=load, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
+        tail=s, occupancy=occupancy, arrival_seen=seen_all,
+        mean_queue_length=fp.mean_queue_length, mean_response_time=fp.mean_response_time,
+        waiting_probability=1.0 - seen[0], blocking_probability=fp.blocking_probability,
+        p0=fp.p0, iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if q is not None else None,
+        join_rate=join, delete_rate=load * float(rt.deletes),
+        probe_rate=load * float(rt.probes) + join * float(rt.join_probes),
+        response_quantiles=quantiles, status=fp.status,
+        tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
+    )  # fmt: skip
+    result.settings["service"] = law.to_dict()
+    return result
