@@ -18,7 +18,8 @@ unchanged. The Dataset puts the grid's axes as dimensions:
   at a fixed ratio; ``load`` when the grid's load axis is ``alpha`` or
   ``beta``); a missing
   option (``d`` of a policy that has none) is ``-1`` on a numeric axis and
-  ``""`` on ``order``; an infinite buffer is ``0`` on the ``buffer`` axis.
+  ``""`` on ``order``; an infinite buffer is ``0`` on the ``buffer`` axis;
+  exponential service is ``"exp"`` on ``service``, identical servers ``""`` on ``pools``.
 
 Extras: ``frames`` (pandas) for :func:`to_frame`; ``parquet`` (pandas,
 pyarrow) for :func:`export_parquet`; ``xarray`` (xarray, pandas, h5netcdf)
@@ -35,7 +36,7 @@ __all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSI
 
 #: Candidate dimensions of :func:`to_dataset`, in order.
 DIMENSIONS = ("policy", "servers", "ratio", "dispatchers", "buffer", "load", "alpha", "beta", "d",
-              "z", "order")  # fmt: skip
+              "z", "order", "service", "pools")  # fmt: skip
 _INDEX_DIM = {"tail": "k", "occupancy": "k", "arrival_seen": "k",
               "iqueue_distribution": "iqueue_size", "response_quantile": "quantile"}  # fmt: skip
 
@@ -101,6 +102,8 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     for key in ("d", "z"):
         frame[key] = frame[key].fillna(-1).astype("int64")
     frame["order"] = frame["order"].fillna("")
+    frame["service"] = frame["service"].fillna("exp")
+    frame["pools"] = frame["pools"].fillna("")
     dims, coords = _dimensions(frame)
     frame["policy"] = _policy_names(frame, dims)
     parts = []

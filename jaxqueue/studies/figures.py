@@ -44,13 +44,15 @@ __all__ = [
 
 #: Point parameters a figure can use (the store's columns of the same names).
 PARAMETERS = ("policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "buffer", "d",
-              "z", "order")  # fmt: skip
+              "z", "order", "service", "pools")  # fmt: skip
 #: Keys of a ``[[figure]]`` table.
 FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "where", "logx",
                "logy", "title", "xlabel", "ylabel", "theory")  # fmt: skip
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as ``response_quantile``).
 METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + ("response_quantile",)
-_NUMERIC = tuple(p for p in PARAMETERS if p not in ("policy", "order"))
+#: What a missing service law or pools value means.
+_DEFAULTS = {"service": "exp", "pools": "identical"}
+_NUMERIC = tuple(p for p in PARAMETERS if p not in ("policy", "order", "service", "pools"))
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.truediv, ast.Pow: operator.pow}  # fmt: skip
@@ -326,10 +328,10 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         col = lambda name: np.array(  # noqa: E731
             [math.nan if m.get(name) is None else float(m[name]) for m in members])
         label = " ".join(
-            _fmt(v) if p == "policy" else f"{p}={_fmt(v)}"
+            _fmt(v) if p == "policy" else f"{p}={_fmt(_DEFAULTS.get(p) if v is None else v)}"
             for p, v in zip(series_keys, key)
-            if v is not None or p == "buffer"  # an option the policy does not take: left out
-        )
+            if v is not None or p in ("buffer", "service", "pools")  # an option the policy
+        )  # does not take is left out
         if len(fig.metrics) > 1:
             label = f"{label} {gkey[2]}".strip()
         out.append(Series(panel, label or gkey[2], gkey[2], xs[order], (col("mean") * scale)[order],

@@ -231,7 +231,8 @@ def _theory_value(result, metric: str, index):
 def _rows(point: Point, point_id: str, spec: GridSpec, res, theory, refined=None) -> list[dict]:
     params = point.params()
     base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
-                                       "alpha", "beta", "d", "z", "order", "buffer")}  # fmt: skip
+                                       "alpha", "beta", "d", "z", "order", "buffer",
+                                       "service", "pools")}  # fmt: skip
     run = {"replicas": spec.run.replicas, "steps": res.settings["steps"],
            "warmup": res.settings["warmup"], "seed": spec.run.seed}  # fmt: skip
     rows = []

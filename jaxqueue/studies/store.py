@@ -34,18 +34,18 @@ from typing import Iterable
 __all__ = ["Store", "StoreMismatchError", "COLUMNS", "SCHEMA"]
 
 #: The layout of the tables; a store written with another is refused.
-SCHEMA = "2"
+SCHEMA = "3"
 
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
     "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
-    "order", "buffer", "metric", "idx", "mean", "ci95", "theory", "refined", "replicas", "steps",
+    "order", "buffer", "service", "pools", "metric", "idx", "mean", "ci95", "theory", "refined", "replicas", "steps",
     "warmup", "seed",
 )  # fmt: skip
 _TYPES = {
     "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
     "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
-    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "metric": "TEXT NOT NULL",
+    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "service": "TEXT", "pools": "TEXT", "metric": "TEXT NOT NULL",
     "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL", "refined": "REAL",
     "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
 }  # fmt: skip
