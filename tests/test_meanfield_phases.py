@@ -45,7 +45,8 @@ def _point(name, service):
     return _cache[key]
 
 
-@pytest.mark.parametrize("name", ["pod", "jiq", "jsq"])
+@pytest.mark.parametrize("name", ["pod", pytest.param("jiq", marks=pytest.mark.slow),
+                                  pytest.param("jsq", marks=pytest.mark.slow)])
 def test_unit_exponential_reproduces_the_generic_mean_field(name):
     """One phase of rate 1 is the exponential mean field: its drift
     (:func:`meanfield.drift`, whose zero ``meanfield.fixed_point`` solves for)
@@ -96,7 +97,8 @@ def _random_levels():
     return _cache["random"]
 
 
-@pytest.mark.parametrize("law", [erlang(3), hyperexponential(4.0), fit_two_moments(1.0, 0.5)],
+@pytest.mark.parametrize("law", [pytest.param(erlang(3), marks=pytest.mark.slow),
+                                 hyperexponential(4.0), fit_two_moments(1.0, 0.5)],
                          ids=lambda law: law.label)  # fmt: skip
 def test_random_routing_gives_independent_mph1_queues(law):
     # hyperexp:4 has the longest tail: its adaptive level count (from the M/PH/1 tail decay)
@@ -114,6 +116,7 @@ def test_random_routing_gives_independent_mph1_queues(law):
     np.testing.assert_allclose(busy / busy.sum(), law.in_service_mix(), atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pod", "jiq"])
 def test_an_exponential_law_in_two_phases_gives_the_exponential_tails(name):
     fp, exp = _point(name, DISGUISED), _point(name, exponential())
@@ -124,6 +127,7 @@ def test_an_exponential_law_in_two_phases_gives_the_exponential_tails(name):
         np.testing.assert_allclose(fp.iq_tail, exp.iq_tail, rtol=0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_jiq_with_phases_keeps_its_iqueue_conservation_law():
     fp = _point("jiq", "erlang:2")
     assert fp.status is Status.CONVERGED and fp.phase_counts.shape[1] == 2
@@ -141,6 +145,7 @@ def test_jiq_with_phases_keeps_its_iqueue_conservation_law():
     assert fp.mean_response_time < _point("jiq", exponential()).mean_response_time
 
 
+@pytest.mark.slow
 def test_pod2_erlang_is_faster_than_hyperexponential():
     erl, hyp = phases.fixed_point("pod", LOAD, "erlang:4", d=2), _point("pod", "hyperexp:4")
     assert erl.status is Status.CONVERGED and hyp.status is Status.CONVERGED
@@ -149,6 +154,7 @@ def test_pod2_erlang_is_faster_than_hyperexponential():
     assert hyp.truncated[0] < phases.LEVEL_TOL  # the adaptive level count covers the longer tail
 
 
+@pytest.mark.slow
 def test_transient_keeps_the_conservation_law_and_rests_at_the_fixed_point():
     fp = _point("jiq", "erlang:2")
     times = np.array([0.0, 1.0, 5.0, 20.0])

@@ -284,17 +284,16 @@ def test_grid_matches_one_point():
     grid = refined.refined_grid("jiq-pod", loads, ratios, (50, 1000), levels=12,
                                 iqueue_levels=30)  # fmt: skip
     assert np.all(grid.status == 0)
-    for i, lam in enumerate(loads):
-        for j, r in enumerate(ratios):
-            rf = theory.refined_mean_field("jiq-pod", lam, r, n_servers=50, levels=12,
-                                           iqueue_levels=30)  # fmt: skip
-            for name in ("mean_response_time", "p0", "waiting_probability", "probe_rate"):
-                assert grid.mean_field[name][i, j] == pytest.approx(
-                    getattr(rf.mean_field, name), rel=1e-9, abs=1e-12)
-                assert grid.correction[name][i, j] == pytest.approx(
-                    rf.correction[name], rel=1e-7, abs=1e-10)
-                assert grid.refined[name][i, j, 0] == pytest.approx(
-                    getattr(rf.refined, name), rel=1e-8, abs=1e-10)
+    for i, j in ((0, 0), (1, 1)):  # two of the four points (each a solve of its own)
+        rf = theory.refined_mean_field("jiq-pod", loads[i], ratios[j], n_servers=50, levels=12,
+                                       iqueue_levels=30)  # fmt: skip
+        for name in ("mean_response_time", "p0", "waiting_probability", "probe_rate"):
+            assert grid.mean_field[name][i, j] == pytest.approx(
+                getattr(rf.mean_field, name), rel=1e-9, abs=1e-12)
+            assert grid.correction[name][i, j] == pytest.approx(
+                rf.correction[name], rel=1e-7, abs=1e-10)
+            assert grid.refined[name][i, j, 0] == pytest.approx(
+                getattr(rf.refined, name), rel=1e-8, abs=1e-10)
 
 
 SIM_LOAD, SIM_SIZES, SIM_EVENTS = 0.8, (50, 100, 200, 1000), 2e5  # N * time units

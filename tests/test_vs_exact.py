@@ -50,7 +50,7 @@ def _exact(name, opts, lam, n, m, b):
 
 
 #: Policies checked in the fast tier; the others run in the full suite (same family).
-FAST_TIER = ("pod", "jiq", "jiq-pod", "jiq-original")
+FAST_TIER = ("pod", "jiq")
 
 
 @pytest.mark.parametrize(
