@@ -158,9 +158,9 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
                  pools=None) -> int:  # fmt: skip
     """Default level bound with a phase-type law or pools: ``N * s_L < 1e-6`` plus a quarter.
 
-    For the policies that probe ``d >= 2`` servers (Pod, JSQ, I1F, JIQ-Pod)
-    with one pool and ``N >= 100``, ``s_L`` is the phase-type mean-field
-    tail (:func:`jaxqueue.theory.phases.fixed_point`). Otherwise:
+    For the exchangeable policies with one pool and ``N >= 100``, ``s_L`` is
+    the phase-type mean-field tail (:func:`jaxqueue.theory.phases.fixed_point`).
+    Otherwise (or if that fails to converge):
 
     ``s_L`` is the largest over the pools of the M/PH/1 tail (:func:`mph1_tail`)
     of a server of the pool under Random routing (arrival rate ``lambda``):
@@ -170,8 +170,9 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
     stable there; an overflow says to raise ``levels``).
     """
     base = exponential() if law is None else law
-    if pools is None and n_servers >= SMALL_SYSTEM and policy.tail_bound()[0] >= 2:
-        # probing policies keep short, doubly exponential tails: the mean field's
+    if pools is None and n_servers >= SMALL_SYSTEM and policy.mean_field_kind() in (
+        "generic", "closed-form"
+    ):  # the phase-type mean field's tail (Pod's stays doubly exponential)
         tail = _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, base)
         if tail is not None:
             below = np.nonzero(n_servers * tail < 1e-6)[0]
