@@ -308,7 +308,7 @@ def plan(
         if init == "auto":
             kind = pol.mean_field_kind()
             has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
-            has = has and system.pools is None and (system.service is None or kind != "tagged-server")
+            has = has and system.pools is None  # (the per-server policies take no service law)
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
         elif init == "mean-field" and system.pools is not None:
             raise ValueError(
