@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-import jaxqueue.exact.solver as solver
 from jaxqueue.core.service import Pool, erlang, mph1_mean_response_time
 from jaxqueue.exact import solve_exact
 from jaxqueue.exact.chain import estimate_states
@@ -258,11 +257,7 @@ def test_state_counts_and_estimate():
         ("jsq", 0.0, 4, 1, {"pools": "0.5:2,0.5:1"}, r"load=0.0"),
     ],
 )  # fmt: skip
-def test_bad_pools_raise_before_any_work(monkeypatch, policy, load, n, m, kw, match):
-    def no_work(*args, **kwargs):
-        raise AssertionError("validation must come before any work")
-
-    monkeypatch.setattr(solver, "enumerate_states", no_work)
+def test_bad_pools_raise_before_any_work(no_chain_work, policy, load, n, m, kw, match):
     with pytest.raises(ValueError, match=match):
         solve_exact(policy, load, n, m, **kw)
 

@@ -36,7 +36,8 @@ import os
 import numpy as np
 
 __all__ = [
-    "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "make_pools", "exponential", "erlang", "hyperexponential", "fit_two_moments",
+    "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "make_pools",
+    "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
     "parse_service", "mph1_mean_response_time",
 ]  # fmt: skip
 
@@ -380,6 +381,19 @@ def make_pools(pools, n_servers: int) -> tuple | None:
             f"pools: fractions {fracs.tolist()} of n_servers={n_servers} leave a pool without servers"
         )
     return tuple(Pool(int(c), v) for c, v in zip(counts, speeds))
+
+
+def as_law(service) -> PhaseType | None:
+    """``service`` as a :class:`PhaseType`: ``None`` stays ``None`` (exponential
+    service), a string goes through :func:`parse_service` (whose errors name
+    ``service``); anything else is a TypeError naming ``service``."""
+    if service is None or isinstance(service, PhaseType):
+        return service
+    if isinstance(service, str):
+        return parse_service(service)
+    raise TypeError(
+        f"service must be None, a PhaseType or a string such as 'erlang:3', got {service!r}"
+    )
 
 
 def mph1_mean_response_time(load: float, law: PhaseType) -> float:

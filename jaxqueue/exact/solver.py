@@ -95,7 +95,7 @@ import warnings
 
 import numpy as np
 
-from jaxqueue.core.service import PhaseType, capacity, exponential, make_pools, parse_service
+from jaxqueue.core.service import PhaseType, as_law, capacity, exponential, make_pools
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
@@ -132,17 +132,6 @@ def _check_at_least(name, value, lo):
     return value
 
 
-def _service_law(service):
-    """``service`` as a :class:`PhaseType`, or ``None`` (exponential, rate 1)."""
-    if service is None or isinstance(service, PhaseType):
-        return service
-    if isinstance(service, str):
-        return parse_service(service)  # its ValueError names service
-    raise TypeError(
-        f"service must be None, a PhaseType or a string such as 'erlang:3', got {service!r}"
-    )
-
-
 def _phase_policies():
     """The registered policies whose exact rule has a phase-type chain."""
     return [name for name in available() if make(name).exact_rule()[0] in PHASE_RULES]
@@ -175,7 +164,7 @@ def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, 
         raise ValueError(str(err)) from None
     if rule not in RULES:
         raise ValueError(f"policy {policy.name!r} names exact rule {rule!r}, not one of {RULES}")
-    law = _service_law(service)
+    law = as_law(service)
     phases = law is not None and not law.is_unit_exponential
     if phases and rule not in PHASE_RULES:
         raise ValueError(

@@ -58,7 +58,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxqueue.core.rng import BLOCK, replica_keys
-from jaxqueue.core.service import PhaseType, capacity, make_pools, parse_service, uniform_rate
+from jaxqueue.core.service import PhaseType, as_law, capacity, make_pools, uniform_rate
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
     steps_per_time_unit,
@@ -351,12 +351,8 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
 
 def _service(service, pol) -> PhaseType | None:
     """The service law of a run (``None``: exponential), checked against the policy."""
-    if service is None:
-        return None
-    law = parse_service(service) if isinstance(service, str) else service
-    if not isinstance(law, PhaseType):
-        raise TypeError(f"service must be None, a string such as 'erlang:3' or a PhaseType, got {service!r}")
-    if law.is_unit_exponential:
+    law = as_law(service)
+    if law is None or law.is_unit_exponential:
         return None
     if pol.per_server:
         raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from jaxqueue.core.service import as_law
 from jaxqueue.core.system import check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.theory import meanfield, tagged_server
@@ -97,8 +98,9 @@ def mean_field(
         2.54
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
-    if service is not None and not (isinstance(service, str) and service == "exp"):
-        return _phase_type(pol, load, ratio, service, buffer, levels)
+    law = as_law(service)
+    if law is not None and not law.is_unit_exponential:
+        return _phase_type(pol, load, ratio, law, buffer, levels)
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() == "tagged-server":

@@ -90,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.service import PhaseType, parse_service
+from jaxqueue.core.service import PhaseType, as_law
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int
 from jaxqueue.policies import Policy, available, make, policy_class
@@ -309,11 +309,10 @@ class Transient(NamedTuple):
 
 
 def _service(service) -> PhaseType:
-    if isinstance(service, PhaseType):
-        return service
-    if isinstance(service, str):
-        return parse_service(service)  # its ValueError names service=...
-    raise TypeError(f"service must be a PhaseType or a string such as 'erlang:3', got {service!r}")
+    law = as_law(service)
+    if law is None:
+        raise TypeError("service must be a PhaseType or a string such as 'erlang:3', got None")
+    return law
 
 
 def _check(policy, load, service, ratio, d, buffer, levels):
