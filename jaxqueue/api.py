@@ -50,6 +50,7 @@ def sweep(
     backend: str = "auto",
     service=None,
     pools=None,
+    arrivals=None,
 ) -> list[SimulationResult]:
     """Simulate one policy at several loads in one compiled batch.
 
@@ -132,6 +133,17 @@ def sweep(
             speed ``v`` serves at ``v`` times the law's rates; the policies see
             queue lengths only. Stability needs ``load`` below the capacity
             ``sum_i fraction_i speed_i / mean_i``.
+        arrivals: ``None`` (Poisson arrivals at rate ``load * N``), a file
+            (a CSV rate profile ``time,rate``, a CSV trace ``time[,service]``
+            or an MMPP JSON file) or a :class:`~jaxqueue.core.arrivals.Profile`,
+            :class:`~jaxqueue.core.arrivals.MMPP` or
+            :class:`~jaxqueue.core.arrivals.Trace`; its rates are scaled so
+            that the mean arrival rate is ``load * N`` (``load`` is the mean
+            load; a profile's peak may pass the capacity). A trace run
+            reports what arrivals see (response times, waiting and blocking
+            probabilities, the mean queue length by Little's law) and NaN for
+            the time averages; it needs identical exponential servers. Runs
+            on ``"xla"``.
 
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
@@ -141,7 +153,7 @@ def sweep(
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
         interval=interval, batches=batches, backend=backend, service=service,
-        pools=pools,
+        pools=pools, arrivals=arrivals,
     )  # fmt: skip
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip

@@ -57,6 +57,11 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--pools", default=None,
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
+    p.add_argument("--arrivals", default=None,
+                   help="time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
+                        "trace of arrival times (header time[,service]) or an MMPP JSON file "
+                        "({\"generator\": [[...]], \"rates\": [...]}); scaled to mean load "
+                        "--load")  # fmt: skip
     p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
     p.add_argument("--steps", type=int, default=1_000_000,
                    help="measured uniformized steps per replica")  # fmt: skip
@@ -226,6 +231,13 @@ def _servers_line(s: dict) -> str:
     if isinstance(law, dict):
         out += (f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, "
                 f"SCV {law['scv']:.4g}")  # fmt: skip
+    src = s.get("arrivals")
+    if src:
+        if src["kind"] == "trace":
+            out += (f"\n  arrivals: trace {src['label']} ({src['arrivals']} arrivals, gap SCV "
+                    f"{src['scv']:.3g}); time averages are not estimated (NaN)")  # fmt: skip
+        else:
+            out += f"\n  arrivals: {src['kind']} {src['label']}, peak {src['peak']:.3g} x the mean load"
     return out
 
 
@@ -286,7 +298,7 @@ def _cmd_simulate(args) -> int:
         seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
         init=args.init, progress=args.progress, interval=args.interval, batches=args.batches,
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-        backend=args.backend, service=args.service, pools=args.pools,
+        backend=args.backend, service=args.service, pools=args.pools, arrivals=args.arrivals,
     )  # fmt: skip
     return _emit(res, args)
 

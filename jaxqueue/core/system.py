@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 
 
@@ -77,6 +78,11 @@ class System:
         pools: ``None`` (identical servers), or a tuple of
             :class:`~jaxqueue.core.service.Pool` (server count, speed, law;
             the counts sum to ``N``): heterogeneous servers.
+        arrivals: ``None`` (Poisson arrivals at rate ``lambda N``), or a
+            :class:`~jaxqueue.core.arrivals.Profile`,
+            :class:`~jaxqueue.core.arrivals.MMPP` or
+            :class:`~jaxqueue.core.arrivals.Trace` whose mean rate is scaled
+            to ``lambda N`` (:mod:`jaxqueue.sim.source`).
     """
 
     n_servers: int
@@ -86,6 +92,7 @@ class System:
     iqueue_levels: int = 0
     service: PhaseType | None = None
     pools: tuple | None = None
+    arrivals: Profile | MMPP | Trace | None = None
 
     def __post_init__(self):
         check_int("n_servers", self.n_servers, 1, MAX_SERVERS)
@@ -114,6 +121,8 @@ class System:
                     f"not n_servers={self.n_servers}"
                 )
             object.__setattr__(self, "pools", pools)
+        if self.arrivals is not None and not isinstance(self.arrivals, (Profile, MMPP, Trace)):
+            raise TypeError(f"arrivals must be a Profile, MMPP, Trace or None, got {self.arrivals!r}")
 
     @property
     def classes(self) -> bool:
@@ -129,6 +138,16 @@ class System:
     def capacity(self) -> float:
         """Tasks per server per unit time the servers complete when all are busy (1 by default)."""
         return capacity(self.service, self.pools, self.n_servers)
+
+    def step_rate(self, load: float) -> float:
+        """Uniformized steps per server and unit time at load ``lambda``:
+        ``lambda + gamma``; with a profile or an MMPP, ``lambda * peak + gamma``
+        (plus the MMPP's modulation rate over ``N``); with a trace, the mean,
+        ``lambda + gamma`` (its steps are not evenly spaced)."""
+        src = self.arrivals
+        if src is None or isinstance(src, Trace):
+            return event_rate(load, self.service_rate)
+        return load * src.peak + self.service_rate + src.extra_rate() / self.n_servers
 
     @property
     def ratio(self) -> float:

@@ -120,7 +120,7 @@ def _shortest_of(words: jax.Array, sizes: jax.Array, m: int, d: int) -> jax.Arra
 
 
 def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int, deletes: bool,
-                fifo: bool = False, join_d: int = 1):
+                fifo: bool = False, join_d: int = 1, p_arrival=None, serves=None):
     """One uniformized step of JIQ-Original (``deletes=False``: no delete
     requests; an unlisted server joins when a completion leaves it with at most
     ``z`` tasks) or JIQ-Threshold(z) (``deletes=True``: listed exactly while
@@ -131,6 +131,9 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     join goes to the shortest of ``join_d`` distinct uniform I-queues (ties
     uniform), sending ``join_d`` probes when ``join_d >= 2``. The defaults
     consume the step's words exactly as before these options existed.
+    ``p_arrival`` and ``serves`` come from an arrival source
+    (:mod:`jaxqueue.sim.source`): the step's arrival probability, and whether
+    a service candidate is real.
 
     All reads of the per-server arrays come first, stacked into one array
     behind an optimization barrier, and each array is then written by one
@@ -146,7 +149,7 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
         raise ValueError("FIFO I-queues need deletes=False (a delete request removes from inside)")
     n, m, cap, levels = system.n_servers, system.n_dispatchers, system.iqueue_levels, system.levels
     q, slots, sizes, where = lists
-    is_arrival = bernoulli(words[0], arrival_probability(load))
+    is_arrival = bernoulli(words[0], arrival_probability(load) if p_arrival is None else p_arrival)
     server = uniform_index(words[1], words[2], n)
     dsp = uniform_index(words[3], words[4], m)
     rejoin_to = uniform_index(words[7], words[8], m)
@@ -192,6 +195,8 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     deleted = (is_arrival & ~has & (w_target >= 0) & (after > z)) if deletes else jnp.bool_(False)
     leave = (is_arrival & has) | deleted
     departs = ~is_arrival & (k_dep >= 1)
+    if serves is not None:
+        departs = departs & serves
     # JIQ-Threshold: listed exactly while <= z, so only a drop to z finds it unlisted
     low = (k_dep - 1 == z) if deletes else (k_dep - 1 <= z)
     joins_dep = departs & low & (w_server < 0)

@@ -68,6 +68,8 @@ def unsupported(system: System, policy: Policy) -> str | None:
                 "servers), not on occupancy tails")  # fmt: skip
     if system.classes:
         return "phase-type service and server pools keep per-class counts"
+    if system.arrivals is not None:
+        return "time-varying and trace-driven arrivals keep a per-replica clock"
     for name in ("levels", "iqueue_levels"):
         if getattr(system, name) > MAX_LEVELS:
             return (f"{name}={getattr(system, name)} > {MAX_LEVELS}: the register layout holds "

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+from jaxqueue.core.arrivals import Trace, as_arrivals
 from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.service import PhaseType, as_law, capacity, make_pools, uniform_rate
 from jaxqueue.core.system import (
@@ -74,6 +75,7 @@ from jaxqueue.sim.initial import initial_counts
 from jaxqueue.sim.per_server import Lists
 from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.registers import run_registers, unsupported
+from jaxqueue.sim.source import Clock, check_source, init_clock
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
 from jaxqueue.sim.totals import Totals
 
@@ -183,9 +185,11 @@ class Plan:
     def fingerprint(self) -> dict:
         """Everything that fixes the run's result (what a checkpoint must match)."""
         system = dataclasses.asdict(self.system)
-        for name in ("service", "pools"):  # as before they existed: old checkpoints resume
+        for name in ("service", "pools", "arrivals"):  # as before they existed: old checkpoints resume
             if system[name] is None:
                 del system[name]
+        if self.system.arrivals is not None:
+            system["arrivals"] = self.system.arrivals.to_dict()
         return {
             "jaxqueue": __version__, "format": CHECKPOINT_FORMAT, "block": BLOCK,
             "policy": self.policy.name, "options": self.policy.options(), "system": system,
@@ -239,6 +243,7 @@ def plan(
     backend: str = "auto",
     service: str | PhaseType | None = None,
     pools=None,
+    arrivals=None,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -249,6 +254,13 @@ def plan(
     check_int("n_dispatchers", n_dispatchers, 1, n_servers)
     law = _service(service, pol)
     pool_set = _pools(pools, n_servers, pol)
+    source = as_arrivals(arrivals)
+    if isinstance(source, Trace) and (law is not None or pool_set is not None):
+        raise ValueError(
+            "arrivals: a trace-driven run estimates the response time from the queue length an "
+            "arrival finds, which needs identical exponential servers; use service=None and "
+            "pools=None (or a rate profile or an MMPP, which take both)"
+        )
     loads = [check_load(x, buffer, capacity(law, pool_set, n_servers))
              for x in np.atleast_1d(np.asarray(loads, dtype=object))]  # fmt: skip
     if not loads:
@@ -265,7 +277,11 @@ def plan(
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
     if warmup is None or auto_warmup:
         rate = uniform_rate(law, pool_set)
-        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * steps_per_time_unit(n_servers, lmax, rate)))
+        per_time = steps_per_time_unit(n_servers, lmax, rate)
+        if source is not None:
+            per_time = n_servers * System(n_servers, levels=1, arrivals=source, service=law,
+                                          pools=pool_set).step_rate(lmax)  # fmt: skip
+        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * per_time))
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
@@ -295,10 +311,14 @@ def plan(
     # the policy's options first: the level bounds below may solve (and compile) the mean field
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
     system = System(n_servers, n_dispatchers, buffer,
-                    _levels(pol, n_servers, n_dispatchers, buffer, levels, lmax, law, pool_set),
-                    _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels, min(loads)),
-                    law, pool_set)  # fmt: skip
+                    _levels(pol, n_servers, n_dispatchers, buffer, levels,
+                            _bound_load(lmax, source, capacity(law, pool_set, n_servers)),
+                            law, pool_set),
+                    _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels,
+                                   _trough_load(min(loads), source)),
+                    law, pool_set, source)  # fmt: skip
     pol.validate(system)
+    check_source(system, loads)
     if isinstance(init, str):
         if init not in ("auto", "empty", "mean-field"):
             raise ValueError(
@@ -371,6 +391,29 @@ def _pools(pools, n: int, pol) -> tuple | None:
             "per-server lists; use pools=None"
         )
     return make_pools(pools, n)
+
+
+#: With a time-varying or trace source, default level bounds are for the
+#: peak load (a profile's or an MMPP's) but at most halfway from the mean
+#: load to the capacity, and a trace's for that halfway load: queues build
+#: up while the rate is above the mean, and an arrival that finds a queue
+#: at the bound is an overflow, reported with advice (never clipped).
+def _bound_load(lmax: float, source, cap: float) -> float:
+    """The load the default level bounds are computed for."""
+    if source is None or lmax >= cap:
+        return lmax
+    halfway = 0.5 * (lmax + cap)
+    return halfway if isinstance(source, Trace) else max(lmax, min(lmax * source.peak, halfway))
+
+
+def _trough_load(lmin: float, source) -> float:
+    """The load the default I-queue bounds are computed for (idle servers
+    gather in I-queues at low load): a profile's or an MMPP's lowest rate, a
+    trace's half the mean, at least 0.01."""
+    if source is None:
+        return lmin
+    low = 0.5 * lmin if isinstance(source, Trace) else lmin * float(source.shape.min())
+    return max(0.01, low)
 
 
 def _phase_levels(pol, n, m, levels, lmax, law, pools) -> int:
@@ -480,7 +523,14 @@ def _initial_core(p: Plan) -> Core:
         classes = split_classes(counts[0], p.system) if p.system.classes else None
         starts.append(core_from_counts(*counts, p.system, p.policy, classes))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
-    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
+    core = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
+    if p.system.arrivals is None:
+        return core
+    # each load's replicas start their arrival clocks alike (padding repeats the last)
+    clocks = [init_clock(p.system, np.full(p.replicas, lam, np.float64)) for lam in p.loads]
+    clock = jax.tree.map(lambda *xs: np.concatenate(xs), *clocks)
+    pick = np.minimum(np.arange(p.padded), p.n_replicas - 1)
+    return core._replace(clock=jax.tree.map(lambda x: x[pick], clock))
 
 
 class Run:
@@ -731,7 +781,7 @@ class Run:
         results = []
         for j, lam in enumerate(p.loads):
             sl = slice(j * p.replicas, (j + 1) * p.replicas)
-            per_time = steps_per_time_unit(system.n_servers, lam, system.service_rate)
+            per_time = system.n_servers * system.step_rate(lam)
             warm = self.warmup_end
             settings = {
                 "policy": pol.name,
@@ -748,6 +798,7 @@ class Run:
                 "pools": None if system.pools is None else [
                     {"servers": q.count, "speed": q.speed,
                      "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
+                "arrivals": None if system.arrivals is None else system.arrivals.to_dict(),
                 "replicas": p.replicas,
                 "steps": p.measure_blocks * BLOCK,
                 "warmup": warm * BLOCK,
@@ -770,6 +821,8 @@ class Run:
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,
+                                      step_rate=system.step_rate(lam),
+                                      time_averages=not isinstance(system.arrivals, Trace),
                                       diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
         return results
 
@@ -780,6 +833,8 @@ def _core_fields(core: Core) -> dict:
         out.update({f"lists.{k}": v for k, v in core.lists._asdict().items()})
     if core.classes is not None:
         out["classes"] = core.classes
+    if core.clock is not None:
+        out.update({f"clock.{k}": v for k, v in core.clock._asdict().items()})
     return out
 
 
@@ -789,7 +844,10 @@ def _core_from_fields(fields: dict, p: Plan) -> Core:
     lists = None
     if "lists.q" in pad:
         lists = Lists(*(pad[f"lists.{k}"] for k in Lists._fields))
-    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"))
+    clock = None
+    if "clock.seg" in pad:
+        clock = Clock(*(pad[f"clock.{k}"] for k in Clock._fields))
+    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock)
 
 
 def _overflow_advice(overflow, p: Plan) -> str:

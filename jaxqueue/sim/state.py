@@ -11,7 +11,9 @@ One replica's Markov state is its occupancy tails (exchangeable form):
 * for the per-server policies, their :class:`~jaxqueue.sim.per_server.Lists`;
 * with phase-type service or pools of servers, ``classes[k, c]``: servers
   holding exactly ``k`` tasks of class ``c`` (pool and phase;
-  :mod:`jaxqueue.sim.classes`).
+  :mod:`jaxqueue.sim.classes`);
+* with a time-varying or trace-driven arrival source, its
+  :class:`~jaxqueue.sim.source.Clock` (:mod:`jaxqueue.sim.source`).
 
 A chunk of blocks returns its sums (:class:`Stats`); the runner adds them
 into exact host totals (:mod:`jaxqueue.sim.totals`), which the estimators read.
@@ -28,6 +30,7 @@ import numpy as np
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.per_server import N_WORDS, Lists, init_lists
+from jaxqueue.sim.source import SOURCE_WORDS, Clock
 
 __all__ = ["Core", "Stats", "COUNTERS", "zero_stats", "core_from_counts", "n_words", "iq_width",
            "PHASE_WORDS"]
@@ -41,6 +44,7 @@ class Core(NamedTuple):
     iq_listed: jax.Array  # (iqueue_levels + 1,) or (1,): listed servers in I-queues of size >= j
     lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
     classes: jax.Array | None = None  # (levels + 1, C): phase-type service or pools only
+    clock: Clock | None = None  # arrival sources only (jaxqueue.sim.source)
 
 
 class Stats(NamedTuple):
@@ -95,12 +99,14 @@ PHASE_WORDS = 4
 
 def n_words(system: System, policy: Policy) -> int:
     """Random words one step consumes: event type, then the larger of the
-    branches, then :data:`PHASE_WORDS` with server classes."""
+    branches, then :data:`PHASE_WORDS` with server classes, then
+    :data:`~jaxqueue.sim.source.SOURCE_WORDS` (the last) with an arrival source."""
+    source = SOURCE_WORDS if system.arrivals is not None else 0
     if policy.per_server:
-        return N_WORDS
+        return N_WORDS + source
     departure = 2 + policy.idle_words(system)
     base = 1 + max(departure, policy.route_words(system))
-    return base + (PHASE_WORDS if system.classes else 0)
+    return base + (PHASE_WORDS if system.classes else 0) + source
 
 
 def zero_stats(system: System, policy: Policy) -> Stats:

@@ -23,6 +23,7 @@ from jaxqueue.policies.base import Policy, View, level_of
 from jaxqueue.sim.events import step_event
 from jaxqueue.sim.per_server import step_listed
 from jaxqueue.sim.classes import classes_after, service_outcome
+from jaxqueue.sim.source import advance_source
 from jaxqueue.sim.state import Core
 
 __all__ = ["step", "occupancy_step"]
@@ -38,9 +39,9 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         load: float32 scalar, ``lambda``.
         system, policy: static.
         p_arrival: float32, the probability that the step is an arrival;
-            default ``lambda / (lambda + gamma)`` (:func:`arrival_probability`).
-            Time-varying sources set their own (1 forces an arrival, 0 a
-            service event).
+            default ``lambda / (lambda + gamma)`` (:func:`arrival_probability`),
+            or the arrival source's (:mod:`jaxqueue.sim.source`), which also
+            says whether a service candidate is real.
 
     Returns:
         ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
@@ -48,28 +49,34 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         accepted arrival found (``seen``; ``levels + 1`` for none), and the
         event counts, consumed by :func:`run_blocks`.
     """
+    serves, clock = None, core.clock
+    if system.arrivals is not None:  # a time-varying or trace source: jaxqueue.sim.source
+        clock, p_arrival, serves = advance_source(clock, words[0], words[-1], load, system)
     if policy.per_server:
         tail, iq_tail, lists, event = step_listed(
             core.tail, core.iq_tail, core.lists, words, load, system,
             policy.threshold, deletes=policy.delete_requests, fifo=policy.fifo,
-            join_d=policy.join_choices,
+            join_d=policy.join_choices, p_arrival=p_arrival, serves=serves,
         )  # fmt: skip
-        return Core(tail, iq_tail, core.iq_listed, lists), event
+        return core._replace(tail=tail, iq_tail=iq_tail, lists=lists, clock=clock), event
     if p_arrival is None:
         p_arrival = arrival_probability(load, system.service_rate)
     if system.classes:  # phase-type service or pools: jaxqueue.sim.classes
-        service = service_outcome(core.classes, core.tail, words, system)
+        own = words[:-1] if clock is not None else words  # the class words end there
+        service = service_outcome(core.classes, core.tail, own, system)
+        if serves is not None:  # a service candidate the source thinned out: nothing happens
+            service = service[:2] + (jnp.where(serves, service[2], -1),)
         tail, iq_tail, iq_listed, event = occupancy_step(
             core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
             serves=service[2] == 0,
         )  # fmt: skip
-        classes = classes_after(core.classes, core.tail, words, event["arrivals"] > 0, event["up"],
+        classes = classes_after(core.classes, core.tail, own, event["arrivals"] > 0, event["up"],
                                 service, system)  # fmt: skip
-        return Core(tail, iq_tail, iq_listed, None, classes), event
+        return Core(tail, iq_tail, iq_listed, None, classes, clock), event
     tail, iq_tail, iq_listed, event = occupancy_step(
-        core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy
+        core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy, serves=serves
     )
-    return Core(tail, iq_tail, iq_listed), event
+    return Core(tail, iq_tail, iq_listed, None, None, clock), event
 
 
 def _shift(tail, up, down):

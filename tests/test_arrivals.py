@@ -1,0 +1,316 @@
+"""Time-varying and trace-driven arrivals: validation, and the simulator against exact answers.
+
+References are computed here, independently of the simulator:
+
+* an MMPP feeding JSQ on N = 2 servers: the stationary law of the joint
+  chain (source state, sorted queue lengths), truncated far past any level
+  the simulation reaches;
+* a periodic rate profile feeding one server: the periodic regime of the
+  time-inhomogeneous M/M/1 chain, by uniformization over each segment
+  (time averages over a period, and the law an arrival finds, weighted by
+  each segment's rate);
+* a trace of evenly spaced arrivals on one server: the D/M/1 queue, whose
+  waiting probability ``sigma`` solves ``sigma = exp(-(1 - sigma) / lambda)``
+  and whose response time is exponential of rate ``1 - sigma``;
+* flat sources (equal rates) against the exact solver's stationary answer.
+
+Every statistical comparison uses the Bonferroni Student-t tolerance of
+:func:`jaxqueue.results.stats.tolerance` over the family of the comparisons
+in this module.
+"""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.core.arrivals import MMPP, Profile, Trace, as_arrivals, parse_arrivals
+from jaxqueue.exact import solve_exact
+from jaxqueue.results.stats import tolerance
+from jaxqueue.sim import runner
+
+FAMILY = 20  # statistical comparisons in this module
+
+# -- validation -----------------------------------------------------------------------
+
+
+def test_profile_scaling_and_errors():
+    p = Profile((0.0, 2.0, 6.0), (3.0, 1.0, None))
+    assert p.period == 6.0 and np.allclose(p.shape, [1.8, 0.6]) and p.peak == pytest.approx(1.8)
+    q = Profile.from_function(lambda t: 1.0 + math.sin(t), 2 * math.pi, 64)
+    assert abs(float(np.sum(q.shape * q.durations)) / q.period - 1.0) < 1e-12
+    for times, rates, msg in [
+        ((0.0, 1.0), (1.0,), "2 times but 1 rates"),
+        ((1.0, 2.0), (1.0, None), "first time must be 0"),
+        ((0.0, 2.0, 2.0), (1.0, 1.0, None), "times must increase"),
+        ((0.0, 1.0), (-1.0, None), ">= 0 and not all 0"),
+        ((0.0, 1.0, 2.0), (0.0, 0.0, None), "not all 0"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            Profile(times, rates)
+
+
+def test_mmpp_and_trace_errors():
+    m = MMPP(((-1.0, 1.0), (3.0, -3.0)), (2.0, 0.0))
+    assert np.allclose(m.stationary, [0.75, 0.25]) and np.allclose(m.shape, [4 / 3, 0.0])
+    assert m.extra_rate() == 3.0 and np.allclose(m.jump_table(), [[2 / 3, 1 / 3], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="rows must sum to 0"):
+        MMPP(((-1.0, 0.5), (1.0, -1.0)), (1.0, 1.0))
+    with pytest.raises(ValueError, match="off-diagonal"):
+        MMPP(((1.0, -1.0), (1.0, -1.0)), (1.0, 1.0))
+    with pytest.raises(ValueError, match="irreducible"):
+        MMPP(((-1.0, 1.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)), (1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="must be 2 x 2"):
+        MMPP(((-1.0, 1.0),), (1.0, 1.0))
+    with pytest.raises(ValueError, match="must not decrease"):
+        Trace(np.array([0.0, 2.0, 1.0]))
+    with pytest.raises(ValueError, match="service times must be > 0"):
+        Trace(np.array([0.0, 1.0]), np.array([1.0, 0.0]))
+    t = Trace(np.array([0.0, 1.0, 3.0]), np.array([2.0, 2.0, 2.0]))
+    assert np.allclose(t.gaps, [1.0, 2 / 3, 4 / 3]) and t.natural_load(2) == pytest.approx(2 / 3)
+    assert t == Trace(np.array([0.0, 1.0, 3.0]), np.array([2.0, 2.0, 2.0]))
+    assert hash(t) == hash(Trace(np.array([0.0, 1.0, 3.0]), np.array([2.0, 2.0, 2.0])))
+
+
+def test_files(tmp_path):
+    prof = tmp_path / "day.csv"
+    prof.write_text("time,rate\n0,1\n8,3\n24,\n")
+    p = parse_arrivals(str(prof))
+    assert isinstance(p, Profile) and p.label == "day" and p.period == 24.0
+    trace = tmp_path / "tasks.csv"
+    trace.write_text("timestamp,service,other\n0.5,1,x\n1.5,2,y\n4,3,z\n")
+    t = as_arrivals(str(trace))
+    assert isinstance(t, Trace) and t.arrivals == 3 and t.service is not None
+    mm = tmp_path / "src.json"
+    mm.write_text(json.dumps({"generator": [[-1, 1], [1, -1]], "rates": [1, 2]}))
+    assert isinstance(parse_arrivals(str(mm)), MMPP)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("when,rate\n0,1\n")
+    with pytest.raises(ValueError, match="column 'time'"):
+        parse_arrivals(str(bad))
+    bad.write_text("time\n0\nx\n")
+    with pytest.raises(ValueError, match="row 3 column 'time' is not a number"):
+        parse_arrivals(str(bad))
+    bad.write_text("time\n0\n2\n1\n")
+    with pytest.raises(ValueError, match="must not decrease"):
+        parse_arrivals(str(bad))
+    with pytest.raises(ValueError, match="no such file"):
+        parse_arrivals(str(tmp_path / "none.csv"))
+    with pytest.raises(TypeError, match="arrivals must be"):
+        as_arrivals(3)
+
+
+def test_plan_checks_before_compiling(monkeypatch):
+    def no_run(*args, **kwargs):
+        raise AssertionError("validation must come before any compilation")
+
+    monkeypatch.setattr(runner, "run_blocks", no_run)
+    trace = Trace(np.arange(10.0))
+    with pytest.raises(ValueError, match="identical exponential servers"):
+        runner.plan("pod", [0.5], 4, arrivals=trace, service="erlang:2")
+    short = Profile((0.0, 0.5, 1.0), (1.0, 2.0, None))
+    with pytest.raises(ValueError, match="merge short segments"):
+        runner.plan("jsq", [0.5], 1, arrivals=short)
+    with pytest.raises(ValueError, match="load"):
+        runner.plan("pod", [1.2], 4, arrivals=Profile((0.0, 10.0), (1.0, None)))
+    with pytest.warns(jq.BackendWarning, match="clock"):
+        p = runner.plan("pod", [0.5, 0.7], 4, backend="registers",
+                        arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)))  # fmt: skip
+    assert p.backend == "xla" and "clock" in p.backend_note
+    assert p.fingerprint()["system"]["arrivals"]["kind"] == "mmpp"
+
+
+# -- exact references -------------------------------------------------------------------
+
+
+def _jsq_states(n: int, k: int):
+    """Sorted queue vectors (non-increasing) of ``n`` servers holding at most ``k`` each."""
+    out = [()]
+    for _ in range(n):
+        out = [s + (q,) for s in out for q in range(k + 1) if not s or q <= s[-1]]
+    return out
+
+
+def _jsq_generator(n: int, k: int, arrival_rate: float):
+    """Generator of JSQ on ``n`` unit-rate servers with Poisson arrivals (blocked at ``k``)."""
+    states = _jsq_states(n, k)
+    index = {s: i for i, s in enumerate(states)}
+    q = np.zeros((len(states), len(states)))
+    for s, i in index.items():
+        if s[-1] < k:  # the shortest queue gains a task
+            t = list(s)
+            t[-1] += 1
+            q[i, index[tuple(sorted(t, reverse=True))]] += arrival_rate
+        for j, x in enumerate(s):
+            if x:
+                t = list(s)
+                t[j] -= 1
+                q[i, index[tuple(sorted(t, reverse=True))]] += 1.0
+    np.fill_diagonal(q, -q.sum(axis=1))
+    return states, q
+
+
+def _stationary(q):
+    m = q.shape[0]
+    a = np.vstack([q.T, np.ones((1, m))])
+    return np.linalg.lstsq(a, np.concatenate([np.zeros(m), [1.0]]), rcond=None)[0]
+
+
+def _mmpp_jsq_reference(src: MMPP, load: float, n: int, k: int = 40):
+    """Mean queue length per server, the law of the shortest queue an arrival
+    finds, for an MMPP (mean rate ``load * n``) feeding JSQ."""
+    rates = load * n * src.shape
+    blocks = [_jsq_generator(n, k, r) for r in rates]
+    states = blocks[0][0]
+    m, size = len(rates), len(states)
+    full = np.kron(src.matrix, np.eye(size))
+    for s, (_, qs) in enumerate(blocks):
+        full[s * size:(s + 1) * size, s * size:(s + 1) * size] += qs
+    pi = _stationary(full).reshape(m, size)
+    total = np.array([sum(x) for x in states], float)
+    shortest = np.array([x[-1] for x in states])
+    seen = np.zeros(k + 1)
+    for s in range(m):
+        np.add.at(seen, shortest, pi[s] * rates[s])
+    assert pi[:, total == total.max()].sum() < 1e-9  # the truncation is far out
+    return float((pi.sum(axis=0) * total).sum() / n), seen / seen.sum()
+
+
+def _uniformized_integral(p0, q, t, terms=4000):
+    """``p0 exp(q t)`` and ``int_0^t p0 exp(q s) ds`` by uniformization."""
+    lam = max(-np.diag(q).min(), 1e-12)
+    step = np.eye(q.shape[0]) + q / lam
+    weights = np.exp(-lam * t)  # Poisson(lam t) pmf, term by term
+    cdf, v = weights, p0.copy()
+    end, area = weights * v, (1.0 - cdf) * v / lam
+    for n in range(1, terms):
+        v = v @ step
+        weights *= lam * t / n
+        cdf += weights
+        end += weights * v
+        area += (1.0 - cdf) * v / lam
+        if 1.0 - cdf < 1e-15 and n > lam * t:
+            break
+    return end, area
+
+
+def _profile_mm1_reference(src: Profile, load: float, k: int = 80):
+    """Periodic regime of M/M/1 under a rate profile: time-average queue
+    length and the law of the queue an arrival finds."""
+    gens = [_jsq_generator(1, k, load * r)[1] for r in src.shape]
+    p = np.zeros(k + 1)
+    p[0] = 1.0
+    for _ in range(200):  # periods until the regime is periodic
+        start = p
+        for qg, d in zip(gens, src.durations):
+            p, _ = _uniformized_integral(p, qg, d)
+        if np.abs(p - start).max() < 1e-13:
+            break
+    area_total, seen = np.zeros(k + 1), np.zeros(k + 1)
+    for qg, d, r in zip(gens, src.durations, src.shape):
+        p, area = _uniformized_integral(p, qg, d)
+        area_total += area
+        seen += load * r * area
+    assert area_total[-1] / src.period < 1e-12
+    return float(area_total @ np.arange(k + 1)) / src.period, seen / seen.sum()
+
+
+def _check(est, value, what):
+    tol = tolerance(est, FAMILY)
+    assert abs(est.mean - value) <= tol, f"{what}: {est.mean:.5f} vs {value:.5f} (tol {tol:.5f})"
+
+
+def _check_seen(res, seen, mean_queue):
+    _check(res.mean_queue_length, mean_queue, "mean queue length")
+    _check(res.waiting_probability, 1.0 - seen[0], "P(wait)")
+    _check(res.mean_response_time, float(seen @ (np.arange(seen.size) + 1.0)), "mean response")
+
+
+# -- the simulator against them -----------------------------------------------------------
+
+
+def test_mmpp_jsq_against_joint_chain():
+    """A slow two-state MMPP whose high state overloads the servers (peak 1.02)."""
+    src = MMPP(((-0.5, 0.5), (0.5, -0.5)), (0.3, 1.7))
+    res = jq.simulate("jsq", 0.6, 2, arrivals=src, replicas=32, steps=300_000, seed=11)
+    mean_queue, seen = _mmpp_jsq_reference(src, 0.6, 2)
+    _check_seen(res, seen, mean_queue)
+    assert res.settings["arrivals"]["kind"] == "mmpp"
+
+
+@pytest.mark.slow
+def test_profile_mm1_against_periodic_regime():
+    """Five segments, two of them shorter than the longest gap a step can
+    draw (a step passes up to 12 segment ends)."""
+    src = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
+    res = jq.simulate("jsq", 0.6, 1, arrivals=src, replicas=32, steps=300_000, seed=12)
+    mean_queue, seen = _profile_mm1_reference(src, 0.6)
+    _check_seen(res, seen, mean_queue)
+    # each replica's measured time covers many periods
+    assert res.settings["time_measured"] > 50 * src.period
+
+
+def test_trace_dm1():
+    """Evenly spaced trace arrivals on one server: the D/M/1 queue."""
+    load = 0.8
+    sigma = 0.5
+    for _ in range(200):
+        sigma = math.exp(-(1.0 - sigma) / load)
+    res = jq.simulate("jsq", load, 1, arrivals=Trace(np.arange(1000.0)), replicas=32,
+                      steps=200_000, seed=13)  # fmt: skip
+    _check(res.waiting_probability, sigma, "P(wait)")
+    _check(res.mean_response_time, 1.0 / (1.0 - sigma), "mean response")
+    _check(res.mean_queue_length, load / (1.0 - sigma), "mean queue length (Little)")
+    assert math.isnan(res.tail.mean[1]) and res.tail.n == 0  # not a time average
+    for q, est in res.response_quantiles.items():  # exponential of rate 1 - sigma
+        _check(est, -math.log(1.0 - q) / (1.0 - sigma), f"response quantile {q}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["profile-erlang", "mmpp-jiq-threshold"])
+def test_flat_sources_match_exact(case):
+    """Equal rates make the sources Poisson: the exact stationary answers
+    hold, through the phase-type class words and the per-server step."""
+    if case == "profile-erlang":
+        kw = dict(policy="pod", n=3, m=1, service="erlang:2", buffer=6)
+        src = Profile((0.0, 1.0, 3.0, 4.0), (2.0, 2.0, 2.0, None))
+    else:
+        kw = dict(policy="jiq-threshold", n=3, m=2, service=None, buffer=6)
+        src = MMPP(((-2.0, 2.0), (1.0, -1.0)), (1.0, 1.0))
+    ex = solve_exact(kw["policy"], 0.8, kw["n"], kw["m"], buffer=kw["buffer"], service=kw["service"])
+    res = jq.simulate(kw["policy"], 0.8, kw["n"], kw["m"], buffer=kw["buffer"],
+                      service=kw["service"], arrivals=src, replicas=32, steps=200_000, seed=14)  # fmt: skip
+    _check(res.mean_queue_length, ex.mean_queue_length, "mean queue length")
+    _check(res.mean_response_time, ex.mean_response_time, "mean response")
+    _check(res.blocking_probability, ex.blocking_probability, "blocking")
+
+
+def test_checkpoint_resume_with_clock(tmp_path):
+    src = Profile((0.0, 3.0, 8.0), (0.5, 1.5, None))
+    kw = dict(replicas=4, steps=20_000, warmup=2_560, seed=5, arrivals=src, init="empty")
+    whole = jq.simulate("pod", 0.7, 4, **kw)
+    p = runner.plan("pod", [0.7], 4, **kw)
+    r = runner.Run.start(p)
+    r.advance(30)
+    path = str(tmp_path / "ck.npz")
+    r.save(path)
+    resumed = runner.Run.resume(p, path).advance().results()[0]
+    assert resumed.mean_response_time == whole.mean_response_time
+    assert np.array_equal(resumed.tail.mean, whole.tail.mean)
+
+
+def test_cli_arrivals_json(tmp_path):
+    prof = tmp_path / "step.csv"
+    prof.write_text("time,rate\n0,1\n5,2\n10,\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxqueue", "simulate", "--policy", "pod", "--load", "0.6",
+         "--servers", "4", "--replicas", "4", "--steps", "5000", "--arrivals", str(prof), "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["settings"]["arrivals"]["kind"] == "profile"
+    assert data["settings"]["arrivals"]["peak"] == pytest.approx(4 / 3)
