@@ -10,7 +10,10 @@ that the cost of an event does not grow with N. JIQ-Original and
 JIQ-Threshold(1) keep per-server state (O(N) memory per replica): their rows
 are N = 1000 and, at 100 replicas, N = 100 and N = 10^4. Phase-type service
 (``--services``, default erlang:2, erlang:4 and hyperexp:4) adds rows for Pod(2)
-and JIQ at N = 1000 and 10^4 replicas. Each figure is the best of
+and JIQ at N = 1000 and 10^4 replicas; so do arrival sources (``--arrivals``,
+default profile, mmpp and trace: a 24-segment daily profile with peak 1.5 x
+the mean, a two-state MMPP with rates 0.5 and 1.5, and a trace of 10^5
+arrivals with bursty gaps). Each figure is the best of
 three timed chunks after a compile-and-warm call; one event is one
 uniformized step of one replica. Runs on all devices of the default backend;
 on a CPU, one device per core is exposed unless XLA_FLAGS says otherwise.
@@ -42,13 +45,30 @@ from jaxqueue.sim import runner  # noqa: E402
 from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
 
 
+def source(kind: str):
+    """The benchmark's arrival source of a kind (profile, mmpp, trace)."""
+    from jaxqueue.core.arrivals import MMPP, Profile, Trace
+
+    if kind == "profile":
+        return Profile.from_function(lambda t: 1.0 + 0.5 * np.sin(2 * np.pi * t / 240.0), 240.0,
+                                     24, label="daily")  # fmt: skip
+    if kind == "mmpp":
+        return MMPP(((-0.1, 0.1), (0.1, -0.1)), (0.5, 1.5), label="two-state")
+    if kind == "trace":
+        rng = np.random.default_rng(0)
+        gaps = rng.exponential(1.0, 10**5) * np.where(rng.random(10**5) < 0.1, 5.0, 0.5)
+        return Trace(np.cumsum(gaps), label="bursty")
+    raise ValueError(f"--arrivals: unknown kind {kind!r}: use profile, mmpp or trace")
+
+
 def measure(name: str, n: int, ratio: float, load: float, replicas: int,
-            target_events: float, service: str | None = None) -> dict:  # fmt: skip
+            target_events: float, service: str | None = None, arrivals: str | None = None) -> dict:  # fmt: skip
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
     plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0,
-                       service=service, init="empty" if service else "auto")  # fmt: skip
+                       service=service, init="empty" if service else "auto",
+                       arrivals=source(arrivals) if arrivals else None)  # fmt: skip
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
     state = runner.Run.start(plan).core
@@ -73,6 +93,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     return {
         "policy": pol.label(), "n_servers": n, "n_dispatchers": m, "load": load,
         "replicas": replicas, "levels": lv, "iqueue_levels": iq, "service": service or "exp",
+        "arrivals": arrivals or "poisson",
         "events_per_second": events / best, "seconds": best, "events": events,
         "compile_and_first_block_seconds": compile_s,
     }  # fmt: skip
@@ -86,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--events", type=float, default=2e8, help="events per timed chunk")
     ap.add_argument("--services", default="erlang:2,erlang:4,hyperexp:4",
                     help="phase-type laws of the extra rows (empty: none)")
+    ap.add_argument("--arrivals", default="profile,mmpp,trace",
+                    help="arrival sources of the extra rows (empty: none)")
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p]
     rows = []
@@ -95,14 +118,16 @@ def main(argv=None) -> int:
         per_server = jq.make(p).per_server
         for n in (100, 10**4) if per_server else (100, 10**6):
             configs.append((p, n, 100 if per_server else batches[-1]))
-    configs = [c + (None,) for c in configs]
+    configs = [c + (None, None) for c in configs]
     for law in (s for s in args.services.split(",") if s):
-        configs += [(p, 1000, batches[-1], law) for p in ("pod", "jiq") if p in pols]
-    for name, n, r, law in configs:
+        configs += [(p, 1000, batches[-1], law, None) for p in ("pod", "jiq") if p in pols]
+    for kind in (s for s in args.arrivals.split(",") if s):
+        configs += [(p, 1000, batches[-1], None, kind) for p in ("pod", "jiq") if p in pols]
+    for name, n, r, law, kind in configs:
         target = args.events * (0.2 if args.quick else 1.0) * min(1.0, r / 1000)
-        row = measure(name, n, 10.0, 0.9, r, max(target, 2e5), law)
+        row = measure(name, n, 10.0, 0.9, r, max(target, 2e5), law, kind)
         rows.append(row)
-        print(f"{row['policy']:10s} {row['service']:10s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
+        print(f"{row['policy']:10s} {row['service']:10s} {row['arrivals']:8s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
               f"iq_levels={row['iqueue_levels']:<3d} {row['events_per_second']:10.3e} replica-events/s",
               file=sys.stderr if args.json else sys.stdout, flush=True)  # fmt: skip
     meta = {
