@@ -138,6 +138,7 @@ __all__ = [
 RULES = (
     "random",
     "jsq",
+    "jsew",
     "pod",
     "i1f",
     "jiq",
@@ -149,7 +150,7 @@ RULES = (
 #: The rules whose dispatchers keep I-queues.
 JIQ_FAMILY = frozenset({"jiq", "jiq-pod", "jiq-sq", "jiq-original", "jiq-threshold"})
 #: The rules with a phase-type chain (:class:`PhaseChain`).
-PHASE_RULES = ("random", "jsq", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq")
+PHASE_RULES = ("random", "jsq", "jsew", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq")
 
 # Layout of the per-state reward vector (rates of events, per unit time): the
 # fixed entries, then the rate of accepted arrivals that find k = 0..cap-1 tasks.
@@ -294,7 +295,7 @@ class Chain:
         pol, n = self.rule, self.n
         if pol == "random" or (pol == "pod" and self.d == 1):
             return self._uniform(range(n))
-        if pol == "jsq":
+        if pol in ("jsq", "jsew"):  # (jsew with identical servers is JSQ; pools: PhaseChain)
             best = min(q)
             return self._uniform([i for i in range(n) if q[i] == best])
         if pol == "pod":
@@ -605,6 +606,9 @@ class PhaseChain(Chain):
             self.n_rewards = self.seen_phase_offset + (cap - 1) * p_count
         else:
             self.n_rewards = self.seen_phase_offset + len(self.pools) * cap * p_count
+        #: per pool: mean service time over speed (jsew's expected wait per task)
+        self.pool_wait = [x.mean / v for x, v in specs]
+        self._labels = None  # the pools of the state being expanded (jsew)
         #: the pool of each server of the initial labelled state
         self.pool_of = (
             None if self.pools is None
@@ -650,6 +654,7 @@ class PhaseChain(Chain):
             def key(q_, ph_, l_):
                 return canon(list(zip(pl, q_, ph_)), l_)
 
+        self._labels = pl
         n, p_count, cap = self.n, self.n_phases, self.cap
         out = defaultdict(float)
         rew = defaultdict(float)  # sparse: index -> rate (see enumerate_states)
@@ -723,6 +728,19 @@ class PhaseChain(Chain):
                     if t != state:
                         out[t] += r
         return out, rew
+
+    def _plain_targets(self, q):
+        """As :meth:`Chain._plain_targets`; ``jsew`` with pools weighs each
+        server's ``q + 1`` by its pool's mean service time over speed, among
+        the servers with room (equal within ``WAIT_TIE``: ties, uniform)."""
+        if self.rule != "jsew" or self._labels is None:
+            return super()._plain_targets(q)
+        from jaxqueue.sim.classes import WAIT_TIE
+
+        waits = [(q[i] + 1) * self.pool_wait[self._labels[i]] for i in range(self.n)]
+        room = [i for i in range(self.n) if q[i] < self.cap] or list(range(self.n))
+        best = min(waits[i] for i in room)
+        return self._uniform([i for i in room if waits[i] <= best * (1 + WAIT_TIE)])
 
     def queue_lengths(self, decoded_q):
         """The plain queue lengths of a decoded state's server entries."""

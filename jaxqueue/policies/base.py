@@ -81,12 +81,16 @@ class View(NamedTuple):
         iq_listed: int32, same shape; ``iq_listed[j]`` listed servers sit in
             I-queues of size >= j (``sum_{i >= j} i * #(I-queues of size i)``).
         idle: int32 scalar, number of idle servers.
+        classes: int32 ``(levels + 1, C)``, servers by queue length and class
+            (pool and phase), with server classes; ``None`` otherwise. Only a
+            policy defined on speeds looks at it (``jsew``).
     """
 
     tail: jax.Array
     iq_tail: jax.Array
     iq_listed: jax.Array
     idle: jax.Array
+    classes: jax.Array | None = None
 
 
 class Route(NamedTuple):
@@ -97,12 +101,16 @@ class Route(NamedTuple):
         iq_remove: int32, size of the I-queue that loses a listed server (0: none).
         deletes: int32, delete requests sent.
         probes: int32, probe messages sent.
+        server_class: int32, the class of the chosen server, for a policy
+            that picks a server by class (``jsew`` with pools); ``None``: a
+            uniform server of its level (:mod:`jaxqueue.sim.classes`).
     """
 
     level: jax.Array
     iq_remove: jax.Array
     deletes: jax.Array
     probes: jax.Array
+    server_class: jax.Array | None = None
 
 
 #: A zero count (a NumPy scalar: a literal when traced, so a Pallas kernel captures no constant).

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from jaxqueue.policies.base import ZERO, ClosedForm, Policy, Route, Servers, check_d, server_draw
 
-__all__ = ["Random", "JSQ", "PowerOfD", "IdleOneFirst"]
+__all__ = ["Random", "JSQ", "JSEW", "PowerOfD", "IdleOneFirst"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +62,38 @@ class JSQ(Policy):
 
     def decide(self, view, outcomes, system):
         return Route(outcomes[0], ZERO, ZERO, ZERO)
+
+
+@dataclasses.dataclass(frozen=True)
+class JSEW(JSQ):
+    """Join the Shortest Expected Wait: JSQ that sees the servers' speeds.
+
+    Known as shortest expected delay routing (Whitt, "Deciding which queue
+    to join: some counterexamples", Operations Research 34(1), 1986, shows
+    that neither it nor JSQ is optimal in general). An arrival joins a server with the least ``(k + 1) * m / v`` (``k`` its
+    queue length, ``v`` its pool's speed, ``m`` its pool's mean service
+    time: the expected time until the new task completes, counting each
+    task as a full service), ties uniform; with a finite buffer, among the
+    servers with room (all full: blocked). With identical servers it is JSQ
+    (the same draws and decisions, bit for bit). Centralised, no messages.
+    """
+
+    name: ClassVar[str] = "jsew"
+    references: ClassVar[tuple] = ("whitt1986",)
+
+    def exact_rule(self):
+        return "jsew", {}
+
+    def route_words(self, system):
+        return 2 if system.pools is not None else super().route_words(system)
+
+    def route(self, view, words, system):
+        if system.pools is None:
+            return super().route(view, words, system)
+        from jaxqueue.sim.classes import shortest_expected_wait  # (the class tables live there)
+
+        level, cls = shortest_expected_wait(view.classes, words, system)
+        return Route(level, ZERO, ZERO, ZERO, cls)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,11 @@ REFERENCES = {
         'novel load balancing algorithm for dynamically scalable web services", Performance '
         "Evaluation 68(11), 2011",
     ),
+    "whitt1986": (
+        "Whitt",
+        'W. Whitt, "Deciding which queue to join: some counterexamples", Operations Research '
+        "34(1), 1986",
+    ),
     "mitzenmacher2001": (
         "Mitzenmacher",
         'M. Mitzenmacher, "The power of two choices in randomized load balancing", IEEE '

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxqueue.policies.base import Policy
-from jaxqueue.policies.classic import JSQ, IdleOneFirst, PowerOfD, Random
+from jaxqueue.policies.classic import JSEW, JSQ, IdleOneFirst, PowerOfD, Random
 from jaxqueue.policies.jiq import JIQ, JIQSQ, IdleFirst, JIQPod
 from jaxqueue.policies.per_server import JIQOriginal, JIQThreshold
 
@@ -29,7 +29,7 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-for _cls in (Random, JSQ, PowerOfD, IdleOneFirst, JIQ, JIQPod, JIQSQ, IdleFirst, JIQOriginal,
+for _cls in (Random, JSQ, JSEW, PowerOfD, IdleOneFirst, JIQ, JIQPod, JIQSQ, IdleFirst, JIQOriginal,
              JIQThreshold):  # fmt: skip
     register(_cls)
 

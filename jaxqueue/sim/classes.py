@@ -46,7 +46,8 @@ from jaxqueue.core.service import Pool, exponential
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import level_of
 
-__all__ = ["Classes", "class_table", "service_outcome", "classes_after", "split_classes"]
+__all__ = ["Classes", "class_table", "service_outcome", "classes_after", "split_classes",
+           "wait_ranks", "shortest_expected_wait"]
 
 _SCALE = 2**32
 
@@ -142,7 +143,50 @@ def service_outcome(classes, tail, words, system: System):
     return k, c, outcome
 
 
-def classes_after(classes, tail, words, is_arrival, up, service, system: System):
+#: Relative tolerance under which two expected waits are equal (``jsew`` ties);
+#: the exact solver groups them the same way.
+WAIT_TIE = 1e-9
+
+
+@functools.lru_cache(maxsize=64)
+def wait_ranks(system: System) -> np.ndarray:
+    """int32 ``(levels + 1, C)``: the rank of ``(k + 1) * mean / speed`` of a
+    server of class ``c`` holding ``k`` tasks among all such values (equal
+    within :data:`WAIT_TIE`: equal ranks), for ``jsew``."""
+    table = class_table(system)
+    per = np.array([table.pools[i].law.mean / table.pools[i].speed for i in table.pool_of])
+    waits = (np.arange(system.levels + 1)[:, None] + 1.0) * per[None, :]
+    flat = np.sort(waits.ravel())
+    groups = np.concatenate([[0], np.cumsum(np.diff(flat) > WAIT_TIE * flat[1:])])
+    rank = np.empty(waits.shape, np.int64)
+    for idx in np.ndindex(waits.shape):
+        j = int(np.searchsorted(flat, waits[idx] * (1 - WAIT_TIE / 2)))
+        rank[idx] = groups[min(j, flat.size - 1)]
+    return rank.astype(np.int32)
+
+
+def shortest_expected_wait(classes, words, system: System):
+    """``jsew``'s server: the level and class of a uniform server among those
+    of least expected wait (with a finite buffer, among those with room;
+    none: the top level, so the arrival is blocked). Two words."""
+    levels = system.levels
+    rank = jnp.asarray(wait_ranks(system))
+    big = jnp.int32(np.iinfo(np.int32).max)
+    room = classes > 0
+    if system.buffer is not None:
+        room = room & (jnp.arange(levels + 1)[:, None] < levels)
+    ranked = jnp.where(room, rank, big)
+    tied = jnp.where(ranked == ranked.min(), classes, 0).reshape(-1)
+    total = tied.sum()
+    pick = uniform_index(words[0], words[1], jnp.maximum(total, 1))
+    flat = jnp.sum(jnp.cumsum(tied) <= pick, dtype=jnp.int32)
+    n_cls = classes.shape[1]
+    level = jnp.where(total > 0, flat // n_cls, levels)
+    return level, jnp.where(total > 0, flat % n_cls, 0)
+
+
+def classes_after(classes, tail, words, is_arrival, up, service, system: System,
+                  arrival_class=None):  # fmt: skip
     """The class counts after a step (one replica).
 
     Args:
@@ -155,6 +199,8 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System)
             queue length after it; past ``levels``: none), from the occupancy step.
         service: :func:`service_outcome` of the step.
         system: static.
+        arrival_class: the class of the server the arrival joins, when the
+            policy chose it (``jsew``); ``None``: a uniform server of its level.
     """
     table = class_table(system)
     levels, n_cls = system.levels, table.n_classes
@@ -168,7 +214,10 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System)
     joins = is_arrival & (up <= levels)
     k = jnp.clip(up - 1, 0, levels)
     size = tail[k] - _above(tail, k, levels)
-    c_arr = _class_at(classes[k], uniform_index(words[-4], words[-3], jnp.maximum(size, 1)))
+    if arrival_class is None:
+        c_arr = _class_at(classes[k], uniform_index(words[-4], words[-3], jnp.maximum(size, 1)))
+    else:
+        c_arr = arrival_class
 
     # the pool of the server whose task starts or ends, and a new phase in it
     c_pool = jnp.where(is_arrival, c_arr, c_dep)

@@ -68,10 +68,10 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             service = service[:2] + (jnp.where(serves, service[2], -1),)
         tail, iq_tail, iq_listed, event = occupancy_step(
             core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
-            serves=service[2] == 0,
+            serves=service[2] == 0, classes=core.classes,
         )  # fmt: skip
         classes = classes_after(core.classes, core.tail, own, event["arrivals"] > 0, event["up"],
-                                service, system)  # fmt: skip
+                                service, system, event.pop("arrival_class", None))  # fmt: skip
         return Core(tail, iq_tail, iq_listed, None, classes, clock), event
     tail, iq_tail, iq_listed, event = occupancy_step(
         core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy, serves=serves
@@ -108,7 +108,7 @@ def _relist(iq_listed, leave, s_out, join, s_in):
 
 
 def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy,
-                   serves=None):  # fmt: skip
+                   serves=None, classes=None):  # fmt: skip
     """One uniformized step of an exchangeable policy, in either layout.
 
     The same function steps one replica's arrays (vmapped over replicas by
@@ -126,6 +126,9 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
         serves: with server classes, whether the service event a departure
             step draws is a completion (:mod:`jaxqueue.sim.classes`);
             ``None``: every busy server drawn completes (exponential service).
+        classes: the class counts (server classes only), which a policy
+            defined on speeds sees; it then names the class of the server it
+            picked, returned as ``event["arrival_class"]``.
 
     Returns:
         ``(tail, iq_tail, iq_listed, event)``.
@@ -133,7 +136,7 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     n = system.n_servers
     levels = system.levels
     idle = jnp.int32(n) - tail[1]
-    view = View(tail, iq_tail, iq_listed, idle)
+    view = View(tail, iq_tail, iq_listed, idle, classes)
     is_arrival = bernoulli(words[0], p_arrival)
 
     # Departure branch: a uniformly random server completes a task if busy.
@@ -182,4 +185,6 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
         is_arrival=is_arrival, full=full, iq_overflow=iq_overflow, joins=joins,
         deletes=jnp.where(is_arrival, route.deletes, 0), probes=probes, stale=jnp.int32(0),
     )  # fmt: skip
+    if route.server_class is not None:
+        event["arrival_class"] = route.server_class
     return new_tail, new_iq, new_listed, event
