@@ -312,10 +312,10 @@ def plan(
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
     system = System(n_servers, n_dispatchers, buffer,
                     _levels(pol, n_servers, n_dispatchers, buffer, levels,
-                            _bound_load(lmax, source, capacity(law, pool_set, n_servers)),
+                            bound_load(lmax, source, capacity(law, pool_set, n_servers)),
                             law, pool_set),
                     _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels,
-                                   _trough_load(min(loads), source)),
+                                   trough_load(min(loads), source)),
                     law, pool_set, source)  # fmt: skip
     pol.validate(system)
     check_source(system, loads)
@@ -398,7 +398,7 @@ def _pools(pools, n: int, pol) -> tuple | None:
 #: load to the capacity, and a trace's for that halfway load: queues build
 #: up while the rate is above the mean, and an arrival that finds a queue
 #: at the bound is an overflow, reported with advice (never clipped).
-def _bound_load(lmax: float, source, cap: float) -> float:
+def bound_load(lmax: float, source, cap: float) -> float:
     """The load the default level bounds are computed for."""
     if source is None or lmax >= cap:
         return lmax
@@ -406,7 +406,7 @@ def _bound_load(lmax: float, source, cap: float) -> float:
     return halfway if isinstance(source, Trace) else max(lmax, min(lmax * source.peak, halfway))
 
 
-def _trough_load(lmin: float, source) -> float:
+def trough_load(lmin: float, source) -> float:
     """The load the default I-queue bounds are computed for (idle servers
     gather in I-queues at low load): a profile's or an MMPP's lowest rate, a
     trace's half the mean, at least 0.01."""

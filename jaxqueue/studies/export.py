@@ -5,8 +5,9 @@ unchanged. The Dataset puts the grid's axes as dimensions:
 
 * dimensions: the point parameters that vary (``policy``, ``servers``,
   ``ratio`` or ``dispatchers``, ``buffer``, ``load`` or ``alpha`` or ``beta``,
-  ``d``, ``z``, ``order``; an option that is fixed for each policy is written
-  into the policy's name instead, ``pod(d=2)``), plus ``k`` for the occupancy vectors,
+  ``d``, ``z``, ``order``, ``service``, ``pools``, ``arrivals``; an option that
+  is fixed for each policy is written into the policy's name instead,
+  ``pod(d=2)``), plus ``k`` for the occupancy vectors,
   ``iqueue_size`` for ``iqueue_distribution`` and ``quantile`` for
   ``response_quantile``;
 * one data variable per metric (the simulated mean) with ``<metric>_ci95``
@@ -19,7 +20,8 @@ unchanged. The Dataset puts the grid's axes as dimensions:
   ``beta``); a missing
   option (``d`` of a policy that has none) is ``-1`` on a numeric axis and
   ``""`` on ``order``; an infinite buffer is ``0`` on the ``buffer`` axis;
-  exponential service is ``"exp"`` on ``service``, identical servers ``""`` on ``pools``.
+  exponential service is ``"exp"`` on ``service``, identical servers ``""`` on
+  ``pools``, Poisson arrivals ``"poisson"`` on ``arrivals``.
 
 Extras: ``frames`` (pandas) for :func:`to_frame`; ``parquet`` (pandas,
 pyarrow) for :func:`export_parquet`; ``xarray`` (xarray, pandas, h5netcdf)
@@ -36,7 +38,7 @@ __all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSI
 
 #: Candidate dimensions of :func:`to_dataset`, in order.
 DIMENSIONS = ("policy", "servers", "ratio", "dispatchers", "buffer", "load", "alpha", "beta", "d",
-              "z", "order", "service", "pools")  # fmt: skip
+              "z", "order", "service", "pools", "arrivals")  # fmt: skip
 _INDEX_DIM = {"tail": "k", "occupancy": "k", "arrival_seen": "k",
               "iqueue_distribution": "iqueue_size", "response_quantile": "quantile"}  # fmt: skip
 
@@ -104,6 +106,7 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     frame["order"] = frame["order"].fillna("")
     frame["service"] = frame["service"].fillna("exp")
     frame["pools"] = frame["pools"].fillna("")
+    frame["arrivals"] = frame["arrivals"].fillna("poisson")
     dims, coords = _dimensions(frame)
     frame["policy"] = _policy_names(frame, dims)
     parts = []

@@ -17,6 +17,20 @@ other parameters, optionally one panel per value of a parameter::
     logy = true
     title = "..."                   # optional; also xlabel, ylabel
 
+The response-time law is a figure of its own: ``metric = "response_cdf"``
+draws ``P(T <= t)`` against the response time ``t`` (``x = "time"``, the
+default for it), one curve per point, from the point's ``arrival_seen``
+(with exp(1) FIFO service a task that finds ``k`` tasks stays an
+Erlang(``k + 1``, 1) time, so the law is an Erlang mixture;
+:mod:`jaxqueue.results.response`) and from its theory's, with the stored
+quantiles (p50 to p99.9, with their 95% intervals) on the curves::
+
+    [[figure]]
+    name = "fig9"
+    metric = "response_cdf"
+    where = { load = 0.88 }         # a curve is one point: filter the others out
+    series = ["policy", "d", "z"]
+
 This module reads and checks figure tables and turns rows into
 :class:`Series` (plain numpy; no plotting library). Drawing is in
 :mod:`jaxqueue.studies.plots` (the ``plot`` extra, matplotlib). Figures do not
@@ -35,24 +49,33 @@ from collections import OrderedDict
 
 import numpy as np
 
+from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
 from jaxqueue.results.schema import SCALAR_METRICS, VECTOR_METRICS
 
 __all__ = [
-    "FigureSpec", "Series", "parse_figure", "figure_series", "summarize", "PARAMETERS",
-    "FIGURE_KEYS", "METRIC_NAMES", "check_expression", "evaluate_expression",
+    "FigureSpec", "Series", "parse_figure", "figure_series", "cdf_quantiles", "summarize",
+    "PARAMETERS", "FIGURE_KEYS", "METRIC_NAMES", "CDF", "check_expression", "evaluate_expression",
 ]  # fmt: skip
 
 #: Point parameters a figure can use (the store's columns of the same names).
 PARAMETERS = ("policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "buffer", "d",
-              "z", "order", "service", "pools")  # fmt: skip
+              "z", "order", "service", "pools", "arrivals")  # fmt: skip
 #: Keys of a ``[[figure]]`` table.
 FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "where", "logx",
                "logy", "title", "xlabel", "ylabel", "theory")  # fmt: skip
-#: Metric names a figure can draw (as in the simulate JSON; quantiles as ``response_quantile``).
-METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + ("response_quantile",)
-#: What a missing service law or pools value means.
-_DEFAULTS = {"service": "exp", "pools": "identical"}
-_NUMERIC = tuple(p for p in PARAMETERS if p not in ("policy", "order", "service", "pools"))
+#: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
+CDF = "response_cdf"
+#: Metric names a figure can draw (as in the simulate JSON; quantiles as
+#: ``response_quantile``), and the response-time law.
+METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + ("response_quantile", CDF)
+#: Times at which a response-time law is drawn, from 0 to the largest quantile
+#: at ``CDF_LEVEL`` of the figure's curves.
+CDF_POINTS = 201
+CDF_LEVEL = 0.999
+#: What a missing service law, pools or arrivals value means.
+_DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
+_TEXT = ("policy", "order", "service", "pools", "arrivals")
+_NUMERIC = tuple(p for p in PARAMETERS if p not in _TEXT)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.truediv, ast.Pow: operator.pow}  # fmt: skip
@@ -203,6 +226,10 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         "xlabel": lambda v: _text("xlabel", v),
         "ylabel": lambda v: _text("ylabel", v),
     }
+    if CDF in out["metrics"]:  # its x is the response time
+        _check_cdf(table, out["metrics"], fail)
+        out["x"] = "time"
+        del checks["x"]
     for key, check in checks.items():
         if key in table:
             try:
@@ -210,7 +237,7 @@ def parse_figure(table: dict, fail) -> FigureSpec:
             except (TypeError, ValueError) as err:
                 fail(key, str(err))
     fig = FigureSpec(**out)
-    vector = [m for m in fig.metrics if m not in SCALAR_METRICS]
+    vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
     if vector and fig.x != "index" and fig.index is None:
         fail("metric", f"metric {vector[0]!r} is a vector (or quantiles): give index = k (or the "
              'quantile level), or x = "index"')  # fmt: skip
@@ -224,6 +251,22 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     if fig.series and (fig.x in fig.series or fig.panels in fig.series):
         fail("series", "series must not repeat x or panels")
     return fig
+
+
+def _check_cdf(table: dict, metrics: tuple, fail) -> None:
+    """The keys of a ``response_cdf`` figure: drawn alone, against the time, from every k."""
+    if len(metrics) > 1:
+        fail("metric", f"metric {CDF!r} is drawn alone: give it as the only metric")
+    if table.get("x", "time") != "time":
+        fail("x", f'metric {CDF!r} is drawn against x = "time" (the response time)')
+    for key in ("index", "y_scale"):
+        if key in table:
+            fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of "
+                 "arrival_seen")  # fmt: skip
+    where = table.get("where")
+    if isinstance(where, dict) and "index" in where:
+        fail("where", f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot "
+             "filter index")  # fmt: skip
 
 
 def _index(value) -> float:
@@ -262,7 +305,8 @@ def _matches(row: dict, key: str, values: tuple) -> bool:
     have = row["idx"] if key == "index" else row.get(key)
     for v in values:
         if isinstance(v, str) or isinstance(have, str) or have is None:
-            if v == have or (v == "inf" and have is None and key == "buffer"):
+            if v == have or (have is None and v == ("inf" if key == "buffer" else
+                                                     _DEFAULTS.get(key))):  # fmt: skip
                 return True
         elif math.isclose(float(have), float(v), rel_tol=1e-9, abs_tol=1e-12):
             return True
@@ -282,9 +326,16 @@ def _fmt(value) -> str:
 def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     """The lines of ``fig`` from store rows (:meth:`Store.rows`), in a stable order.
 
+    For a ``response_cdf`` figure a line is the law ``P(T <= t)`` of one
+    point at :data:`CDF_POINTS` times ``t`` (its ``ci95`` is NaN: the store
+    keeps an interval per ``k``, not their joint law; :func:`cdf_quantiles`
+    gives the quantiles with theirs).
+
     Raises:
         ValueError: no row matches the figure's metrics, index and filters.
     """
+    if fig.metrics == (CDF,):
+        return _cdf_series(rows, fig)
     picked = []
     for r in rows:
         if r["metric"] not in fig.metrics:
@@ -300,19 +351,8 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                          + (f", index {fig.index:g}" if fig.index is not None else "")
                          + (f" and filters {dict(fig.where)}" if fig.where else ""))  # fmt: skip
     series_keys = fig.series
-    if series_keys is None:  # every other parameter that varies at a fixed x and panel
-        buckets: dict = {}
-        for r in picked:
-            key = (_sort_key(r["idx"] if fig.x == "index" else r[fig.x]),
-                   _sort_key(r.get(fig.panels)) if fig.panels else None)  # fmt: skip
-            buckets.setdefault(key, []).append(r)
-        varying = [p for p in PARAMETERS if p not in (fig.x, fig.panels)
-                   and any(_varies(b, p) for b in buckets.values())]  # fmt: skip
-        if "ratio" in varying:  # M follows N and r
-            varying = [p for p in varying if p != "dispatchers"]
-        if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
-            varying = [p for p in varying if p != "load"]
-        series_keys = tuple(varying)
+    if series_keys is None:
+        series_keys = _varying(picked, fig, lambda r: r["idx"] if fig.x == "index" else r[fig.x])
     groups: OrderedDict = OrderedDict()
     for r in picked:
         panel = r.get(fig.panels) if fig.panels else None
@@ -325,18 +365,130 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         xs = np.array([float(m["idx"] if fig.x == "index" else m[fig.x]) for m in members])
         order = np.argsort(xs, kind="stable")
         scale = np.array([fig.scale(m) for m in members])
-        col = lambda name: np.array(  # noqa: E731
-            [math.nan if m.get(name) is None else float(m[name]) for m in members])
-        label = " ".join(
-            _fmt(v) if p == "policy" else f"{p}={_fmt(_DEFAULTS.get(p) if v is None else v)}"
-            for p, v in zip(series_keys, key)
-            if v is not None or p in ("buffer", "service", "pools")  # an option the policy
-        )  # does not take is left out
+        col = lambda name: _column(members, name)  # noqa: E731
+        label = _label(series_keys, key)
         if len(fig.metrics) > 1:
             label = f"{label} {gkey[2]}".strip()
         out.append(Series(panel, label or gkey[2], gkey[2], xs[order], (col("mean") * scale)[order],
                           (col("ci95") * scale)[order], (col("theory") * scale)[order],
                           (col("refined") * scale)[order]))  # fmt: skip
+    return out
+
+
+def _varying(picked: list[dict], fig: FigureSpec, x_of) -> tuple:
+    """The default series: every parameter other than x and panels that varies at a fixed
+    x (``x_of(row)``) and panel."""
+    buckets: dict = {}
+    for r in picked:
+        key = (_sort_key(x_of(r)), _sort_key(r.get(fig.panels)) if fig.panels else None)
+        buckets.setdefault(key, []).append(r)
+    varying = [p for p in PARAMETERS if p not in (fig.x, fig.panels)
+               and any(_varies(b, p) for b in buckets.values())]  # fmt: skip
+    if "ratio" in varying:  # M follows N and r
+        varying = [p for p in varying if p != "dispatchers"]
+    if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
+        varying = [p for p in varying if p != "load"]
+    return tuple(varying)
+
+
+def _column(members: list[dict], name: str) -> np.ndarray:
+    return np.array([math.nan if m.get(name) is None else float(m[name]) for m in members])
+
+
+def _label(series_keys: tuple, key: tuple) -> str:
+    return " ".join(
+        _fmt(v) if p == "policy" else f"{p}={_fmt(_DEFAULTS.get(p) if v is None else v)}"
+        for p, v in zip(series_keys, key)
+        if v is not None or p in ("buffer", "service", "pools", "arrivals")  # an option the
+    )  # policy does not take is left out
+
+
+def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
+    """``(panel, label, rows)`` per curve of a ``response_cdf`` figure: the ``arrival_seen``
+    and ``response_quantile`` rows of one point each, in a stable order."""
+    picked = [r for r in rows if r["metric"] in ("arrival_seen", "response_quantile")
+              and all(_matches(r, k, v) for k, v in fig.where)]  # fmt: skip
+    seen = [r for r in picked if r["metric"] == "arrival_seen"]
+    if not seen:
+        raise ValueError(f"figure {fig.name!r}: no arrival_seen rows match"
+                         + (f" its filters {dict(fig.where)}" if fig.where else ""))  # fmt: skip
+    for r in seen:
+        if r.get("service") is not None or r.get("pools") is not None:
+            raise ValueError(
+                f"figure {fig.name!r}: the response-time law is the Erlang mixture of "
+                "arrival_seen, which holds for exp(1) service on identical servers, and a "
+                f"point has service={r.get('service')!r}, pools={r.get('pools')!r}: leave it "
+                "out with where"
+            )
+    series_keys = fig.series
+    if series_keys is None:
+        series_keys = _varying(seen, fig, lambda r: None)
+    groups: dict = {}
+    for r in picked:
+        panel = r.get(fig.panels) if fig.panels else None
+        key = tuple(r.get(p) for p in series_keys)
+        groups.setdefault((_sort_key(panel), _sort_key(key)), (panel, key, []))[2].append(r)
+    out = []
+    for gkey in sorted(groups):
+        panel, key, members = groups[gkey]
+        label = _label(series_keys, key) or CDF
+        if len({m["point_id"] for m in members}) > 1:
+            in_panel = "" if panel is None else f" in panel {fig.panels}={_fmt(panel)}"
+            raise ValueError(
+                f"figure {fig.name!r}: a {CDF} curve is one point, and series "
+                f"{list(series_keys)} put {len({m['point_id'] for m in members})} points on "
+                f"the curve {label!r}{in_panel}: add the parameter that tells them apart to "
+                "series or panels, or keep one with where (e.g. where = { load = 0.9 })"
+            )
+        out.append((panel, label, members))
+    return out
+
+
+def _seen_weights(members: list[dict], column: str):
+    """A point's ``arrival_seen`` (``w_k`` at ``k = idx``) from ``column``, or None where
+    some ``k`` has no finite value (no theory; a replica set that saw no arrival)."""
+    seen = [m for m in members if m["metric"] == "arrival_seen"]
+    values = _column(seen, column)
+    if not np.isfinite(values).all() or not values.sum() > 0:
+        return None
+    w = np.zeros(int(max(m["idx"] for m in seen)) + 1)
+    w[[int(m["idx"]) for m in seen]] = values
+    return np.clip(w, 0.0, None)  # a solver's rounding can leave a -1e-17
+
+
+def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
+    curves = _cdf_curves(rows, fig)
+    weights = [{c: _seen_weights(members, c) for c in ("mean", "theory", "refined")}
+               for _, _, members in curves]  # fmt: skip
+    ends = [float(erlang_mixture_quantile(w, CDF_LEVEL))
+            for ws in weights for w in ws.values() if w is not None]  # fmt: skip
+    if not ends:
+        raise ValueError(f"figure {fig.name!r}: no point has a finite arrival_seen")
+    t = np.linspace(0.0, max(ends), CDF_POINTS)
+    out = []
+    for (panel, label, _), ws in zip(curves, weights):
+        law = {c: np.full(t.size, math.nan) if w is None else erlang_mixture_cdf(w, t)
+               for c, w in ws.items()}  # fmt: skip
+        out.append(Series(panel, label, CDF, t, law["mean"], np.full(t.size, math.nan),
+                          law["theory"], law["refined"]))  # fmt: skip
+    return out
+
+
+def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
+    """The stored response-time quantiles of each curve of a ``response_cdf`` figure.
+
+    One :class:`Series` per curve of :func:`figure_series` (same panel and
+    label): ``x`` the levels ``q``, ``y`` the simulated quantiles with their
+    95% half-widths, ``theory`` and ``refined`` beside them. Plots draw them on
+    the curves; :func:`summarize` of them compares the law with theory.
+    """
+    out = []
+    for panel, label, members in _cdf_curves(rows, fig):
+        qs = sorted((m for m in members if m["metric"] == "response_quantile"),
+                    key=lambda m: m["idx"])  # fmt: skip
+        out.append(Series(panel, label, "response_quantile", _column(qs, "idx"),
+                          _column(qs, "mean"), _column(qs, "ci95"), _column(qs, "theory"),
+                          _column(qs, "refined")))  # fmt: skip
     return out
 
 

@@ -34,6 +34,7 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.policies.registry import make
 from jaxqueue.sim import runner
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels
+from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
 from jaxqueue.theory import mean_field
@@ -47,12 +48,12 @@ DEFAULT_BATCH_POINTS = 32
 
 def _shape_key(point: Point):
     return (point.policy, point.options, point.servers, point.dispatchers, point.buffer,
-            point.service, point.pools)  # fmt: skip
+            point.service, point.pools, point.arrivals)  # fmt: skip
 
 
 def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
     """The spec's points grouped by compiled shape (policy, options, N, M, buffer, service
-    law, pools), in order."""
+    law, pools, arrivals), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
         groups.setdefault(_shape_key(point), []).append(point)
@@ -130,19 +131,23 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
-    """Level bounds of a shape group: for its largest load (queues) and smallest (I-queues)."""
+    """Level bounds of a shape group: for its largest load (queues) and smallest (I-queues),
+    moved as the runner moves them for an arrival source (towards the capacity for queues,
+    to the source's trough for I-queues)."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
     n, m = first.servers, first.dispatchers
-    loads = [p.load for p in points]
+    system = first.system()
+    top = runner.bound_load(max(p.load for p in points), system.arrivals, system.capacity)
+    low = runner.trough_load(min(p.load for p in points), system.arrivals)
     levels = None
     if first.buffer is None and (first.service or first.pools):
-        levels = phase_levels(pol, n, m, max(loads), first.law(), first.pool_set())
+        levels = phase_levels(pol, n, m, top, first.law(), first.pool_set())
     elif first.buffer is None:
-        levels = default_levels(pol, n, m, max(loads))
+        levels = default_levels(pol, n, m, top)
     iq = None
     if pol.uses_iqueues and (m > 1 or pol.per_server):
-        iq = default_iqueue_levels(pol, n, m, min(loads))
+        iq = default_iqueue_levels(pol, n, m, low)
     return levels, iq
 
 
@@ -150,9 +155,9 @@ def _theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``)."""
     if kind == "mean-field":
         return (kind, point.policy, point.options, point.load, point.params()["ratio"],
-                point.buffer, point.service, point.pools)  # fmt: skip
+                point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
     return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
-            point.buffer, point.service, point.pools)  # fmt: skip
+            point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
 
 
 def _theory(points: list[Point], kind: str, cache: dict) -> list:
@@ -161,6 +166,8 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
     ``cache`` holds results by :func:`_theory_key`. Mean fields are solved
     without their response-time quantiles, which are then computed for the
     whole batch in one vectorised call (:func:`~jaxqueue.theory.result.fill_quantiles`).
+    A point with arrivals from a file has none: the mean field and the exact
+    chain are written for Poisson arrivals.
     """
     if kind == "none":
         return [None] * len(points)
@@ -170,7 +177,9 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
         if key in cache or key in new:
             continue
         opts = dict(point.options)
-        if kind == "mean-field":
+        if point.arrivals is not None:
+            new[key] = None
+        elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
             if point.pools is None and pol.mean_field_kind() in (
@@ -204,7 +213,7 @@ def _refined(points: list[Point], cache: dict) -> list:
         if key not in cache:
             pol = make(point.policy, **dict(point.options))
             value = None
-            plain = point.service is None and point.pools is None
+            plain = point.service is None and point.pools is None and point.arrivals is None
             if plain and pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
                 value = refined_mean_field(pol, point.load, point.params()["ratio"],
                                            buffer=point.buffer, n_servers=point.servers)  # fmt: skip
@@ -232,7 +241,7 @@ def _rows(point: Point, point_id: str, spec: GridSpec, res, theory, refined=None
     params = point.params()
     base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
                                        "alpha", "beta", "d", "z", "order", "buffer",
-                                       "service", "pools")}  # fmt: skip
+                                       "service", "pools", "arrivals")}  # fmt: skip
     run = {"replicas": spec.run.replicas, "steps": res.settings["steps"],
            "warmup": res.settings["warmup"], "seed": spec.run.seed}  # fmt: skip
     rows = []
@@ -277,6 +286,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 f"init='mean-field' needs a mean field, and {pol.name!r} has none "
                 f"({pol.no_mean_field}); use init = \"empty\" for this spec"
             )
+        if points[0].source is not None:  # a profile's segments against the step rate
+            check_source(points[0].system(), [p.load for p in points])
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with (Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text) as store,
           ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store") as writer):
@@ -300,6 +311,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                     levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
                     interval="replicas", service=first.service, pools=first.pools,
+                    arrivals=(None if first.arrivals is None
+                              else spec.arrivals_file(first.arrivals).path),
                     **dict(first.options),
                 )  # fmt: skip
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]

@@ -2,6 +2,9 @@
 
 Simulated points are drawn with their 95% intervals as error bars, theory
 (mean field or exact, where the store has it) as lines in the same colour.
+A response-time law (``metric = "response_cdf"``) is drawn as curves instead:
+the simulated law solid, theory dotted, and the stored quantiles on the
+simulated curve with their 95% intervals as horizontal error bars.
 Every function takes an optional matplotlib ``Axes`` and returns the axes it
 drew on, so figures compose; :func:`plot_store` writes a PNG. No pyplot state
 is used (figures are built with ``matplotlib.figure.Figure``), so this works
@@ -14,11 +17,13 @@ import os
 
 import numpy as np
 
-from jaxqueue.studies.figures import FigureSpec, Series, figure_series, summarize
+from jaxqueue.studies.figures import (
+    CDF, FigureSpec, Series, cdf_quantiles, figure_series, summarize,
+)  # fmt: skip
 from jaxqueue.studies.spec import parse_spec
 from jaxqueue.studies.store import Store
 
-__all__ = ["plot_series", "plot_figure", "plot_store", "axis_label"]
+__all__ = ["plot_series", "plot_cdf", "plot_figure", "plot_store", "axis_label"]
 
 _LABELS = {
     "load": r"$\lambda$", "servers": "N", "ratio": "r = N / M", "dispatchers": "M",
@@ -31,8 +36,13 @@ _LABELS = {
     "probe_rate": "probes per server per unit time", "stale_fraction": "stale picks",
     "tail": r"$s_k$ (servers with $\geq k$ tasks)", "occupancy": "servers with exactly k tasks",
     "arrival_seen": "arrivals that find k tasks", "iqueue_distribution": "I-queues of size k",
-    "response_quantile": "response-time quantile",
+    "response_quantile": "response-time quantile", "time": "response time t",
+    CDF: r"$P(T \leq t)$",
 }  # fmt: skip
+
+
+#: Line style and width of a response-time law: simulated, theory, refined mean field.
+_CDF_STYLES = {"y": ("-", 1.5), "theory": (":", 1.2), "refined": ("--", 1.0)}
 
 
 def _pyplot_free_figure(**kw):
@@ -129,13 +139,83 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
     return ax
 
 
+def plot_cdf(curves: list[Series], marks: list[Series] = (), ax=None, *, logx: bool = False,
+             logy: bool = False, theory: bool = True, title: str | None = None,
+             xlabel: str | None = None, ylabel: str | None = None,
+             colors: dict | None = None):  # fmt: skip
+    """Draw response-time laws on ``ax`` (a new figure's axes if None); returns ``ax``.
+
+    Args:
+        curves: the laws (:func:`~jaxqueue.studies.figures.figure_series` of a
+            ``response_cdf`` figure): simulated solid, theory dotted and the
+            refined mean field dashed, in the curve's colour.
+        marks: the quantiles of the same curves
+            (:func:`~jaxqueue.studies.figures.cdf_quantiles`), drawn at
+            ``(quantile, q)`` with their 95% half-widths as horizontal bars.
+        logx, logy, theory, title, xlabel, ylabel, colors: as for :func:`plot_series`.
+    """
+    if ax is None:
+        ax = _pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+    colors = {} if colors is None else colors
+    cycle = [f"C{i}" for i in range(10)]
+    fields = ("y", "theory", "refined") if theory else ("y",)
+    drawn = set()
+    for s in curves:
+        color = colors.setdefault(s.label, cycle[len(colors) % len(cycle)])
+        for field in fields:
+            y = getattr(s, field)
+            keep = np.isfinite(y) & ((y > 0) if logy else True) & ((s.x > 0) if logx else True)
+            if keep.any():
+                ls, lw = _CDF_STYLES[field]
+                ax.plot(s.x[keep], y[keep], ls, color=color, lw=lw,
+                        label=s.label if field == "y" else None)  # fmt: skip
+                drawn.add(field)
+    levels = set()
+    for m in marks:
+        keep = np.isfinite(m.y) & ((m.y > 0) if logx else True)
+        if keep.any():
+            ci = np.where(np.isfinite(m.ci95), m.ci95, 0.0)
+            ax.errorbar(m.y[keep], m.x[keep], xerr=ci[keep], fmt="o", ms=3, capsize=2,
+                        color=colors.get(m.label, "0.3"))  # fmt: skip
+            levels.update(m.x[keep].tolist())
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title, fontsize=10)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if curves:
+        from matplotlib.lines import Line2D
+
+        handles, labels = ax.get_legend_handles_labels()
+        for field, text in (("theory", "theory (dotted)"),
+                            ("refined", "refined mean field at N (dashed)")):  # fmt: skip
+            if field in drawn:
+                ls, lw = _CDF_STYLES[field]
+                handles.append(Line2D([], [], color="0.3", ls=ls, lw=lw))
+                labels.append(text)
+        if levels:
+            handles.append(Line2D([], [], color="0.3", marker="o", ms=3, ls=""))
+            labels.append(f"quantiles at q = {', '.join(f'{q:g}' for q in sorted(levels))} "
+                          "(95% intervals)")  # fmt: skip
+        ax.legend(handles, labels, fontsize=7, frameon=False, loc="lower right")
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
 def plot_figure(rows: list[dict], fig: FigureSpec, ax=None, *, spec_name: str | None = None):
     """Draw a ``[[figure]]`` of a spec from store rows; returns the axes (an array with panels).
 
     With ``panels`` the figure has one axes per panel value and ``ax`` must be
-    None or a sequence of that many axes.
+    None or a sequence of that many axes. A ``response_cdf`` figure is drawn
+    by :func:`plot_cdf`, with its stored quantiles on the curves.
     """
     series = figure_series(rows, fig)
+    marks = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else None
     panels = sorted({s.panel for s in series}, key=lambda p: (p is None, p))
     if fig.panels is None:
         panels = [None]
@@ -159,9 +239,13 @@ def plot_figure(rows: list[dict], fig: FigureSpec, ax=None, *, spec_name: str | 
         mine = [s for s in series if fig.panels is None or s.panel == panel]
         if fig.panels is not None:
             title = f"{axis_label(fig.panels)} = {panel if panel is not None else 'inf'}"
-        plot_series(mine, a, logx=fig.logx, logy=fig.logy, theory=fig.theory, title=title,
-                    xlabel=fig.xlabel or axis_label(fig.x), ylabel=ylabel,
-                    colors=colors)  # fmt: skip
+        style = dict(logx=fig.logx, logy=fig.logy, theory=fig.theory, title=title,
+                     xlabel=fig.xlabel or axis_label(fig.x), ylabel=ylabel, colors=colors)
+        if marks is None:
+            plot_series(mine, a, **style)
+        else:
+            plot_cdf(mine, [m for m in marks if fig.panels is None or m.panel == panel], a,
+                     **style)  # fmt: skip
     return axes if fig.panels is not None else axes[0]
 
 
@@ -173,7 +257,8 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
 
     Returns:
         :func:`~jaxqueue.studies.figures.summarize` of the figure's lines
-        (largest relative error and |difference| / half-width against theory).
+        (largest relative error and |difference| / half-width against theory);
+        of a ``response_cdf`` figure, of its quantiles (``x``: the level).
     """
     with Store.open_existing(store_path) as store:
         meta, rows = store.meta(), store.rows()
@@ -190,4 +275,5 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
     mpl_fig = np.atleast_1d(axes)[0].figure
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     mpl_fig.savefig(out, dpi=dpi)
-    return summarize(figure_series(rows, fig))
+    lines = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else figure_series(rows, fig)
+    return summarize(lines)

@@ -12,6 +12,7 @@
     d = [2]                     # optional, for every policy (likewise z)
     service = ["exp", "erlang:4", "hyperexp:4"]   # optional: service laws (default exp)
     pools = ["0.2:2,0.8:1"]     # optional: server pools FRACTION:SPEED,... (default: identical)
+    arrivals = ["data/trace.csv"]   # optional: arrival files, relative to the spec's folder
     [run]
     replicas = 16
     time = 300                  # measured time units, or steps = ...
@@ -31,6 +32,14 @@ Everything is checked here, before anything compiles: a :class:`SpecError`
 names the line of the offending key and the valid range. A point has a stable
 id and its own random stream (:meth:`Point.seed_word`), so its result does not
 depend on which points share its batch or on the order of the grid.
+
+``arrivals`` names files of :func:`jaxqueue.core.arrivals.parse_arrivals`
+(a rate profile, a Markov-modulated source or a trace; ``"poisson"`` is the
+default, Poisson arrivals). A point keeps the path as written, so its id does
+not depend on where the spec lies; the file is found relative to the spec's
+folder (:func:`load_spec`, or ``base`` of :func:`parse_spec`) and read when
+the spec is parsed, and its sha256 enters the spec's hash: a store is not
+resumed with other data under the same name.
 """
 
 from __future__ import annotations
@@ -40,14 +49,16 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 from pathlib import Path
 
+from jaxqueue.core.arrivals import parse_arrivals
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load, halfin_whitt_load,
-    heavy_traffic_load, steps_per_time_unit,
+    heavy_traffic_load,
 )  # fmt: skip
 from jaxqueue.policies.registry import make, option_names, policy_class
 from jaxqueue.studies.figures import FigureSpec, check_expression, evaluate_expression, parse_figure
@@ -61,12 +72,13 @@ except ModuleNotFoundError:  # Python 3.10
         _toml = None
 
 __all__ = [
-    "SpecError", "Point", "RunSettings", "GridSpec", "load_spec", "parse_spec", "GRID_KEYS",
-    "RUN_KEYS", "INITS", "THEORIES", "DEFAULT_WARMUP_TIME", "MAX_WARMUP_RATIO", "EXACT_MAX_STATES",
+    "SpecError", "Point", "RunSettings", "GridSpec", "ArrivalsFile", "load_spec", "parse_spec",
+    "GRID_KEYS", "RUN_KEYS", "INITS", "THEORIES", "DEFAULT_WARMUP_TIME", "MAX_WARMUP_RATIO",
+    "EXACT_MAX_STATES",
 ]  # fmt: skip
 
 GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
-             "z", "order", "service", "pools")  # fmt: skip
+             "z", "order", "service", "pools", "arrivals")  # fmt: skip
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
@@ -119,6 +131,11 @@ class Point:
         service: the service law's command-line form (``"erlang:4"``), or None
             for exponential service.
         pools: the server pools' command-line form (``"0.2:2,0.8:1"``), or None.
+        arrivals: the arrivals file as the spec writes it (``"data/trace.csv"``),
+            or None for Poisson arrivals.
+        source: the parsed arrivals file (not part of the point's identity; None
+            with Poisson arrivals, or when the spec's files were not read): it
+            sets the steps per time unit.
     """
 
     policy: str
@@ -131,13 +148,15 @@ class Point:
     beta: float | None = None
     service: str | None = None
     pools: str | None = None
+    arrivals: str | None = None
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def params(self) -> dict:
         """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options).
 
         ``order`` is there only for a policy that takes it (JIQ-Original), and
-        ``service`` and ``pools`` only where given, so the ids of other points
-        do not depend on them.
+        ``service``, ``pools`` and ``arrivals`` only where given, so the ids of
+        other points do not depend on them.
         """
         opts = dict(self.options)
         return {"policy": self.policy, "options": opts, "servers": self.servers,
@@ -146,7 +165,8 @@ class Point:
                 "d": opts.get("d"), "z": opts.get("z"),
                 **({"order": opts["order"]} if "order" in opts else {}),
                 **({"service": self.service} if self.service is not None else {}),
-                **({"pools": self.pools} if self.pools is not None else {})}  # fmt: skip
+                **({"pools": self.pools} if self.pools is not None else {}),
+                **({"arrivals": self.arrivals} if self.arrivals is not None else {})}  # fmt: skip
 
     def law(self):
         """The service law (a PhaseType), or None for exponential service."""
@@ -159,6 +179,16 @@ class Point:
     def rate(self) -> float:
         """The uniformization rate of service (1 for identical exponential servers)."""
         return uniform_rate(self.law(), self.pool_set())
+
+    def system(self) -> System:
+        """The point's servers, service and arrivals (what fixes its step rate)."""
+        return System(self.servers, levels=1, service=self.law(), pools=self.pool_set(),
+                      arrivals=self.source)  # fmt: skip
+
+    def steps_per_time_unit(self) -> float:
+        """Uniformized steps per unit time: ``N (load + rate)``, more with a rate
+        profile or an MMPP, uniformized at their peak (:meth:`System.step_rate`)."""
+        return self.servers * self.system().step_rate(self.load)
 
     def point_id(self) -> str:
         """The first 16 hex digits of the sha256 of the canonical JSON of :meth:`params`."""
@@ -177,7 +207,7 @@ class Point:
         text += f" load={self.load:.6g}"
         for key in ("alpha", "beta"):
             text += f" {key}={getattr(self, key):g}" if getattr(self, key) is not None else ""
-        for key in ("service", "pools"):
+        for key in ("service", "pools", "arrivals"):
             text += f" {key}={getattr(self, key)}" if getattr(self, key) is not None else ""
         return text
 
@@ -236,7 +266,7 @@ class RunSettings:
 
     def _steps(self, key: str, count, point: Point) -> int:
         units = self.time_units(key, point)
-        per = steps_per_time_unit(point.servers, point.load, point.rate())
+        per = point.steps_per_time_unit()
         n = count if units is None else math.ceil(units * per)
         if n > MAX_STEPS:
             raise SpecError(f"{key}={units:g} is {n} steps per replica at {point.label()}, out "
@@ -244,12 +274,31 @@ class RunSettings:
         return n
 
     def steps_for(self, point: Point) -> int:
-        """Measured steps per replica at ``point``: ``ceil(time * N * (load + rate))`` or ``steps``."""
+        """Measured steps per replica at ``point``: ``ceil(time * N * (load + rate))`` (more
+        with a rate profile or an MMPP: :meth:`Point.steps_per_time_unit`) or ``steps``."""
         return self._steps("time", self.steps, point)
 
     def warmup_for(self, point: Point) -> int:
         """Warm-up steps per replica at ``point``, from ``warmup_time`` or ``warmup``."""
         return self._steps("warmup_time", self.warmup, point)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrivalsFile:
+    """An ``arrivals`` file of a spec, found and read when the spec was parsed.
+
+    Attributes:
+        text: the path as the spec writes it (what points carry).
+        path: the absolute path it was found at (what the runner reads).
+        sha256: the digest of the file's bytes (part of the spec's hash).
+        source: the parsed :class:`~jaxqueue.core.arrivals.Profile`,
+            :class:`~jaxqueue.core.arrivals.MMPP` or :class:`~jaxqueue.core.arrivals.Trace`.
+    """
+
+    text: str
+    path: str
+    sha256: str
+    source: object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +313,9 @@ class GridSpec:
         source_text: the spec file's text.
         figures: the :class:`~jaxqueue.studies.figures.FigureSpec` of each ``[[figure]]``
             (not part of the hash: figures change no result).
+        arrivals: the :class:`ArrivalsFile` of each ``arrivals`` value; empty when
+            the spec was parsed without its folder (then its files were not
+            read, and a spec with arrivals can be drawn but not run).
     """
 
     name: str
@@ -271,6 +323,16 @@ class GridSpec:
     run: RunSettings
     source_text: str = dataclasses.field(default="", repr=False)
     figures: tuple = ()
+    arrivals: tuple = ()
+
+    def arrivals_file(self, text: str) -> ArrivalsFile:
+        """The :class:`ArrivalsFile` of an ``arrivals`` value of the spec."""
+        for source in self.arrivals:
+            if source.text == text:
+                return source
+        raise ValueError(f"spec {self.name!r} was parsed without its folder, so its arrivals "
+                         f"file {text!r} was not read: load it with load_spec(path) or "
+                         "parse_spec(text, base=FOLDER)")  # fmt: skip
 
     def figure(self, name: str) -> FigureSpec:
         """The ``[[figure]]`` named ``name``."""
@@ -285,10 +347,14 @@ class GridSpec:
 
         Comments, layout, the name, the order of the grid (points are sorted by id, as
         results do not depend on it) and spellings of one value (``300`` or ``300.0``,
-        ``0`` or ``"inf"``, a default written out) do not change it; any other change does.
+        ``0`` or ``"inf"``, a default written out) do not change it; any other change does,
+        and so does a change of the bytes of an ``arrivals`` file.
         """
         points = sorted((p.params() for p in self.points), key=_canonical)
         payload = {"points": points, "run": dataclasses.asdict(self.run)}
+        texts = sorted({p.arrivals for p in self.points if p.arrivals is not None})
+        if texts:  # only then: the hashes of specs without arrivals are unchanged
+            payload["arrivals"] = {t: self.arrivals_file(t).sha256 for t in texts}
         return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
@@ -338,6 +404,27 @@ def _pools_text(value):
         raise TypeError(f"pools must be a string such as '0.2:2,0.8:1', got {value!r}")
     make_pools(value, 10**6)  # the fractions and speeds; per-N counts at each point
     return value
+
+
+def _arrivals_text(value):
+    """An ``arrivals`` value: a file path as written; ``"poisson"`` is None (the default)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(f"arrivals must be a file path such as 'data/trace.csv' (or 'poisson'), "
+                        f"got {value!r}")  # fmt: skip
+    return None if value == "poisson" else value
+
+
+def _read_arrivals(text: str, base) -> ArrivalsFile:
+    """Find an ``arrivals`` file relative to ``base`` and parse it (errors: ValueError)."""
+    path = Path(base, os.path.expanduser(text)).resolve()
+    try:
+        if not path.is_file():
+            raise ValueError(f"no such file {path}")
+        source = parse_arrivals(str(path))
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, ValueError) as err:
+        raise ValueError(f"arrivals={text!r}: {err}") from None
+    return ArrivalsFile(text, str(path), digest, source)
 
 
 def _buffer(value):
@@ -582,7 +669,7 @@ class _Parser:
             steps, warm = run.steps_for(point), run.warmup_for(point)
         except SpecError as err:
             self.fail("run", str(err).split("=")[0], str(err))
-        per = steps_per_time_unit(point.servers, point.load, point.rate())
+        per = point.steps_per_time_unit()
         if warm > MAX_WARMUP_RATIO * steps:
             self.fail("run", measure, f"a run too short for its warm-up: the warm-up is {warm} "
                       f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
@@ -597,13 +684,18 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridSpec:
+def parse_spec(text: str, name: str | None = None, quick: bool = False,
+               base=None) -> GridSpec:  # fmt: skip
     """Parse and check the text of a spec.
 
     Args:
         text: the TOML text.
         name: the name when the spec has no ``name`` key (default ``"spec"``).
         quick: apply the [quick] overrides.
+        base: the folder that relative ``arrivals`` paths start from (the
+            spec file's; :func:`load_spec` passes it). None: ``arrivals`` files
+            are not read, which is enough to draw a store's figures (a store
+            keeps the spec's text, not its folder) but not to run the spec.
 
     Returns:
         The :class:`GridSpec`.
@@ -628,6 +720,14 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
     key = p.one_of("grid", ("load", "alpha", "beta"), required=True)
     services = p.axis("service", _service) if p.has("grid", "service") else [None]
     pool_texts = p.axis("pools", _pools_text) if p.has("grid", "pools") else [None]
+    arrival_texts = p.axis("arrivals", _arrivals_text) if p.has("grid", "arrivals") else [None]
+    sources = {}  # arrivals value -> ArrivalsFile; the files are read only with a base
+    for arr in arrival_texts if base is not None else ():
+        if arr is not None:
+            try:
+                sources[arr] = _read_arrivals(arr, base)
+            except ValueError as err:
+                p.fail("grid", "arrivals", str(err))
     caps, loads = {}, {}
     for n, law, pools in itertools.product(servers, services, pool_texts):
         try:
@@ -640,7 +740,14 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
     points, seen, with_mean_field = [], {}, False
     for policy, opts, lines in policies:
         for n in servers:
-            for m, b, law, pools in itertools.product(dispatchers[n], buffers, services, pool_texts):
+            for m, b, law, pools, arr in itertools.product(dispatchers[n], buffers, services,
+                                                            pool_texts, arrival_texts):
+                src = sources[arr].source if arr in sources else None
+                if src is not None and src.kind == "trace" and (law or pools):
+                    p.fail("grid", "arrivals", f"arrivals={arr!r} is a trace, and a trace run "
+                           "estimates the response time from the queue lengths arrivals find, "
+                           "which needs identical exponential servers: give service or pools, "
+                           "or a trace, not both")  # fmt: skip
                 for combo in itertools.product(*(opts[k] for k in sorted(opts))):
                     given = dict(zip(sorted(opts), combo, strict=True))
                     pol = p.resolve(policy, given, lines, n, m, b, run)
@@ -648,10 +755,12 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
                         p.fail("grid", "service" if law else "pools",
                                f"{policy} steps on per-server lists: service laws and pools "
                                "cover the exchangeable policies only")  # fmt: skip
-                    with_mean_field |= pol.mean_field_kind() != "none"
+                    # no mean field follows time-varying arrivals
+                    with_mean_field |= pol.mean_field_kind() != "none" and arr is None
                     options = tuple(sorted(pol.options().items()))
                     for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:
-                        point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools)
+                        point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools, arr,
+                                      src)  # fmt: skip
                         if point in seen:
                             raise SpecError(f"duplicate point {point.label()} (also from line "
                                             f"{seen[point]})", lines["policy"])  # fmt: skip
@@ -660,16 +769,20 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False) -> GridS
                         points.append(point)
     if run.theory in ("mean-field", "refined") and not with_mean_field:
         p.fail("run", "theory", f"theory={run.theory!r} needs a mean field, and no policy of "
-               'the grid has one; use theory = "none" (a policy without one gets no theory '
-               "value)")  # fmt: skip
-    return GridSpec(spec_name, tuple(points), run, text, p.figures())
+               "the grid has one for Poisson arrivals; use theory = \"none\" (a point without "
+               "one gets no theory value)")  # fmt: skip
+    return GridSpec(spec_name, tuple(points), run, text, p.figures(), tuple(sources.values()))
 
 
 def load_spec(path, quick: bool = False) -> GridSpec:
-    """Read and check a spec file (see :func:`parse_spec`); errors start with the path."""
+    """Read and check a spec file (see :func:`parse_spec`); errors start with the path.
+
+    ``arrivals`` paths are relative to the file's folder.
+    """
     path = Path(path)
     try:
-        return parse_spec(path.read_text(encoding="utf-8"), name=path.stem, quick=quick)
+        return parse_spec(path.read_text(encoding="utf-8"), name=path.stem, quick=quick,
+                          base=path.parent)  # fmt: skip
     except SpecError as err:
         new = SpecError(f"{path}: {err}")
         new.line = err.line

@@ -14,13 +14,15 @@ Tables:
   same spec is run again, so edited figures are picked up);
 * ``points(point_id, params, batch, wall_seconds)``: one row per committed point;
 * ``results``: one row per point and metric (and index, for vector metrics
-  and quantiles), with the point's parameters, the run's settings, the
-  simulated mean and 95% half-width, the theory value where one exists, and
-  the 1/N-refined mean field at the point's N where the spec asks for it
-  (``theory = "refined"``; :data:`COLUMNS`).
+  and quantiles), with the point's parameters (``arrivals``: the arrivals
+  file as the spec writes it, null for Poisson arrivals), the run's
+  settings, the simulated mean and 95% half-width, the theory value where
+  one exists, and the 1/N-refined mean field at the point's N where the
+  spec asks for it (``theory = "refined"``; :data:`COLUMNS`).
 
 The layout is versioned (:data:`SCHEMA`, in ``meta``): a store of another
-layout is refused like one of other code versions.
+layout is refused like one of other code versions (layout 4 added the
+``arrivals`` column, 3 ``service`` and ``pools``).
 """
 
 from __future__ import annotations
@@ -34,18 +36,19 @@ from typing import Iterable
 __all__ = ["Store", "StoreMismatchError", "COLUMNS", "SCHEMA"]
 
 #: The layout of the tables; a store written with another is refused.
-SCHEMA = "3"
+SCHEMA = "4"
 
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
     "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
-    "order", "buffer", "service", "pools", "metric", "idx", "mean", "ci95", "theory", "refined", "replicas", "steps",
-    "warmup", "seed",
+    "order", "buffer", "service", "pools", "arrivals", "metric", "idx", "mean", "ci95", "theory",
+    "refined", "replicas", "steps", "warmup", "seed",
 )  # fmt: skip
 _TYPES = {
     "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
     "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
-    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "service": "TEXT", "pools": "TEXT", "metric": "TEXT NOT NULL",
+    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "service": "TEXT",
+    "pools": "TEXT", "arrivals": "TEXT", "metric": "TEXT NOT NULL",
     "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL", "refined": "REAL",
     "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
 }  # fmt: skip
