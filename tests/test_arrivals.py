@@ -155,9 +155,13 @@ def _jsq_generator(n: int, k: int, arrival_rate: float):
 
 
 def _stationary(q):
-    m = q.shape[0]
-    a = np.vstack([q.T, np.ones((1, m))])
-    return np.linalg.lstsq(a, np.concatenate([np.zeros(m), [1.0]]), rcond=None)[0]
+    """``pi Q = 0``, ``sum pi = 1`` (irreducible ``Q``): one balance equation
+    replaced by the normalisation."""
+    a = q.T.copy()
+    a[-1] = 1.0
+    b = np.zeros(q.shape[0])
+    b[-1] = 1.0
+    return np.linalg.solve(a, b)
 
 
 def _mmpp_jsq_reference(src: MMPP, load: float, n: int, k: int = 40):
@@ -289,6 +293,7 @@ def test_flat_sources_match_exact(case):
     _check(res.blocking_probability, ex.blocking_probability, "blocking")
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_with_clock(tmp_path):
     src = Profile((0.0, 3.0, 8.0), (0.5, 1.5, None))
     kw = dict(replicas=4, steps=20_000, warmup=2_560, seed=5, arrivals=src, init="empty")
@@ -303,6 +308,7 @@ def test_checkpoint_resume_with_clock(tmp_path):
     assert np.array_equal(resumed.tail.mean, whole.tail.mean)
 
 
+@pytest.mark.slow
 def test_cli_arrivals_json(tmp_path):
     prof = tmp_path / "step.csv"
     prof.write_text("time,rate\n0,1\n5,2\n10,\n")

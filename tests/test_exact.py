@@ -374,7 +374,7 @@ def test_policy_instances_are_accepted():
 
 def test_every_registered_policy_has_a_rule():
     assert set(RULES) == {
-        "random", "jsq", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq", "jiq-original",
+        "random", "jsq", "jsew", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq", "jiq-original",
         "jiq-threshold",
     }  # fmt: skip
     for name in available():

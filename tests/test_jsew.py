@@ -19,6 +19,7 @@ from jaxqueue.sim.classes import class_table, wait_ranks
 FAMILY = 6
 
 
+@pytest.mark.slow
 def test_identical_servers_are_jsq_bit_for_bit():
     kw = dict(replicas=4, steps=5_000, seed=2, init="empty")
     a, b = jq.simulate("jsq", 0.8, 5, **kw), jq.simulate("jsew", 0.8, 5, **kw)

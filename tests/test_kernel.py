@@ -30,6 +30,7 @@ CASES = [
     ("pod", {"d": 2}, 60, 1, None, 8, None),
     ("random", {}, 60, 1, 3, None, None),
     ("jsq", {}, 60, 1, 4, None, None),  # JSQ's exhaustive draw (as Pod(d = N))
+    ("jsew", {}, 60, 1, 4, None, None),  # identical servers: JSQ's draw under its own name
     ("i1f", {}, 60, 1, None, 10, None),
     ("jiq", {}, 60, 10, None, 10, 8),
     ("jiq", {}, 60, 1, 6, None, None),
