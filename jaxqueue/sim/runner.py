@@ -265,6 +265,9 @@ def plan(
              for x in np.atleast_1d(np.asarray(loads, dtype=object))]  # fmt: skip
     if not loads:
         raise ValueError("loads is empty: give at least one load")
+    if source is not None:  # the clock must hold the profile's segments (before any compile)
+        check_source(System(n_servers, levels=1, service=law, pools=pool_set, arrivals=source),
+                     loads)  # fmt: skip
     if buffer is not None:
         check_int("buffer", buffer, 1, 10**6)
     check_int("replicas", replicas, 1, 10**8)
@@ -278,7 +281,7 @@ def plan(
     if warmup is None or auto_warmup:
         rate = uniform_rate(law, pool_set)
         per_time = steps_per_time_unit(n_servers, lmax, rate)
-        if source is not None:
+        if source is not None:  # (a thinned source steps faster: at its peak)
             per_time = n_servers * System(n_servers, levels=1, arrivals=source, service=law,
                                           pools=pool_set).step_rate(lmax)  # fmt: skip
         warmup = int(math.ceil(DEFAULT_WARMUP_TIME * per_time))
@@ -318,7 +321,6 @@ def plan(
                                    trough_load(min(loads), source)),
                     law, pool_set, source)  # fmt: skip
     pol.validate(system)
-    check_source(system, loads)
     if isinstance(init, str):
         if init not in ("auto", "empty", "mean-field"):
             raise ValueError(
@@ -393,13 +395,15 @@ def _pools(pools, n: int, pol) -> tuple | None:
     return make_pools(pools, n)
 
 
-#: With a time-varying or trace source, default level bounds are for the
-#: peak load (a profile's or an MMPP's) but at most halfway from the mean
-#: load to the capacity, and a trace's for that halfway load: queues build
-#: up while the rate is above the mean, and an arrival that finds a queue
-#: at the bound is an overflow, reported with advice (never clipped).
 def bound_load(lmax: float, source, cap: float) -> float:
-    """The load the default level bounds are computed for."""
+    """The load the default level bounds are computed for.
+
+    With a time-varying or trace source: the peak load (a profile's or an
+    MMPP's), but at most halfway from the mean load to the capacity, and a
+    trace's that halfway load. Queues build up while the rate is above its
+    mean; an arrival that still finds a queue at the bound is an overflow,
+    reported with advice (never clipped).
+    """
     if source is None or lmax >= cap:
         return lmax
     halfway = 0.5 * (lmax + cap)
