@@ -140,10 +140,7 @@ def sweep(
             :class:`~jaxqueue.core.arrivals.Trace`; its rates are scaled so
             that the mean arrival rate is ``load * N`` (``load`` is the mean
             load; a profile's peak may pass the capacity). A trace run
-            reports what arrivals see (response times, waiting and blocking
-            probabilities, the mean queue length by Little's law) and NaN for
-            the time averages; it needs identical exponential servers. Runs
-            on ``"xla"``.
+            needs identical exponential servers. Runs on ``"xla"``.
 
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.

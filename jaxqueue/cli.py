@@ -235,7 +235,7 @@ def _servers_line(s: dict) -> str:
     if src:
         if src["kind"] == "trace":
             out += (f"\n  arrivals: trace {src['label']} ({src['arrivals']} arrivals, gap SCV "
-                    f"{src['scv']:.3g}); time averages are not estimated (NaN)")  # fmt: skip
+                    f"{src['scv']:.3g})")  # fmt: skip
         else:
             out += f"\n  arrivals: {src['kind']} {src['label']}, peak {src['peak']:.3g} x the mean load"
     return out

@@ -10,8 +10,9 @@ References are computed here, independently of the simulator:
   (time averages over a period, and the law an arrival finds, weighted by
   each segment's rate);
 * a trace of evenly spaced arrivals on one server: the D/M/1 queue, whose
-  waiting probability ``sigma`` solves ``sigma = exp(-(1 - sigma) / lambda)``
-  and whose response time is exponential of rate ``1 - sigma``;
+  waiting probability ``sigma`` solves ``sigma = exp(-(1 - sigma) / lambda)``,
+  whose response time is exponential of rate ``1 - sigma`` and whose
+  time-average queue satisfies ``P(Q >= k) = lambda sigma^(k - 1)``;
 * flat sources (equal rates) against the exact solver's stationary answer.
 
 Every statistical comparison uses the Bonferroni Student-t tolerance of
@@ -33,7 +34,7 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim import runner
 
-FAMILY = 20  # statistical comparisons in this module
+FAMILY = 27  # statistical comparisons in this module
 
 # -- validation -----------------------------------------------------------------------
 
@@ -268,10 +269,14 @@ def test_trace_dm1():
                       steps=200_000, seed=13)  # fmt: skip
     _check(res.waiting_probability, sigma, "P(wait)")
     _check(res.mean_response_time, 1.0 / (1.0 - sigma), "mean response")
-    _check(res.mean_queue_length, load / (1.0 - sigma), "mean queue length (Little)")
-    assert math.isnan(res.tail.mean[1]) and res.tail.n == 0  # not a time average
     for q, est in res.response_quantiles.items():  # exponential of rate 1 - sigma
         _check(est, -math.log(1.0 - q) / (1.0 - sigma), f"response quantile {q}")
+    # time averages, from the states the service events find: P(Q >= k) = lambda sigma^(k-1)
+    _check(res.mean_queue_length, load / (1.0 - sigma), "mean queue length")
+    tail = res.tail
+    for k in (1, 2, 3):
+        est = type(tail)(float(tail.mean[k]), float(tail.ci95[k]), tail.n)
+        _check(est, load * sigma ** (k - 1), f"time-average tail s_{k}")
 
 
 @pytest.mark.slow
@@ -320,3 +325,27 @@ def test_cli_arrivals_json(tmp_path):
     data = json.loads(out.stdout)
     assert data["settings"]["arrivals"]["kind"] == "profile"
     assert data["settings"]["arrivals"]["peak"] == pytest.approx(4 / 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["jiq", "jiq-threshold"])
+def test_trace_time_averages_are_consistent(policy):
+    """A bursty trace under I-queue policies (the I-queue sums by changes,
+    per-server lists for JIQ-Threshold): every idle server of JIQ is listed
+    once, so the time-average idle fraction equals the listed fraction state
+    by state; and Little's law ties the time-average queue length to the
+    response time arrivals see (tolerance: both intervals, as both come from
+    the same replicas)."""
+    rng = np.random.default_rng(3)
+    gaps = rng.exponential(1.0, 4000) * np.where(rng.random(4000) < 0.2, 3.0, 0.5)
+    n, m, load = 6, 2, 0.7
+    res = jq.simulate(policy, load, n, m, arrivals=Trace(np.cumsum(gaps)), replicas=16,
+                      steps=100_000, seed=15)  # fmt: skip
+    little = res.mean_response_time.mean * load * (1.0 - res.blocking_probability.mean)
+    tol = tolerance(res.mean_queue_length, FAMILY) + tolerance(res.mean_response_time, FAMILY) * load
+    assert abs(res.mean_queue_length.mean - little) <= tol
+    if policy == "jiq":
+        sizes = np.arange(res.iqueue_distribution.mean.size)
+        listed = m / n * float(res.iqueue_distribution.mean @ sizes)
+        assert abs((1.0 - res.tail.mean[1]) - listed) < 1e-9
+    assert 0.0 < res.p0.mean < 1.0

@@ -27,9 +27,9 @@ times, so they cannot be thinned out of a Poisson process: between two
 arrivals the service events are uniformized at rate ``N gamma``, and an
 exponential gap that passes the next arrival makes the step that arrival
 (memorylessness makes discarding the overshoot exact). Steps then are not
-evenly spread in time, so a trace run estimates what arrivals see (the
-response-time law, the waiting and blocking probabilities, the mean queue
-length by Little's law) and not time averages.
+evenly spread in time, but the service candidates are a Poisson process, so
+the states they find are a time-uniform sample, and time averages are taken
+over them (:func:`jaxqueue.sim.blocks.time_sum_scale`).
 
 Files (:func:`parse_arrivals`): a CSV whose header has ``time`` and ``rate``
 is a profile; one with ``time`` (or ``timestamp``) and no ``rate`` is a

@@ -14,11 +14,10 @@ measured exactly), and ``response_quantiles`` is empty; the law of the queue
 length an arrival finds (``arrival_seen``) and the waiting probability are
 measured as before.
 
-With a trace of arrival times the steps are not evenly spread in time, so
-step averages are not time averages: the occupancy, the tails and ``p0`` are
-NaN (``n = 0``), and the mean queue length comes from Little's law (the
-accepted arrival rate times the mean response time, both measured).
-Message rates are per unit time at the trace's mean step rate.
+With a trace of arrival times the steps are not evenly spread in time; the
+time sums and ``steps`` then count the service candidates only, a Poisson
+sample of the state (:func:`jaxqueue.sim.blocks.time_sum_scale`), so the
+formulas here are unchanged.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def _occupancy(tail: np.ndarray) -> np.ndarray:
 
 
 def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
-                   rate=None, step_rate=None, time_averages: bool = True) -> dict:  # fmt: skip
+                   rate=None, step_rate=None) -> dict:  # fmt: skip
     """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
@@ -69,8 +68,7 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher, rate, step_rate, time_averages: as in
-            :func:`from_stats`.
+        policy, single_dispatcher, rate, step_rate: as in :func:`from_stats`.
 
     Returns:
         ``{metric: float64 array}`` with the sample axis first (metrics that
@@ -101,16 +99,10 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
         if rate is not None:  # Little's law: tasks per server over accepted tasks per server and time
             out["mean_response_time"] = out["mean_queue_length"] / (accepted * per_time)
             del out["response_quantiles"]
-        if not time_averages:  # (trace-driven; exponential servers) Little's law the other way
-            for name in ("tail", "occupancy"):
-                out[name] = np.full_like(out[name], np.nan)
-            out["mean_queue_length"] = out["mean_response_time"] * accepted * per_time
         out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
                    probe_rate=sums["probes"] * per_time)  # fmt: skip
         if policy.uses_iqueues:
             iq_tail = sums["iq"] / steps[:, None]
-            if not time_averages:
-                iq_tail = np.full_like(iq_tail, np.nan)
             out["p0"] = 1.0 - iq_tail[:, 1]
             if not single_dispatcher:
                 out["iqueue_distribution"] = _occupancy(iq_tail)
@@ -183,8 +175,8 @@ def _estimates(whole: dict, batches: dict | None):
 
 def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
                settings: dict, *, batches: dict | None = None,
-               diagnostics: dict | None = None, rate=None, step_rate=None,
-               time_averages: bool = True) -> SimulationResult:  # fmt: skip
+               diagnostics: dict | None = None, rate=None,
+               step_rate=None) -> SimulationResult:  # fmt: skip
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
     Args:
@@ -202,12 +194,11 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         rate: with server classes (phase-type service, pools), their
             uniformization rate of service (:attr:`System.service_rate`);
             ``None``: identical servers with exponential service.
-        step_rate: uniformized steps per server and unit time
-            (:meth:`System.step_rate`); default ``lambda + rate``.
-        time_averages: False for a trace-driven run, whose step averages are
-            not time averages (they are reported as NaN).
+        step_rate: the steps counted in ``steps`` per server and unit time
+            (:meth:`System.step_rate`; a trace's service candidates: the
+            service rate); default ``lambda + rate``.
     """
-    kw = dict(rate=rate, step_rate=step_rate, time_averages=time_averages)
+    kw = dict(rate=rate, step_rate=step_rate)
     whole = metric_samples(sums, load, policy, single_dispatcher, **kw)
     per_batch = None
     if batches is not None:

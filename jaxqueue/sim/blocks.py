@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
@@ -24,7 +25,7 @@ from jaxqueue.sim.step import step
 
 __all__ = [
     "run_blocks", "advance_blocks", "spread", "zero_rows", "add64", "max_chunk_blocks", "max_per_step",
-    "block_words",
+    "block_words", "time_sum_scale",
 ]  # fmt: skip
 
 
@@ -79,44 +80,71 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     # the BLOCK - t post-step states left, so sum_t tail_t = BLOCK * tail_0 +
     # sum of (BLOCK - t) * (+1 at up, -1 at down): O(1) per step.
     by_changes = policy.per_server or (policy.uses_iqueues and system.n_dispatchers > 1)
+    # A trace's steps are not evenly spread in time, but its service candidates
+    # are a Poisson process: the states they find (before the step) are a
+    # time-uniform sample. Over the W candidates of a block, sum_t w_t
+    # tail_pre_t = W * tail_end - sum_s C_s * change_s, with C_s the candidates
+    # up to step s; the block adds W * tail_end to the 64-bit sum (which its
+    # totals then multiply by 1, not BLOCK: :func:`time_sum_scale`) and counts
+    # W as its steps.
+    trace = isinstance(system.arrivals, Trace)
 
     def body(carry, t):
-        core, acc_tail, acc_iq, seen, cnt = carry
+        core, acc_tail, acc_iq, seen, cnt, cands = carry
         # the words as separate scalars (not one array of nw): vmapped, each is a
         # vector over the replicas, which XLA vectorizes; an (R, nw) array it
         # would loop over nw innermost, twice as slow for a whole Pod(2) step
         words = step_word_rows(bkey[0], bkey[1], t, nw)
         if policy.per_server:
             words = jnp.stack(words)
+        before = core
         core, ev = step(core, words, load, system, policy)
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
-        left = BLOCK - t
+        if trace:
+            candidate = ev["arrivals"] == 0
+            cands = cands + candidate.astype(jnp.int32)
+            left = -cands
+        else:
+            left = BLOCK - t
         acc_tail = acc_tail.at[ev["up"]].add(left, mode="drop")
         acc_tail = acc_tail.at[ev["down"]].add(-left, mode="drop")
         if by_changes:
             acc_iq = acc_iq.at[ev["iq_up"]].add(left, mode="drop")
             acc_iq = acc_iq.at[ev["iq_down"]].add(-left, mode="drop")
+        elif trace:
+            acc_iq = acc_iq + jnp.where(candidate, _iq_view(before, system, policy), 0)
         else:
             acc_iq = acc_iq + _iq_view(core, system, policy)
         seen = seen.at[ev["seen"]].add(1, mode="drop")
-        return (core, acc_tail, acc_iq, seen, cnt), None
+        return (core, acc_tail, acc_iq, seen, cnt, cands), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
     carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), jnp.zeros_like(stats.seen),
-              zeros)  # fmt: skip
-    (new_core, acc_tail, acc_iq, seen, cnt), _ = jax.lax.scan(
+              zeros, jnp.int32(0))  # fmt: skip
+    (new_core, acc_tail, acc_iq, seen, cnt, cands), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
-    tail_lo, tail_hi = add64(stats.tail_lo, stats.tail_hi, core.tail)
+    if trace:  # W * the end state (at most BLOCK * N: the plan bounds N)
+        tail_lo, tail_hi = add64(stats.tail_lo, stats.tail_hi, cands * new_core.tail)
+    else:
+        tail_lo, tail_hi = add64(stats.tail_lo, stats.tail_hi, core.tail)
     iq_lo, iq_hi = stats.iq_lo, stats.iq_hi
     if by_changes:
-        iq_lo, iq_hi = add64(iq_lo, iq_hi, iq0)
+        iq_add = cands * _iq_view(new_core, system, policy) if trace else iq0
+        iq_lo, iq_hi = add64(iq_lo, iq_hi, iq_add)
     updates = {name: getattr(stats, name) + c for name, c in zip(COUNTERS, cnt)}
     return new_core, Stats(
         tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,
         iq_lo=iq_lo, iq_hi=iq_hi, iq_delta=stats.iq_delta + acc_iq,
-        seen=stats.seen + seen, steps=stats.steps + BLOCK, **updates,
+        seen=stats.seen + seen, steps=stats.steps + (cands if trace else BLOCK), **updates,
     )  # fmt: skip
+
+
+def time_sum_scale(system: System) -> int:
+    """What the 64-bit part of a chunk's time sums is multiplied by
+    (:class:`~jaxqueue.sim.totals.Totals`): ``BLOCK`` (a block adds its first
+    state), or 1 for a trace (a block adds its candidates times its last state)."""
+    return 1 if isinstance(system.arrivals, Trace) else BLOCK
 
 
 def zero_rows(system: System, policy: Policy, replicas: int) -> Stats:

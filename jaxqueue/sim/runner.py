@@ -69,7 +69,7 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
-from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
+from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels, required_levels
 from jaxqueue.sim.initial import initial_counts
 from jaxqueue.sim.per_server import Lists
@@ -577,7 +577,7 @@ class Run:
         p = self.plan
         width = iq_width(p.system, p.policy)
         self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
-                                   p.system.n_dispatchers)  # fmt: skip
+                                   p.system.n_dispatchers, time_sum_scale(p.system))  # fmt: skip
         self.mark = self.totals.copy()  # the totals at the last batch boundary
         self.batch_queue: list[np.ndarray] = []  # (R,) mean queue length of each batch
         self.batch_sums: list[dict] = []  # each batch's sums (batch means only)
@@ -825,10 +825,15 @@ class Run:
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,
-                                      step_rate=system.step_rate(lam),
-                                      time_averages=not isinstance(system.arrivals, Trace),
+                                      step_rate=_sample_rate(system, lam),
                                       diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
         return results
+
+
+def _sample_rate(system: System, load: float) -> float:
+    """The rate per server of the steps a run counts in ``steps``: all of them,
+    or a trace's service candidates (:func:`jaxqueue.sim.blocks.time_sum_scale`)."""
+    return system.service_rate if isinstance(system.arrivals, Trace) else system.step_rate(load)
 
 
 def _core_fields(core: Core) -> dict:

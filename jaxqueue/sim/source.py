@@ -22,7 +22,8 @@ fraction). Each step spends one exponential gap of mean one step
   the trace's arrivals. A gap that reaches the next arrival makes the step
   that arrival; the overshoot is dropped, which memorylessness makes exact,
   and the clock is set to the next gap, scaled so that the trace's mean rate
-  is ``lambda * N``.
+  is ``lambda * N``. Time averages are taken over the service candidates
+  (:func:`jaxqueue.sim.blocks.time_sum_scale`).
 
 The step itself (:func:`jaxqueue.sim.step.step`) then takes the arrival
 probability and whether a service candidate is real from here.
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.core.arrivals import GAP_LIMIT, MMPP, Profile, Trace
-from jaxqueue.core.rng import bernoulli
+from jaxqueue.core.rng import BLOCK, bernoulli
 from jaxqueue.core.system import System
 
 __all__ = ["Clock", "SOURCE_WORDS", "MAX_CROSSINGS", "crossings", "init_clock", "advance_source",
@@ -111,6 +112,11 @@ def crossings(system: System) -> int:
 def check_source(system: System, loads) -> None:
     """Raise (before anything compiles) if the clock cannot hold this source's segments."""
     src = system.arrivals
+    if isinstance(src, Trace) and system.n_servers * BLOCK >= 2**31:
+        raise ValueError(
+            f"arrivals: a trace run adds (service candidates of a block) x (servers) in 32-bit "
+            f"integers, so n_servers must be below {2**31 // BLOCK}, got {system.n_servers}"
+        )
     if isinstance(src, Profile):
         need = crossings(system)
         if need > MAX_CROSSINGS:

@@ -37,34 +37,37 @@ class Totals:
         arrays: ``tail_q``, ``tail_r``, ``iq_q``, ``iq_r`` and the counts
             (:data:`COUNTS`), int64 with a leading replica axis.
         n_servers, n_dispatchers: the divisors of the tail and I-queue time sums.
+        scale: what a chunk's 64-bit time sums are multiplied by
+            (:func:`jaxqueue.sim.blocks.time_sum_scale`: ``BLOCK``, or 1 for a trace).
     """
 
-    def __init__(self, arrays: dict, n_servers: int, n_dispatchers: int):
+    def __init__(self, arrays: dict, n_servers: int, n_dispatchers: int, scale: int = BLOCK):
         self.arrays = arrays
         self.n_servers = int(n_servers)
         self.n_dispatchers = int(n_dispatchers)
+        self.scale = int(scale)
 
     @classmethod
     def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers: int,
-              n_dispatchers: int) -> "Totals":  # fmt: skip
+              n_dispatchers: int, scale: int = BLOCK) -> "Totals":  # fmt: skip
         """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail entries."""
         z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
         arrays = {"tail_q": z(levels + 1), "tail_r": z(levels + 1),
                   "iq_q": z(iq_width), "iq_r": z(iq_width), "seen": z(levels + 1)}  # fmt: skip
         arrays.update({name: z() for name in COUNTERS + ("steps",)})
-        return cls(arrays, n_servers, n_dispatchers)
+        return cls(arrays, n_servers, n_dispatchers, scale)
 
     def copy(self) -> "Totals":
         """An independent copy."""
         return Totals({k: v.copy() for k, v in self.arrays.items()}, self.n_servers,
-                      self.n_dispatchers)  # fmt: skip
+                      self.n_dispatchers, self.scale)  # fmt: skip
 
     def add(self, chunk: dict) -> None:
         """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading replica axis)."""
         a = self.arrays
         for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
             base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(np.int64)
-            exact = BLOCK * base + chunk[f"{name}_delta"].astype(np.int64)
+            exact = self.scale * base + chunk[f"{name}_delta"].astype(np.int64)
             r = a[f"{name}_r"] + exact
             a[f"{name}_q"] += r // div
             a[f"{name}_r"] = r % div
