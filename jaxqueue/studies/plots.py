@@ -58,6 +58,16 @@ def axis_label(key: str) -> str:
     return _LABELS.get(key, key)
 
 
+def _titles(ax, title, xlabel, ylabel) -> None:
+    """The axes' title and labels, where given."""
+    if title:
+        ax.set_title(title, fontsize=10)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+
+
 def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool = False,
                 theory: bool = True, title: str | None = None, xlabel: str | None = None,
                 ylabel: str | None = None, colors: dict | None = None):  # fmt: skip
@@ -116,12 +126,7 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
         ax.set_yscale("log")
         if np.isfinite(lowest):
             ax.set_ylim(bottom=lowest / 3)
-    if title:
-        ax.set_title(title, fontsize=10)
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel:
-        ax.set_ylabel(ylabel)
+    _titles(ax, title, xlabel, ylabel)
     if series:
         handles, labels = ax.get_legend_handles_labels()
         if theory and any(np.isfinite(s.theory).any() for s in series):
@@ -182,12 +187,7 @@ def plot_cdf(curves: list[Series], marks: list[Series] = (), ax=None, *, logx: b
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    if title:
-        ax.set_title(title, fontsize=10)
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel:
-        ax.set_ylabel(ylabel)
+    _titles(ax, title, xlabel, ylabel)
     if curves:
         from matplotlib.lines import Line2D
 
