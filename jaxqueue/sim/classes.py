@@ -47,7 +47,7 @@ from jaxqueue.core.system import System
 from jaxqueue.policies.base import level_of
 
 __all__ = ["Classes", "class_table", "service_outcome", "classes_after", "split_classes",
-           "wait_ranks", "shortest_expected_wait"]
+           "wait_ranks", "shortest_expected_wait", "thresholds", "count_at_least", "select"]
 
 _SCALE = 2**32
 
@@ -64,7 +64,7 @@ class Classes(NamedTuple):
     n_classes: int
 
 
-def _bounds(cum) -> tuple:
+def thresholds(cum) -> tuple:
     """Cumulative probabilities as integer thresholds in ``[0, 2**32]``."""
     return tuple(int(min(_SCALE, max(0, round(float(c) * _SCALE)))) for c in cum)
 
@@ -92,13 +92,13 @@ def class_table(system: System) -> Classes:
             pool_of.append(i)
             probs = [v * law.exit_rates[p] / gamma]
             probs += [0.0 if q == p else v * s[p, q] / gamma for q in range(law.n_phases)]
-            outcome.append(_bounds(np.cumsum(probs)))
-        alpha.append(_bounds(np.cumsum(law.alpha)[:-1]))
+            outcome.append(thresholds(np.cumsum(probs)))
+        alpha.append(thresholds(np.cumsum(law.alpha)[:-1]))
         at += law.n_phases
     return Classes(pools, tuple(base), tuple(pool_of), gamma, tuple(outcome), tuple(alpha), at)
 
 
-def _count_at_least(w, bounds):
+def count_at_least(w, bounds):
     """``#{j: w >= bounds[j]}`` for static bounds in ``[0, 2**32]`` (int32)."""
     total = jnp.int32(0)
     for b in bounds:
@@ -109,7 +109,7 @@ def _count_at_least(w, bounds):
     return total
 
 
-def _select(index, values):
+def select(index, values):
     """``values[index]`` for a static tuple of int32 scalars (a where per entry)."""
     out = values[0]
     for j in range(1, len(values)):
@@ -139,7 +139,7 @@ def service_outcome(classes, tail, words, system: System):
     u = uniform_index(words[1], words[2], system.n_servers)
     k = level_of(tail, u)
     c = _class_at(classes[k], u - _above(tail, k, system.levels))
-    outcome = _select(c, tuple(_count_at_least(words[-2], b) for b in table.outcome))
+    outcome = select(c, tuple(count_at_least(words[-2], b) for b in table.outcome))
     return k, c, outcome
 
 
@@ -155,14 +155,12 @@ def wait_ranks(system: System) -> np.ndarray:
     within :data:`WAIT_TIE`: equal ranks), for ``jsew``."""
     table = class_table(system)
     per = np.array([table.pools[i].law.mean / table.pools[i].speed for i in table.pool_of])
-    waits = (np.arange(system.levels + 1)[:, None] + 1.0) * per[None, :]
-    flat = np.sort(waits.ravel())
-    groups = np.concatenate([[0], np.cumsum(np.diff(flat) > WAIT_TIE * flat[1:])])
-    rank = np.empty(waits.shape, np.int64)
-    for idx in np.ndindex(waits.shape):
-        j = int(np.searchsorted(flat, waits[idx] * (1 - WAIT_TIE / 2)))
-        rank[idx] = groups[min(j, flat.size - 1)]
-    return rank.astype(np.int32)
+    waits = ((np.arange(system.levels + 1)[:, None] + 1.0) * per[None, :]).ravel()
+    order = np.argsort(waits, kind="stable")
+    ranked = waits[order]
+    rank = np.empty(waits.size, np.int64)
+    rank[order] = np.concatenate([[0], np.cumsum(np.diff(ranked) > WAIT_TIE * ranked[1:])])
+    return rank.reshape(system.levels + 1, -1).astype(np.int32)
 
 
 def shortest_expected_wait(classes, words, system: System):
@@ -205,7 +203,7 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
     table = class_table(system)
     levels, n_cls = system.levels, table.n_classes
     k_dep, c_dep, outcome = service
-    n_ph = _select(c_dep, tuple(jnp.int32(table.pools[i].law.n_phases) for i in table.pool_of))
+    n_ph = select(c_dep, tuple(jnp.int32(table.pools[i].law.n_phases) for i in table.pool_of))
     busy = ~is_arrival & (k_dep >= 1)
     completes = busy & (outcome == 0)
     moves = busy & (outcome >= 1) & (outcome <= n_ph)
@@ -221,9 +219,9 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
 
     # the pool of the server whose task starts or ends, and a new phase in it
     c_pool = jnp.where(is_arrival, c_arr, c_dep)
-    pool = _select(c_pool, tuple(jnp.int32(i) for i in table.pool_of))
-    base = _select(pool, tuple(jnp.int32(b) for b in table.base))
-    start = base + _select(pool, tuple(_count_at_least(words[-1], a) for a in table.alpha))
+    pool = select(c_pool, tuple(jnp.int32(i) for i in table.pool_of))
+    base = select(pool, tuple(jnp.int32(b) for b in table.base))
+    start = base + select(pool, tuple(count_at_least(words[-1], a) for a in table.alpha))
 
     # one count leaves a (level, class) and one enters another; past the end: none
     nowhere = (levels + 1) * n_cls

@@ -59,10 +59,9 @@ from jax.experimental import multihost_utils
 
 from jaxqueue.core.arrivals import Trace, as_arrivals
 from jaxqueue.core.rng import BLOCK, replica_keys
-from jaxqueue.core.service import PhaseType, as_law, capacity, make_pools, uniform_rate
+from jaxqueue.core.service import PhaseType, as_law, make_pools
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
-    steps_per_time_unit,
 )  # fmt: skip
 from jaxqueue.core.versions import __version__, versions
 from jaxqueue.policies.base import Policy
@@ -261,13 +260,14 @@ def plan(
             "arrival finds, which needs identical exponential servers; use service=None and "
             "pools=None (or a rate profile or an MMPP, which take both)"
         )
-    loads = [check_load(x, buffer, capacity(law, pool_set, n_servers))
+    # the servers, their laws and the arrivals, without level bounds (these come below)
+    bare = System(n_servers, levels=1, service=law, pools=pool_set, arrivals=source)
+    loads = [check_load(x, buffer, bare.capacity)
              for x in np.atleast_1d(np.asarray(loads, dtype=object))]  # fmt: skip
     if not loads:
         raise ValueError("loads is empty: give at least one load")
     if source is not None:  # the clock must hold the profile's segments (before any compile)
-        check_source(System(n_servers, levels=1, service=law, pools=pool_set, arrivals=source),
-                     loads)  # fmt: skip
+        check_source(bare, loads)
     if buffer is not None:
         check_int("buffer", buffer, 1, 10**6)
     check_int("replicas", replicas, 1, 10**8)
@@ -278,13 +278,8 @@ def plan(
     auto_warmup = isinstance(warmup, str)
     if auto_warmup and warmup != "auto":
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
-    if warmup is None or auto_warmup:
-        rate = uniform_rate(law, pool_set)
-        per_time = steps_per_time_unit(n_servers, lmax, rate)
-        if source is not None:  # (a thinned source steps faster: at its peak)
-            per_time = n_servers * System(n_servers, levels=1, arrivals=source, service=law,
-                                          pools=pool_set).step_rate(lmax)  # fmt: skip
-        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * per_time))
+    if warmup is None or auto_warmup:  # (a thinned source steps at its peak rate)
+        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * (n_servers * bare.step_rate(lmax))))
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
@@ -315,7 +310,7 @@ def plan(
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
     system = System(n_servers, n_dispatchers, buffer,
                     _levels(pol, n_servers, n_dispatchers, buffer, levels,
-                            bound_load(lmax, source, capacity(law, pool_set, n_servers)),
+                            bound_load(lmax, source, bare.capacity),
                             law, pool_set),
                     _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels,
                                    trough_load(min(loads), source)),

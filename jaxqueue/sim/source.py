@@ -42,6 +42,7 @@ import numpy as np
 from jaxqueue.core.arrivals import GAP_LIMIT, MMPP, Profile, Trace
 from jaxqueue.core.rng import BLOCK, bernoulli
 from jaxqueue.core.system import System
+from jaxqueue.sim.classes import count_at_least, select, thresholds
 
 __all__ = ["Clock", "SOURCE_WORDS", "MAX_CROSSINGS", "crossings", "init_clock", "advance_source",
            "check_source"]  # fmt: skip
@@ -52,8 +53,6 @@ SOURCE_WORDS = 1
 #: Most segment ends one step may pass (a static unroll): segments must hold
 #: at least ``GAP_LIMIT / (MAX_CROSSINGS - 1)`` steps each.
 MAX_CROSSINGS = 16
-
-_SCALE = 2**32
 
 
 class Clock(NamedTuple):
@@ -92,12 +91,6 @@ def _gap(word):
     return jnp.maximum(-jnp.log(u), 0.0)
 
 
-def _per_server_rate(system: System, load):
-    """Uniformization rate per server of a thinned source (profile, MMPP)."""
-    src = system.arrivals
-    return load * src.peak + system.service_rate + src.extra_rate() / system.n_servers
-
-
 def crossings(system: System) -> int:
     """Segment ends a profile step must be able to pass: ``1 + GAP_LIMIT /
     (shortest segment in steps)`` at the slowest uniformization (``lambda =
@@ -127,7 +120,7 @@ def check_source(system: System, loads) -> None:
                 f"at N = {system.n_servers}; each must span at least "
                 f"{GAP_LIMIT / (MAX_CROSSINGS - 1):.3g}: merge short segments"
             )
-        longest = system.n_servers * float(_per_server_rate(system, max(loads))) * float(
+        longest = system.n_servers * system.step_rate(max(loads)) * float(
             src.durations.max()
         )
         if longest >= 2**31 - 64:
@@ -149,7 +142,7 @@ def init_clock(system: System, loads: np.ndarray) -> Clock:
     r = loads.shape[0]
     zero_i, zero_f = np.zeros(r, np.int32), np.zeros(r, np.float32)
     if isinstance(src, Profile):
-        first = system.n_servers * (loads * src.peak + system.service_rate) * src.durations[0]
+        first = system.n_servers * system.step_rate(loads) * src.durations[0]
         whole = np.floor(first)
         return Clock(zero_i, whole.astype(np.int32), (first - whole).astype(np.float32))
     if isinstance(src, MMPP):
@@ -167,20 +160,8 @@ def _tables(src):
         return (np.asarray(src.shape, np.float32), np.asarray(src.durations, np.float32))
     if isinstance(src, MMPP):
         jump = np.cumsum(src.jump_table(), axis=1)[:, :-1]
-        bounds = np.clip(np.round(jump * _SCALE), 0, _SCALE).astype(np.int64)
-        return (np.asarray(src.shape, np.float32), bounds)
+        return (np.asarray(src.shape, np.float32), tuple(thresholds(row) for row in jump))
     return (np.asarray(src.gaps, np.float32),)
-
-
-def _count_at_least(word, bounds):
-    total = jnp.int32(0)
-    for b in bounds:
-        b = int(b)
-        if b <= 0:
-            total = total + 1
-        elif b < _SCALE:
-            total = total + (word >= jnp.uint32(b)).astype(jnp.int32)
-    return total
 
 
 def advance_source(clock: Clock, w0, word, load, system: System):
@@ -211,7 +192,7 @@ def advance_source(clock: Clock, w0, word, load, system: System):
         nw, nf = _split(gaps[seg] * (gamma / load))
         clock = Clock(seg, jnp.where(arrive, nw, whole), jnp.where(arrive, nf, frac))
         return clock, arrive.astype(jnp.float32), ~arrive
-    rate = _per_server_rate(system, load)
+    rate = system.step_rate(load)  # the uniformization rate per server
     p_serve = gamma / rate
     serves = ~bernoulli(w0, 1.0 - p_serve)
     if isinstance(src, Profile):
@@ -231,8 +212,6 @@ def advance_source(clock: Clock, w0, word, load, system: System):
     p_arrival = load * shape[clock.seg] / rate
     p_switch = jnp.float32(src.extra_rate() / system.n_servers) / rate
     switch = bernoulli(w0, p_arrival + p_switch) & ~bernoulli(w0, p_arrival)
-    target = jnp.int32(0)
-    for s, row in enumerate(bounds):
-        target = jnp.where(clock.seg == s, _count_at_least(word, row), target)
+    target = select(clock.seg, tuple(count_at_least(word, row) for row in bounds))
     seg = jnp.where(switch, target, clock.seg)
     return Clock(seg, clock.whole, clock.frac), p_arrival, serves
