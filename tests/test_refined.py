@@ -251,6 +251,17 @@ def test_conservation_law_of_the_jiq_family():
         rf.mean_field.mean_response_time + rf.correction["mean_response_time"] / 10, rel=1e-14)
 
 
+@slow
+def test_other_loads_and_ratios_reuse_the_compiled_programs():
+    """The ratio is traced: a second point of the same policy and truncation compiles nothing."""
+    first = theory.refined_mean_field("jiq", 0.9, 2.0, buffer=2, n_servers=10)
+    sizes = (refined.corrections._cache_size(), meanfield._newton_step._cache_size())
+    second = theory.refined_mean_field("jiq", 0.8, 3.0, buffer=2, n_servers=12)
+    assert (refined.corrections._cache_size(), meanfield._newton_step._cache_size()) == sizes
+    assert first.status is second.status is Status.CONVERGED
+    assert second.mean_field.p0 != first.mean_field.p0  # the ratio did reach the computation
+
+
 @pytest.mark.slow
 def test_cli_theory_with_servers_prints_refined_values(capsys):
     args = ["theory", "--policy", "pod", "--load", "1.2", "--buffer", "2", "--servers", "10",

@@ -75,11 +75,15 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
 
     ``ratio = None`` or ``inf`` means one dispatcher (its I-queue holds every
     idle server), as does a single-dispatcher policy or one without I-queues.
+    Several dispatchers are always ``N // 2`` of them, whatever the ratio: the
+    limit's laws only ask whether there is one dispatcher or several (the
+    ratio enters the computations as a traced value), so every ratio shares
+    one compiled program.
     """
     single = (ratio is None or math.isinf(ratio) or not policy.uses_iqueues
               or policy.single_dispatcher)  # fmt: skip
     n = _LIMIT_SERVERS
-    m = 1 if single else min(n, max(2, int(n / ratio)))
+    m = 1 if single else n // 2
     iq = 0 if single else iqueue_levels
     return System(n, m, buffer, buffer if buffer is not None else levels, iq)
 
