@@ -176,6 +176,7 @@ def test_runs_with_the_same_shapes_do_not_recompile():
     assert run_blocks._cache_size() == before
 
 
+@pytest.mark.slow
 def test_plan_state_and_next_block_are_an_exact_checkpoint():
     """Any split of a run into advance() calls, across the warm-up boundary and the
     batch boundaries, with the state leaving the devices in between, gives the same result."""

@@ -168,7 +168,9 @@ def test_store_refuses_another_spec_or_version(tmp_path):
 @pytest.mark.slow
 def test_killed_sweep_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
     loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 8))
-    text = SPEC.format(loads=loads).replace("steps = 2048", "steps = 40960")
+    # one policy and no theory: three fresh processes each compile what they run
+    text = (SPEC.format(loads=loads).replace("steps = 2048", "steps = 262144")
+            .replace('["pod", "jiq"]', '["random"]').replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(text)
     cmd = [sys.executable, "-m", "jaxqueue", "sweep", str(spec_file), "--batch-points", "1"]
@@ -195,7 +197,7 @@ def test_killed_sweep_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
     proc.wait()
     with sqlite3.connect(killed) as db:
         part = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
-    assert 1 <= part < 16, "the kill must land part-way"
+    assert 1 <= part < 8, "the kill must land part-way"
     subprocess.run(cmd + ["--store", str(killed)], check=True, env=env, capture_output=True)
     assert _rows(killed) == _rows(tmp_path / "full.sqlite")
 

@@ -97,6 +97,7 @@ def test_block_keys_past_2_32_blocks_are_new_and_the_low_range_is_unchanged():
         block_words(-1)
 
 
+@pytest.mark.slow
 def test_a_chunk_across_block_2_32_carries_into_the_high_word():
     """One call over blocks 2**32 - 1 and 2**32 equals two calls, one block each."""
     policy = jq.make("pod")
@@ -164,6 +165,7 @@ def _same(a, b):
     assert json.dumps(da, sort_keys=True) == json.dumps(db, sort_keys=True)
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_finished_and_refused(tmp_path):
     path = str(tmp_path / "run.npz")
     whole = jq.simulate("jiq", 0.8, **KW)
@@ -194,7 +196,7 @@ _CHILD = """
 import jax, sys
 jax.config.update("jax_num_cpu_devices", 1)
 import jaxqueue as jq
-jq.simulate("pod", 0.9, 200, replicas=4, steps=20000 * 256, warmup=256, seed=2, levels=16,
+jq.simulate("pod", 0.9, 200, replicas=4, steps=4000 * 256, warmup=256, seed=2, levels=16,
             init="empty", checkpoint=sys.argv[1], checkpoint_every=0, progress=True)
 """
 
@@ -214,11 +216,11 @@ def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
         child.stderr.close()
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    p = runner.plan("pod", [0.9], 200, replicas=4, steps=20000 * 256, warmup=256, seed=2,
+    p = runner.plan("pod", [0.9], 200, replicas=4, steps=4000 * 256, warmup=256, seed=2,
                     levels=16, init="empty")  # fmt: skip
     run = runner.Run.resume(p, path)
     assert 0 < run.block < p.total_blocks and not run.done
-    kw = dict(replicas=4, steps=20000 * 256, warmup=256, seed=2, levels=16, init="empty")
+    kw = dict(replicas=4, steps=4000 * 256, warmup=256, seed=2, levels=16, init="empty")
     resumed = jq.simulate("pod", 0.9, 200, **kw, checkpoint=path)
     whole = jq.simulate("pod", 0.9, 200, **kw)
     _same(whole, resumed)
@@ -265,6 +267,7 @@ def test_batch_means_with_one_replica_cover_at_the_nominal_rate():
     assert failed <= 400 * 0.03 + 4 * math.sqrt(400 * 0.03 * 0.97)
 
 
+@pytest.mark.slow
 def test_short_batches_are_flagged_and_widened():
     """M/M/1 at 0.95 (relaxation time about 800 time units) with batches of one
     block (170 time units): batch means are correlated, the lag-1 check widens."""

@@ -10,8 +10,17 @@ the theory is the exact CTMC, and ``MEAN_FIELD_ALLOWANCE / N`` relative to the
 value where it is the mean field (its error shrinks like 1/N; the largest gap
 between T and the mean field in the full runs of sweeps/README.md, 1.6% at
 N = 500, is 8 / N, and in quick mode no point needs any allowance).
+
+The suite runs the specs of :data:`IN_SUITE` end to end: the mean field and
+no theory, loads and heavy-traffic exponents, per-server policies, server
+pools, and the figure kinds of the rates, tails and response times. Grids
+with the refined mean field (tests/test_grid.py) and with an arrivals file
+(tests/test_trace_spec.py) run in their own tests. The other specs reuse
+these features and run with ``--all-specs`` (about five more minutes on two
+cores). Every spec is planned in the suite either way.
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,8 +48,27 @@ def test_every_reproduction_has_a_spec():
         assert len(quick.points) <= len(load_spec(path).points)
 
 
+#: Specs run end to end in the suite (see the module notes); the rest need ``--all-specs``.
+IN_SUITE = ("wang_fig6", "mitzenmacher_jiq", "liu_ying_alpha1", "pools_fast_servers")
+
+
+def test_every_spec_plans(capsys):
+    """Every spec, run in the suite or not, plans in quick and full mode."""
+    for path in SPECS:
+        for quick in ((), ("--quick",)):
+            assert cli_main(["sweep", str(path), "--plan", "--json", *quick]) == 0
+            plan = json.loads(capsys.readouterr().out)
+            assert plan["points"] == len(load_spec(path, quick=bool(quick)).points) > 0
+
+
+def _in_suite(path):
+    if path.stem in IN_SUITE:
+        return path
+    return pytest.param(path, marks=pytest.mark.all_specs)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
+@pytest.mark.parametrize("path", [_in_suite(p) for p in SPECS], ids=[p.stem for p in SPECS])
 def test_spec_runs_in_quick_mode(path, tmp_path, capsys):
     spec = load_spec(path, quick=True)
     store = tmp_path / f"{spec.name}.sqlite"

@@ -11,7 +11,7 @@ VARIANTS = [{"order": "random"}, {"order": "fifo"}, {"order": "fifo", "z": 1},
 
 
 @pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
-@pytest.mark.parametrize("load", [0.5, 0.9, 0.99])
+@pytest.mark.parametrize("load", [0.5, 0.9, pytest.param(0.99, marks=pytest.mark.slow)])
 def test_flow_balance_and_little(opts, load):
     mf = theory.mean_field("jiq-original", load, 10.0, **opts)
     assert mf.diagnostics["busy_fraction_error"] < 1e-12  # s_1 = lambda

@@ -439,7 +439,9 @@ def test_status_codes_are_status_members():
     assert isinstance(res.status, Status)
 
 
-@pytest.mark.parametrize("policy,ratio", [("pod", None), ("jsq", None), ("jiq", 10.0)])
+@pytest.mark.parametrize(
+    "policy,ratio", [("pod", None), ("jsq", None), pytest.param("jiq", 10.0, marks=pytest.mark.slow)]
+)
 def test_levels_is_the_largest_queue_length(policy, ratio):
     # as the simulator's System.levels: arrays over k = 0..levels, levels + 1 entries
     n = 6

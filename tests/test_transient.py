@@ -53,7 +53,8 @@ def _exact_transient(rule, n, m, lam, d, cap, times):
     return np.array([p @ tails for p in out]), np.array([p @ empty for p in out])
 
 
-@pytest.mark.parametrize("rule, m", [("pod", 1), pytest.param("jiq", 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("rule, m", [("pod", 1), ("jiq", 2)])
+@pytest.mark.slow
 def test_against_the_exact_transient_law(rule, m):
     n, lam, cap = 3, 0.8, 3
     res = transient(rule, lam, n, m, times=TIMES, replicas=256, seed=4, buffer=cap,
