@@ -84,10 +84,8 @@ def test_kernel_and_register_layout_match_the_engine_bit_for_bit(case):
         assert int(want[1].arrivals.sum()) > 0  # the runs did something
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=pytest.mark.slow) for c in (CASES[0], CASES[7])],
-    ids=["pod", "jiq-pod-b4"],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [CASES[0], CASES[7]], ids=["pod", "jiq-pod-b4"])
 def test_kernel_lowers_for_cuda_through_triton(case):
     """Lowering for CUDA needs no GPU: a construct Triton rejects fails here."""
     p, *_ = _setup(*case)

@@ -38,27 +38,23 @@ MEAN_FIELD_ALLOWANCE = 10.0
 CHECKED = ("mean_response_time", "waiting_probability")
 
 
-def test_every_reproduction_has_a_spec():
-    names = {p.stem for p in SPECS}
-    assert {"wang_fig4", "wang_table2_fig5", "wang_fig6", "wang_fig7_8", "liu_ying_fig2",
-            "liu_ying_alpha1", "mukherjee_hw", "mitzenmacher_jiq"} <= names  # fmt: skip
-    for path in SPECS:
-        quick = load_spec(path, quick=True)
-        assert quick.figures, f"{path.name} draws no figure"
-        assert len(quick.points) <= len(load_spec(path).points)
-
-
 #: Specs run end to end in the suite (see the module notes); the rest need ``--all-specs``.
 IN_SUITE = ("wang_fig6", "mitzenmacher_jiq", "liu_ying_alpha1", "pools_fast_servers")
 
 
-def test_every_spec_plans(capsys):
-    """Every spec, run in the suite or not, plans in quick and full mode."""
+def test_every_reproduction_has_a_spec_that_plans(capsys):
+    """Every spec, run in the suite or not, loads and plans in quick and full mode."""
+    names = {p.stem for p in SPECS}
+    assert {"wang_fig4", "wang_table2_fig5", "wang_fig6", "wang_fig7_8", "liu_ying_fig2",
+            "liu_ying_alpha1", "mukherjee_hw", "mitzenmacher_jiq"} <= names  # fmt: skip
     for path in SPECS:
-        for quick in ((), ("--quick",)):
-            assert cli_main(["sweep", str(path), "--plan", "--json", *quick]) == 0
-            plan = json.loads(capsys.readouterr().out)
-            assert plan["points"] == len(load_spec(path, quick=bool(quick)).points) > 0
+        full, quick = load_spec(path), load_spec(path, quick=True)
+        assert quick.figures, f"{path.name} draws no figure"
+        assert len(quick.points) <= len(full.points)
+        for spec, flags in ((full, ()), (quick, ("--quick",))):
+            assert spec.points and spec.run.replicas >= 2, path.name
+            assert cli_main(["sweep", str(path), "--plan", "--json", *flags]) == 0
+            assert json.loads(capsys.readouterr().out)["points"] == len(spec.points)
 
 
 def _in_suite(path):
