@@ -61,3 +61,29 @@ def test_replica_keys_are_the_positional_fold_ins():
     got = np.asarray(replica_keys(5, np.array([3]), np.array([99])))[0]
     want = jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, 99), 3))
     np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def _jax_block_key(replica_key, block, block_hi=None):
+    """The block key through jax.random (what block_keys writes out)."""
+    k = jax.random.fold_in(jax.random.wrap_key_data(replica_key), block)
+    if block_hi is not None:
+        later = jax.random.fold_in(k, block_hi)
+        k = jax.random.wrap_key_data(
+            jnp.where(block_hi == 0, jax.random.key_data(k), jax.random.key_data(later)))
+    return jax.random.bits(k, (2,), jnp.uint32)
+
+
+def test_block_keys_are_jax_randoms_fold_ins_and_bits():
+    """The written-out Threefry-2x32 gives jax.random's block keys bit for bit,
+    low block words alone and with a high word (zero or not), at the edges too."""
+    gen = np.random.default_rng(4)
+    keys = replica_keys(9, np.arange(600))
+    lo = gen.integers(0, 2**32, 600, dtype=np.uint64)
+    lo[:4] = [0, 1, 2**31, 2**32 - 1]
+    hi = np.where(np.arange(600) % 3 == 0, 0, gen.integers(0, 2**32, 600, dtype=np.uint64))
+    hi[4:8] = [1, 2**31, 2**32 - 1, 0]
+    lo, hi = jnp.asarray(lo.astype(np.uint32)), jnp.asarray(hi.astype(np.uint32))
+    for args in ((keys, lo), (keys, lo, hi)):
+        got = jax.jit(jax.vmap(block_keys))(*args)
+        want = jax.jit(jax.vmap(_jax_block_key))(*args)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -7,7 +7,7 @@ blocks of ``BLOCK`` steps with the state held in registers, and stores it
 back once. The step is :func:`jaxqueue.sim.step.occupancy_step`, the same
 function the engine vmaps, and :func:`jaxqueue.sim.registers.run_block` adds
 the same exact integer sums, so the kernel's results are bit-identical to the
-engine's; the per-block random keys (JAX's threefry) are computed outside the
+engine's; the per-block random keys (Threefry-2x32) are computed outside the
 kernel and passed in, the per-step words (a 32-bit integer hash) inside.
 
 The kernel is lowered through Triton, selected explicitly by its compiler
