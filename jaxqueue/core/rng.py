@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "BLOCK", "replica_keys", "block_keys", "threefry2x32", "step_words", "step_word_rows",
@@ -53,6 +54,9 @@ def _mix(x: jax.Array) -> jax.Array:
 def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     """The raw key data of each replica (host call; what :func:`block_keys` takes).
 
+    ``jax.random``'s fold-ins, bit for bit, computed with NumPy
+    (:func:`threefry2x32`), so a new batch size compiles nothing.
+
     Args:
         seed: the run's integer seed (``jax.random.key(seed)``).
         replicas: int ``(R,)`` replica indices.
@@ -62,16 +66,15 @@ def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     Returns:
         uint32 ``(R, 2)``, the replicas' key data.
     """
-    key = jax.random.key(int(seed))
-    replicas = jnp.asarray(replicas, jnp.uint32)
+    key = np.asarray(jax.random.key_data(jax.random.key(int(seed))), np.uint32)
+    replicas = np.asarray(replicas).astype(np.uint32)
+    zero = np.zeros_like(replicas)
     if streams is None:
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(replicas)
-    else:
-        streams = jnp.asarray(streams, jnp.uint32)
-        keys = jax.vmap(lambda w, i: jax.random.fold_in(jax.random.fold_in(key, w), i))(
-            streams, replicas
-        )
-    return jax.random.key_data(keys)
+        k0, k1 = key[0] + zero, key[1] + zero
+    else:  # fold_in(key, w): on the host, as below, no program to compile
+        k0, k1 = _threefry(key[0], key[1], zero, np.asarray(streams).astype(np.uint32), np.uint32)
+    k0, k1 = _threefry(k0, k1, zero, replicas, np.uint32)
+    return jnp.asarray(np.stack([k0, k1], axis=-1))
 
 
 def block_keys(replica_key: jax.Array, block: jax.Array, block_hi: jax.Array | None = None) -> jax.Array:
@@ -126,13 +129,19 @@ def threefry2x32(k0, k1, x0, x1):
         ``threefry2x32(k, 0, i)`` (the checks in the tests compare them with
         ``jax.random``).
     """
-    ks = (k0, k1, k0 ^ k1 ^ _U32(0x1BD11BDA))
+    return _threefry(k0, k1, x0, x1, _U32)
+
+
+def _threefry(k0, k1, x0, x1, u32):
+    """:func:`threefry2x32` on jax arrays (``u32 = jnp.uint32``) or NumPy arrays
+    (``numpy.uint32``; the counters must be arrays, whose sums wrap silently)."""
+    ks = (k0, k1, k0 ^ k1 ^ u32(0x1BD11BDA))
     x0, x1 = x0 + ks[0], x1 + ks[1]
     for i in range(5):
         for r in _ROTATIONS[i % 2]:
             x0 = x0 + x1
-            x1 = x0 ^ ((x1 << _U32(r)) | (x1 >> _U32(32 - r)))
-        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + _U32(i + 1)
+            x1 = x0 ^ ((x1 << u32(r)) | (x1 >> u32(32 - r)))
+        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + u32(i + 1)
     return x0, x1
 
 
