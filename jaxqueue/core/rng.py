@@ -10,8 +10,9 @@ over devices.
 
 Within a block, the Threefry-2x32 hash supplies a 64-bit block key once (the
 key ``jax.random`` gives, :func:`block_keys`), and the words of each step come
-from a counter-based hash of ``(block key, step, word)``: two rounds of a 32-bit avalanche mixer (the "triple32" constants), a
-bijection of the counter for a fixed key, so no word repeats inside a block.
+from a counter-based hash of ``(block key, step, word)``: two rounds of a
+32-bit avalanche mixer (the "triple32" constants), a bijection of the counter
+for a fixed key, so no word repeats inside a block.
 On a CPU it produces words about six times faster than threefry (4.8e8 against
 7.2e7 words per second on one core), yet it is still about 40% of a Pod(2)
 step's cost.
@@ -126,7 +127,7 @@ def threefry2x32(k0, k1, x0, x1):
     Returns:
         the two uint32 words of the encrypted counter. ``fold_in(k, d)`` is
         ``threefry2x32(k, 0, d)`` and word ``i`` of ``bits(k)`` the xor of
-        ``threefry2x32(k, 0, i)`` (the checks in the tests compare them with
+        ``threefry2x32(k, 0, i)`` (tests/test_rng.py compares them with
         ``jax.random``).
     """
     return _threefry(k0, k1, x0, x1, _U32)
