@@ -125,3 +125,31 @@ def test_policies_without_mean_field_fail_in_the_generic_path_too():
         meanfield.fixed_point("jiq-original", 0.9, 10.0)
     with pytest.raises(NotImplementedError, match="jiq-original.*infinite buffers"):
         theory.mean_field("jiq-original", 0.9, 10.0, buffer=4)
+
+
+def test_outcomes_a_function_ignores_are_summed_out_first():
+    """A law or expectation over the outcome grid is the same whether or not the
+    outcomes the function ignores are summed out before the contraction (and a
+    law of total mass 0, an empty I-queue system's listed server, stays 0)."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(3)
+    shapes = [(5, 1, 1), (1, 4, 1), (1, 1, 6)]
+    with jax.enable_x64(True):
+        for zero_mass in (False, True):
+            laws = [rng.random(s) for s in shapes]
+            if zero_mass:
+                laws[2] = np.zeros(shapes[2])
+            a = np.arange(5).reshape(5, 1, 1)
+            b = np.arange(4).reshape(1, 4, 1)
+            keys = np.where(b == 0, a, 0)  # ignores the third outcome
+            full = np.broadcast_to(laws[0] * laws[1] * laws[2], (5, 4, 6))
+            want = np.bincount(np.broadcast_to(keys, (5, 4, 6)).ravel(), full.ravel(), 5)
+            jl = tuple(jnp.asarray(x) for x in laws)
+            marginal = meanfield._marginal(jl, jnp.asarray(keys))
+            assert [m.shape for m in marginal] == [(5, 1, 1), (1, 4, 1), (1, 1, 1)]
+            np.testing.assert_allclose(meanfield._law_of(jl, keys, 5), want, rtol=1e-13, atol=0)
+            values = (a + 1.0) * (b == 1)  # ignores the third outcome too
+            np.testing.assert_allclose(meanfield._expect(jl, values),
+                                       (full * values).sum(), rtol=1e-13)  # fmt: skip

@@ -143,17 +143,33 @@ def _contract_jvp(size, primals, tangents):
 _contract.defjvp(_contract_jvp, symbolic_zeros=True)
 
 
+def _marginal(outcomes_law, *functions):
+    """The laws with each outcome that none of ``functions`` depends on summed out.
+
+    The outcome arrays are broadcast (outcome ``i`` along axis ``i``), so a
+    function of them has size 1 along the axes of the outcomes it ignores.
+    Summing such a law first (its total, kept as a size-1 law) shrinks the
+    grid :func:`_contract` walks: JIQ's level law, for one, needs the server
+    and dispatcher outcomes but not the listed server a delete request hits.
+    """
+    k = len(outcomes_law)
+    dep = jnp.broadcast_shapes(*(jnp.shape(f) for f in functions))
+    dep = (1,) * (k - len(dep)) + tuple(dep)
+    return tuple(law if dep[i] > 1 or law.size == 1 else jnp.sum(law).reshape((1,) * k)
+                 for i, law in enumerate(outcomes_law))  # fmt: skip
+
+
 def _law_of(outcomes_law, values, size):
     """Law of an integer function of independent outcomes: segment-sum of weights."""
     one = jnp.ones((), outcomes_law[0].dtype)
-    return _contract(tuple(outcomes_law), jnp.asarray(values, jnp.int32), one, size)
+    values = jnp.asarray(values, jnp.int32)
+    return _contract(_marginal(outcomes_law, values), values, one, size)
 
 
 def _expect(outcomes_law, values):
     """Expectation of a function of independent outcomes."""
-    dtype = outcomes_law[0].dtype
-    return _contract(tuple(outcomes_law), jnp.zeros((), jnp.int32),
-                     jnp.asarray(values, dtype), 1)[0]  # fmt: skip
+    values = jnp.asarray(values, outcomes_law[0].dtype)
+    return _contract(_marginal(outcomes_law, values), jnp.zeros((), jnp.int32), values, 1)[0]
 
 
 def _grid(draws, view, system, population=None):
