@@ -286,6 +286,10 @@ def _rk4(x, load, ratio, dt, policy, system, steps):
     return jax.lax.scan(body, x, None, length=steps)
 
 
+#: :func:`rates` compiled, for the host side (not op by op: each op would compile on its own).
+_rates_at = jax.jit(rates, static_argnames=("policy", "system"))
+
+
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
 def _newton_step(x, load, ratio, policy, system):
     f = _residual(x, load, ratio, policy, system)
@@ -386,20 +390,22 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
         else:
             x = jnp.asarray(start, jnp.float64)
+        x = np.asarray(x, np.float64)  # the Newton loop's host side in NumPy: nothing to compile
         status, it, res = Status.MAX_ITERATIONS, 0, math.inf
         for it in range(1, max_newton + 1):
-            f, dx = _newton_step(x, lam, r, pol, system)
-            res = float(jnp.max(jnp.abs(f)))
-            if not np.all(np.isfinite(np.asarray(dx))):
+            f, dx = (np.asarray(v, np.float64) for v in _newton_step(x, lam, r, pol, system))
+            res = float(np.max(np.abs(f)))
+            if not np.all(np.isfinite(dx)):
                 status = Status.NON_FINITE
                 break
             if res < tol:
                 status = Status.CONVERGED
                 break
-            x = jnp.clip(x + dx, 0.0, 1.0)
-        rt = rates(x, pol, system)
-        rt = Rates(*(np.asarray(v, np.float64) for v in rt))
-        s, q = (np.asarray(v, np.float64) for v in _split(x, system))
+            x = np.clip(x + dx, 0.0, 1.0)
+        rt = Rates(*(np.asarray(v, np.float64) for v in _rates_at(x, pol, system)))
+    L, J = system.levels, system.iqueue_levels
+    s = np.concatenate([[1.0], x[:L]])
+    q = np.concatenate([[1.0], x[L : L + J]]) if J else np.ones(1)
     truncated = (float(s[-1]) if buffer is None else 0.0, float(q[-1]) if q.size > 1 else 0.0)
     return FixedPoint(s, q, rt, res, status, it, truncated)
 

@@ -341,6 +341,7 @@ def corrections(x, load, ratio, policy: Policy, system: System,
 # ---------------------------------------------------------------------------
 
 
+@functools.partial(jax.jit, static_argnames=("policy", "system", "buffer"))
 def _metrics(x, v, obs, dobs, load, policy, system, buffer):
     """``{metric: (mean-field value, 1/N coefficient)}`` for every metric of the schema
     but the quantiles (which :func:`_quantile_corrections` adds on the host)."""
@@ -707,6 +708,7 @@ def _closed_form_starts(pol, buffer) -> bool:
     return cf is not None and cf.family in ("pod", "jiq-pod") and buffer is None
 
 
+@functools.partial(jax.jit, static_argnames=("pol", "system"))
 def _closed_form_start(pol, system, loads, ratios):
     """Fixed points of the untruncated closed form on the grid, as states ``[A, B, L + J]``."""
     from jaxqueue.theory.closed_forms import _tail
