@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
 from jaxqueue.core.service import capacity, exponential
@@ -27,9 +28,11 @@ _MAX_SEARCH = 100_000
 
 
 def _jiq_p0(load: float, ratio: float, d: int) -> float:
-    sol = solve_p0(load, ratio, d)
-    p0 = float(sol.p0)
-    if not 0.0 < p0 <= 1.0 or int(sol.status) != 0:
+    # float64, as the theory's host values: one compiled solver serves both
+    with jax.enable_x64(True):
+        sol = solve_p0(float(load), float(ratio), d)
+        p0, status = float(sol.p0), int(sol.status)
+    if not 0.0 < p0 <= 1.0 or status != 0:
         return 1.0  # the bound p0 <= 1 is always safe
     return p0
 
@@ -108,7 +111,8 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     p0 = _jiq_p0(float(load), ratio, d)
     start = int(math.ceil(ratio)) + 1
     jmax = max(64, int(8 * ratio + 64))
-    dist = np.asarray(iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
+    with jax.enable_x64(True):
+        dist = np.asarray(iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
     surv = np.cumsum(dist[::-1])[::-1]
     below = np.nonzero(n_dispatchers * surv < 1e-6)[0]
     base = int(below[0]) if below.size else jmax
