@@ -17,7 +17,7 @@ import numpy as np
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
-from jaxqueue.theory.p0 import iqueue_distribution, solve_p0
+from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
 __all__ = [
     "mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels",
@@ -28,10 +28,7 @@ _MAX_SEARCH = 100_000
 
 
 def _jiq_p0(load: float, ratio: float, d: int) -> float:
-    # float64, as the theory's host values: one compiled solver serves both
-    with jax.enable_x64(True):
-        sol = solve_p0(float(load), float(ratio), d)
-        p0, status = float(sol.p0), int(sol.status)
+    p0, status = host_p0(load, ratio, d)  # float64: the theory's compiled solver
     if not 0.0 < p0 <= 1.0 or status != 0:
         return 1.0  # the bound p0 <= 1 is always safe
     return p0

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -38,7 +37,7 @@ from jaxqueue.policies import ClosedForm, Policy, make
 from jaxqueue.results import response
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
-from jaxqueue.theory.p0 import _as_float_arrays, _check_d, solve_p0
+from jaxqueue.theory.p0 import _as_float_arrays, _check_d, host_p0, solve_p0
 
 __all__ = ["FAMILIES", "closed_form_of", "tail", "mean_response_time", "closed_form_result"]
 
@@ -217,10 +216,7 @@ def mean_response_time(policy, load, ratio=None, *, d: int | None = None):
 
 def _host_p0(load: float, ratio: float, d: int) -> float:
     """``p0`` in float64 (x64 switched on for the call); raises on solver failure."""
-    with jax.enable_x64(True):
-        sol = solve_p0(load, ratio, d)
-        status = int(sol.status)
-        p0 = float(sol.p0)
+    p0, status = host_p0(load, ratio, d)
     if status != Status.CONVERGED:
         raise RuntimeError(
             f"p0 solver failed at load={load!r}, ratio={ratio!r}, d={d}: "

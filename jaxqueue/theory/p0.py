@@ -82,7 +82,7 @@ import numpy as np
 
 from jaxqueue.core.status import Status
 
-__all__ = ["P0Solution", "solve_p0", "p0_grid", "iqueue_distribution"]
+__all__ = ["P0Solution", "solve_p0", "host_p0", "p0_grid", "iqueue_distribution"]
 
 _MAX_ITER = 60
 _GRID_CHUNK = 16384  # points per vectorised solve in p0_grid
@@ -393,6 +393,18 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
     d = _check_d(d)
     load, ratio = _as_float_arrays(load, ratio)
     return _p0_core(load, ratio, d)
+
+
+def host_p0(load: float, ratio: float, d: int = 1) -> tuple[float, int]:
+    """``(p0, status)`` of one point as Python numbers, always in float64.
+
+    The host's entry to :func:`solve_p0` (x64 switched on for the call), so
+    that every host caller (the closed forms, the simulator's default
+    bounds) shares one compiled program per ``d``.
+    """
+    with jax.enable_x64(True):
+        sol = solve_p0(float(load), float(ratio), d)
+        return float(sol.p0), int(sol.status)
 
 
 @functools.partial(jax.jit, static_argnames=("d",))
