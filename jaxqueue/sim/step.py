@@ -91,20 +91,21 @@ def _shift(tail, up, down):
 
 def _relist(iq_listed, leave, s_out, join, s_in):
     """``iq_listed`` after an I-queue of size ``s_out`` loses a server (if
-    ``leave``) and one of size ``s_in - 1`` gains one (if ``join``): an
-    I-queue of size s holds s listed servers, counted in ``iq_listed[0..s]``."""
+    ``leave``) or one of size ``s_in - 1`` gains one (if ``join``): an
+    I-queue of size s holds s listed servers, counted in ``iq_listed[0..s]``.
+
+    ``leave`` and ``join`` never hold together (a server leaves an I-queue on
+    an arrival step and joins one on a departure step), so one signed change
+    at one size does both."""
+    size = jnp.where(leave, s_out, s_in)
+    sign = jnp.where(leave, -1, join.astype(jnp.int32))
+
     def change(j):
-        return (jnp.where(leave, jnp.where(j == s_out, s_out, j < s_out), 0),
-                jnp.where(join, jnp.where(j == s_in, s_in, j < s_in), 0))  # fmt: skip
+        return jnp.where(j < size, sign, jnp.where(j == size, sign * size, 0))
 
     if isinstance(iq_listed, tuple):
-        out = []
-        for j, x in enumerate(iq_listed):
-            lose, gain = change(j)
-            out.append(x - lose + gain)
-        return tuple(out)
-    lose, gain = change(jnp.arange(iq_listed.shape[0], dtype=jnp.int32))
-    return iq_listed - lose + gain
+        return tuple(x + change(j) for j, x in enumerate(iq_listed))
+    return iq_listed + change(jnp.arange(iq_listed.shape[0], dtype=jnp.int32))
 
 
 def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy,
