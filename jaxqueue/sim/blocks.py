@@ -20,6 +20,7 @@ from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
+from jaxqueue.sim.events import move
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
 from jaxqueue.sim.step import step
 
@@ -106,9 +107,10 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             left = -cands
         else:
             left = BLOCK - t
-        acc_tail = acc_tail.at[ev["up"]].add(left, mode="drop")
-        acc_tail = acc_tail.at[ev["down"]].add(-left, mode="drop")
-        if by_changes:
+        acc_tail = move(acc_tail, ev["up"], ev["down"], left)
+        if by_changes and not policy.per_server:
+            acc_iq = move(acc_iq, ev["iq_up"], ev["iq_down"], left)
+        elif by_changes:  # a per-server JIQ-Threshold step may both drop and relist a server
             acc_iq = acc_iq.at[ev["iq_up"]].add(left, mode="drop")
             acc_iq = acc_iq.at[ev["iq_down"]].add(-left, mode="drop")
         elif trace:

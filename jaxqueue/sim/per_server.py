@@ -34,7 +34,7 @@ import numpy as np
 
 from jaxqueue.core.rng import bernoulli, step_words, uniform_index
 from jaxqueue.core.system import System, arrival_probability
-from jaxqueue.sim.events import step_event
+from jaxqueue.sim.events import move, step_event
 
 __all__ = ["Lists", "init_lists", "step_listed", "N_WORDS"]
 
@@ -236,7 +236,7 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     nowhere = levels + 1
     up = jnp.where(accepted, k_arr + 1, nowhere)
     down = jnp.where(departs, k_dep, nowhere)
-    tail = tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
+    tail = move(tail, up, down)
     iq_up = jnp.where(ok, in_size + 1, cap + 1)
     iq_down = jnp.where(leave, out_size, cap + 1)
     iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jaxqueue.core.rng import bernoulli, uniform_index
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy, View, level_of
-from jaxqueue.sim.events import step_event
+from jaxqueue.sim.events import move, step_event
 from jaxqueue.sim.per_server import step_listed
 from jaxqueue.sim.classes import classes_after, service_outcome
 from jaxqueue.sim.source import advance_source
@@ -80,13 +80,14 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
 
 
 def _shift(tail, up, down):
-    """``tail`` with one more item at level ``up`` and one fewer at ``down``
-    (an index past the end: no change); one replica's array or the register
-    layout (a tuple of per-level vectors, whose level 0 never changes)."""
+    """``tail`` with one more item at level ``up`` or one fewer at ``down``
+    (never both: an index past the end means no change); one replica's array
+    (one scatter-add) or the register layout (a tuple of per-level vectors,
+    whose level 0 never changes)."""
     if isinstance(tail, tuple):
         one = lambda c: c.astype(jnp.int32)  # noqa: E731
         return tail[:1] + tuple(t + one(up == k) - one(down == k) for k, t in enumerate(tail) if k)
-    return tail.at[up].add(1, mode="drop").at[down].add(-1, mode="drop")
+    return move(tail, up, down)
 
 
 def _relist(iq_listed, leave, s_out, join, s_in):
