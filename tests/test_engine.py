@@ -70,6 +70,12 @@ def test_invariants_after_every_step(name, m):
     assert set(np.unique(dtasks)) <= {-1, 0, 1}
     assert ((dtasks == 1) == (accepted == 1)).all()
     assert np.asarray(ev["overflow"]).sum() == 0
+    # a step moves at most one server between levels and one dispatcher between
+    # I-queue sizes: the engine's one scatter-add per array (sim.events.move) needs it
+    real = lambda key, top: np.asarray(ev[key]) <= top  # noqa: E731
+    assert not (real("up", system.levels) & real("down", system.levels)).any()
+    assert real("up", system.levels).any() and real("down", system.levels).any()
+    assert not (real("iq_up", system.iqueue_levels) & real("iq_down", system.iqueue_levels)).any()
     if policy.uses_iqueues and m > 1:
         iq = np.asarray(cores.iq_tail)
         listed = np.asarray(cores.iq_listed)
