@@ -89,10 +89,13 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
 
 
 def _split(x, system: System):
+    """The state ``x`` as the tails ``(s, q)``, each with its leading 1; in
+    NumPy for a NumPy ``x`` (the host side of :func:`fixed_point`), else in jnp."""
+    xp = np if isinstance(x, np.ndarray) else jnp
     L, J = system.levels, system.iqueue_levels
-    one = jnp.ones((1,), x.dtype)
-    s = jnp.concatenate([one, x[:L]])
-    q = jnp.concatenate([one, x[L : L + J]]) if J else one
+    one = xp.ones((1,), x.dtype)
+    s = xp.concatenate([one, x[:L]])
+    q = xp.concatenate([one, x[L : L + J]]) if J else one
     return s, q
 
 
@@ -403,9 +406,7 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
                 break
             x = np.clip(x + dx, 0.0, 1.0)
         rt = Rates(*(np.asarray(v, np.float64) for v in _rates_at(x, pol, system)))
-    L, J = system.levels, system.iqueue_levels
-    s = np.concatenate([[1.0], x[:L]])
-    q = np.concatenate([[1.0], x[L : L + J]]) if J else np.ones(1)
+    s, q = _split(x, system)
     truncated = (float(s[-1]) if buffer is None else 0.0, float(q[-1]) if q.size > 1 else 0.0)
     return FixedPoint(s, q, rt, res, status, it, truncated)
 
