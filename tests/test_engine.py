@@ -15,7 +15,7 @@ import jaxqueue as jq
 from jaxqueue.core.rng import BLOCK, replica_keys, step_words
 from jaxqueue.core.system import System
 from jaxqueue.sim import runner
-from jaxqueue.sim.blocks import run_blocks
+from jaxqueue.sim.blocks import PACK, run_blocks, unpack
 from jaxqueue.sim.initial import initial_counts
 from jaxqueue.sim.state import core_from_counts, n_words
 from jaxqueue.sim.step import step
@@ -51,6 +51,15 @@ def _trajectory(core, key, load, system, policy, n):
     return out
 
 
+def _seen_is_below_up(ev, system):
+    """An accepted arrival is a real ``up`` that found ``up - 1`` tasks: a block
+    counts it in the same scatter-add as its time sums (sim.blocks.PACK)."""
+    up, seen = np.asarray(ev["up"]), np.asarray(ev["seen"])
+    real = up <= system.levels
+    np.testing.assert_array_equal(seen, np.where(real, up - 1, system.levels + 1))
+    assert real.any()
+
+
 @pytest.mark.parametrize("name, m", CASES)
 @pytest.mark.slow
 def test_invariants_after_every_step(name, m):
@@ -70,6 +79,7 @@ def test_invariants_after_every_step(name, m):
     assert set(np.unique(dtasks)) <= {-1, 0, 1}
     assert ((dtasks == 1) == (accepted == 1)).all()
     assert np.asarray(ev["overflow"]).sum() == 0
+    _seen_is_below_up(ev, system)
     # a step moves at most one server between levels and one dispatcher between
     # I-queue sizes: the engine's one scatter-add per array (sim.events.move) needs it
     real = lambda key, top: np.asarray(ev[key]) <= top  # noqa: E731
@@ -90,6 +100,18 @@ def test_invariants_after_every_step(name, m):
         # the trajectory exercised joins, and deletes for the JIQ routing
         assert np.asarray(ev["joins"]).sum() > 0
         assert np.asarray(ev["deletes"]).sum() > 0
+
+
+def test_a_block_packs_arrivals_and_time_sums_without_loss():
+    """A block's time sums and accepted-arrival counts share one int32 per level
+    (sim.blocks.PACK): every pair a block can produce comes back unchanged."""
+    most = BLOCK * (BLOCK + 1) // 2  # the largest |time sum| a block adds at one level
+    assert most < PACK // 2 and BLOCK * PACK + most < 2**31
+    arrivals = np.array([0, 0, 1, BLOCK, BLOCK, 7, 0], np.int32)
+    sums = np.array([most, -most, -most, most, -most, 0, 0], np.int32)
+    got_sums, got_arrivals = unpack(jnp.asarray(arrivals * PACK + sums))
+    np.testing.assert_array_equal(got_sums, sums)
+    np.testing.assert_array_equal(got_arrivals, arrivals)
 
 
 @pytest.mark.slow
@@ -240,6 +262,7 @@ def test_per_server_lists_after_every_step(name, opts, m):
         else:  # every idle server is listed (busy ones may be, stale)
             assert is_listed[q[t] == 0].all()
     assert np.asarray(ev["joins"]).sum() > 0
+    _seen_is_below_up(ev, system)
     # with one dispatcher the fallback only runs when nothing is listed: no
     # stale picks and no delete requests can happen
     other = np.asarray(ev["stale" if policy.stale_picks else "deletes"]).sum()

@@ -26,7 +26,7 @@ from jaxqueue.sim.step import step
 
 __all__ = [
     "run_blocks", "advance_blocks", "spread", "zero_rows", "add64", "max_chunk_blocks", "max_per_step",
-    "block_words", "time_sum_scale",
+    "block_words", "time_sum_scale", "PACK", "unpack",
 ]  # fmt: skip
 
 
@@ -70,6 +70,22 @@ def max_chunk_blocks(system: System, policy: Policy) -> int:
     return min(by_delta, (2**31 - 1) // (BLOCK * max_per_step(policy)))
 
 
+#: What an accepted arrival adds to the time sums of its ``up`` level inside a
+#: block, besides its time weight, so that one scatter-add a step records both
+#: (:func:`unpack`). A block's time weights sum to at most ``BLOCK * (BLOCK + 1)
+#: / 2 < PACK / 2`` in absolute value at any level, and ``BLOCK * PACK`` fits in
+#: int32 with room to spare.
+PACK_BITS = 17
+PACK = 1 << PACK_BITS
+
+
+def unpack(packed: jax.Array):
+    """A block's packed time sums as ``(time sums, accepted arrivals)`` by level:
+    ``packed = PACK * arrivals + sums`` with ``|sums| < PACK / 2``."""
+    arrivals = (packed + PACK // 2) >> PACK_BITS
+    return packed - arrivals * PACK, arrivals
+
+
 def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, system: System,
            policy: Policy):  # fmt: skip
     """Run one block of BLOCK steps for one replica; add its sums to ``stats``."""
@@ -91,7 +107,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     trace = isinstance(system.arrivals, Trace)
 
     def body(carry, t):
-        core, acc_tail, acc_iq, seen, cnt, cands = carry
+        core, acc_tail, acc_iq, cnt, cands = carry
         # the words as separate scalars (not one array of nw): vmapped, each is a
         # vector over the replicas, which XLA vectorizes; an (R, nw) array it
         # would loop over nw innermost, twice as slow for a whole Pod(2) step
@@ -107,7 +123,8 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             left = -cands
         else:
             left = BLOCK - t
-        acc_tail = move(acc_tail, ev["up"], ev["down"], left)
+        # an accepted arrival, found at ev["up"] - 1, also counts PACK there (seen)
+        acc_tail = move(acc_tail, ev["up"], ev["down"], left, up_value=left + PACK)
         if by_changes and not policy.per_server:
             acc_iq = move(acc_iq, ev["iq_up"], ev["iq_down"], left)
         elif by_changes:  # a per-server JIQ-Threshold step may both drop and relist a server
@@ -117,15 +134,16 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             acc_iq = acc_iq + jnp.where(candidate, _iq_view(before, system, policy), 0)
         else:
             acc_iq = acc_iq + _iq_view(core, system, policy)
-        seen = seen.at[ev["seen"]].add(1, mode="drop")
-        return (core, acc_tail, acc_iq, seen, cnt, cands), None
+        return (core, acc_tail, acc_iq, cnt, cands), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
-    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), jnp.zeros_like(stats.seen),
-              zeros, jnp.int32(0))  # fmt: skip
-    (new_core, acc_tail, acc_iq, seen, cnt, cands), _ = jax.lax.scan(
+    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0))
+    (new_core, packed, acc_iq, cnt, cands), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
+    acc_tail, arrived = unpack(packed)
+    # accepted arrivals find at most levels - 1 tasks (up <= levels): seen[levels] stays 0
+    seen = jnp.concatenate([arrived[1:], jnp.zeros_like(arrived[:1])])
     if trace:  # W * the end state (at most BLOCK * N: the plan bounds N)
         tail_lo, tail_hi = add64(stats.tail_lo, stats.tail_hi, cands * new_core.tail)
     else:

@@ -37,12 +37,14 @@ def step_event(system: System, *, up, down, iq_up, iq_down, accepted, level, is_
     )
 
 
-def move(acc: jax.Array, up: jax.Array, down: jax.Array, value=1) -> jax.Array:
-    """``acc`` plus ``value`` at ``up`` and minus it at ``down``, when at most one
-    of them is an index (the other past the end): one scatter-add, not two.
+def move(acc: jax.Array, up: jax.Array, down: jax.Array, value=1, up_value=None) -> jax.Array:
+    """``acc`` plus ``value`` at ``up`` (``up_value`` if given) and minus ``value``
+    at ``down``, when at most one of them is an index (the other past the end):
+    one scatter-add, not two.
 
     A step moves at most one server between levels, and in the occupancy
     step at most one dispatcher between I-queue sizes, so the two never hold
     together; on a CPU a second scatter costs more than the selects."""
     some = up < acc.shape[0]
-    return acc.at[jnp.where(some, up, down)].add(jnp.where(some, value, -value), mode="drop")
+    plus = value if up_value is None else up_value
+    return acc.at[jnp.where(some, up, down)].add(jnp.where(some, plus, -value), mode="drop")
