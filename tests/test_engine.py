@@ -14,6 +14,7 @@ import pytest
 import jaxqueue as jq
 from jaxqueue.core.rng import BLOCK, replica_keys, step_words
 from jaxqueue.core.system import System
+from jaxqueue.policies.base import level_of
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import PACK, run_blocks, unpack
 from jaxqueue.sim.initial import initial_counts
@@ -100,6 +101,19 @@ def test_invariants_after_every_step(name, m):
         # the trajectory exercised joins, and deletes for the JIQ routing
         assert np.asarray(ev["joins"]).sum() > 0
         assert np.asarray(ev["deletes"]).sum() > 0
+
+
+def test_level_search_in_runs_of_levels():
+    """level_of counts the levels above an index in runs of at most 32 levels (a
+    longer reduction is slow on the CPU): the same count as one sum, on both
+    sides of each run's end."""
+    rng = np.random.default_rng(0)
+    for levels in (1, 31, 32, 33, 64, 65, 100):
+        tail = np.sort(rng.integers(0, 50, levels + 1))[::-1].copy()
+        tail[0] = 50
+        for index in range(0, 51):
+            want = int(np.sum(tail[1:] > index))
+            assert int(level_of(jnp.asarray(tail, jnp.int32), jnp.int32(index))) == want
 
 
 def test_a_block_packs_arrivals_and_time_sums_without_loss():
