@@ -108,7 +108,7 @@ def test_level_search_in_runs_of_levels():
     longer reduction is slow on the CPU): the same count as one sum, on both
     sides of each run's end."""
     rng = np.random.default_rng(0)
-    for levels in (1, 31, 32, 33, 64, 65, 100):
+    for levels in (1, 31, 32, 33, 64, 65, 100, 256, 257, 300):  # past 256: one padded view
         tail = np.sort(rng.integers(0, 50, levels + 1))[::-1].copy()
         tail[0] = 50
         for index in range(0, 51):

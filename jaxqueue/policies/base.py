@@ -117,8 +117,9 @@ class Route(NamedTuple):
 ZERO = np.int32(0)
 
 
-#: The longest reduction a level search does at once (see :func:`level_of`).
-_RUN = 32
+#: The longest reduction a level search does at once, and the most such runs
+#: it writes out one by one (see :func:`level_of`).
+_RUN, _MAX_RUNS = 32, 8
 
 
 def level_of(tail, index: jax.Array) -> jax.Array:
@@ -134,9 +135,15 @@ def level_of(tail, index: jax.Array) -> jax.Array:
     # in runs of at most 32 levels: XLA's CPU compiler rewrites a longer
     # reduction into a reduce-window and a reduce over a stored intermediate
     # (its tree reduction), which made a step with 33 levels 2-3x slower than one with 32
-    size = tail.shape[0]
-    return sum(jnp.sum(tail[lo : min(lo + _RUN, size)] > index, dtype=jnp.int32)
-               for lo in range(1, size, _RUN))  # fmt: skip
+    levels = tail.shape[0] - 1
+    runs = -(-levels // _RUN)
+    if runs <= _MAX_RUNS:
+        return sum(jnp.sum(tail[1 + i * _RUN : 1 + (i + 1) * _RUN] > index, dtype=jnp.int32)
+                   for i in range(runs))  # fmt: skip
+    # many levels: the runs as rows of a zero-padded view (0 > index never holds),
+    # so the program does not grow with the levels
+    rows = jnp.pad(tail[1:], (0, runs * _RUN - levels)).reshape(runs, _RUN)
+    return jnp.sum(jnp.sum(rows > index, axis=1, dtype=jnp.int32), dtype=jnp.int32)
 
 
 def _random_index(words: jax.Array, n) -> jax.Array:
