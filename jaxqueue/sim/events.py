@@ -16,7 +16,9 @@ def step_event(system: System, *, up, down, iq_up, iq_down, accepted, level, is_
 
     ``up``/``down``: levels gaining and losing a server; ``iq_up``/``iq_down``:
     I-queue sizes gaining and losing a dispatcher; ``seen``: the level an
-    accepted arrival found. Indices past the end mean "none".
+    accepted arrival found, always ``up - 1`` (the engine's blocks count it
+    from ``up``, :data:`jaxqueue.sim.blocks.PACK`; the register layout reads
+    ``seen``). Indices past the end mean "none".
     """
     finite = system.buffer is not None
     blocked = (is_arrival & full).astype(jnp.int32)
