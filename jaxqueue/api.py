@@ -86,9 +86,11 @@ def sweep(
         levels: the largest tracked queue length (infinite buffers); default
             from the mean-field tail of the largest load.
         iqueue_levels: largest tracked I-queue size (JIQ family, ``M > 1``).
-        init: ``"auto"`` (default: the mean-field occupancy where the policy
+        init: ``"auto"`` (default: the mean-field state where the policy
             has a mean field and ``N >= 100``, else empty), ``"empty"``,
-            ``"mean-field"`` or an occupancy array.
+            ``"mean-field"`` or an occupancy array. The mean-field state sets
+            the queue lengths and, for the JIQ family with several
+            dispatchers, the I-queue sizes (and JIQ-Original's stale listings).
         on_overflow: ``"raise"`` (default) fails the run with advice if a
             queue or I-queue passes its bound; ``"report"`` returns the
             result with the ``overflow`` counts in its diagnostics.

@@ -54,28 +54,64 @@ class Lists(NamedTuple):
     where: jax.Array  # (N,)
 
 
-def init_lists(counts: np.ndarray, system: System, listed_max: int) -> Lists:
-    """Servers with the given occupancy counts, longest first; every server with
-    at most ``listed_max`` tasks listed, round-robin over the dispatchers (host side).
+def init_lists(counts: np.ndarray, system: System, listed_max: int,
+               by_length: np.ndarray | None = None,
+               by_size: np.ndarray | None = None) -> Lists:  # fmt: skip
+    """Servers with the given occupancy counts, longest first, and their I-queues (host side).
 
-    The lists start in order of listing, heads at place 0 (valid for either order).
+    Args:
+        counts: servers with exactly k tasks, ``k = 0..levels``.
+        listed_max: with ``by_length=None``, every server with at most this
+            many tasks is listed.
+        by_length: how many servers with exactly k tasks are listed (at most
+            ``counts[k]``).
+        by_size: how many dispatchers list exactly j servers (summing to
+            ``M``, and ``sum_j j by_size[j]`` to the listed servers), or
+            ``None``: as evenly as possible.
+
+    The listed servers, longest queue first, are dealt out a place at a time
+    over the I-queues that have room. The lists start in order of listing,
+    heads at place 0 (valid for either order: with FIFO I-queues the busy
+    servers, listed longest ago, are picked first).
     """
     n, m, cap = system.n_servers, system.n_dispatchers, system.iqueue_levels
+    counts = np.asarray(counts, np.int64)
     q = np.repeat(np.arange(counts.size), counts)[::-1].astype(np.int64)
-    listed = np.nonzero(q <= listed_max)[0]
-    if -(-listed.size // m) > cap:
-        raise ValueError(
-            f"iqueue_levels={cap} is too small for the initial state: {listed.size} listed "
-            f"servers over {m} I-queues need at least {-(-listed.size // m)}"
-        )
+    if by_length is None:
+        listed = np.nonzero(q <= listed_max)[0]
+    else:
+        by_length = np.asarray(by_length, np.int64)
+        if by_length.shape != counts.shape or np.any(by_length < 0) or np.any(by_length > counts):
+            raise ValueError("by_length must give, per level k, 0 to counts[k] listed servers")
+        first = n - np.cumsum(counts)  # level k's servers start here in q (longest first)
+        listed = np.concatenate([first[k] + np.arange(by_length[k])
+                                 for k in range(counts.size - 1, -1, -1)]).astype(np.int64)  # fmt: skip
+    if by_size is None:
+        if -(-listed.size // m) > cap:
+            raise ValueError(
+                f"iqueue_levels={cap} is too small for the initial state: {listed.size} listed "
+                f"servers over {m} I-queues need at least {-(-listed.size // m)}"
+            )
+        room = np.full(m, listed.size // m) + (np.arange(m) < listed.size % m)
+    else:
+        by_size = np.asarray(by_size, np.int64)
+        room = np.repeat(np.arange(by_size.size), by_size)[::-1]
+        if room.size != m or room.sum() != listed.size or (room.size and room.max() > cap):
+            raise ValueError(
+                f"by_size must split the {listed.size} listed servers over the {m} I-queues, "
+                f"at most iqueue_levels={cap} each"
+            )
     slots = np.zeros((m, cap + 1), np.int64)  # column cap: the FIFO heads
     sizes = np.zeros(m, np.int64)
     where = np.full(n, -1, np.int64)
-    for rank, server in enumerate(listed):
-        d = rank % m
-        slots[d, sizes[d]] = server
-        where[server] = d * cap + sizes[d]
-        sizes[d] += 1
+    rank = 0
+    for place in range(int(room.max()) if m else 0):
+        for disp in np.nonzero(room > place)[0]:
+            server = listed[rank]
+            slots[disp, place] = server
+            where[server] = disp * cap + place
+            rank += 1
+        sizes = np.minimum(room, place + 1)
     as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     return Lists(as32(q), as32(slots), as32(sizes), as32(where))
 

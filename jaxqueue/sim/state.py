@@ -127,6 +127,10 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_co
         iq_counts: int ``(iqueue_levels + 1,)``, dispatchers listing exactly j
             servers (sums to M, and ``sum j * iq_counts[j]`` equals the idle
             servers), or ``None`` when the policy has no I-queues or ``M = 1``.
+            Per-server policies: a :class:`~jaxqueue.sim.initial.ListedStart`
+            (the listed servers by queue length, the dispatchers by I-queue
+            size), or ``None``: every server with at most the policy's
+            threshold listed, spread evenly.
         class_counts: int ``(levels + 1, C)`` with server classes
             (:mod:`jaxqueue.sim.classes`): the servers of each level by class
             (rows sum to ``counts``).
@@ -135,7 +139,8 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_co
     tail = np.cumsum(counts[::-1])[::-1]
     as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     if policy.per_server:
-        lists = init_lists(counts, system, policy.threshold)
+        listed = (None, None) if iq_counts is None else iq_counts  # a ListedStart
+        lists = init_lists(counts, system, policy.threshold, *listed)
         sizes = np.asarray(lists.sizes)
         iq_tail = (sizes[None, :] >= np.arange(system.iqueue_levels + 1)[:, None]).sum(axis=1)
         return Core(as32(tail), as32(iq_tail), as32([0]), lists)

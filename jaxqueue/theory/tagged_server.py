@@ -270,7 +270,10 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
         A :class:`~jaxqueue.theory.result.MeanFieldResult` with ``stale_fraction``,
         ``delete_rate = 0``, and diagnostics ``busy_fraction_error`` (``|s_1 -
         lambda|``), ``little_error`` (relative gap of the two mean response
-        times) and ``residual`` (of the fixed point).
+        times), ``residual`` (of the fixed point), ``join_law`` (the law of
+        the queue length at a join request, ``k = 0..z``) and
+        ``listed_occupancy`` (the fraction of servers that are listed and hold
+        ``k`` tasks, ``k = 0..levels``; the rest of ``occupancy`` is unlisted).
     """
     lam = float(load)
     if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
@@ -297,7 +300,9 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
                                f"load={lam}: the load is too close to 1 for this solver")
         n_levels = grown
     occupancy = np.maximum(occupancy, 0.0)  # rounding can leave -1e-18 in empty states
-    occupancy = occupancy / occupancy.sum()
+    total = occupancy.sum()
+    occupancy = occupancy / total
+    listed = np.minimum(np.maximum(listed, 0.0) / total, occupancy)
     tail = np.cumsum(occupancy[::-1])[::-1]
     join = ph.join
     seen = np.maximum((lam * p0 * occupancy + picked) / lam, 0.0)
@@ -324,5 +329,6 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
         little_error=abs(t_seen - t_little) / t_little,
         residual=float(residual),
         join_law=[float(x) for x in g],
+        listed_occupancy=[float(x) for x in listed],
     )
     return result

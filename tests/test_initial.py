@@ -1,0 +1,107 @@
+"""Initial states (jaxqueue.sim.initial): the mean-field start sets the I-queues too.
+
+Host-side only: nothing here compiles a simulation. How much the start
+shortens the warm-up is measured in docs/simulation.md ("Warm-up"); the
+statistical tests that start at the mean field (test_tagged_server and
+test_vs_mean_field) run with short warm-ups because of it.
+"""
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue import theory
+from jaxqueue.sim.initial import initial_counts, iqueue_counts, listed_counts
+from jaxqueue.sim.runner import _initial_core, plan
+
+N, M = 1000, 100
+
+
+def _start(policy, load, init="mean-field", **opts):
+    """One replica's initial Core, as a run builds it (numpy arrays)."""
+    p = plan(policy, [load], N, M, replicas=2, init=init, **opts)
+    core = _initial_core(p)
+    return p, type(core)(*(None if x is None else _first(x) for x in core))
+
+
+def _first(tree):
+    return type(tree)(*(np.asarray(x)[0] for x in tree)) if isinstance(tree, tuple) else \
+        np.asarray(tree)[0]  # fmt: skip
+
+
+@pytest.mark.parametrize("policy, load, opts", [("jiq", 0.6, {}), ("jiq", 0.95, {}),
+                                                ("jiq-pod", 0.9, {"d": 2}),
+                                                ("jiq-original", 0.7, {"order": "fifo"})])  # fmt: skip
+def test_iqueue_counts_follow_the_mean_field_law_and_hold_every_listed_server(policy, load, opts):
+    mf = theory.mean_field(policy, load, N / M, **opts)
+    law = mf.iqueue_distribution
+    system = jq.System(N, M, None, 40, 60)
+    listed = round(M * np.arange(law.size) @ law)  # as many as the law's mean size says
+    if policy != "jiq-original":  # JIQ's I-queues hold exactly the idle servers
+        assert listed == round(N * (1 - load))
+    c = iqueue_counts(law, system, listed)
+    sizes = np.arange(c.size)
+    assert c.sum() == M and sizes @ c == listed and np.all(c >= 0)
+    # each size's count stays within 1 of its share of the law
+    target = np.zeros(c.size)
+    target[: min(law.size, c.size)] = M * law[: c.size] / law[: c.size].sum()
+    assert np.abs(c - target).max() <= 1, np.abs(c - target).max()
+
+
+def test_iqueue_counts_that_cannot_fit_say_which_bound():
+    with pytest.raises(ValueError, match="iqueue_levels=3 is too small"):
+        iqueue_counts([0.5, 0.5], jq.System(N, M, None, 40, 3), 301)
+
+
+@pytest.mark.parametrize("policy, opts", [("jiq", {}), ("jiq-sq", {"d": 2})])
+def test_mean_field_start_sets_the_iqueue_sizes_of_the_exchangeable_jiq_family(policy, opts):
+    load = 0.7
+    p, core = _start(policy, load, **opts)
+    counts, by_size = initial_counts("mean-field", p.system, p.policy, load)
+    assert by_size.sum() == M and np.arange(by_size.size) @ by_size == counts[0]
+    np.testing.assert_array_equal(core.iq_tail, np.cumsum(by_size[::-1])[::-1])
+    mf = theory.mean_field(policy, load, N / M, **opts)
+    assert abs(by_size[0] / M - mf.p0) <= 2 / M  # p0: empty I-queues
+    _, even = _start(policy, load, init=mf.occupancy, **opts)  # an array: spread evenly
+    assert even.iq_tail[0] == M and even.iq_tail[1] == M  # no I-queue empty
+    assert even.iq_tail[(N - int(core.tail[1])) // M + 2] == 0
+
+
+@pytest.mark.parametrize("opts", [{}, {"order": "fifo", "z": 1}], ids=["random", "fifo,z=1"])
+def test_jiq_original_start_lists_busy_servers_as_its_mean_field_does(opts):
+    load = 0.7
+    mf = theory.mean_field("jiq-original", load, N / M, **opts)
+    listed = np.asarray(mf.diagnostics["listed_occupancy"])
+    assert np.all(listed >= 0) and np.all(listed <= mf.occupancy + 1e-15)
+    assert listed[1:].sum() > 0.01  # stale listings: busy servers still listed
+    p, core = _start("jiq-original", load, **opts)
+    q, where, sizes, slots = core.lists.q, core.lists.where, core.lists.sizes, core.lists.slots
+    on = where >= 0
+    # each length's listed servers: the level's count (within 1 of N * occupancy), rounded
+    per_length = np.bincount(q[on], minlength=q.max() + 1)
+    assert np.all(np.abs(per_length - N * listed[: per_length.size]) <= 1.5)
+    # the I-queue sizes: the mean-field law, holding exactly the listed servers
+    by_size = iqueue_counts(mf.iqueue_distribution, p.system, int(on.sum()))
+    np.testing.assert_array_equal(np.bincount(sizes, minlength=by_size.size), by_size)
+    assert np.all(core.iq_tail == np.cumsum(by_size[::-1])[::-1])
+    # every listed server sits where `where` says, and the heads are the longest queues
+    cap = p.system.iqueue_levels
+    for server in np.nonzero(on)[0]:
+        disp, place = divmod(int(where[server]), cap)
+        assert place < sizes[disp] and slots[disp, place] == server
+    heads = q[slots[sizes > 0, 0]]
+    assert heads.mean() >= q[on].mean()
+
+
+def test_empty_start_lists_every_server_evenly():
+    _, core = _start("jiq-original", 0.7, init="empty")
+    assert np.all(core.lists.where >= 0) and np.all(core.lists.q == 0)
+    assert np.all(core.lists.sizes == N // M)
+    _, core = _start("jiq", 0.7, init="empty")
+    assert core.iq_tail[N // M] == M and core.iq_tail[N // M + 1] == 0
+
+
+def test_listed_counts_never_exceed_the_level():
+    counts = np.array([5, 3, 2, 0])
+    got = listed_counts(counts, [0.5, 0.3, 0.2, 0.0], [0.5, 0.29, 0.01, 0.0])
+    np.testing.assert_array_equal(got, [5, 3, 0, 0])
