@@ -11,7 +11,7 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue import theory
-from jaxqueue.sim.initial import initial_counts, iqueue_counts, listed_counts
+from jaxqueue.sim.initial import initial_classes, initial_counts, iqueue_counts, listed_counts
 from jaxqueue.sim.runner import _initial_core, plan
 
 N, M = 1000, 100
@@ -105,3 +105,26 @@ def test_listed_counts_never_exceed_the_level():
     counts = np.array([5, 3, 2, 0])
     got = listed_counts(counts, [0.5, 0.3, 0.2, 0.0], [0.5, 0.29, 0.01, 0.0])
     np.testing.assert_array_equal(got, [5, 3, 0, 0])
+
+
+def test_phase_type_start_splits_each_level_by_the_mean_fields_joint_law():
+    """Hyperexponential service: long queues are mostly in the slow phase, which
+    the in-service mix (every level alike) misses."""
+    load = 0.9
+    p = plan("pod", [load], N, d=2, service="hyperexp:4", replicas=2, init="mean-field")
+    counts, _ = initial_counts("mean-field", p.system, p.policy, load)
+    split = initial_classes("mean-field", p.system, p.policy, load, counts)
+    mf = theory.mean_field("pod", load, d=2, service="hyperexp:4")
+    joint = np.asarray(mf.diagnostics["phase_occupancy"])
+    np.testing.assert_array_equal(split.sum(axis=1), counts)
+    rows = min(joint.shape[0], counts.size)
+    # each level's split is its count times the joint law's shares, rounded
+    share = joint[1:rows] / np.maximum(joint[1:rows].sum(axis=1, keepdims=True), 1e-300)
+    assert np.all(np.abs(split[1:rows] - counts[1:rows, None] * share) < 1)
+    # the slow phase's share: 0.19 of the servers with one task and 0.84 of
+    # those with six in the joint law; half of each in the in-service mix
+    mix = initial_classes("empty", p.system, p.policy, load, counts)
+    slow = int(np.argmin(p.system.service.exit_rates))
+    assert counts[7] >= 40
+    assert split[1, slow] / counts[1] < 0.25 and split[7, slow] / counts[7] > 0.8
+    assert all(abs(mix[k, slow] / counts[k] - 0.5) < 0.05 for k in (1, 7))

@@ -237,10 +237,17 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
     return out.reshape(classes.shape)
 
 
-def split_classes(counts: np.ndarray, system: System) -> np.ndarray:
+def split_classes(counts: np.ndarray, system: System, phase_share=None) -> np.ndarray:
     """Class counts of a start (host side): each pool gets its share of every
     level (largest remainders, the pools' counts kept exact), and a pool's
-    busy servers are split over its phases by the law's in-service mix."""
+    busy servers are split over its phases by the law's in-service mix.
+
+    Args:
+        phase_share: one pool only (a phase-type law): ``(rows, P)``, the
+            weight of each phase at queue length ``k`` (the mean field's
+            joint law), used for the levels where it has weight instead of
+            the in-service mix.
+    """
     table = class_table(system)
     counts = np.asarray(counts, np.int64)
     sizes = np.array([p.count for p in table.pools], np.int64)
@@ -257,7 +264,10 @@ def split_classes(counts: np.ndarray, system: System) -> np.ndarray:
         out[0, b] = per_pool[0, i]
         mix = pool.law.in_service_mix()
         for k in range(1, counts.size):
-            out[k, b : b + mix.size] = _largest_remainders(mix, int(per_pool[k, i]))
+            weights = mix
+            if phase_share is not None and k < len(phase_share) and np.sum(phase_share[k]) > 0:
+                weights = np.asarray(phase_share[k], np.float64)
+            out[k, b : b + mix.size] = _largest_remainders(weights, int(per_pool[k, i]))
     return out
 
 

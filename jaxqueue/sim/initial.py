@@ -11,15 +11,20 @@ and takes about 10 to settle (docs/simulation.md, "Warm-up").
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
+from jaxqueue.sim.classes import split_classes
 from jaxqueue.theory import mean_field
 
-__all__ = ["ListedStart", "initial_counts", "iqueue_counts", "listed_counts", "round_counts"]
+__all__ = [
+    "ListedStart", "initial_counts", "initial_classes", "iqueue_counts", "listed_counts",
+    "round_counts",
+]
 
 
 class ListedStart(NamedTuple):
@@ -64,10 +69,9 @@ def initial_counts(init, system: System, policy: Policy, load: float):
                     f"init='mean-field': {policy.name!r} has no mean field with phase-type "
                     "service; start 'empty' or pass an occupancy array"
                 )
-            # with a phase-type law, the phase-type mean field (each level's
-            # servers are then split over the phases by the law's in-service mix)
-            mf = mean_field(policy, load, system.ratio, buffer=system.buffer,
-                            service=system.service)  # fmt: skip
+            # with a phase-type law, the phase-type mean field (initial_classes
+            # then splits each level's servers over the phases by its joint law)
+            mf = _mean_field(policy, float(load), system)
             occ = np.asarray(mf.occupancy, np.float64)
             beyond = occ[levels + 1 :].sum() * n
             if beyond >= 0.5:
@@ -119,6 +123,29 @@ def initial_counts(init, system: System, policy: Policy, load: float):
         if extra:
             iq_counts[q + 1] += extra
     return counts, iq_counts
+
+
+def initial_classes(init, system: System, policy: Policy, load: float, counts: np.ndarray):
+    """Class counts of a start (phase-type service or pools), or ``None`` without classes.
+
+    A mean-field start with a phase-type law splits each level's servers over
+    the phases by the mean field's joint law of (queue length, phase); any
+    other start by the law's in-service mix (:func:`jaxqueue.sim.classes.split_classes`).
+    The in-service mix is far from the joint law where phases differ much: a
+    hyperexponential law's long queues are mostly in its slow phase.
+    """
+    if not system.classes:
+        return None
+    share = None
+    if isinstance(init, str) and init == "mean-field" and system.service is not None:
+        share = _mean_field(policy, float(load), system).diagnostics.get("phase_occupancy")
+    return split_classes(counts, system, share)
+
+
+@functools.lru_cache(maxsize=16)
+def _mean_field(policy: Policy, load: float, system: System):
+    """The mean field a start follows (with a phase-type law, the phase-type one)."""
+    return mean_field(policy, load, system.ratio, buffer=system.buffer, service=system.service)
 
 
 def round_counts(frac: np.ndarray, n: int) -> np.ndarray:

@@ -70,9 +70,8 @@ from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels, required_levels
-from jaxqueue.sim.initial import initial_counts
+from jaxqueue.sim.initial import initial_classes, initial_counts
 from jaxqueue.sim.per_server import Lists
-from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.registers import run_registers, unsupported
 from jaxqueue.sim.source import Clock, check_source, init_clock
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
@@ -519,7 +518,7 @@ def _initial_core(p: Plan) -> Core:
     for lam in p.loads:
         init_arg = p.init if isinstance(p.init, str) else np.asarray(p.init)
         counts = initial_counts(init_arg, p.system, p.policy, lam)
-        classes = split_classes(counts[0], p.system) if p.system.classes else None
+        classes = initial_classes(init_arg, p.system, p.policy, lam, counts[0])
         starts.append(core_from_counts(*counts, p.system, p.policy, classes))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
     core = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)

@@ -679,6 +679,9 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     so the whole response-time law (the residual of the phase in service,
     ``k - 1`` services, its own; :func:`jaxqueue.results.response.ph_response_terms`)
     and its quantiles. The mean is Little's; the settings record the law.
+    The diagnostic ``phase_occupancy`` is ``x`` itself, ``(L + 1, P)``: the
+    fraction of servers with ``k`` tasks whose task is in phase ``p`` (a
+    simulation's mean-field start splits each level's servers by it).
     """
     pol = make(policy)
     law, rt = fp.service, fp.rates
@@ -708,4 +711,6 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
         tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
     )  # fmt: skip
     result.settings["service"] = law.to_dict()
+    # x[k, p]: the joint law of (queue length, phase in service), what a simulation starts from
+    result.diagnostics["phase_occupancy"] = np.asarray(fp.phase_counts, np.float64).tolist()
     return result
