@@ -1,4 +1,4 @@
-"""Command line: ``python -m jaxqueue {simulate,theory,exact,compare,sweep,export,plot,policies}``.
+"""Command line: ``python -m jaxqueue {simulate,transient,theory,exact,compare,sweep,export,plot,policies}``.
 
 ``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
 ``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
