@@ -310,13 +310,13 @@ def _cmd_transient(args) -> int:
     kw = dict(times=args.times, start_load=args.start_load, warmup_time=args.warmup_time,
               replicas=args.replicas, seed=args.seed, buffer=args.buffer, d=args.d, z=args.z,
               **_order(args))  # fmt: skip
-    plain = args.service is None and args.pools is None
-    if plain:
-        study = transient_study(args.policy, args.load, args.servers, args.dispatchers, **kw)
+    if args.pools is None:
+        study = transient_study(args.policy, args.load, args.servers, args.dispatchers,
+                                service=args.service, **kw)  # fmt: skip
         res, rows = study["result"], study["rows"]
-    else:  # no mean field for service laws and pools: the simulation alone
+    else:  # no mean field for pools: the simulation alone
         res = transient(args.policy, args.load, args.servers, args.dispatchers, init="empty",
-                        service=args.service, pools=args.pools, **kw)  # fmt: skip
+                        pools=args.pools, **kw)  # fmt: skip
         rows, study = None, None
     if args.plot and study is not None:
         plot_transient(study, args.plot)
@@ -344,7 +344,7 @@ def _cmd_transient(args) -> int:
             line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
         print(line)
     if args.plot and study is None:
-        print("  (no plot: the mean field covers identical exponential servers)")
+        print("  (no plot: server pools have no mean field to draw beside the simulation)")
     elif args.plot:
         print(f"  plot written to {args.plot}")
     return 0

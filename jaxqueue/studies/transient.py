@@ -3,7 +3,8 @@
 :func:`transient_study` runs :func:`jaxqueue.sim.transient.transient` (a
 start from empty, or a load step from the stationary regime at
 ``start_load``) and integrates the mean-field ODE
-(:func:`jaxqueue.theory.meanfield.transient`) from the matching start (the
+(:func:`jaxqueue.theory.meanfield.transient`, or with a phase-type service
+law :func:`jaxqueue.theory.phases.transient`) from the matching start (the
 empty system, or the mean-field fixed point at ``start_load``);
 :func:`plot_transient` draws both (``s_1``, ``s_2``, ``s_3`` and, for the JIQ
 family, ``p0``) against time.
@@ -34,16 +35,17 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
             empty, or from ``warmup_time`` at ``start_load``).
         dt: the ODE's RK4 step.
         kwargs: more arguments of :func:`~jaxqueue.sim.transient.transient`
-            (``d``, ``replicas``, ``seed``, ...).
+            (``d``, ``replicas``, ``seed``, ``service``, ...; not ``pools``,
+            which have no mean field).
 
     Returns:
         ``{"result": TransientResult, "rows": [...]}``: a row per time with
         the simulated ``s_k`` (mean and 95% half-width), their mean-field
         values (``mf_s1``...), and ``p0`` where it applies.
     """
-    if kwargs.get("service") is not None or kwargs.get("pools") is not None:
-        raise ValueError("transient_study compares with the mean field of identical exponential "
-                         "servers: use jaxqueue.sim.transient.transient for service laws and pools")
+    if kwargs.get("pools") is not None:
+        raise ValueError("transient_study compares with the mean field, and server pools have "
+                         "none: use jaxqueue.sim.transient.transient for pools")
     init = "mean-field" if start_load is not None else "empty"
     res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
                                      start_load=start_load, init=init, **kwargs)  # fmt: skip
@@ -51,6 +53,10 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     ratio = n_servers / n_dispatchers if pol.uses_iqueues and n_dispatchers > 1 else None
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
+    if kwargs.get("service") is not None:
+        tt, tails, iq = _phase_ode(pol, load, kwargs["service"], ratio, res, start_load, dt, opts)
+        return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
+                "ode": {"times": tt, "tails": tails, "iq_tails": iq}}  # fmt: skip
     x0 = None
     if start_load is not None:
         fp = meanfield.fixed_point(pol, start_load, ratio, **opts)
@@ -59,6 +65,28 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     tt, tails, iq = meanfield.transient(pol, load, ratio, t_end=max(t_end, dt), dt=dt, x0=x0, **opts)
     tt, tails, iq = np.concatenate([[0.0], tt]), np.vstack([_start(x0, tails), tails]), np.vstack(
         [_start_iq(x0, iq, levels), iq])
+    return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
+            "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+
+
+def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
+    """The phase-type mean-field ODE (:func:`jaxqueue.theory.phases.transient`) on a
+    grid of 200 steps and the simulated times, from the empty system or the
+    fixed point at ``start_load``: ``(times, tails, iq_tails)``."""
+    from jaxqueue.theory import phases
+
+    start = None
+    if start_load is not None:
+        start = phases.fixed_point(pol, start_load, service, ratio, **opts)
+    t_end = float(np.max(res.times))
+    grid = np.unique(np.concatenate([np.linspace(0.0, t_end, 201), np.asarray(res.times)]))
+    ode = phases.transient(pol, load, service, ratio, times=grid, start=start, dt=dt, **opts)
+    iq = ode.iq_tails if ode.iq_tails is not None else np.ones((grid.size, 1))
+    return grid, np.asarray(ode.tails), np.asarray(iq)
+
+
+def _rows(res, tt, tails, iq, levels):
+    """A row per simulated time: the estimates beside the ODE (interpolated)."""
     rows = []
     for j, t in enumerate(res.times):
         row = {"time": float(t)}
@@ -72,7 +100,7 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
             if iq.shape[1] > 1:
                 row["mf_p0"] = float(np.interp(t, tt, 1.0 - iq[:, 1]))
         rows.append(row)
-    return {"result": res, "rows": rows, "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+    return rows
 
 
 def _start(x0, tails):
