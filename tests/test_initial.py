@@ -127,7 +127,7 @@ def test_phase_type_start_splits_each_level_by_the_mean_fields_joint_law():
     share = joint[1:rows] / np.maximum(joint[1:rows].sum(axis=1, keepdims=True), 1e-300)
     assert np.all(np.abs(split[1:rows] - counts[1:rows, None] * share) < 1)
     # the slow phase's share: 0.19 of the servers with one task and 0.84 of
-    # those with six in the joint law; half of each in the in-service mix
+    # those with seven in the joint law; half of each in the in-service mix
     mix = initial_classes("empty", p.system, p.policy, load, counts)
     slow = int(np.argmin(p.system.service.exit_rates))
     assert counts[7] >= 40
