@@ -102,16 +102,14 @@ def init_lists(counts: np.ndarray, system: System, listed_max: int,
                 f"at most iqueue_levels={cap} each"
             )
     slots = np.zeros((m, cap + 1), np.int64)  # column cap: the FIFO heads
-    sizes = np.zeros(m, np.int64)
     where = np.full(n, -1, np.int64)
     rank = 0
-    for place in range(int(room.max()) if m else 0):
+    for place in range(int(room.max())):
         for disp in np.nonzero(room > place)[0]:
-            server = listed[rank]
-            slots[disp, place] = server
-            where[server] = disp * cap + place
+            slots[disp, place] = listed[rank]
+            where[listed[rank]] = disp * cap + place
             rank += 1
-        sizes = np.minimum(room, place + 1)
+    sizes = room.astype(np.int64)
     as32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     return Lists(as32(q), as32(slots), as32(sizes), as32(where))
 
