@@ -19,6 +19,7 @@ import numpy as np
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.classes import split_classes
+from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
 
 __all__ = [
@@ -110,18 +111,9 @@ def initial_counts(init, system: System, policy: Policy, load: float):
         full[: min(occ.size, levels + 1)] = occ[: levels + 1]
         counts = round_counts(full, n)
     iq_counts = None
-    if policy.uses_iqueues and m > 1 and not policy.per_server:
-        idle = int(counts[0])
-        q, extra = divmod(idle, m)
-        if q + (extra > 0) > system.iqueue_levels:
-            raise ValueError(
-                f"iqueue_levels={system.iqueue_levels} is too small for the initial state: "
-                f"{idle} idle servers over {m} I-queues need at least {q + (extra > 0)}"
-            )
-        iq_counts = np.zeros(system.iqueue_levels + 1, np.int64)
-        iq_counts[q] += m - extra
-        if extra:
-            iq_counts[q + 1] += extra
+    if policy.uses_iqueues and m > 1 and not policy.per_server:  # the idle servers, evenly
+        sizes = even_sizes(int(counts[0]), system)
+        iq_counts = np.bincount(sizes, minlength=system.iqueue_levels + 1).astype(np.int64)
     return counts, iq_counts
 
 
@@ -176,11 +168,7 @@ def iqueue_counts(law, system: System, listed: int) -> np.ndarray:
         ValueError: if ``iqueue_levels`` cannot hold ``listed`` servers.
     """
     m, cap = system.n_dispatchers, system.iqueue_levels
-    if listed > m * cap:
-        raise ValueError(
-            f"iqueue_levels={cap} is too small for the initial state: {listed} listed "
-            f"servers over {m} I-queues need at least {-(-listed // m)}"
-        )
+    even_sizes(listed, system)  # raises if iqueue_levels cannot hold them
     target = np.zeros(cap + 1)
     law = np.maximum(np.asarray(law, np.float64)[: cap + 1], 0.0)
     target[: law.size] = law / law.sum() * m

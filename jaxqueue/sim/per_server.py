@@ -36,7 +36,7 @@ from jaxqueue.core.rng import bernoulli, step_words, uniform_index
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.sim.events import move, step_event
 
-__all__ = ["Lists", "init_lists", "step_listed", "N_WORDS"]
+__all__ = ["Lists", "even_sizes", "init_lists", "step_listed", "N_WORDS"]
 
 #: Words per step: type, server (2), dispatcher (2), list slot (2), rejoin dispatcher (2).
 #: A join to the shortest of ``d >= 2`` I-queues happens on a departure, which
@@ -52,6 +52,22 @@ class Lists(NamedTuple):
     slots: jax.Array  # (M, C + 1): column C holds the FIFO heads
     sizes: jax.Array  # (M,)
     where: jax.Array  # (N,)
+
+
+def even_sizes(listed: int, system: System) -> np.ndarray:
+    """I-queue sizes, one per dispatcher, holding ``listed`` servers as evenly as
+    possible (the first ``listed % M`` one larger; host side).
+
+    Raises:
+        ValueError: if ``iqueue_levels`` cannot hold them.
+    """
+    m, cap = system.n_dispatchers, system.iqueue_levels
+    if listed > m * cap:
+        raise ValueError(
+            f"iqueue_levels={cap} is too small for the initial state: {listed} listed "
+            f"servers over {m} I-queues need at least {-(-listed // m)}"
+        )
+    return np.full(m, listed // m, np.int64) + (np.arange(m) < listed % m)
 
 
 def init_lists(counts: np.ndarray, system: System, listed_max: int,
@@ -87,12 +103,7 @@ def init_lists(counts: np.ndarray, system: System, listed_max: int,
         listed = np.concatenate([first[k] + np.arange(by_length[k])
                                  for k in range(counts.size - 1, -1, -1)]).astype(np.int64)  # fmt: skip
     if by_size is None:
-        if -(-listed.size // m) > cap:
-            raise ValueError(
-                f"iqueue_levels={cap} is too small for the initial state: {listed.size} listed "
-                f"servers over {m} I-queues need at least {-(-listed.size // m)}"
-            )
-        room = np.full(m, listed.size // m) + (np.arange(m) < listed.size % m)
+        room = even_sizes(listed.size, system)
     else:
         by_size = np.asarray(by_size, np.int64)
         room = np.repeat(np.arange(by_size.size), by_size)[::-1]
