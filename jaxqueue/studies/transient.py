@@ -55,18 +55,25 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
     if kwargs.get("service") is not None:
         tt, tails, iq = _phase_ode(pol, load, kwargs["service"], ratio, res, start_load, dt, opts)
-        return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
-                "ode": {"times": tt, "tails": tails, "iq_tails": iq}}  # fmt: skip
+    else:
+        tt, tails, iq = _exponential_ode(pol, load, ratio, res, start_load, dt, opts)
+    return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
+            "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+
+
+def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
+    """The mean-field ODE (:func:`jaxqueue.theory.meanfield.transient`) in steps of
+    ``dt``, from the empty system or the fixed point at ``start_load``:
+    ``(times, tails, iq_tails)``, time 0 included."""
+    levels = opts["levels"]
     x0 = None
     if start_load is not None:
         fp = meanfield.fixed_point(pol, start_load, ratio, **opts)
         x0 = np.concatenate([np.asarray(fp.tail)[1:], np.asarray(fp.iq_tail)[1:]])
     t_end = float(np.max(res.times))
     tt, tails, iq = meanfield.transient(pol, load, ratio, t_end=max(t_end, dt), dt=dt, x0=x0, **opts)
-    tt, tails, iq = np.concatenate([[0.0], tt]), np.vstack([_start(x0, tails), tails]), np.vstack(
-        [_start_iq(x0, iq, levels), iq])
-    return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
-            "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+    return (np.concatenate([[0.0], tt]), np.vstack([_start(x0, tails), tails]),
+            np.vstack([_start_iq(x0, iq, levels), iq]))  # fmt: skip
 
 
 def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
