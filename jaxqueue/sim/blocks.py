@@ -106,8 +106,16 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     # W as its steps.
     trace = isinstance(system.arrivals, Trace)
 
+    # the idle servers, carried from step to step for the exchangeable step
+    # (occupancy_step's ``idle``: read afresh from ``tail`` by the next step's
+    # draws, it made XLA copy ``tail`` twice a step)
+    carry_idle = not policy.per_server
+
+    def idle_of(core):
+        return jnp.int32(system.n_servers) - core.tail[1] if carry_idle else jnp.int32(0)
+
     def body(carry, t):
-        core, acc_tail, acc_iq, cnt, cands = carry
+        core, acc_tail, acc_iq, cnt, cands, idle = carry
         # the words as separate scalars (not one array of nw): vmapped, each is a
         # vector over the replicas, which XLA vectorizes; an (R, nw) array it
         # would loop over nw innermost, twice as slow for a whole Pod(2) step
@@ -115,7 +123,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         if policy.per_server:
             words = jnp.stack(words)
         before = core
-        core, ev = step(core, words, load, system, policy)
+        core, ev = step(core, words, load, system, policy, idle=idle if carry_idle else None)
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         if trace:
             candidate = ev["arrivals"] == 0
@@ -134,11 +142,12 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             acc_iq = acc_iq + jnp.where(candidate, _iq_view(before, system, policy), 0)
         else:
             acc_iq = acc_iq + _iq_view(core, system, policy)
-        return (core, acc_tail, acc_iq, cnt, cands), None
+        return (core, acc_tail, acc_iq, cnt, cands, idle_of(core)), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
-    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0))
-    (new_core, packed, acc_iq, cnt, cands), _ = jax.lax.scan(
+    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0),
+              idle_of(core))
+    (new_core, packed, acc_iq, cnt, cands, _), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
     acc_tail, arrived = unpack(packed)
