@@ -48,7 +48,9 @@ from jaxqueue.core.system import (  # noqa: E402
 )  # fmt: skip
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
-from jaxqueue.sim.runner import BackendWarning, CheckpointMismatch, LevelOverflowError  # noqa: E402
+from jaxqueue.sim.runner import (  # noqa: E402
+    BackendWarning, CheckpointMismatch, LevelOverflowError, StartWarning,
+)
 from jaxqueue.api import simulate, sweep  # noqa: E402
 from jaxqueue.sim.transient import TransientResult, transient  # noqa: E402
 
@@ -70,6 +72,7 @@ __all__ = [
     "LevelOverflowError",
     "CheckpointMismatch",
     "BackendWarning",
+    "StartWarning",
     "simulate",
     "sweep",
     "transient",

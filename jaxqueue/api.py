@@ -90,7 +90,10 @@ def sweep(
             has a mean field and ``N >= 100``, else empty), ``"empty"``,
             ``"mean-field"`` or an occupancy array. The mean-field state sets
             the queue lengths and, for the JIQ family with several
-            dispatchers, the I-queue sizes (and JIQ-Original's stale listings).
+            dispatchers, the I-queue sizes (and JIQ-Original's stale listings,
+            JIQ-Threshold's listed servers). Where JIQ-Threshold's mean field
+            cannot be solved (``z >= 2`` at larger ratios), ``"auto"`` starts
+            empty with a :class:`jaxqueue.StartWarning`.
         on_overflow: ``"raise"`` (default) fails the run with advice if a
             queue or I-queue passes its bound; ``"report"`` returns the
             result with the ``overflow`` counts in its diagnostics.

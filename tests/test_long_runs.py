@@ -315,5 +315,7 @@ def test_default_start_is_the_mean_field_where_one_exists():
     assert runner.plan("jiq-original", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
     assert runner.plan("jiq-original", [0.9], 100, 10, buffer=4, replicas=2,
                        steps=BLOCK).init == "empty"  # its mean field is for infinite buffers
-    assert runner.plan("jiq-threshold", [0.9], 100, replicas=2, steps=BLOCK).init == "empty"
+    assert runner.plan("jiq-threshold", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
+    assert runner.plan("jiq-threshold", [0.9], 100, 10, buffer=4, replicas=2,
+                       steps=BLOCK).init == "empty"
     assert runner.plan("pod", [0.9], 99, replicas=2, steps=BLOCK).init == "empty"

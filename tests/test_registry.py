@@ -46,12 +46,12 @@ def test_policy_declares_every_path(name):
         assert isinstance(policy.threshold, int) and isinstance(policy.delete_requests, bool)
     # mean-field path, or an explicit "no mean field"
     kind = policy.mean_field_kind()
-    assert kind in ("closed-form", "generic", "none", "tagged-server")
+    assert kind in ("closed-form", "generic", "none", "tagged-server", "composition")
     if kind == "none":
         assert policy.no_mean_field and len(policy.no_mean_field) > 20
         with pytest.raises(NotImplementedError, match="no mean field"):
             theory.mean_field(name, 0.5, 2.0)
-    elif kind == "tagged-server":
+    elif kind in ("tagged-server", "composition"):
         mf = theory.mean_field(name, 0.5, 2.0)
         assert mf.diagnostics["busy_fraction_error"] < 1e-12
     elif kind == "closed-form":

@@ -5,7 +5,6 @@ kept few so that little is compiled.
 """
 
 import json
-import re
 from decimal import Decimal, localcontext
 
 import jax
@@ -17,7 +16,7 @@ from scipy import optimize, special
 from jaxqueue import theory
 from jaxqueue.core import status
 from jaxqueue.core.status import Status
-from jaxqueue.policies import JIQThreshold, make, option_names
+from jaxqueue.policies import make, option_names
 from jaxqueue.results.response import erlang_mixture_cdf
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.studies.headline import headline_ratio
@@ -358,12 +357,10 @@ def test_to_dict_is_json_and_mirrors_the_result():
     assert pod["p0"] is None and pod["iqueue_distribution"] is None
 
 
-def test_policies_without_mean_field():
-    for name in ("jiq-threshold",):
-        with pytest.raises(NotImplementedError, match=name):
-            theory.mean_field(name, 0.5, 1.0)
-    with pytest.raises(NotImplementedError, match="jiq-threshold"):
-        theory.mean_field("jiq-threshold", 0.5, 1.0, z=1)
+def test_mean_field_errors():
+    for name in ("jiq-threshold", "jiq-original"):  # host-side solvers for infinite buffers
+        with pytest.raises(NotImplementedError, match=f"{name}.*infinite buffers"):
+            theory.mean_field(name, 0.5, 1.0, buffer=3)
     with pytest.raises(ValueError, match="unknown policy"):
         theory.mean_field("nope", 0.5, 1.0)
     with pytest.raises(ValueError):
@@ -405,13 +402,11 @@ def test_options_a_policy_does_not_take_are_errors():
         theory.mean_response_time("jiq", 0.9, 10.0, d=2)
 
 
-def test_jiq_threshold_has_no_mean_field_and_says_why():
-    reason = JIQThreshold.no_mean_field
-    assert reason
-    with pytest.raises(NotImplementedError, match=re.escape(reason)):
-        theory.mean_field("jiq-threshold", 0.5, 10)
-    with pytest.raises(ValueError, match=re.escape(reason)):
-        theory.tail("jiq-threshold", 0.5, 10.0)
+def test_per_server_policies_have_no_closed_form_and_say_which_mean_field():
+    for name, kind in (("jiq-threshold", "composition"), ("jiq-original", "tagged-server")):
+        with pytest.raises(ValueError, match=f"no closed-form mean field; its mean field is the "
+                                             f"'{kind}' solver"):
+            theory.tail(name, 0.5, 10.0)
 
 
 def test_array_functions_need_a_closed_form():

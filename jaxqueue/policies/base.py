@@ -60,11 +60,15 @@ from jaxqueue.core.rng import uniform_index
 
 __all__ = [
     "Policy", "ClosedForm", "Route", "View", "Draw", "Servers", "Dispatchers", "ListedServer",
-    "level_of", "check_d", "server_draw", "ZERO", "MAX_PROBES", "ENGINES",
+    "level_of", "check_d", "server_draw", "ZERO", "MAX_PROBES", "ENGINES", "PER_SERVER_MEAN_FIELDS",
 ]  # fmt: skip
 
 #: The simulator paths: occupancy tails (exchangeable policies) or per-server state.
 ENGINES = ("occupancy", "per-server")
+
+#: The mean-field kinds of the per-server policies (:meth:`Policy.mean_field_kind`):
+#: host-side solvers, for infinite buffers and exponential service only.
+PER_SERVER_MEAN_FIELDS = ("tagged-server", "composition")
 
 #: Largest ``d`` for which distinct probes are drawn one by one (Floyd's
 #: algorithm, O(d^2) per event); ``d = N`` is handled exactly as JSQ.
@@ -444,8 +448,11 @@ class Policy:
 
     def mean_field_kind(self) -> str:
         """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.meanfield`), ``"none"``,
-        or ``"tagged-server"`` (:mod:`jaxqueue.theory.tagged_server`, JIQ without delete
-        requests; a policy returns it by overriding this method)."""
+        ``"tagged-server"`` (:mod:`jaxqueue.theory.tagged_server`, JIQ without delete
+        requests) or ``"composition"`` (:mod:`jaxqueue.theory.threshold`,
+        JIQ-Threshold); a policy returns the last two by overriding this method.
+        Both are host-side solvers for infinite buffers and exponential service
+        (:data:`PER_SERVER_MEAN_FIELDS`)."""
         if self.closed_form() is not None:
             return "closed-form"
         return "generic" if self.no_mean_field is None else "none"

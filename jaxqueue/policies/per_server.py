@@ -3,7 +3,8 @@
 Their state is not exchangeable (a listed server's queue length matters), so
 they step on per-server state (:mod:`jaxqueue.sim.per_server`). JIQ-Original's
 mean field follows one tagged server through its listed and unlisted phases
-(:mod:`jaxqueue.theory.tagged_server`); JIQ-Threshold has none here.
+(:mod:`jaxqueue.theory.tagged_server`); JIQ-Threshold's follows the
+composition of one I-queue (:mod:`jaxqueue.theory.threshold`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,6 @@ from jaxqueue.core.system import check_int
 from jaxqueue.policies.base import Policy, check_d
 
 __all__ = ["JIQOriginal", "JIQThreshold"]
-
-_NO_MEAN_FIELD = (
-    "its I-queues list busy servers, so its state is not exchangeable and the occupancy "
-    "mean field does not apply"
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class JIQOriginal(Policy):
@@ -140,7 +135,6 @@ class JIQThreshold(Policy):
     references: ClassVar[tuple] = ("wang2017",)
     uses_iqueues: ClassVar[bool] = True
     engine: ClassVar[str] = "per-server"
-    no_mean_field: ClassVar[str] = _NO_MEAN_FIELD
     #: A fallback task that takes a listed server past ``z`` sends a delete request.
     delete_requests: ClassVar[bool] = True
     #: Its I-queues are unordered (a uniformly random listed server is picked).
@@ -157,6 +151,10 @@ class JIQThreshold(Policy):
     def threshold(self) -> int:
         """Servers are listed exactly while holding at most this many tasks."""
         return self.z
+
+    def mean_field_kind(self) -> str:
+        """``"composition"``: :mod:`jaxqueue.theory.threshold` (infinite buffers)."""
+        return "composition"
 
     def exact_rule(self):
         return "jiq-threshold", {"z": self.z}

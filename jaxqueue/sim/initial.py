@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxqueue.core.system import System
-from jaxqueue.policies.base import Policy
+from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
 from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
@@ -65,7 +65,7 @@ def initial_counts(init, system: System, policy: Policy, load: float):
                     f"init='mean-field' needs a mean field, and {policy.name!r} has none "
                     f"({policy.no_mean_field}); start 'empty' or pass an occupancy array"
                 )
-            if system.service is not None and policy.mean_field_kind() == "tagged-server":
+            if system.service is not None and policy.mean_field_kind() in PER_SERVER_MEAN_FIELDS:
                 raise ValueError(
                     f"init='mean-field': {policy.name!r} has no mean field with phase-type "
                     "service; start 'empty' or pass an occupancy array"

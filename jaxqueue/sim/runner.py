@@ -64,7 +64,7 @@ from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
 )  # fmt: skip
 from jaxqueue.core.versions import __version__, versions
-from jaxqueue.policies.base import Policy
+from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
 from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
@@ -79,7 +79,7 @@ from jaxqueue.sim.totals import Totals
 
 __all__ = [
     "Plan", "plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch",
-    "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS", "BACKENDS", "BackendWarning",
+    "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS", "BACKENDS", "BackendWarning", "StartWarning",
 ]  # fmt: skip
 
 #: The paths that step the replicas: ``"xla"`` (the vmapped engine,
@@ -109,6 +109,27 @@ CHECKPOINT_FORMAT = 1
 
 class BackendWarning(UserWarning):
     """The backend asked for cannot run this configuration; the run goes on ``"xla"``."""
+
+
+class StartWarning(UserWarning):
+    """``init="auto"``: the mean field cannot be solved here, so the run starts empty."""
+
+
+def _solvable_start(pol, loads, system) -> str:
+    """``"mean-field"`` if the host-side mean field of a per-server policy solves
+    at every load, else ``"empty"`` with a :class:`StartWarning` that says why
+    (JIQ-Threshold's solve is refused past a size, for ``z >= 2`` at larger
+    ratios). The solutions are cached for the start itself."""
+    from jaxqueue.sim.initial import _mean_field
+
+    try:
+        for lam in loads:
+            _mean_field(pol, float(lam), system)
+    except RuntimeError as err:
+        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
+                      f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
+        return "empty"
+    return "mean-field"
 
 
 class LevelOverflowError(RuntimeError):
@@ -323,9 +344,12 @@ def plan(
         start = init
         if init == "auto":
             kind = pol.mean_field_kind()
-            has = kind in ("closed-form", "generic") or (kind == "tagged-server" and buffer is None)
+            has = kind in ("closed-form", "generic") or (kind in PER_SERVER_MEAN_FIELDS
+                                                          and buffer is None)
             has = has and system.pools is None  # (the per-server policies take no service law)
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
+            if start == "mean-field" and kind in PER_SERVER_MEAN_FIELDS:
+                start = _solvable_start(pol, loads, system)
         elif init == "mean-field" and system.pools is not None:
             raise ValueError(
                 "init='mean-field' needs a mean field, and there is none for server pools; "

@@ -31,6 +31,7 @@ import jax
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
+from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.sim import runner
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels
@@ -182,8 +183,9 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
+            per_server = PER_SERVER_MEAN_FIELDS if point.buffer is None else ()  # infinite buffers
             if point.pools is None and pol.mean_field_kind() in (
-                ("generic", "closed-form", "tagged-server") if point.service is None
+                ("generic", "closed-form") + per_server if point.service is None
                 else ("generic", "closed-form")
             ):  # fmt: skip
                 new[key] = mean_field(pol, point.load, point.params()["ratio"],

@@ -17,8 +17,13 @@ Modules (each depends only on those above it):
 * :mod:`~jaxqueue.theory.phases` -- the same generic mean field with
   phase-type service (:mod:`jaxqueue.core.service`): ``phases.fixed_point``,
   ``phases.transient``;
+* :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
+  tagged server's listed and unlisted phases;
+* :mod:`~jaxqueue.theory.threshold` -- JIQ-Threshold's mean field, the
+  composition chain of one I-queue;
 * :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
-  closed form or the generic fixed point from the policy's declarations;
+  closed form, the generic fixed point or a per-server policy's solver from
+  the policy's declarations;
 * :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
   Houdt): :func:`refined_mean_field`, ``refined.refined_grid``;
 * :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`.

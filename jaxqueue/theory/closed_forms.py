@@ -63,6 +63,8 @@ def closed_form_of(policy, d=None) -> tuple[Policy, ClosedForm]:
     if cf is None:
         if pol.no_mean_field is not None:
             why = f"it has no mean field: {pol.no_mean_field}"
+        elif pol.mean_field_kind() != "generic":
+            why = f"its mean field is the {pol.mean_field_kind()!r} solver: use theory.mean_field"
         else:
             why = "its mean field is the generic fixed point: use theory.mean_field"
         raise ValueError(f"policy {pol.name!r} has no closed-form mean field; {why}")

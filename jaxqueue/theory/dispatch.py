@@ -3,7 +3,8 @@
 A policy declares which mean field it has (:meth:`jaxqueue.policies.Policy.mean_field_kind`):
 a closed form (:mod:`jaxqueue.theory.closed_forms`), the generic fixed point
 (:mod:`jaxqueue.theory.meanfield`), the tagged-server cycle of JIQ without delete
-requests (:mod:`jaxqueue.theory.tagged_server`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
+requests (:mod:`jaxqueue.theory.tagged_server`), the I-queue compositions of
+JIQ-Threshold (:mod:`jaxqueue.theory.threshold`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
 gives the reason). This module is the only one that knows both paths; neither
 imports it.
 """
@@ -15,7 +16,8 @@ import math
 from jaxqueue.core.service import as_law
 from jaxqueue.core.system import check_int, check_load
 from jaxqueue.policies import make
-from jaxqueue.theory import meanfield, tagged_server
+from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
+from jaxqueue.theory import meanfield, tagged_server, threshold
 from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.result import MeanFieldResult
 
@@ -51,6 +53,11 @@ def mean_field(
     * JIQ-Original (any ``order``, ``z``, ``d``) gets the tagged-server mean field
       (:func:`jaxqueue.theory.tagged_server.jiq_no_delete_mean_field`; infinite
       buffers only, ``ratio`` required);
+    * JIQ-Threshold(z) gets the mean field of its I-queue compositions
+      (:func:`jaxqueue.theory.threshold.jiq_threshold_mean_field`; infinite
+      buffers only, ``ratio`` required; the solve grows as ``J^(z+1)`` in
+      the largest I-queue size ``J``, so ``z`` of 0 and 1 at any ratio, larger
+      ``z`` at small ratios);
     * a policy without a mean field raises :class:`NotImplementedError`.
 
     The mean field is in units of the mean service time
@@ -63,8 +70,8 @@ def mean_field(
         ratio: ``r = N / M``; closed forms of the JIQ family need it, the generic
             fixed point reads ``None`` as one dispatcher; recorded for the others.
         d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
-        z: JIQ-Original's join threshold; also JIQ-Threshold's option, accepted so
-            that a policy's options can be passed through (that policy has no mean field).
+        z: JIQ-Original's join threshold, or JIQ-Threshold's (servers listed
+            while holding at most ``z`` tasks).
         order: JIQ-Original's pick order, ``"random"`` or ``"fifo"``.
         buffer: places per server, or ``None`` for infinite buffers.
         levels: the largest queue length represented: the arrays have
@@ -103,13 +110,16 @@ def mean_field(
         return _phase_type(pol, load, ratio, law, buffer, levels)
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
-    if pol.mean_field_kind() == "tagged-server":
+    if pol.mean_field_kind() in PER_SERVER_MEAN_FIELDS:
         if buffer is not None:
             raise NotImplementedError(f"the mean field of {pol.name!r} is for infinite buffers; "
                                       f"got buffer={buffer}")  # fmt: skip
         lam = check_load(load, None)
         if levels is not None:
             check_int("levels", levels, 1, _MAX_LEVELS)
+        if pol.mean_field_kind() == "composition":
+            check_int("z", pol.z, 0, 10**6)
+            return threshold.jiq_threshold_mean_field(pol, lam, ratio, levels, with_quantiles)
         if pol.order not in pol.ORDERS:
             raise ValueError(f"order={pol.order!r} is not valid: use 'random' or 'fifo'")
         check_int("z", pol.z, 0, 10**6)

@@ -1,0 +1,353 @@
+"""Mean field of JIQ-Threshold(z): an I-queue is a small population of servers.
+
+The policy (Wang, Feng and Cheng, arXiv:1709.10119): a server is listed, in
+exactly one I-queue, exactly while it holds at most ``z`` tasks. A server
+whose queue drops to ``z`` joins a uniformly random I-queue; a dispatcher
+with a non-empty I-queue sends its task to a uniformly random member, which
+leaves (and joins a uniformly random I-queue again if it still holds at most
+``z`` tasks); a dispatcher with an empty I-queue sends its task to a
+uniformly random server, and a delete request removes that server from its
+I-queue if the task takes it past ``z``.
+
+The members of an I-queue have different queue lengths, and which of them a
+delete request hits depends on those lengths, so the I-queue sizes do not
+decouple from the queue lengths as they do for JIQ. The state of one I-queue
+is its composition ``n = (n_0, ..., n_z)``: ``n_k`` members hold ``k`` tasks.
+As ``N, M -> infinity`` with ``r = N / M`` fixed, the I-queues evolve as
+independent copies of one Markov chain on compositions, coupled only through
+global rates:
+
+* a joining server with ``k`` tasks arrives at rate ``a_k`` (per I-queue);
+* its dispatcher's arrivals (rate ``lambda r``) pick a uniformly random
+  member, which leaves;
+* each member receives tasks from empty-I-queue dispatchers at rate
+  ``f = lambda p0`` (``p0`` the fraction of empty I-queues): ``k -> k + 1``
+  while ``k < z``, and a member with ``z`` tasks leaves (the delete request);
+* each member with ``k >= 1`` tasks completes one at rate 1 (``k -> k - 1``).
+
+A picked member with ``k < z`` tasks holds ``k + 1 <= z`` after the task and
+joins again, so ``a_{k+1}`` includes the picks of members with ``k`` tasks.
+The servers that leave with ``z + 1`` tasks (picks and deletes of members
+with ``z``) are unlisted: their queue rises at rate ``f`` and falls at rate
+1, so the fraction holding ``k > z`` is ``u (f)^(k - z - 1)`` with ``u`` their
+flux per server, and a completion at ``z + 1`` joins with ``z`` tasks.
+
+The fixed point is the ``p0`` and join rates at which the chain's empty
+fraction is ``p0``, the joins by queue length balance the picks that feed
+them, and the listed and unlisted servers add up to all servers (Newton's
+method on ``z + 1`` unknowns). The chain's stationary law is a
+level-by-level reduction over the I-queue sizes ``0..J`` with at most ``B``
+busy members (holding ``1..z`` tasks); ``J`` and ``B`` grow until less than
+:data:`TAIL_EPS` of the law sits at either bound, and a size level of more
+than :data:`MAX_STATES` compositions is refused (``z >= 2`` at larger
+ratios). With ``z = 0`` the composition is the size and this is JIQ's mean
+field (``p0`` equals the closed form's to about ``1e-13``). The busy
+fraction ``s_1 = lambda`` and Little's law (the mean of the Erlang mixture
+over the queue lengths arrivals find equals ``E[Q] / lambda``) check the
+solution; both are in the diagnostics.
+
+Infinite buffers and exponential service only. Host-side numpy, float64.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from jaxqueue.core.status import Status
+from jaxqueue.results import response
+from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory.result import MeanFieldResult, build
+
+__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES"]
+
+#: Truncation: law of the I-queue compositions left at the largest size, and
+#: tail mass of the queue lengths left out.
+TAIL_EPS = 1e-13
+#: Most compositions in one size level (the level reduction solves with a
+#: matrix of this order per level): ``C(B + z, z)`` for ``B`` busy members.
+MAX_STATES = 600
+
+
+class _Chain:
+    """The composition chain of one I-queue by size level: sizes ``0..J``, and
+    at most ``B`` busy members (holding ``1..z`` tasks), ``J`` and ``B`` grown
+    until less than :data:`TAIL_EPS` of the law sits at either bound."""
+
+    def __init__(self, z: int, size_max: int, busy_max: int):
+        self.z, self.size_max, self.busy_max = z, size_max, min(busy_max, size_max)
+        if math.comb(self.busy_max + z, z) > MAX_STATES:
+            raise ValueError(f"busy_max={busy_max} is out of range: at most {_busy_limit(z)} "
+                             f"for z={z}")
+        busy = [b for b in itertools.product(range(self.busy_max + 1), repeat=z)
+                if sum(b) <= self.busy_max]  # fmt: skip
+        busy.sort(key=sum)
+        self.levels = [np.array([(m - sum(b),) + b for b in busy if sum(b) <= m], np.int64)
+                       .reshape(-1, z + 1) for m in range(size_max + 1)]  # fmt: skip
+        self.index = [{tuple(n): i for i, n in enumerate(lv)} for lv in self.levels]
+
+    def laws(self, pis) -> tuple[np.ndarray, np.ndarray]:
+        """The law of the size ``0..J`` and of the busy members ``0..B``."""
+        sizes = np.array([p.sum() for p in pis])
+        busy = np.zeros(self.busy_max + 1)
+        for p, lv in zip(pis, self.levels):
+            np.add.at(busy, lv[:, 1:].sum(1), p)
+        return sizes, busy
+
+    def _moves(self, m: int) -> dict:
+        """The moves out of the compositions of size ``m``, as index arrays by kind:
+        ``(from, to, k, n_k)`` (``n_k``: members with ``k`` tasks before the move).
+        A move past either bound is left out (the bounds' mass is kept negligible)."""
+        z, out = self.z, {kind: [] for kind in ("join", "pick", "task", "delete", "done")}
+
+        def add(kind, i, level, t, k, count):
+            j = self.index[level].get(tuple(t)) if 0 <= level <= self.size_max else None
+            if j is not None:
+                out[kind].append((i, j, k, count))
+
+        for i, n in enumerate(self.levels[m]):
+            for k in range(z + 1):
+                t = list(n)
+                t[k] += 1
+                add("join", i, m + 1, t, k, n[k])
+                if n[k] == 0:
+                    continue
+                t = list(n)
+                t[k] -= 1
+                add("pick", i, m - 1, t, k, n[k])
+                if k < z:
+                    t2 = list(t)
+                    t2[k + 1] += 1
+                    add("task", i, m, t2, k, n[k])
+                else:  # a task takes a member with z past z: deleted
+                    add("delete", i, m - 1, t, k, n[k])
+                if k >= 1:
+                    t2 = list(t)
+                    t2[k - 1] += 1
+                    add("done", i, m, t2, k, n[k])
+        return {kind: np.array(v, np.int64).reshape(-1, 4).T for kind, v in out.items()}
+
+    def blocks(self, lam_r: float, f: float, a: np.ndarray):
+        """``(up, local, down)`` generator blocks by size (``down[0]``, ``up[J]`` unused)."""
+        if not hasattr(self, "_cached"):
+            self._cached = [self._moves(m) for m in range(self.size_max + 1)]
+        up, local, down = [], [], []
+        for m, mv in enumerate(self._cached):
+            size = len(self.levels[m])
+            u = np.zeros((size, len(self.levels[m + 1]) if m < self.size_max else 0))
+            loc = np.zeros((size, size))
+            dn = np.zeros((size, len(self.levels[m - 1]) if m > 0 else 0))
+            i, j, k, _ = mv["join"]
+            np.add.at(u, (i, j), a[k])
+            i, j, _, c = mv["pick"]
+            np.add.at(dn, (i, j), lam_r * c / max(m, 1))
+            i, j, _, c = mv["delete"]
+            np.add.at(dn, (i, j), f * c)
+            i, j, _, c = mv["task"]
+            np.add.at(loc, (i, j), f * c)
+            i, j, _, c = mv["done"]
+            np.add.at(loc, (i, j), c.astype(np.float64))
+            out = u.sum(1) + loc.sum(1) + dn.sum(1)
+            loc[np.arange(size), np.arange(size)] -= out
+            up.append(u)
+            local.append(loc)
+            down.append(dn)
+        return up, local, down
+
+    def stationary(self, lam_r: float, f: float, a: np.ndarray) -> list[np.ndarray]:
+        """The stationary law by size level (level reduction: ``pi_{m+1} = pi_m R_m``)."""
+        up, local, down = self.blocks(lam_r, f, a)
+        top = self.size_max
+        r_mats = [None] * top
+        inner = local[top]
+        for m in range(top - 1, -1, -1):
+            # R_m = U_m (-inner)^-1, solved rather than inverted
+            r_mats[m] = np.linalg.solve(-inner.T, up[m].T).T
+            inner = local[m] + r_mats[m] @ down[m + 1]
+        pis = [np.ones(1)]
+        for m in range(top):
+            pis.append(pis[-1] @ r_mats[m])
+        total = sum(p.sum() for p in pis)
+        return [np.maximum(p, 0.0) / total for p in pis]
+
+
+def _busy_limit(z: int) -> int:
+    """The most busy members a chain may hold: at most :data:`MAX_STATES`
+    compositions of one size."""
+    if z == 0:
+        return 0  # every member is idle
+    b = 0
+    while math.comb(b + 1 + z, z) <= MAX_STATES:
+        b += 1
+    return b
+
+
+def _beyond(law: np.ndarray, bound: int) -> int:
+    """A bound past which ``law`` (truncated at ``bound``) holds less than
+    :data:`TAIL_EPS`, from its decay at the top."""
+    decay = law[-2] / law[-3] if law.size > 2 and law[-3] > 0 else 0.5
+    decay = min(max(decay, 1e-3), 1.0 - 1e-6)
+    extra = math.log(TAIL_EPS / law[-1]) / math.log(decay)
+    return max(bound + 8, int(bound + 1.1 * extra) + 4)
+
+
+def _evaluate(chain: _Chain, lam: float, ratio: float, x: np.ndarray):
+    """Residuals of the fixed point at ``x = (p0, a_1..a_z)`` (``z = 0``: ``(p0, a_0)``)."""
+    z = chain.z
+    p0, f = x[0], lam * x[0]
+    a = np.zeros(z + 1)
+    if z == 0:
+        a[0] = x[1]
+    else:
+        a[1:] = x[1:]
+    pis = chain.stationary(lam * ratio, f, a)
+    mean = sum(p @ lv for p, lv in zip(pis, chain.levels))  # E[n_k] per I-queue
+    pick_share = sum(p @ (lv / m) for m, (p, lv) in enumerate(zip(pis, chain.levels)) if m > 0)
+    picks = lam * ratio * pick_share  # picks of members with k tasks, per I-queue
+    unlisted_flux = picks[z] + f * mean[z]  # servers leaving with z + 1 tasks, per I-queue
+    res = [pis[0][0] - p0]
+    res += [a[k] - picks[k - 1] for k in range(1, z)]
+    res.append(mean.sum() / ratio + unlisted_flux / ratio / (1.0 - f) - 1.0)
+    info = dict(pis=pis, mean=mean, pick_share=pick_share, unlisted_flux=unlisted_flux, f=f, a=a)
+    return np.array(res), info
+
+
+def _jacobian(chain: _Chain, lam: float, ratio: float, x: np.ndarray, res: np.ndarray):
+    jac = np.empty((x.size, x.size))
+    for i in range(x.size):
+        h = 1e-7 * max(1.0, abs(x[i]))
+        xp = x.copy()
+        xp[i] += h
+        jac[:, i] = (_evaluate(chain, lam, ratio, xp)[0] - res) / h
+    return jac
+
+
+def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, tol=1e-13):
+    """Newton's method with a finite-difference Jacobian, kept (also from a
+    previous, smaller chain: ``jac``) while each step at least halves the residual."""
+    res, info = _evaluate(chain, lam, ratio, x)
+    for _ in range(60):
+        err = np.max(np.abs(res))
+        if err < tol:
+            return x, res, info, jac
+        if jac is None:
+            jac = _jacobian(chain, lam, ratio, x, res)
+        step = np.linalg.solve(jac, -res)
+        t = 1.0
+        while True:
+            xn = x + t * step
+            if 0.0 < xn[0] < 1.0 and np.all(xn[1:] > 0.0):
+                rn, info_n = _evaluate(chain, lam, ratio, xn)
+                if np.max(np.abs(rn)) < err or t < 1e-4:
+                    break
+            t /= 2.0
+        if np.max(np.abs(rn)) > 0.5 * err:
+            jac = None  # slow progress: a fresh Jacobian at the new point
+        x, res, info = xn, rn, info_n
+    if np.max(np.abs(res)) < max(tol, 1e-10):
+        return x, res, info, jac
+    raise RuntimeError(f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})")
+
+
+def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | None = None,
+                             with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
+    """The mean field of JIQ-Threshold(z) (see the module docstring).
+
+    Args:
+        policy: a :class:`~jaxqueue.policies.per_server.JIQThreshold`.
+        load: ``lambda`` in ``(0, 1)``.
+        ratio: ``r = N / M > 0``.
+        levels: the largest queue length represented (``None``: the fewest
+            with less than :data:`TAIL_EPS` of tail mass left out).
+
+    Returns:
+        A :class:`~jaxqueue.theory.result.MeanFieldResult` with
+        ``iqueue_distribution`` (the law of an I-queue's size), and
+        diagnostics ``busy_fraction_error`` (``|s_1 - lambda|``),
+        ``little_error`` (relative gap of the two mean response times),
+        ``residual`` (of the fixed point), ``join_law`` (the law of the queue
+        length at a join, ``k = 0..z``), ``listed_occupancy`` (the fraction of
+        servers listed with ``k`` tasks: all of them for ``k <= z``) and
+        ``iqueue_sizes`` and ``busy_members`` (the largest I-queue size and
+        number of busy members represented).
+    """
+    lam = float(load)
+    if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
+        raise ValueError(f"ratio={ratio!r} is out of range: {policy.name!r} needs ratio > 0")
+    ratio, z = float(ratio), int(policy.z)
+    size_max = max(24, int(4 * ratio) + 16)
+    # start: JIQ-like p0, joins spread over the queue lengths a join can have
+    x = np.array([0.5, lam * ratio]) if z == 0 else np.array([0.5] + [lam * ratio / z] * z)
+    # the busy members of an I-queue: about lambda r at most
+    busy_max = min(int(lam * ratio) + 8, _busy_limit(z))
+    chain, jac = _Chain(z, size_max, busy_max), None
+    while True:  # solved loosely while the truncation is still too coarse
+        x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-9)
+        sizes, busy = chain.laws(info["pis"])
+        busy_left = z > 0 and busy[-1] >= TAIL_EPS and busy_max < size_max
+        if sizes[-1] < TAIL_EPS and not busy_left:
+            break
+        # both laws fall off about geometrically (a little faster further up):
+        # jump to where each is below TAIL_EPS
+        if sizes[-1] >= TAIL_EPS:
+            size_max = _beyond(sizes, size_max)
+        if busy_left:
+            if busy_max >= _busy_limit(z):
+                raise RuntimeError(
+                    f"the JIQ-Threshold mean field with z={z} needs more than {busy_max} busy "
+                    f"members per I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} "
+                    "compositions of one size); use a smaller z or ratio"
+                )
+            busy_max = min(_beyond(busy, busy_max), _busy_limit(z))
+        chain = _Chain(z, size_max, busy_max)
+    x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
+    f, mean, a = info["f"], info["mean"], info["a"]
+    # unlisted servers: fraction u f^(k - z - 1) with k > z tasks
+    u = info["unlisted_flux"] / ratio
+    if levels is None:
+        extra = 1 if u <= 0 or f <= 0 else max(1, int(math.ceil(math.log(TAIL_EPS / u) / math.log(f))) + 1)
+        n_levels = z + 1 + extra
+    else:
+        n_levels = int(levels)
+    occupancy = np.zeros(n_levels + 1)
+    listed = np.zeros(n_levels + 1)
+    upto = min(z, n_levels)
+    listed[: upto + 1] = mean[: upto + 1] / ratio
+    occupancy[: upto + 1] = listed[: upto + 1]
+    k = np.arange(z + 1, n_levels + 1)
+    occupancy[z + 1 :] = u * f ** (k - z - 1)
+    left_out = u * f ** (n_levels - z) / (1.0 - f) if n_levels >= z else 0.0
+    tail = np.cumsum(occupancy[::-1])[::-1] + left_out
+    p0 = float(x[0])
+    seen = p0 * occupancy
+    seen[: upto + 1] += info["pick_share"][: upto + 1]
+    seen = seen / seen.sum()
+    mean_q = float(np.arange(n_levels + 1) @ occupancy)
+    t_little = mean_q / lam
+    t_seen = float((np.arange(n_levels + 1) + 1) @ seen)
+    quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
+                 else [math.nan] * len(QUANTILES))  # fmt: skip
+    sizes = np.array([p.sum() for p in info["pis"]])
+    joins = float(a.sum())
+    result = build(
+        policy, load=lam, ratio=ratio, d=1, buffer=None,
+        tail=tail, occupancy=occupancy, arrival_seen=seen,
+        mean_queue_length=mean_q, mean_response_time=t_little,
+        waiting_probability=float(1.0 - seen[0]), blocking_probability=0.0,
+        p0=p0, iqueue_distribution=sizes, join_rate=joins / ratio,
+        delete_rate=f * float(mean[z]) / ratio, probe_rate=0.0,
+        response_quantiles=quantiles, status=Status.CONVERGED,
+        tail_remainder=float(left_out), iqueue_remainder=float(sizes[-1]),
+    )  # fmt: skip
+    result.diagnostics.update(
+        busy_fraction_error=abs(float(tail[1]) - lam),
+        little_error=abs(t_seen - t_little) / t_little,
+        residual=float(np.max(np.abs(res))),
+        join_law=[float(v) for v in a / joins],
+        listed_occupancy=[float(v) for v in listed],
+        iqueue_sizes=int(chain.size_max),
+        busy_members=int(chain.busy_max),
+    )
+    return result
