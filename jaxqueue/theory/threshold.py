@@ -311,14 +311,16 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
         n_levels = z + 1 + extra
     else:
         n_levels = int(levels)
-    occupancy = np.zeros(n_levels + 1)
-    listed = np.zeros(n_levels + 1)
+    # the occupancy up to z + 1 at least, cut at n_levels; left_out: the mass past it
+    full = np.zeros(max(n_levels, z + 1) + 1)
+    full[: z + 1] = mean / ratio
+    k = np.arange(z + 1, full.size)
+    full[z + 1 :] = u * f ** (k - z - 1)
+    left_out = float(full[n_levels + 1 :].sum()) + u * f ** (full.size - 1 - z) / (1.0 - f)
+    occupancy = full[: n_levels + 1].copy()
     upto = min(z, n_levels)
-    listed[: upto + 1] = mean[: upto + 1] / ratio
-    occupancy[: upto + 1] = listed[: upto + 1]
-    k = np.arange(z + 1, n_levels + 1)
-    occupancy[z + 1 :] = u * f ** (k - z - 1)
-    left_out = u * f ** (n_levels - z) / (1.0 - f) if n_levels >= z else 0.0
+    listed = np.zeros(n_levels + 1)
+    listed[: upto + 1] = occupancy[: upto + 1]
     tail = np.cumsum(occupancy[::-1])[::-1] + left_out
     p0 = float(x[0])
     seen = p0 * occupancy
