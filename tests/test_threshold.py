@@ -62,7 +62,11 @@ def test_errors_and_limits():
                                             r"load=0.5, ratio=0.5 \(more than 600 compositions"):
         theory.mean_field("jiq-threshold", 0.5, 0.5, z=3)
     mf = theory.mean_field("jiq-threshold", 0.9, 10.0, z=1, levels=8)
+    whole = theory.mean_field("jiq-threshold", 0.9, 10.0, z=1)
     assert mf.tail.size == 9 and mf.tail_remainder == pytest.approx(mf.tail[8] - mf.occupancy[8])
+    # what levels = 8 leaves out is the mass the unbounded solution has past 8
+    assert mf.tail_remainder == pytest.approx(whole.occupancy[9:].sum(), rel=1e-9)
+    np.testing.assert_allclose(mf.tail, whole.tail[:9], rtol=1e-12)
 
 
 def test_mean_field_start_lists_every_server_with_at_most_z_tasks():

@@ -25,7 +25,7 @@ from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.policies import Policy
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["MeanFieldResult", "build", "fill_quantiles"]
+__all__ = ["MeanFieldResult", "build", "per_server_result", "fill_quantiles"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -142,6 +142,48 @@ def build(
         settings=settings,
         diagnostics=diagnostics,
     )
+
+
+def per_server_result(policy: Policy, *, load: float, ratio: float, d: int, occupancy,
+                      tail, seen, p0: float, iqueue_distribution, join_rate: float,
+                      delete_rate: float, probe_rate: float, with_quantiles: bool,
+                      tail_remainder: float, iqueue_remainder: float,
+                      stale_fraction: float | None, residual: float, join_law,
+                      listed_occupancy) -> MeanFieldResult:  # fmt: skip
+    """The result of a host-side mean field of a per-server policy
+    (:mod:`~jaxqueue.theory.tagged_server`, :mod:`~jaxqueue.theory.threshold`).
+
+    From the occupancy and the law ``seen`` of the queue length an arrival
+    finds: the mean queue length, Little's mean response time, the waiting
+    probability and the Erlang-mixture quantiles (NaN without
+    ``with_quantiles``). The diagnostics add the two checks of such a
+    solution, ``busy_fraction_error`` (``|s_1 - lambda|``) and
+    ``little_error`` (the relative gap of Little's mean and the mixture's),
+    and ``residual``, ``join_law`` and ``listed_occupancy``.
+    """
+    mean_q = float(np.arange(occupancy.size) @ occupancy)
+    t_little = mean_q / load
+    t_seen = float((np.arange(seen.size) + 1) @ seen)
+    quantiles = (erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
+                 else [math.nan] * len(QUANTILES))  # fmt: skip
+    result = build(
+        policy, load=load, ratio=ratio, d=d, buffer=None,
+        tail=tail, occupancy=occupancy, arrival_seen=seen,
+        mean_queue_length=mean_q, mean_response_time=t_little,
+        waiting_probability=float(1.0 - seen[0]), blocking_probability=0.0,
+        p0=p0, iqueue_distribution=iqueue_distribution, join_rate=join_rate,
+        delete_rate=delete_rate, probe_rate=probe_rate, response_quantiles=quantiles,
+        status=Status.CONVERGED, tail_remainder=float(tail_remainder),
+        iqueue_remainder=float(iqueue_remainder), stale_fraction=stale_fraction,
+    )  # fmt: skip
+    result.diagnostics.update(
+        busy_fraction_error=abs(float(tail[1]) - load),
+        little_error=abs(t_seen - t_little) / t_little,
+        residual=float(residual),
+        join_law=[float(x) for x in join_law],
+        listed_occupancy=[float(x) for x in listed_occupancy],
+    )
+    return result
 
 
 def fill_quantiles(results: list) -> list:

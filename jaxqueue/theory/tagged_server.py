@@ -55,10 +55,7 @@ import math
 
 import numpy as np
 
-from jaxqueue.core.status import Status
-from jaxqueue.results import response
-from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = ["jiq_no_delete_mean_field", "TAIL_EPS", "MAX_LEVELS", "MAX_SIZE"]
 
@@ -307,28 +304,12 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
     join = ph.join
     seen = np.maximum((lam * p0 * occupancy + picked) / lam, 0.0)
     seen = seen / seen.sum()
-    mean_q = float(np.arange(occupancy.size) @ occupancy)
-    t_little = mean_q / lam
-    t_seen = float((np.arange(seen.size) + 1) @ seen)
-    quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
-                 else [math.nan] * len(QUANTILES))  # fmt: skip
     iq = ph.size_tail - np.append(ph.size_tail[1:], 0.0)
-    stale = float(picked[1:].sum()) / lam
-    result = build(
-        policy, load=lam, ratio=ratio, d=d, buffer=None,
-        tail=tail, occupancy=occupancy, arrival_seen=seen,
-        mean_queue_length=mean_q, mean_response_time=t_little,
-        waiting_probability=float(1.0 - seen[0]), blocking_probability=0.0,
-        p0=p0, iqueue_distribution=iq, join_rate=join, delete_rate=0.0,
-        probe_rate=d * join if d >= 2 else 0.0, response_quantiles=quantiles,
-        status=Status.CONVERGED, tail_remainder=float(at_bound),
-        iqueue_remainder=float(ph.size_tail[-1]), stale_fraction=stale,
+    return per_server_result(
+        policy, load=lam, ratio=ratio, d=d, occupancy=occupancy, tail=tail, seen=seen, p0=p0,
+        iqueue_distribution=iq, join_rate=join, delete_rate=0.0,
+        probe_rate=d * join if d >= 2 else 0.0, with_quantiles=with_quantiles,
+        tail_remainder=at_bound, iqueue_remainder=ph.size_tail[-1],
+        stale_fraction=float(picked[1:].sum()) / lam, residual=residual, join_law=g,
+        listed_occupancy=listed,
     )  # fmt: skip
-    result.diagnostics.update(
-        busy_fraction_error=abs(float(tail[1]) - lam),
-        little_error=abs(t_seen - t_little) / t_little,
-        residual=float(residual),
-        join_law=[float(x) for x in g],
-        listed_occupancy=[float(x) for x in listed],
-    )
-    return result

@@ -56,10 +56,7 @@ import math
 
 import numpy as np
 
-from jaxqueue.core.status import Status
-from jaxqueue.results import response
-from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES"]
 
@@ -326,30 +323,14 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
     seen = p0 * occupancy
     seen[: upto + 1] += info["pick_share"][: upto + 1]
     seen = seen / seen.sum()
-    mean_q = float(np.arange(n_levels + 1) @ occupancy)
-    t_little = mean_q / lam
-    t_seen = float((np.arange(n_levels + 1) + 1) @ seen)
-    quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
-                 else [math.nan] * len(QUANTILES))  # fmt: skip
     sizes = np.array([p.sum() for p in info["pis"]])
     joins = float(a.sum())
-    result = build(
-        policy, load=lam, ratio=ratio, d=1, buffer=None,
-        tail=tail, occupancy=occupancy, arrival_seen=seen,
-        mean_queue_length=mean_q, mean_response_time=t_little,
-        waiting_probability=float(1.0 - seen[0]), blocking_probability=0.0,
-        p0=p0, iqueue_distribution=sizes, join_rate=joins / ratio,
-        delete_rate=f * float(mean[z]) / ratio, probe_rate=0.0,
-        response_quantiles=quantiles, status=Status.CONVERGED,
-        tail_remainder=float(left_out), iqueue_remainder=float(sizes[-1]),
+    result = per_server_result(
+        policy, load=lam, ratio=ratio, d=1, occupancy=occupancy, tail=tail, seen=seen, p0=p0,
+        iqueue_distribution=sizes, join_rate=joins / ratio,
+        delete_rate=f * float(mean[z]) / ratio, probe_rate=0.0, with_quantiles=with_quantiles,
+        tail_remainder=left_out, iqueue_remainder=sizes[-1], stale_fraction=None,
+        residual=np.max(np.abs(res)), join_law=a / joins, listed_occupancy=listed,
     )  # fmt: skip
-    result.diagnostics.update(
-        busy_fraction_error=abs(float(tail[1]) - lam),
-        little_error=abs(t_seen - t_little) / t_little,
-        residual=float(np.max(np.abs(res))),
-        join_law=[float(v) for v in a / joins],
-        listed_occupancy=[float(v) for v in listed],
-        iqueue_sizes=int(chain.size_max),
-        busy_members=int(chain.busy_max),
-    )
+    result.diagnostics.update(iqueue_sizes=int(chain.size_max), busy_members=int(chain.busy_max))
     return result
