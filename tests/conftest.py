@@ -15,9 +15,10 @@ def pytest_addoption(parser):
 #: modules to its workers in collection order (``--dist loadscope
 #: --no-loadscope-reorder``), so these go first and the workers end together.
 LONGEST_FIRST = (
-    "test_refined", "test_kernel", "test_vs_exact", "test_sweeps", "test_phases", "test_grid",
-    "test_theory", "test_vs_mean_field", "test_long_runs", "test_arrivals", "test_meanfield",
-    "test_engine", "test_jiq_original", "test_tagged_server", "test_api", "test_transient",
+    "test_kernel", "test_refined", "test_vs_exact", "test_phases", "test_sweeps", "test_grid",
+    "test_theory", "test_engine", "test_jiq_original", "test_arrivals", "test_vs_mean_field",
+    "test_threshold", "test_transient", "test_long_runs", "test_api", "test_meanfield",
+    "test_tagged_server", "test_listed", "test_meanfield_phases", "test_distributed",
 )  # fmt: skip
 
 

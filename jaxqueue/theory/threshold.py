@@ -38,9 +38,13 @@ them, and the listed and unlisted servers add up to all servers (Newton's
 method on ``z + 1`` unknowns). The chain's stationary law is a
 level-by-level reduction over the I-queue sizes ``0..J`` with at most ``B``
 busy members (holding ``1..z`` tasks); ``J`` and ``B`` grow until less than
-:data:`TAIL_EPS` of the law sits at either bound, and a size level of more
-than :data:`MAX_STATES` compositions is refused (``z >= 2`` at larger
-ratios). With ``z = 0`` the composition is the size and this is JIQ's mean
+:data:`TAIL_EPS` of the law sits at either bound. A size level holds at most
+:data:`MAX_STATES` compositions; where ``B`` reaches that limit with more
+than :data:`TAIL_EPS` but less than :data:`BUSY_ACCEPT` of the law at the
+bound, the solution is kept and the mass at the bound reported
+(``busy_remainder``); past :data:`BUSY_ACCEPT` the solve is refused
+(``z >= 2`` at larger ratios), early where a coarse first solve already
+shows it. With ``z = 0`` the composition is the size and this is JIQ's mean
 field (``p0`` equals the closed form's to about ``1e-13``). The busy
 fraction ``s_1 = lambda`` and Little's law (the mean of the Erlang mixture
 over the queue lengths arrivals find equals ``E[Q] / lambda``) check the
@@ -58,7 +62,7 @@ import numpy as np
 
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
-__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES"]
+__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT"]
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
 #: tail mass of the queue lengths left out.
@@ -66,6 +70,16 @@ TAIL_EPS = 1e-13
 #: Most compositions in one size level (the level reduction solves with a
 #: matrix of this order per level): ``C(B + z, z)`` for ``B`` busy members.
 MAX_STATES = 600
+#: Where the busy-member bound is at its limit (:data:`MAX_STATES`), the most
+#: law of the busy members that may sit at the bound; the solution then keeps
+#: errors of about this order, and reports the mass (``busy_remainder``).
+BUSY_ACCEPT = 1e-8
+#: Compositions per size level of the first, coarse chain (found cheaply, it
+#: sizes the next one, or shows that the limit cannot be met).
+_FIRST_STATES = 150
+#: The coarse chain's law, extrapolated to the limit, above which the solve is
+#: refused at once (the extrapolation overestimates: 1e4 times BUSY_ACCEPT).
+_HOPELESS = 1e-4
 
 
 class _Chain:
@@ -170,23 +184,27 @@ class _Chain:
         return [np.maximum(p, 0.0) / total for p in pis]
 
 
-def _busy_limit(z: int) -> int:
-    """The most busy members a chain may hold: at most :data:`MAX_STATES`
+def _busy_limit(z: int, states: int = MAX_STATES) -> int:
+    """The most busy members a chain may hold: at most ``states``
     compositions of one size."""
     if z == 0:
         return 0  # every member is idle
     b = 0
-    while math.comb(b + 1 + z, z) <= MAX_STATES:
+    while math.comb(b + 1 + z, z) <= states:
         b += 1
     return b
+
+
+def _decay(law: np.ndarray) -> float:
+    """The geometric decay of ``law`` at its top."""
+    decay = law[-2] / law[-3] if law.size > 2 and law[-3] > 0 else 0.5
+    return min(max(decay, 1e-3), 1.0 - 1e-6)
 
 
 def _beyond(law: np.ndarray, bound: int) -> int:
     """A bound past which ``law`` (truncated at ``bound``) holds less than
     :data:`TAIL_EPS`, from its decay at the top."""
-    decay = law[-2] / law[-3] if law.size > 2 and law[-3] > 0 else 0.5
-    decay = min(max(decay, 1e-3), 1.0 - 1e-6)
-    extra = math.log(TAIL_EPS / law[-1]) / math.log(decay)
+    extra = math.log(TAIL_EPS / law[-1]) / math.log(_decay(law))
     return max(bound + 8, int(bound + 1.1 * extra) + 4)
 
 
@@ -221,11 +239,14 @@ def _jacobian(chain: _Chain, lam: float, ratio: float, x: np.ndarray, res: np.nd
     return jac
 
 
-def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, tol=1e-13):
+def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, tol=1e-13,
+            iterations=60, strict=True):  # fmt: skip
     """Newton's method with a finite-difference Jacobian, kept (also from a
-    previous, smaller chain: ``jac``) while each step at least halves the residual."""
+    previous, smaller chain: ``jac``) while each step at least halves the
+    residual. Not ``strict``: the last iterate where ``iterations`` do not
+    reach ``tol`` (a coarse chain may have no fixed point)."""
     res, info = _evaluate(chain, lam, ratio, x)
-    for _ in range(60):
+    for _ in range(iterations):
         err = np.max(np.abs(res))
         if err < tol:
             return x, res, info, jac
@@ -243,7 +264,7 @@ def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, to
         if np.max(np.abs(rn)) > 0.5 * err:
             jac = None  # slow progress: a fresh Jacobian at the new point
         x, res, info = xn, rn, info_n
-    if np.max(np.abs(res)) < max(tol, 1e-10):
+    if np.max(np.abs(res)) < max(tol, 1e-10) or not strict:
         return x, res, info, jac
     raise RuntimeError(f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})")
 
@@ -266,9 +287,15 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
         ``little_error`` (relative gap of the two mean response times),
         ``residual`` (of the fixed point), ``join_law`` (the law of the queue
         length at a join, ``k = 0..z``), ``listed_occupancy`` (the fraction of
-        servers listed with ``k`` tasks: all of them for ``k <= z``) and
+        servers listed with ``k`` tasks: all of them for ``k <= z``),
         ``iqueue_sizes`` and ``busy_members`` (the largest I-queue size and
-        number of busy members represented).
+        number of busy members represented) and ``busy_remainder`` (the law
+        of the busy members at that bound: below :data:`TAIL_EPS`, or below
+        :data:`BUSY_ACCEPT` where the bound is at its limit).
+
+    Raises:
+        RuntimeError: where more than :data:`BUSY_ACCEPT` of the law would
+            sit at the largest busy bound :data:`MAX_STATES` allows.
     """
     lam = float(load)
     if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
@@ -277,13 +304,28 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
     size_max = max(24, int(4 * ratio) + 16)
     # start: JIQ-like p0, joins spread over the queue lengths a join can have
     x = np.array([0.5, lam * ratio]) if z == 0 else np.array([0.5] + [lam * ratio / z] * z)
-    # the busy members of an I-queue: about lambda r at most
-    busy_max = min(int(lam * ratio) + 8, _busy_limit(z))
+    # the busy members of an I-queue (about lambda r at most), first in a
+    # coarse chain of at most _FIRST_STATES compositions per size
+    limit = _busy_limit(z)
+    busy_max = min(int(lam * ratio) + 8, _busy_limit(z, _FIRST_STATES))
     chain, jac = _Chain(z, size_max, busy_max), None
+
+    def refuse(mass: float):
+        raise RuntimeError(
+            f"the JIQ-Threshold mean field with z={z} needs more than {limit} busy members per "
+            f"I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} compositions of one "
+            f"size): {mass:.2g} of the law would sit at that bound, more than {BUSY_ACCEPT:g}; "
+            "use a smaller z or ratio"
+        )
+
     while True:  # solved loosely while the truncation is still too coarse
-        x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-9)
+        x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-9, iterations=12, strict=False)
         sizes, busy = chain.laws(info["pis"])
         busy_left = z > 0 and busy[-1] >= TAIL_EPS and busy_max < size_max
+        if busy_left and busy_max >= limit:
+            if busy[-1] >= BUSY_ACCEPT:
+                refuse(busy[-1])
+            busy_left = False  # kept, and reported as busy_remainder
         if sizes[-1] < TAIL_EPS and not busy_left:
             break
         # both laws fall off about geometrically (a little faster further up):
@@ -291,13 +333,12 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
         if sizes[-1] >= TAIL_EPS:
             size_max = _beyond(sizes, size_max)
         if busy_left:
-            if busy_max >= _busy_limit(z):
-                raise RuntimeError(
-                    f"the JIQ-Threshold mean field with z={z} needs more than {busy_max} busy "
-                    f"members per I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} "
-                    "compositions of one size); use a smaller z or ratio"
-                )
-            busy_max = min(_beyond(busy, busy_max), _busy_limit(z))
+            want = _beyond(busy, busy_max)
+            if want > limit:
+                at_limit = busy[-1] * _decay(busy) ** (limit - busy_max)
+                if at_limit >= _HOPELESS:
+                    refuse(at_limit)
+            busy_max = min(want, limit)
         chain = _Chain(z, size_max, busy_max)
     x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
     f, mean, a = info["f"], info["mean"], info["a"]
@@ -332,5 +373,7 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
         tail_remainder=left_out, iqueue_remainder=sizes[-1], stale_fraction=None,
         residual=np.max(np.abs(res)), join_law=a / joins, listed_occupancy=listed,
     )  # fmt: skip
-    result.diagnostics.update(iqueue_sizes=int(chain.size_max), busy_members=int(chain.busy_max))
+    busy_remainder = float(chain.laws(info["pis"])[1][-1]) if z > 0 else 0.0
+    result.diagnostics.update(iqueue_sizes=int(chain.size_max), busy_members=int(chain.busy_max),
+                              busy_remainder=busy_remainder)  # fmt: skip
     return result
