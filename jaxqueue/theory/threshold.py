@@ -70,9 +70,10 @@ TAIL_EPS = 1e-13
 #: Most compositions in one size level (the level reduction solves with a
 #: matrix of this order per level): ``C(B + z, z)`` for ``B`` busy members.
 MAX_STATES = 600
-#: Where the busy-member bound is at its limit (:data:`MAX_STATES`), the most
-#: law of the busy members that may sit at the bound; the solution then keeps
-#: errors of about this order, and reports the mass (``busy_remainder``).
+#: Where the busy-member bound is at its limit (:data:`MAX_STATES`), the
+#: largest share of the busy members' law that may sit at the bound: the
+#: solution keeps errors of about this order and reports the share
+#: (``busy_remainder``).
 BUSY_ACCEPT = 1e-8
 #: Compositions per size level of the first, coarse chain (found cheaply, it
 #: sizes the next one, or shows that the limit cannot be met).
