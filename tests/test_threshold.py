@@ -95,10 +95,10 @@ def test_auto_start_is_empty_with_a_warning_where_the_mean_field_is_refused():
 
 
 @pytest.mark.slow
-def test_busy_bound_at_its_limit_is_kept_below_busy_accept():
+def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
     """Where the busy members would need more than MAX_STATES compositions per
     size, a solution with less than BUSY_ACCEPT at the bound is kept and
-    reported."""
+    reported, and refused with more."""
     from jaxqueue.theory import threshold
 
     mf = theory.mean_field("jiq-threshold", 0.5, 0.5, z=3)
@@ -108,6 +108,9 @@ def test_busy_bound_at_its_limit_is_kept_below_busy_accept():
     # what the bound leaves out stays of its order in the identities
     assert d["busy_fraction_error"] < 1e-10 and d["little_error"] < 1e-10
     assert mf.occupancy.sum() == pytest.approx(1.0, abs=1e-12)
+    monkeypatch.setattr(threshold, "BUSY_ACCEPT", d["busy_remainder"] / 2)
+    with pytest.raises(RuntimeError, match=r"z=3 needs more than 13 busy members .* solved there"):
+        theory.mean_field("jiq-threshold", 0.5, 0.5, z=3)
 
 
 def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
@@ -122,7 +125,7 @@ def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
         return chain(z, size_max, busy_max)
 
     monkeypatch.setattr(threshold, "_Chain", record)
-    with pytest.raises(RuntimeError, match=r"z=2 needs more than 33 busy members .* would sit"):
+    with pytest.raises(RuntimeError, match=r"z=2 needs more than 33 busy members .* coarse first chain's decay, about"):
         theory.mean_field("jiq-threshold", 0.9, 20.0, z=2)
     assert built and max(built) < threshold._busy_limit(2)
 

@@ -311,11 +311,12 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
     busy_max = min(int(lam * ratio) + 8, _busy_limit(z, _FIRST_STATES))
     chain, jac = _Chain(z, size_max, busy_max), None
 
-    def refuse(mass: float):
+    def refuse(mass: float, estimated: bool):
+        how = "by the coarse first chain's decay, about" if estimated else "solved there,"
         raise RuntimeError(
             f"the JIQ-Threshold mean field with z={z} needs more than {limit} busy members per "
             f"I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} compositions of one "
-            f"size): {mass:.2g} of the law would sit at that bound, more than {BUSY_ACCEPT:g}; "
+            f"size): {how} {mass:.2g} of the law sits at that bound, more than {BUSY_ACCEPT:g}; "
             "use a smaller z or ratio"
         )
 
@@ -325,7 +326,7 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
         busy_left = z > 0 and busy[-1] >= TAIL_EPS and busy_max < size_max
         if busy_left and busy_max >= limit:
             if busy[-1] >= BUSY_ACCEPT:
-                refuse(busy[-1])
+                refuse(busy[-1], estimated=False)
             busy_left = False  # kept, and reported as busy_remainder
         if sizes[-1] < TAIL_EPS and not busy_left:
             break
@@ -338,7 +339,7 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
             if want > limit:
                 at_limit = busy[-1] * _decay(busy) ** (limit - busy_max)
                 if at_limit >= _HOPELESS:
-                    refuse(at_limit)
+                    refuse(at_limit, estimated=True)
             busy_max = min(want, limit)
         chain = _Chain(z, size_max, busy_max)
     x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
