@@ -63,8 +63,8 @@ def main(argv=None) -> int:
             bounds = f"{row['iqueue_sizes']} | {row['busy_members']} | {row['busy_remainder']:.1e}"
         else:
             what, bounds = "refused", "- | - | -"
-        print(f"| {z} | {ratio:g} | {load:g} | {row['seconds']:.1f} | {what} | {bounds} |", file=out,
-              flush=True)  # fmt: skip
+        print(f"| {z} | {ratio:g} | {load:g} | {row['seconds']:.1f} | {what} | {bounds} |",
+              file=out, flush=True)  # fmt: skip
     if args.json:
         print(json.dumps({"points": rows, "jaxqueue": jaxqueue.__version__, "jax": jax.__version__,
                           "numpy": np.__version__}))  # fmt: skip

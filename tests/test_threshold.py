@@ -125,7 +125,8 @@ def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
         return chain(z, size_max, busy_max)
 
     monkeypatch.setattr(threshold, "_Chain", record)
-    with pytest.raises(RuntimeError, match=r"z=2 needs more than 33 busy members .* coarse first chain's decay, about"):
+    with pytest.raises(RuntimeError, match=r"z=2 needs more than 33 busy members .* coarse first "
+                                            r"chain's decay, about"):
         theory.mean_field("jiq-threshold", 0.9, 20.0, z=2)
     assert built and max(built) < threshold._busy_limit(2)
 
