@@ -110,7 +110,7 @@ def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
     assert mf.occupancy.sum() == pytest.approx(1.0, abs=1e-12)
     monkeypatch.setattr(threshold, "BUSY_ACCEPT", d["busy_remainder"] / 2)
     with pytest.raises(RuntimeError, match=r"z=3 needs more than 13 busy members .* solved there"):
-        theory.mean_field("jiq-threshold", 0.5, 0.5, z=3)
+        jiq_threshold_mean_field(jq.make("jiq-threshold", z=3), 0.5, 0.5)  # (not the kept solve)
 
 
 def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
@@ -164,3 +164,27 @@ def test_against_simulation(load, ratio, z, seed):
     value[: min(value.size, mf.tail.size)] = mf.tail[: value.size]
     tail_tol = tolerance(sim.tail, family=FAMILY, allowance=20 / n * value)
     assert abs(sim.tail.mean[2] - mf.tail[2]) <= tail_tol[2], (sim.tail.mean[2], mf.tail[2])
+
+
+def test_host_side_solves_are_kept_and_each_caller_gets_a_copy(monkeypatch):
+    """A simulation's mean-field start and the theory beside it solve once."""
+    from jaxqueue.theory import dispatch, threshold
+
+    calls = []
+    solve = threshold.jiq_threshold_mean_field
+
+    def counted(*args):
+        calls.append(args[1:])
+        return solve(*args)
+
+    monkeypatch.setattr(threshold, "jiq_threshold_mean_field", counted)
+    dispatch._per_server.cache_clear()
+    first = theory.mean_field("jiq-threshold", 0.7, 2.0, z=1)
+    solved = first.tail.copy()
+    first.tail[:] = -1.0  # a caller's own copy
+    again = theory.mean_field("jiq-threshold", 0.7, 2, z=1)  # the same point
+    assert len(calls) == 1
+    np.testing.assert_array_equal(again.tail, solved)
+    theory.mean_field("jiq-threshold", 0.7, 2.0, z=1, levels=6)
+    assert len(calls) == 2
+    dispatch._per_server.cache_clear()

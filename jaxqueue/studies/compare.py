@@ -125,6 +125,5 @@ def compare(
             warmup=int(math.ceil(warmup_time * per)), seed=seed,
             init="mean-field" if has_mf else "empty", progress=progress,
         )  # fmt: skip
-        for i, res in enumerate(results):
-            rows.append(Comparison(res, theory[i] if has_mf else None))
+        rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows

@@ -11,7 +11,10 @@ imports it.
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
+import numbers
 
 from jaxqueue.core.service import as_law
 from jaxqueue.core.system import check_int, check_load
@@ -55,9 +58,9 @@ def mean_field(
       buffers only, ``ratio`` required);
     * JIQ-Threshold(z) gets the mean field of its I-queue compositions
       (:func:`jaxqueue.theory.threshold.jiq_threshold_mean_field`; infinite
-      buffers only, ``ratio`` required; the solve grows as ``J^(z+1)`` in
-      the largest I-queue size ``J``, so ``z`` of 0 and 1 at any ratio, larger
-      ``z`` at small ratios);
+      buffers only, ``ratio`` required; ``z`` of 0 and 1 at any ratio, ``z =
+      2`` up to about ``r = 10``, larger ``z`` at small ratios, and past that a
+      :class:`RuntimeError` that says why);
     * a policy without a mean field raises :class:`NotImplementedError`.
 
     The mean field is in units of the mean service time
@@ -117,14 +120,16 @@ def mean_field(
         lam = check_load(load, None)
         if levels is not None:
             check_int("levels", levels, 1, _MAX_LEVELS)
-        if pol.mean_field_kind() == "composition":
-            check_int("z", pol.z, 0, 10**6)
-            return threshold.jiq_threshold_mean_field(pol, lam, ratio, levels, with_quantiles)
-        if pol.order not in pol.ORDERS:
-            raise ValueError(f"order={pol.order!r} is not valid: use 'random' or 'fifo'")
         check_int("z", pol.z, 0, 10**6)
-        check_int("d", pol.d, 1, 64)  # M is unbounded in the limit
-        return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels, with_quantiles)
+        if pol.mean_field_kind() == "tagged-server":
+            if pol.order not in pol.ORDERS:
+                raise ValueError(f"order={pol.order!r} is not valid: use 'random' or 'fifo'")
+            check_int("d", pol.d, 1, 64)  # M is unbounded in the limit
+        if not isinstance(ratio, numbers.Real):  # (the solver says what is wrong with it)
+            return _per_server.__wrapped__(pol, lam, ratio, levels, with_quantiles)
+        # solves of seconds to minutes, kept: a simulation's mean-field start and
+        # the theory beside it (compare, grids) solve once; each caller gets a copy
+        return copy.deepcopy(_per_server(pol, lam, float(ratio), levels, with_quantiles))
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
@@ -145,6 +150,14 @@ def mean_field(
             f"{fp.status.name} (residual {fp.residual:.3g})"
         )
     return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer, with_quantiles=with_quantiles)
+
+
+@functools.lru_cache(maxsize=32)
+def _per_server(pol, lam: float, ratio, levels, with_quantiles: bool) -> MeanFieldResult:
+    """The host-side mean field of a per-server policy (validated by the caller)."""
+    if pol.mean_field_kind() == "composition":
+        return threshold.jiq_threshold_mean_field(pol, lam, ratio, levels, with_quantiles)
+    return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels, with_quantiles)
 
 
 def _phase_type(pol, load, ratio, service, buffer, levels):
