@@ -1,4 +1,15 @@
-"""Test set-up: two CPU devices, so that sharded runs are exercised on any machine."""
+"""Test set-up: two CPU devices, so that sharded runs are exercised on any machine.
+
+``--compile-times`` reports, per test module, the seconds its tests took and
+the seconds JAX spent in them tracing, lowering and compiling (from JAX's own
+monitoring events, gathered from every xdist worker): where the suite's time
+goes, for keeping it short. A jit traced inside another's trace counts in both
+trace columns; lowering and compiling count once. Compiles in the subprocesses
+some tests start (the command line, two hosts) are not seen.
+"""
+
+import collections
+import json
 
 import jax
 import pytest
@@ -9,6 +20,8 @@ jax.config.update("jax_num_cpu_devices", 2)
 def pytest_addoption(parser):
     parser.addoption("--all-specs", action="store_true",
                      help="also run the sweeps/ specs that the suite leaves out (tests/test_sweeps.py)")  # fmt: skip
+    parser.addoption("--compile-times", action="store_true",
+                     help="report per test module the seconds spent tracing, lowering and compiling")  # fmt: skip
 
 
 #: The modules that take longest, longest first. pytest-xdist hands whole
@@ -47,3 +60,96 @@ def no_chain_work(monkeypatch):
         raise AssertionError("validation must come before any work")
 
     monkeypatch.setattr(solver, "enumerate_states", no_work)
+
+
+# -- --compile-times ------------------------------------------------------------------------
+
+#: JAX's monitoring events of one compilation, by the column they add to.
+_COMPILE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
+_COLUMNS = ("trace", "lower", "compile")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+class _CompileTimes:
+    """Seconds of each compile event per module, in this process."""
+
+    def __init__(self):
+        self.current = "(collection)"
+        self.seconds = collections.defaultdict(lambda: dict.fromkeys(_COLUMNS, 0.0))
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **kwargs):
+        column = _COMPILE_EVENTS.get(event)
+        if column is not None:
+            self.seconds[self.current][column] += duration
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.current = _module(nodeid)
+
+    def pytest_sessionfinish(self, session):
+        if hasattr(session.config, "workerinput"):  # an xdist worker: to the controller
+            session.config.workeroutput["compile_times"] = json.dumps(self.seconds)
+
+
+class _CompileReport:
+    """The controller's side: the tests' durations and every process's compile times."""
+
+    def __init__(self, local):
+        self.local = local  # None under xdist: the workers send theirs
+        self.tests = collections.Counter()
+        self.seconds = collections.defaultdict(lambda: dict.fromkeys(_COLUMNS, 0.0))
+
+    def _add(self, seconds):
+        for module, cols in seconds.items():
+            for column, value in cols.items():
+                self.seconds[module][column] += value
+
+    def pytest_runtest_logreport(self, report):
+        self.tests[_module(report.nodeid)] += report.duration
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        self._add(json.loads(getattr(node, "workeroutput", {}).get("compile_times", "{}")))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.local is not None:
+            self._add(self.local.seconds)
+        tr = terminalreporter
+        tr.section("compile times (seconds; tests = setup + call + teardown)")
+        if not any(sum(c.values()) for c in self.seconds.values()):
+            tr.write_line("no compile events seen: JAX's monitoring event names may have changed")
+            return
+        tr.write_line(f"{'tests':>8} {'trace':>7} {'lower':>7} {'compile':>8} {'share':>6}  module")
+        rows = sorted(set(self.tests) | set(self.seconds), key=lambda m: -self.tests.get(m, 0.0))
+        total = dict.fromkeys(("tests",) + _COLUMNS, 0.0)
+        for module in rows:
+            t, cols = self.tests.get(module, 0.0), self.seconds.get(module, {})
+            spent = sum(cols.values())
+            share = f"{spent / t:6.0%}" if t > 0 else "      "
+            tr.write_line(f"{t:8.1f} {cols.get('trace', 0):7.1f} {cols.get('lower', 0):7.1f} "
+                          f"{cols.get('compile', 0):8.1f} {share}  {module}")  # fmt: skip
+            total["tests"] += t
+            for column in _COLUMNS:
+                total[column] += cols.get(column, 0.0)
+        spent = sum(total[c] for c in _COLUMNS)
+        tr.write_line(f"{total['tests']:8.1f} {total['trace']:7.1f} {total['lower']:7.1f} "
+                      f"{total['compile']:8.1f} {spent / max(total['tests'], 1e-9):6.0%}  all")  # fmt: skip
+
+
+def pytest_configure(config):
+    if not config.getoption("--compile-times"):
+        return
+    worker = hasattr(config, "workerinput")
+    uses_workers = getattr(config.option, "numprocesses", None) not in (None, 0)
+    local = _CompileTimes() if worker or not uses_workers else None
+    if local is not None:
+        config.pluginmanager.register(local, "jaxqueue-compile-times")
+    if not worker:
+        config.pluginmanager.register(_CompileReport(local), "jaxqueue-compile-report")
