@@ -127,20 +127,12 @@ class _CompileReport:
             tr.write_line("no compile events seen: JAX's monitoring event names may have changed")
             return
         tr.write_line(f"{'tests':>8} {'trace':>7} {'lower':>7} {'compile':>8} {'share':>6}  module")
-        rows = sorted(set(self.tests) | set(self.seconds), key=lambda m: -self.tests.get(m, 0.0))
-        total = dict.fromkeys(("tests",) + _COLUMNS, 0.0)
-        for module in rows:
-            t, cols = self.tests.get(module, 0.0), self.seconds.get(module, {})
-            spent = sum(cols.values())
-            share = f"{spent / t:6.0%}" if t > 0 else "      "
-            tr.write_line(f"{t:8.1f} {cols.get('trace', 0):7.1f} {cols.get('lower', 0):7.1f} "
-                          f"{cols.get('compile', 0):8.1f} {share}  {module}")  # fmt: skip
-            total["tests"] += t
-            for column in _COLUMNS:
-                total[column] += cols.get(column, 0.0)
-        spent = sum(total[c] for c in _COLUMNS)
-        tr.write_line(f"{total['tests']:8.1f} {total['trace']:7.1f} {total['lower']:7.1f} "
-                      f"{total['compile']:8.1f} {spent / max(total['tests'], 1e-9):6.0%}  all")  # fmt: skip
+        modules = sorted(set(self.tests) | set(self.seconds), key=lambda m: -self.tests[m])
+        rows = [(m, self.tests[m], [self.seconds[m][c] for c in _COLUMNS]) for m in modules]
+        total = [sum(r[2][i] for r in rows) for i in range(len(_COLUMNS))]
+        for module, t, cols in rows + [("all", sum(r[1] for r in rows), total)]:
+            share = f"{sum(cols) / t:6.0%}" if t > 0 else " " * 6
+            tr.write_line(f"{t:8.1f} {cols[0]:7.1f} {cols[1]:7.1f} {cols[2]:8.1f} {share}  {module}")
 
 
 def pytest_configure(config):
