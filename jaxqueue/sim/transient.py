@@ -280,7 +280,9 @@ def transient(
         "levels": system.levels, "iqueue_levels": system.iqueue_levels, "replicas": replicas,
         "seed": seed, "steps": blocks * BLOCK, "steps_per_time_unit": rate,
         "service": "exp" if system.service is None else system.service.to_dict(),
-        "pools": None if system.pools is None else [[q.count, q.speed] for q in system.pools],
+        "pools": None if system.pools is None else [  # as a simulation's settings record them
+            {"servers": q.count, "speed": q.speed,
+             "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
         "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
     }  # fmt: skip
     return TransientResult(
