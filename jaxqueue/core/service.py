@@ -36,8 +36,8 @@ import os
 import numpy as np
 
 __all__ = [
-    "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "make_pools",
-    "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
+    "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "pool_shares",
+    "make_pools", "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
     "parse_service", "mph1_mean_response_time",
 ]  # fmt: skip
 
@@ -345,12 +345,12 @@ def parse_pools(text: str) -> tuple:
     return tuple(out)
 
 
-def make_pools(pools, n_servers: int) -> tuple | None:
-    """Pools as a tuple of :class:`Pool` with server counts (``None``: identical servers).
+def pool_shares(pools) -> tuple | None:
+    """Pools as ``(fraction, speed, law)`` triples, as the limit ``N -> infinity`` sees them.
 
-    Accepts ``"F1:S1,F2:S2"``, ``(fraction, speed)`` pairs (fractions of
-    ``n_servers``, rounded to whole servers by largest remainders; every pool
-    needs at least one) or :class:`Pool` objects (counts summing to ``n_servers``).
+    Accepts what :func:`make_pools` does: ``"F1:S1,F2:S2"``, ``(fraction,
+    speed)`` pairs (``law`` None: the system's) or :class:`Pool` objects
+    (their fractions are ``count / sum of counts``). ``None`` stays ``None``.
     """
     if pools is None:
         return None
@@ -360,18 +360,37 @@ def make_pools(pools, n_servers: int) -> tuple | None:
     if not pools:
         raise ValueError("pools is empty: give (fraction, speed) pairs or leave it None")
     if all(isinstance(p, Pool) for p in pools):
-        if sum(p.count for p in pools) != n_servers:
-            raise ValueError(
-                f"pools hold {sum(p.count for p in pools)} servers, not n_servers={n_servers}"
-            )
-        return pools
+        total = sum(p.count for p in pools)
+        return tuple((p.count / total, p.speed, p.law) for p in pools)
     try:
         fracs = np.array([float(f) for f, _ in pools])
         speeds = [float(v) for _, v in pools]
     except (TypeError, ValueError):
         raise ValueError("pools must be (fraction, speed) pairs, e.g. [(0.2, 2.0), (0.8, 1.0)]") from None
-    if np.any(fracs <= 0) or abs(fracs.sum() - 1.0) > 1e-9:
+    if not np.all(fracs > 0) or abs(fracs.sum() - 1.0) > 1e-9:
         raise ValueError(f"pools: the fractions {fracs.tolist()} must be > 0 and sum to 1")
+    return tuple((float(f), _positive("speed", v), None) for f, v in zip(fracs, speeds))
+
+
+def make_pools(pools, n_servers: int) -> tuple | None:
+    """Pools as a tuple of :class:`Pool` with server counts (``None``: identical servers).
+
+    Accepts ``"F1:S1,F2:S2"``, ``(fraction, speed)`` pairs (fractions of
+    ``n_servers``, rounded to whole servers by largest remainders; every pool
+    needs at least one) or :class:`Pool` objects (counts summing to ``n_servers``).
+    """
+    if pools is not None and not isinstance(pools, str):
+        pools = tuple(pools)
+    shares = pool_shares(pools)
+    if shares is None:
+        return None
+    if all(isinstance(p, Pool) for p in pools):
+        if sum(p.count for p in pools) != n_servers:
+            raise ValueError(
+                f"pools hold {sum(p.count for p in pools)} servers, not n_servers={n_servers}"
+            )
+        return tuple(pools)
+    fracs = np.array([f for f, _, _ in shares])
     raw = fracs * n_servers
     counts = np.floor(raw).astype(np.int64)
     order = np.argsort(-(raw - counts), kind="stable")
@@ -380,7 +399,7 @@ def make_pools(pools, n_servers: int) -> tuple | None:
         raise ValueError(
             f"pools: fractions {fracs.tolist()} of n_servers={n_servers} leave a pool without servers"
         )
-    return tuple(Pool(int(c), v) for c, v in zip(counts, speeds))
+    return tuple(Pool(int(c), v) for c, (_, v, _) in zip(counts, shares))
 
 
 def as_law(service) -> PhaseType | None:

@@ -391,6 +391,9 @@ class Policy:
     single_dispatcher: ClassVar[bool] = False
     #: Why the policy has no mean field (``None``: it has one, closed-form or generic).
     no_mean_field: ClassVar[str | None] = None
+    #: Whether routing looks at the servers' speeds with pools (``jsew``): the mean
+    #: field of queue lengths then does not cover it.
+    routes_by_speed: ClassVar[bool] = False
 
     @property
     def per_server(self) -> bool:

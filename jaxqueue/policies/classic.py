@@ -80,6 +80,7 @@ class JSEW(JSQ):
 
     name: ClassVar[str] = "jsew"
     references: ClassVar[tuple] = ("whitt1986",)
+    routes_by_speed: ClassVar[bool] = True
 
     def exact_rule(self):
         return "jsew", {}

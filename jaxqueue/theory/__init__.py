@@ -14,9 +14,9 @@ Modules (each depends only on those above it):
   (Pod(d), JSQ, JIQ-Pod(d)): :func:`tail`, :func:`mean_response_time`;
 * :mod:`~jaxqueue.theory.meanfield` -- the generic mean field derived from the
   policies' own rules: ``meanfield.fixed_point``, ``meanfield.transient``;
-* :mod:`~jaxqueue.theory.phases` -- the same generic mean field with
-  phase-type service (:mod:`jaxqueue.core.service`): ``phases.fixed_point``,
-  ``phases.transient``;
+* :mod:`~jaxqueue.theory.phases` -- the same generic mean field by server
+  class: phase-type service and server pools (:mod:`jaxqueue.core.service`):
+  ``phases.fixed_point``, ``phases.transient``;
 * :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
   tagged server's listed and unlisted phases;
 * :mod:`~jaxqueue.theory.threshold` -- JIQ-Threshold's mean field, the

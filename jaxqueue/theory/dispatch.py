@@ -41,6 +41,7 @@ def mean_field(
     levels: int | None = None,
     with_quantiles: bool = True,
     service=None,
+    pools=None,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -91,6 +92,13 @@ def mean_field(
             its command-line form such as ``"erlang:4"``): the generic mean
             field with phases (:mod:`jaxqueue.theory.phases`); its quantiles
             are always computed. ``None`` or ``"exp"``: exponential service.
+        pools: servers of several speeds (and laws): ``"0.2:2,0.8:1"``,
+            ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
+            objects; the mean field by pool and phase
+            (:func:`jaxqueue.theory.phases.fixed_point` with ``pools``), for the
+            exchangeable policies that route on queue lengths (not ``jsew``).
+            The result's ``diagnostics["pool_occupancy"]`` holds each pool's
+            queue-length law.
 
     Returns:
         A :class:`~jaxqueue.theory.result.MeanFieldResult`.
@@ -109,8 +117,8 @@ def mean_field(
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
     law = as_law(service)
-    if law is not None and not law.is_unit_exponential:
-        return _phase_type(pol, load, ratio, law, buffer, levels)
+    if pools is not None or (law is not None and not law.is_unit_exponential):
+        return _phase_type(pol, load, ratio, law, buffer, levels, pools)
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() in PER_SERVER_MEAN_FIELDS:
@@ -160,16 +168,19 @@ def _per_server(pol, lam: float, ratio, levels, with_quantiles: bool) -> MeanFie
     return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels, with_quantiles)
 
 
-def _phase_type(pol, load, ratio, service, buffer, levels):
-    """The mean field with a phase-type service law (:mod:`jaxqueue.theory.phases`)."""
+def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
+    """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.phases`)."""
     from jaxqueue.theory import phases
 
+    if pol.mean_field_kind() == "none":
+        raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     fp = phases.fixed_point(pol, load, service, None if one_dispatcher else ratio,
-                            buffer=buffer, levels=levels)  # fmt: skip
+                            buffer=buffer, levels=levels, pools=pools)  # fmt: skip
     if fp.status != 0:
+        what = "phase-type" if pools is None else "pools"
         raise RuntimeError(
-            f"the phase-type mean-field fixed point of {pol.label()!r} did not converge: "
+            f"the {what} mean-field fixed point of {pol.label()!r} did not converge: "
             f"{fp.status.name} (residual {fp.residual:.3g})"
         )
     return phases.as_result(fp, pol, load, ratio, buffer=buffer)

@@ -1,4 +1,5 @@
-"""The generic mean field with phase-type service (:class:`~jaxqueue.core.service.PhaseType`).
+"""The generic mean field with phase-type service (:class:`~jaxqueue.core.service.PhaseType`)
+and server pools.
 
 Model. ``N`` servers, ``M`` dispatchers, ``N, M -> infinity`` with
 ``r = N / M`` fixed, Poisson arrivals at rate ``lambda`` per server, FIFO
@@ -77,6 +78,30 @@ Pod(d) keeps a doubly exponential tail, which starts later.
 
 The mean response time follows from Little's law: the mean queue length
 ``sum_k s_k`` over the accepted rate per server ``lambda (1 - blocking)``.
+
+Server pools. With ``pools``, a fraction ``f_i`` of the servers serve at
+speed ``v_i`` (with a law of their own, or the common one): a server's
+*class* is its pool and the phase of its task (as in the simulator,
+:mod:`jaxqueue.sim.classes`), and ``x[k, c]`` is the fraction of all
+servers with ``k`` tasks in class ``c``; pool ``i`` has ``f_i - sum_k
+sum_(c in i) x[k, c]`` idle servers. The policies still route on queue
+lengths only, and break ties uniformly, so the law of the queue length an
+arrival joins is the same rule evaluated on the tails of all servers, and
+the server chosen at length ``k >= 1`` is of class ``c`` with probability
+``x[k, c] / n_k``; an idle one is of pool ``i`` with probability (pool
+``i``'s idle) / (all idle), and starts in a phase drawn from pool ``i``'s
+``alpha``. A completion at ``k >= 2`` starts the next task in a phase drawn
+from the same pool's ``alpha``. Phase changes and completions run at the
+pool's rates (its law's times its speed). Newly idle servers join
+I-queues as before: the I-queues list idle servers regardless of pool, and
+a listed server leaves only when it is picked or gets a task, so the pool
+mix of an I-queue is that of the idle servers. With one pool this is the
+drift above; with pools all alike it is the exponential mean field (tested),
+and with Random routing each pool's servers are M/PH/1 queues at their own
+speed (tested). ``jsew`` routes by the pools' expected waits and is refused.
+Infinite buffers need ``lambda`` below the capacity ``sum_i f_i v_i /
+mean_i``; Random, whose servers do not share load, also needs every pool
+below its own capacity.
 """
 
 from __future__ import annotations
@@ -90,19 +115,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.service import PhaseType, as_law
+from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int
 from jaxqueue.policies import Policy, available, make, policy_class
 from jaxqueue.theory import meanfield
-from jaxqueue.results.response import ph_response_quantiles
+from jaxqueue.results.response import ph_mixture_quantiles, ph_response_quantiles
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "FixedPoint", "Transient", "MAX_STATE", "LEVEL_TOL", "drift", "law_arrays", "fixed_point",
-    "transient", "mph1_tail_decay",
+    "FixedPoint", "Transient", "ServerClasses", "MAX_STATE", "LEVEL_TOL", "drift", "law_arrays",
+    "server_classes", "fixed_point", "transient", "mph1_tail_decay",
 ]  # fmt: skip
 
 #: Most state coordinates ``levels * phases`` the adaptive level count grows to.
@@ -114,19 +139,91 @@ _MAX_LEVELS = 10**6
 _TINY = 1e-100
 
 
+class ServerClasses(NamedTuple):
+    """The servers of the limit by pool (host side): one pool unless pools were given.
+
+    Attributes:
+        laws: each pool's service law at its speed (a server of speed ``v``
+            completes a task of law ``L`` in ``L / v``).
+        fractions: each pool's share of the servers (summing to 1).
+        speeds: each pool's speed.
+        base: each pool's first class: pool ``i`` owns the classes ``base[i]
+            .. base[i] + laws[i].n_phases - 1``, one per phase (as the
+            simulator's :func:`jaxqueue.sim.classes.class_table`).
+        given: whether pools were given (their record goes into the settings).
+    """
+
+    laws: tuple
+    fractions: tuple
+    speeds: tuple
+    base: tuple
+    given: bool
+
+    @property
+    def n_classes(self) -> int:
+        return sum(law.n_phases for law in self.laws)
+
+    @property
+    def capacity(self) -> float:
+        """Tasks per server per unit time when every server is busy: ``sum_i f_i / mean_i``."""
+        return sum(f / law.mean for f, law in zip(self.fractions, self.laws))
+
+
+def server_classes(service=None, pools=None) -> ServerClasses:
+    """The :class:`ServerClasses` of a service law and pools of the limit.
+
+    Args:
+        service: the servers' law (a :class:`~jaxqueue.core.service.PhaseType`
+            or its command-line form; ``None``: exponential), the law of a pool
+            that gives none of its own.
+        pools: ``None`` (identical servers), ``"F1:S1,F2:S2"``, ``(fraction,
+            speed)`` pairs, or :class:`~jaxqueue.core.service.Pool` objects
+            (their shares of the servers are ``count / sum of counts``).
+    """
+    law = as_law(service) or exponential()
+    shares = pool_shares(pools)
+    if shares is None:
+        return ServerClasses((law,), (1.0,), (1.0,), (0,), False)
+    fracs = [f for f, _, _ in shares]
+    speeds = [v for _, v, _ in shares]
+    laws = [own or law for _, _, own in shares]
+    laws = tuple(lw.scaled(lw.mean / v) for lw, v in zip(laws, speeds))
+    base = tuple(int(b) for b in np.cumsum([0] + [lw.n_phases for lw in laws[:-1]]))
+    return ServerClasses(laws, tuple(fracs), tuple(speeds), base, True)
+
+
 class _Law(NamedTuple):
-    """A phase-type law as arrays (traced: laws with as many phases share compilations)."""
+    """The server classes as arrays (traced: settings with as many classes share compilations).
 
-    alpha: jax.Array  # (P,)
-    generator: jax.Array  # (P, P) sub-generator S
-    mix: jax.Array  # (P,) phase of a level whose servers have vanished (in-service mix)
+    A class is a pool and a phase (one pool without pools: the phases of the law).
+    """
+
+    alpha: jax.Array  # (C,) the phase a task starts in, every pool in its share
+    generator: jax.Array  # (C, C) sub-generator S, block-diagonal by pool, at the pools' speeds
+    mix: jax.Array  # (C,) class of a level whose servers have vanished (in-service mix)
+    starts: jax.Array  # (I, C) row i: pool i's alpha, on its classes
+    member: jax.Array  # (C, I) one-hot: the pool of each class
+    fractions: jax.Array  # (I,) each pool's share of the servers
 
 
-def law_arrays(law: PhaseType) -> _Law:
-    """``(alpha, S, mix)`` of ``law`` as float64 arrays, as :func:`drift` takes them
-    (call with x64 on: ``with jax.enable_x64(True)``)."""
-    return _Law(jnp.asarray(law.alpha, jnp.float64), jnp.asarray(law.matrix, jnp.float64),
-                jnp.asarray(law.in_service_mix(), jnp.float64))  # fmt: skip
+def law_arrays(law) -> _Law:
+    """The arrays :func:`drift` takes for a law (a :class:`~jaxqueue.core.service.PhaseType`)
+    or for :class:`ServerClasses` (call with x64 on: ``with jax.enable_x64(True)``)."""
+    classes = law if isinstance(law, ServerClasses) else server_classes(law)
+    C, n_pools = classes.n_classes, len(classes.laws)
+    starts = np.zeros((n_pools, C))
+    member = np.zeros((C, n_pools))
+    gen = np.zeros((C, C))
+    mix = np.zeros(C)
+    for i, (lw, b, f) in enumerate(zip(classes.laws, classes.base, classes.fractions)):
+        P = lw.n_phases
+        starts[i, b : b + P] = lw.alpha
+        member[b : b + P, i] = 1.0
+        gen[b : b + P, b : b + P] = lw.matrix
+        mix[b : b + P] = f * lw.in_service_mix()
+    f = np.asarray(classes.fractions)
+    return _Law(*(jnp.asarray(v, jnp.float64) for v in
+                  (f @ starts, gen, mix / mix.sum(), starts, member, f)))  # fmt: skip
 
 
 def _split(x, L: int, P: int):
@@ -172,10 +269,20 @@ def _drift_and_rates(x, load, ratio, law, policy, system):
     done = X @ exits  # (L,): completions per unit time at level k = 1..L
     none = jnp.zeros((1, P), X.dtype)
     up = load * level[1:L, None] * share[: L - 1]  # (L - 1, P): arrivals at k = 1..L-1
-    start = load * level[0] * law.alpha[None, :]  # an idle server starts a task
+    if law.starts.shape[0] == 1:  # one pool: an idle server starts a task in phase ~ alpha
+        start = load * level[0] * law.alpha[None, :]
+        restart = done[1:, None] * law.alpha[None, :]  # the next task starts
+    else:  # pools: the idle server is of pool i with probability (pool i's idle) / (idle)
+        idle = jnp.maximum(law.fractions - jnp.sum(X, axis=0) @ law.member, 0.0)
+        total = jnp.sum(idle)
+        pick = jnp.where(total > _TINY, idle / jnp.where(total > _TINY, total, 1.0),
+                         law.fractions)  # fmt: skip
+        start = load * level[0] * (pick @ law.starts)[None, :]
+        # the next task starts in the phase law of the pool of the class that completed
+        restart = ((X[1:] * exits[None, :]) @ law.member) @ law.starts
     dX = (X @ law.generator  # phase changes; every completion leaves its (k, p)
           + jnp.concatenate([start, up]) - jnp.concatenate([up, none])
-          + jnp.concatenate([done[1:, None] * law.alpha[None, :], none]))  # the next task starts
+          + jnp.concatenate([restart, none]))
     dx = dX.reshape(-1)
     if J:
         dq = ratio * (done[0] * rt.join[:J] - load * rt.iq_remove[1:])
@@ -269,7 +376,10 @@ class FixedPoint(NamedTuple):
             ``Q_J`` 0.0 without I-queues): the mass at the bounds.
         levels: ``L``, the largest queue length represented.
         rates: the :class:`~jaxqueue.theory.meanfield.Rates` at the fixed point.
-        service: the :class:`~jaxqueue.core.service.PhaseType` law.
+        service: the :class:`~jaxqueue.core.service.PhaseType` law (None with pools).
+        pools: the :class:`ServerClasses` with pools, else None. Then the
+            classes are pool and phase (``phase_counts`` has a column per
+            class: pool ``i``'s phases from ``pools.base[i]``).
     """
 
     tail: np.ndarray
@@ -285,7 +395,8 @@ class FixedPoint(NamedTuple):
     truncated: tuple
     levels: int
     rates: Rates
-    service: PhaseType
+    service: PhaseType | None
+    pools: ServerClasses | None = None
 
 
 class Transient(NamedTuple):
@@ -315,16 +426,30 @@ def _service(service) -> PhaseType:
     return law
 
 
-def _check(policy, load, service, ratio, d, buffer, levels):
-    """Validated ``(law, policy, load)``; errors name the parameter."""
-    law = _service(service)
+def _random_only(pol: Policy) -> bool:
+    """Routing that ignores queue lengths: every server is its own M/PH/1 queue."""
+    return pol.tail_bound() == (1, False) and not pol.uses_iqueues
+
+
+def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
+    """Validated ``(classes, policy, load)``; errors name the parameter.
+
+    ``service`` may be None with ``pools`` (exponential service at the pools' speeds).
+    """
+    classes = server_classes(_service(service) if pools is None else service, pools)
     pol = make(policy, d=d)
     if pol.per_server:
         exchangeable = [n for n in available() if policy_class(n).engine != "per-server"]
+        what = "server pools" if pools is not None else "phase-type service"
         raise ValueError(
             f"policy {pol.name!r} is a per-server policy (its I-queues may list busy servers, so "
-            "its state is not exchangeable): phase-type service covers the exchangeable policies "
+            f"its state is not exchangeable): {what} covers the exchangeable policies "
             f"({', '.join(exchangeable)})"
+        )
+    if pools is not None and pol.routes_by_speed and len({lw.mean for lw in classes.laws}) > 1:
+        raise NotImplementedError(
+            f"no mean field for {pol.name!r} with pools of different mean service times: it "
+            "routes by expected wait, which the mean field of queue lengths does not cover"
         )
     try:
         lam = float(load)
@@ -336,12 +461,26 @@ def _check(policy, load, service, ratio, d, buffer, levels):
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
         check_int("levels", levels, 1, _MAX_LEVELS)
-    if buffer is None and lam * law.mean >= 1.0:
+    if buffer is None and pools is None and lam * classes.laws[0].mean >= 1.0:
         raise ValueError(
             f"load={load} is out of range: with infinite buffers the load per server "
-            f"load * service mean = {lam * law.mean:.6g} must be < 1 "
+            f"load * service mean = {lam * classes.laws[0].mean:.6g} must be < 1 "
             "(give a finite buffer otherwise)"
         )
+    if buffer is None and pools is not None:
+        if lam >= classes.capacity:
+            raise ValueError(
+                f"load={load} is out of range: with infinite buffers it must be below the "
+                f"pools' capacity sum_i fraction_i * speed_i / mean_i = {classes.capacity:.6g} "
+                "(give a finite buffer otherwise)"
+            )
+        worst = max(lam * lw.mean for lw in classes.laws)
+        if _random_only(pol) and worst >= 1.0:
+            raise ValueError(
+                f"load={load} is out of range for {pol.name!r} with pools: routing at random "
+                f"loads a pool's servers to {worst:.6g} >= 1 (its queues grow without bound; "
+                "give a finite buffer otherwise)"
+            )
     if ratio is not None:
         try:
             r = float(ratio)
@@ -349,10 +488,10 @@ def _check(policy, load, service, ratio, d, buffer, levels):
             raise TypeError(f"ratio must be a number or None, got {ratio!r}") from None
         if not r > 0:  # also NaN
             raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0 (or None)")
-    return law, pol, lam
+    return classes, pol, lam
 
 
-def _dt(law: PhaseType, lam: float, pol: Policy, system: System, ratio) -> float:
+def _dt(classes: ServerClasses, lam: float, pol: Policy, system: System, ratio) -> float:
     """An RK4 step with ``h * (largest total rate out of a coordinate) <= 1.25``.
 
     The Jacobian's Gershgorin discs are centred at ``-a`` with radius about
@@ -362,7 +501,7 @@ def _dt(law: PhaseType, lam: float, pol: Policy, system: System, ratio) -> float
     a step of ``2.5 / rate`` would not.
     """
     d = int(pol.options().get("d", 1) or 1)
-    fastest = law.rate + lam * (d + 1)
+    fastest = max(lw.rate for lw in classes.laws) + lam * (d + 1)
     if system.iqueue_levels:  # I-queue sizes move at about r (lambda + 1) per unit time
         fastest += float(ratio) * (lam + 1.0)
     return min(0.1, 1.25 / fastest)
@@ -401,10 +540,10 @@ def _round8(n: int) -> int:
     return int(8 * math.ceil(n / 8))
 
 
-def _initial_levels(pol: Policy, lam: float, law: PhaseType, level_tol: float) -> int:
+def _initial_levels(pol: Policy, lam: float, classes: ServerClasses, level_tol: float) -> int:
     """The first level count of the adaptive search (infinite buffers)."""
-    if pol.tail_bound() == (1, False) and not pol.uses_iqueues:  # Random: M/PH/1 queues
-        eta = mph1_tail_decay(lam, law)
+    if _random_only(pol):  # Random: M/PH/1 queues (one per pool)
+        eta = max(mph1_tail_decay(lam, lw) for lw in classes.laws)
         need = math.log(level_tol) / math.log(eta) + 16 if 0 < eta < 1 else DEFAULT_LEVELS
         return max(DEFAULT_LEVELS, _round8(need))
     return DEFAULT_LEVELS
@@ -503,7 +642,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
                 d: int | None = None, buffer: int | None = None, levels: int | None = None,
                 iqueue_levels: int | None = None, tol: float = 1e-12,
                 level_tol: float = LEVEL_TOL, warmup_time: float = 20.0, dt: float | None = None,
-                max_newton: int = 50) -> FixedPoint:  # fmt: skip
+                max_newton: int = 50, pools=None) -> FixedPoint:  # fmt: skip
     """Fixed point of the phase-type mean field (float64: x64 is switched on for the call).
 
     Args:
@@ -532,27 +671,33 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
             and Newton starts again; ``warmup_time=0``: Newton from the empty
             system). ``dt`` default: about ``1.25 / (largest rate)``, at most 0.1.
         max_newton: Newton steps at most (per level count).
+        pools: servers of several speeds (and laws): ``"F1:S1,F2:S2"``,
+            ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
+            objects (see :func:`server_classes`; the module docstring, "Server
+            pools"). ``service`` may then be None (exponential service).
+            Infinite buffers need ``load`` below the pools' capacity.
 
     Raises:
-        ValueError: an invalid ``service``, ``load``, ``ratio``, ``buffer`` or
-            ``levels``, or a per-server policy.
+        ValueError: an invalid ``service``, ``load``, ``ratio``, ``buffer``,
+            ``levels`` or ``pools``, or a per-server policy.
         TypeError: a ``service`` that is neither a PhaseType nor a string.
-        NotImplementedError: a policy without a mean field.
+        NotImplementedError: a policy without a mean field, or one that routes
+            by the pools' speeds (``jsew``).
     """
-    law, pol, lam = _check(policy, load, service, ratio, d, buffer, levels)
-    P = law.n_phases
+    classes, pol, lam = _check(policy, load, service, ratio, d, buffer, levels, pools)
+    P = classes.n_classes
     adaptive = levels is None and buffer is None
     if adaptive:
-        levels = _initial_levels(pol, lam, law, level_tol)
+        levels = _initial_levels(pol, lam, classes, level_tol)
         levels = max(1, min(levels, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
     one_r = float(ratio) if system.iqueue_levels else 1.0
     start = None
     with jax.enable_x64(True):
-        lawa = law_arrays(law)
+        lawa = law_arrays(classes)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
         while True:
-            step = _dt(law, lam, pol, system, one_r) if dt is None else float(dt)
+            step = _dt(classes, lam, pol, system, one_r) if dt is None else float(dt)
             x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, start,
                                             warmup_time, step, tol, max_newton)  # fmt: skip
             if start is not None and status is not Status.CONVERGED:  # the extension failed
@@ -568,16 +713,17 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
                 warnings.warn(
                     f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
                     f"level_tol={level_tol:g}, and more levels would pass MAX_STATE={MAX_STATE} "
-                    f"coordinates ({P} phases); pass levels to choose", stacklevel=2,
+                    f"coordinates ({P} classes); pass levels to choose", stacklevel=2,
                 )  # fmt: skip
                 break
             start = _extend(np.asarray(x), L, grown, P, system.iqueue_levels)
             pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
         q = np.asarray(x[L * P :], np.float64)
-    return _summarize(pol, lam, law, system, X, tail, q, rt, buffer, status, res, it)
+    return _summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it)
 
 
-def _summarize(pol, lam, law, system, X, tail, q, rt, buffer, status, res, it) -> FixedPoint:
+def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer, status, res,
+               it) -> FixedPoint:  # fmt: skip
     L, J = system.levels, system.iqueue_levels
     counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
     iq_tail = np.concatenate([[1.0], q]) if J else None
@@ -593,13 +739,14 @@ def _summarize(pol, lam, law, system, X, tail, q, rt, buffer, status, res, it) -
         p0 = None
     truncated = (float(tail[L]) if buffer is None else 0.0, float(q[-1]) if J else 0.0)
     return FixedPoint(tail, counts, iq_tail, mql, mrt, p0, blocked, Status(status), float(res),
-                      int(it), truncated, L, rt, law)  # fmt: skip
+                      int(it), truncated, L, rt, classes.laws[0] if not classes.given else None,
+                      classes if classes.given else None)  # fmt: skip
 
 
 def transient(policy, load: float, service, ratio: float | None = None, *, times,
               start=None, d: int | None = None, buffer: int | None = None,
               levels: int | None = None, iqueue_levels: int | None = None,
-              dt: float | None = None) -> Transient:  # fmt: skip
+              dt: float | None = None, pools=None) -> Transient:  # fmt: skip
     """The phase-type mean-field ODE by RK4, recorded at ``times``.
 
     Arguments as for :func:`fixed_point`, except:
@@ -618,8 +765,8 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     Returns:
         A :class:`Transient`.
     """
-    law, pol, lam = _check(policy, load, service, ratio, d, buffer, levels)
-    P = law.n_phases
+    classes, pol, lam = _check(policy, load, service, ratio, d, buffer, levels, pools)
+    P = classes.n_classes
     t = np.asarray(times, np.float64)
     if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0) \
             or np.any(np.diff(t) < 0):  # fmt: skip
@@ -629,7 +776,7 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     if isinstance(start, FixedPoint) and levels is None and buffer is None:
         levels = start.levels
     if levels is None and buffer is None:
-        levels = min(_initial_levels(pol, lam, law, LEVEL_TOL), max(1, MAX_STATE // P))
+        levels = min(_initial_levels(pol, lam, classes, LEVEL_TOL), max(1, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
     L, J = system.levels, system.iqueue_levels
     one_r = float(ratio) if J else 1.0
@@ -649,10 +796,10 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
         if x0.shape != (dim,):
             raise ValueError(f"start must have shape ({dim},) (levels * phases + iqueue_levels), "
                              f"got {x0.shape}")  # fmt: skip
-    step = _dt(law, lam, pol, system, one_r) if dt is None else float(dt)
+    step = _dt(classes, lam, pol, system, one_r) if dt is None else float(dt)
     out = np.empty((t.size, dim))
     with jax.enable_x64(True):
-        lawa = law_arrays(law)
+        lawa = law_arrays(classes)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
         x, now = jnp.asarray(x0, jnp.float64), 0.0
         for i, ti in enumerate(t):
@@ -682,6 +829,13 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     The diagnostic ``phase_occupancy`` is ``x`` itself, ``(L + 1, P)``: the
     fraction of servers with ``k`` tasks whose task is in phase ``p`` (a
     simulation's mean-field start splits each level's servers by it).
+
+    With pools, ``phase_occupancy`` has a column per class (pool and phase),
+    the response law is the mixture over the pools (each with its law at its
+    speed), the settings record ``pools`` as ``{"fraction", "speed",
+    "service"}`` (``service``: the law the pool's servers follow, at speed
+    1), and the diagnostic ``pool_occupancy``, ``(pools, L + 1)``, gives for
+    each pool the fraction of its servers with exactly ``k`` tasks.
     """
     pol = make(policy)
     law, rt = fp.service, fp.rates
@@ -689,11 +843,15 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     L = s.size - 1
     level = np.asarray(rt.level, np.float64)
     seen = level[:L] / level[:L].sum()
-    x = np.asarray(fp.phase_counts, np.float64)[1:L]  # k = 1..L-1
+    counts = np.asarray(fp.phase_counts, np.float64)
+    x = counts[1:L]  # k = 1..L-1
     share = np.divide(x, x.sum(axis=1, keepdims=True), out=np.zeros_like(x),
                       where=x.sum(axis=1, keepdims=True) > 0)  # fmt: skip
     seen_phase = seen[1:, None] * share
-    quantiles = ph_response_quantiles(law, seen, seen_phase, QUANTILES)
+    if fp.pools is None:
+        quantiles = ph_response_quantiles(law, seen, seen_phase, QUANTILES)
+    else:
+        quantiles, pool_occupancy = _pool_response(fp.pools, seen, seen_phase, counts)
     seen_all = np.append(seen, 0.0)
     occupancy = s - np.concatenate([s[1:], [0.0]])
     q = fp.iq_tail
@@ -710,7 +868,44 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
         response_quantiles=quantiles, status=fp.status,
         tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
     )  # fmt: skip
-    result.settings["service"] = law.to_dict()
-    # x[k, p]: the joint law of (queue length, phase in service), what a simulation starts from
-    result.diagnostics["phase_occupancy"] = np.asarray(fp.phase_counts, np.float64).tolist()
+    # x[k, c]: the joint law of (queue length, class in service), what a simulation starts from
+    result.diagnostics["phase_occupancy"] = counts.tolist()
+    if fp.pools is None:
+        result.settings["service"] = law.to_dict()
+    else:
+        result.settings["pools"] = [
+            {"fraction": f, "speed": v, "service": lw.scaled(lw.mean * v).to_dict()}
+            for f, v, lw in zip(fp.pools.fractions, fp.pools.speeds, fp.pools.laws)
+        ]  # fmt: skip
+        result.diagnostics["pool_occupancy"] = pool_occupancy.tolist()
     return result
+
+
+def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
+    """Response-time quantiles with pools, and each pool's occupancy.
+
+    An accepted arrival that finds ``k >= 1`` tasks joins class ``c`` with
+    probability ``seen[k] * x[k, c] / n_k`` (``seen_phase``); one that finds
+    none joins an idle server of pool ``i`` with probability ``seen[0] *
+    idle_i / idle``. Each pool's part is the response law of its own law at
+    its speed (:func:`jaxqueue.results.response.ph_mixture_quantiles`).
+
+    Returns:
+        ``(quantiles, pool_occupancy)``: pool_occupancy ``(pools, L + 1)``,
+        row ``i`` the fraction of pool ``i``'s servers with exactly ``k`` tasks
+        (as the exact solver's diagnostic of that name).
+    """
+    fracs = np.asarray(pools.fractions)
+    busy = np.array([counts[1:, b : b + lw.n_phases].sum(axis=1)
+                     for b, lw in zip(pools.base, pools.laws)])  # (I, L) fractions of all servers
+    idle = np.maximum(fracs - busy.sum(axis=1), 0.0)
+    occupancy = np.concatenate([idle[:, None], busy], axis=1) / fracs[:, None]
+    components = []
+    for i, (b, lw) in enumerate(zip(pools.base, pools.laws)):
+        first = seen[0] * idle[i] / idle.sum() if idle.sum() > 0 else 0.0
+        phase = seen_phase[:, b : b + lw.n_phases]  # (L - 1, P_i): k = 1..L-1
+        found = np.concatenate([[first], phase.sum(axis=1)])
+        components.append((float(found.sum()), lw, found, phase))
+    total = sum(c[0] for c in components)
+    components = [(w / total, lw, f, p) for w, lw, f, p in components]
+    return ph_mixture_quantiles(components, QUANTILES), occupancy
