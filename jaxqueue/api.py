@@ -91,9 +91,11 @@ def sweep(
             ``"mean-field"`` or an occupancy array. The mean-field state sets
             the queue lengths and, for the JIQ family with several
             dispatchers, the I-queue sizes (and JIQ-Original's stale listings,
-            JIQ-Threshold's listed servers). Where JIQ-Threshold's mean field
-            cannot be solved (``z >= 2`` at larger ratios), ``"auto"`` starts
-            empty with a :class:`jaxqueue.StartWarning`.
+            JIQ-Threshold's listed servers; with a service law or pools, the
+            class of each server). Where the mean field cannot be solved
+            (JIQ-Threshold with ``z >= 2`` at larger ratios, pools at a load
+            their mean field does not cover), ``"auto"`` starts empty with a
+            :class:`jaxqueue.StartWarning`.
         on_overflow: ``"raise"`` (default) fails the run with advice if a
             queue or I-queue passes its bound; ``"report"`` returns the
             result with the ``overflow`` counts in its diagnostics.

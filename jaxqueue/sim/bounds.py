@@ -9,6 +9,7 @@ margin for finite-``N`` fluctuations, so that an overflow is very unlikely.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -21,7 +22,7 @@ from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
 __all__ = [
     "mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels",
-    "mph1_tail", "phase_levels",
+    "mph1_tail", "phase_levels", "class_mean_field",
 ]  # fmt: skip
 
 _MAX_SEARCH = 100_000
@@ -159,9 +160,10 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
                  pools=None) -> int:  # fmt: skip
     """Default level bound with a phase-type law or pools: ``N * s_L < 1e-6`` plus a quarter.
 
-    For the exchangeable policies with one pool and ``N >= 100``, ``s_L`` is
-    the phase-type mean-field tail (:func:`jaxqueue.theory.phases.fixed_point`).
-    Otherwise (or if that fails to converge):
+    For the exchangeable policies with ``N >= 100`` (but ``jsew`` with pools),
+    ``s_L`` is the mean-field tail with the law and the pools
+    (:func:`jaxqueue.theory.phases.fixed_point`). Otherwise (or if that fails
+    to converge):
 
     ``s_L`` is the largest over the pools of the M/PH/1 tail (:func:`mph1_tail`)
     of a server of the pool under Random routing (arrival rate ``lambda``):
@@ -171,10 +173,10 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
     stable there; an overflow says to raise ``levels``).
     """
     base = exponential() if law is None else law
-    if pools is None and n_servers >= SMALL_SYSTEM and policy.mean_field_kind() in (
-        "generic", "closed-form"
-    ):  # the phase-type mean field's tail (Pod's stays doubly exponential)
-        tail = _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, base)
+    if n_servers >= SMALL_SYSTEM and policy.mean_field_kind() in ("generic", "closed-form") \
+            and not (pools is not None and policy.routes_by_speed):  # fmt: skip
+        # the mean field's tail (Pod's stays doubly exponential)
+        tail = _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, base, pools)
         if tail is not None:
             below = np.nonzero(n_servers * tail < 1e-6)[0]
             if below.size:
@@ -189,16 +191,30 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
     return max(_mph1_levels(n_servers, u / lw.mean, lw) for lw, u in zip(laws, util))
 
 
-def _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, law):
-    """The phase-type mean-field tail (:mod:`jaxqueue.theory.phases`), or None if it fails."""
-    from jaxqueue.theory import phases
-
-    ratio = n_servers / n_dispatchers if policy.uses_iqueues and n_dispatchers > 1 else None
+def _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, law, pools=None):
+    """The mean-field tail with a law and pools (:mod:`jaxqueue.theory.phases`), or None
+    if there is none (a load the pools' mean field does not cover) or it fails."""
     try:
-        fp = phases.fixed_point(policy, load, law, ratio)
+        mf = class_mean_field(policy, float(load), n_servers, n_dispatchers, None, law, pools)
     except (ValueError, RuntimeError):
         return None
-    return None if fp.status != 0 else np.asarray(fp.tail)
+    return np.asarray(mf.tail)
+
+
+@functools.lru_cache(maxsize=32)
+def class_mean_field(policy: Policy, load: float, n_servers: int, n_dispatchers: int, buffer,
+                     law, pools):  # fmt: skip
+    """:func:`jaxqueue.theory.mean_field` of a system with a law or pools, cached: a run's
+    default level bound and its mean-field start share one solve (callers only read it).
+
+    The ratio is ``N / M`` for the JIQ family with several dispatchers, else
+    None (one I-queue, or none).
+    """
+    from jaxqueue.theory import mean_field
+
+    several = policy.uses_iqueues and n_dispatchers > 1 and not policy.single_dispatcher
+    return mean_field(policy, load, n_servers / n_dispatchers if several else None,
+                      buffer=buffer, service=law, pools=pools)  # fmt: skip
 
 
 def _mph1_levels(n_servers: int, rate: float, law) -> int:

@@ -237,27 +237,39 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
     return out.reshape(classes.shape)
 
 
-def split_classes(counts: np.ndarray, system: System, phase_share=None) -> np.ndarray:
+def split_classes(counts: np.ndarray, system: System, phase_share=None,
+                  pool_share=None) -> np.ndarray:  # fmt: skip
     """Class counts of a start (host side): each pool gets its share of every
     level (largest remainders, the pools' counts kept exact), and a pool's
     busy servers are split over its phases by the law's in-service mix.
 
     Args:
-        phase_share: one pool only (a phase-type law): ``(rows, P)``, the
-            weight of each phase at queue length ``k`` (the mean field's
-            joint law), used for the levels where it has weight instead of
-            the in-service mix.
+        phase_share: ``(rows, C)``, the weight of each class (pool and phase)
+            at queue length ``k`` (the mean field's joint law), used for the
+            levels where a pool's classes have weight instead of the
+            in-service mix.
+        pool_share: ``(rows, pools)``, the weight of each pool at queue
+            length ``k`` (the mean field's), used for the levels ``k >= 1``
+            where it has weight instead of the pools' sizes (as far as the
+            pools have servers left; level 0 takes what is left).
     """
     table = class_table(system)
     counts = np.asarray(counts, np.int64)
     sizes = np.array([p.count for p in table.pools], np.int64)
     # servers of each pool at each level: fill the levels from the top, pool
-    # by pool in proportion to what each has left
+    # by pool in proportion to what each has left (or to the given shares)
     per_pool = np.zeros((counts.size, sizes.size), np.int64)
     left = sizes.copy()
     for k in range(counts.size - 1, -1, -1):
-        per_pool[k] = _largest_remainders(left, int(counts[k]))
-        left -= per_pool[k]
+        c = int(counts[k])
+        if k > 0 and pool_share is not None and k < len(pool_share) and np.sum(pool_share[k]) > 0:
+            take = np.minimum(_largest_remainders(pool_share[k], c), left)
+            if take.sum() < c:  # a pool out of servers: the rest by what is left
+                take += _largest_remainders(left - take, c - int(take.sum()))
+        else:
+            take = _largest_remainders(left, c)
+        per_pool[k] = take
+        left -= take
     out = np.zeros((counts.size, table.n_classes), np.int64)
     for i, pool in enumerate(table.pools):
         b = table.base[i]
@@ -265,8 +277,10 @@ def split_classes(counts: np.ndarray, system: System, phase_share=None) -> np.nd
         mix = pool.law.in_service_mix()
         for k in range(1, counts.size):
             weights = mix
-            if phase_share is not None and k < len(phase_share) and np.sum(phase_share[k]) > 0:
-                weights = np.asarray(phase_share[k], np.float64)
+            if phase_share is not None and k < len(phase_share):
+                row = np.asarray(phase_share[k], np.float64)[b : b + mix.size]
+                if row.size == mix.size and row.sum() > 0:
+                    weights = row
             out[k, b : b + mix.size] = _largest_remainders(weights, int(per_pool[k, i]))
     return out
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
+from jaxqueue.sim.bounds import class_mean_field
 from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
@@ -121,23 +122,36 @@ def initial_classes(init, system: System, policy: Policy, load: float, counts: n
     """Class counts of a start (phase-type service or pools), or ``None`` without classes.
 
     A mean-field start with a phase-type law splits each level's servers over
-    the phases by the mean field's joint law of (queue length, phase); any
-    other start by the law's in-service mix (:func:`jaxqueue.sim.classes.split_classes`).
+    the phases by the mean field's joint law of (queue length, phase), and
+    with pools over the pools by the mean field's law of (queue length, pool)
+    first; any other start in proportion to the pools' sizes and by each law's
+    in-service mix (:func:`jaxqueue.sim.classes.split_classes`).
     The in-service mix is far from the joint law where phases differ much: a
     hyperexponential law's long queues are mostly in its slow phase.
     """
     if not system.classes:
         return None
-    share = None
-    if isinstance(init, str) and init == "mean-field" and system.service is not None:
-        share = _mean_field(policy, float(load), system).diagnostics.get("phase_occupancy")
-    return split_classes(counts, system, share)
+    share = pool_share = None
+    if isinstance(init, str) and init == "mean-field" and (system.service is not None
+                                                           or system.pools is not None):
+        diag = _mean_field(policy, float(load), system).diagnostics
+        share = diag.get("phase_occupancy")
+        if system.pools is not None:  # each pool's share of every level
+            fractions = np.array([p.count for p in system.pools], np.float64) / system.n_servers
+            pool_share = (np.asarray(diag["pool_occupancy"]) * fractions[:, None]).T
+    return split_classes(counts, system, share, pool_share)
 
 
 @functools.lru_cache(maxsize=16)
 def _mean_field(policy: Policy, load: float, system: System):
-    """The mean field a start follows (with a phase-type law, the phase-type one)."""
-    return mean_field(policy, load, system.ratio, buffer=system.buffer, service=system.service)
+    """The mean field a start follows (with a phase-type law or pools, the one by class,
+    solved once with the default level bound's)."""
+    if system.service is not None or system.pools is not None:
+        if not policy.per_server:
+            return class_mean_field(policy, load, system.n_servers, system.n_dispatchers,
+                                    system.buffer, system.service, system.pools)  # fmt: skip
+    return mean_field(policy, load, system.ratio, buffer=system.buffer, service=system.service,
+                      pools=system.pools)  # fmt: skip
 
 
 def round_counts(frac: np.ndarray, n: int) -> np.ndarray:

@@ -116,16 +116,17 @@ class StartWarning(UserWarning):
 
 
 def _solvable_start(pol, loads, system) -> str:
-    """``"mean-field"`` if the host-side mean field of a per-server policy solves
-    at every load, else ``"empty"`` with a :class:`StartWarning` that says why
-    (JIQ-Threshold's solve is refused past a size, for ``z >= 2`` at larger
-    ratios). The solutions are cached for the start itself."""
+    """``"mean-field"`` if the host-side mean field of a per-server policy (or
+    one with pools) solves at every load, else ``"empty"`` with a
+    :class:`StartWarning` that says why (JIQ-Threshold's solve is refused past
+    a size, for ``z >= 2`` at larger ratios; with pools, a load the mean field
+    does not cover). The solutions are cached for the start itself."""
     from jaxqueue.sim.initial import _mean_field
 
     try:
         for lam in loads:
             _mean_field(pol, float(lam), system)
-    except RuntimeError as err:
+    except (RuntimeError, ValueError) as err:
         warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
                       f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
         return "empty"
@@ -346,14 +347,18 @@ def plan(
             kind = pol.mean_field_kind()
             has = kind in ("closed-form", "generic") or (kind in PER_SERVER_MEAN_FIELDS
                                                           and buffer is None)
-            has = has and system.pools is None  # (the per-server policies take no service law)
+            # (the per-server policies take no pools; jsew routes by speed, which the
+            # mean field of queue lengths does not cover)
+            has = has and not (system.pools is not None and pol.routes_by_speed)
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
-            if start == "mean-field" and kind in PER_SERVER_MEAN_FIELDS:
+            if start == "mean-field" and (kind in PER_SERVER_MEAN_FIELDS
+                                          or system.pools is not None):  # fmt: skip
                 start = _solvable_start(pol, loads, system)
-        elif init == "mean-field" and system.pools is not None:
+        elif init == "mean-field" and system.pools is not None and pol.routes_by_speed:
             raise ValueError(
-                "init='mean-field' needs a mean field, and there is none for server pools; "
-                "use init='empty' or an occupancy array"
+                f"init='mean-field' needs a mean field, and there is none for {pol.name!r} "
+                "with server pools (it routes by expected wait); use init='empty' or an "
+                "occupancy array"
             )
     else:
         start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
