@@ -132,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--servers", type=int, default=None,
                    help="N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)")  # fmt: skip
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument("--pools", default=None,
+                   help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("exact", help="exact stationary solution of a small system")
@@ -225,8 +227,9 @@ def _servers_line(s: dict) -> str:
     """The pools and the service law of a result's settings, where not the default."""
     out = ""
     if s.get("pools"):
-        out += "\n  pools " + ", ".join(f"{q['servers']} servers at speed {q['speed']:g}"
-                                        for q in s["pools"])  # fmt: skip
+        out += "\n  pools " + ", ".join(
+            (f"{q['servers']} servers" if "servers" in q else f"{q['fraction']:g} of the servers")
+            + f" at speed {q['speed']:g}" for q in s["pools"])  # fmt: skip
     law = s.get("service")
     if isinstance(law, dict):
         out += (f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, "
@@ -304,17 +307,18 @@ def _cmd_simulate(args) -> int:
 
 
 def _cmd_transient(args) -> int:
+    from jaxqueue.policies import policy_class
     from jaxqueue.sim.transient import transient
     from jaxqueue.studies.transient import plot_transient, transient_study
 
     kw = dict(times=args.times, start_load=args.start_load, warmup_time=args.warmup_time,
               replicas=args.replicas, seed=args.seed, buffer=args.buffer, d=args.d, z=args.z,
               **_order(args))  # fmt: skip
-    if args.pools is None:
+    if args.pools is None or not policy_class(args.policy).routes_by_speed:
         study = transient_study(args.policy, args.load, args.servers, args.dispatchers,
-                                service=args.service, **kw)  # fmt: skip
+                                service=args.service, pools=args.pools, **kw)  # fmt: skip
         res, rows = study["result"], study["rows"]
-    else:  # no mean field for pools: the simulation alone
+    else:  # no mean field for routing by speed: the simulation alone
         res = transient(args.policy, args.load, args.servers, args.dispatchers, init="empty",
                         pools=args.pools, **kw)  # fmt: skip
         rows, study = None, None
@@ -344,7 +348,7 @@ def _cmd_transient(args) -> int:
             line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
         print(line)
     if args.plot and study is None:
-        print("  (no plot: server pools have no mean field to draw beside the simulation)")
+        print("  (no plot: JSEW with pools has no mean field to draw beside the simulation)")
     elif args.plot:
         print(f"  plot written to {args.plot}")
     return 0
@@ -354,6 +358,9 @@ def _cmd_theory(args) -> int:
     from jaxqueue import theory
     from jaxqueue.core.versions import versions
 
+    if args.servers is not None and (args.service is not None or args.pools is not None):
+        raise ValueError("--servers (the refined mean field) is for identical exponential "
+                         "servers: leave out --service and --pools")  # fmt: skip
     if args.servers is not None:
         # validated (and refused for a policy without an occupancy mean field) before any work
         if args.z is not None or args.order is not None:
@@ -362,11 +369,9 @@ def _cmd_theory(args) -> int:
         rf = theory.refined_mean_field(args.policy, args.load, args.ratio, d=args.d,
                                        buffer=args.buffer, n_servers=args.servers,
                                        levels=args.levels)  # fmt: skip
-    if args.servers is not None and args.service is not None:
-        raise ValueError("--servers (the refined mean field) is for exponential service: "
-                         "leave out --service")  # fmt: skip
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z, **_order(args),
-                           buffer=args.buffer, levels=args.levels, service=args.service)  # fmt: skip
+                           buffer=args.buffer, levels=args.levels, service=args.service,
+                           pools=args.pools)  # fmt: skip
     mf.settings["versions"] = versions()
     if args.servers is None:
         return _emit(mf, args)

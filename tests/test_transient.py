@@ -121,19 +121,28 @@ def test_bad_inputs_fail_before_compiling():
         transient("pod", 1.2, 10, times=[1.0])
     with pytest.raises(ValueError, match="warmup_time"):
         transient("pod", 0.9, 10, times=[1.0], start_load=0.5, warmup_time=-1)
-    with pytest.raises(ValueError, match="pools have none"):
-        transient_study("pod", 0.9, 10, times=[1.0], pools="0.5:2,0.5:0.5")
+    with pytest.raises(NotImplementedError, match="expected wait"):  # no mean field to compare
+        transient_study("jsew", 0.9, 10, times=[1.0], pools="0.5:2,0.5:0.5")
 
 
 @pytest.mark.slow
-def test_command_line_json(capsys):
+def test_command_line_json_and_text_with_pools(capsys):
+    """Pools, whose ODE is the mean field by pool (the text names the pools)."""
     from jaxqueue.cli import main
 
-    assert main(["transient", "--policy", "pod", "--servers", "20", "--load", "0.8",
-                 "--times", "0.5,2", "--replicas", "4", "--json"]) == 0  # fmt: skip
+    args = ["transient", "--policy", "pod", "--servers", "20", "--load", "0.8", "--times",
+            "0.5,2", "--replicas", "4", "--pools", "0.5:2,0.5:1"]  # fmt: skip
+    assert main(args + ["--json"]) == 0
     import json
 
     out = json.loads(capsys.readouterr().out)
     assert out["source"] == "transient" and out["times"] == [0.5, 2.0]
     assert len(out["rows"]) == 2 and {"s1", "mf_s1", "s1_ci95"} <= set(out["rows"][0])
     assert out["settings"]["replicas"] == 4 and out["settings"]["versions"]["jaxqueue"]
+    assert out["settings"]["pools"] == [{"servers": 10, "speed": 2.0, "service": None},
+                                        {"servers": 10, "speed": 1.0, "service": None}]
+    assert out["rows"][1]["mf_s1"] > out["rows"][0]["mf_s1"] > 0  # the ODE from empty
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "pools 10 servers at speed 2, 10 servers at speed 1" in text
+    assert "mean field s_1, s_2" in text

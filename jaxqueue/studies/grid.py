@@ -184,13 +184,13 @@ def _theory(points: list[Point], kind: str, cache: dict) -> list:
             pol = make(point.policy, **opts)
             new[key] = None
             per_server = PER_SERVER_MEAN_FIELDS if point.buffer is None else ()  # infinite buffers
-            if point.pools is None and pol.mean_field_kind() in (
-                ("generic", "closed-form") + per_server if point.service is None
-                else ("generic", "closed-form")
+            plain = point.service is None and point.pools is None
+            if not (point.pools is not None and pol.routes_by_speed) and pol.mean_field_kind() in (
+                ("generic", "closed-form") + (per_server if plain else ())
             ):  # fmt: skip
                 new[key] = mean_field(pol, point.load, point.params()["ratio"],
                                       buffer=point.buffer, with_quantiles=False,
-                                      service=point.service)  # fmt: skip
+                                      service=point.service, pools=point.pools)  # fmt: skip
         else:
             new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
                                    buffer=point.buffer, service=point.service, pools=point.pools,

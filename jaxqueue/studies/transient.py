@@ -4,7 +4,7 @@
 start from empty, or a load step from the stationary regime at
 ``start_load``) and integrates the mean-field ODE
 (:func:`jaxqueue.theory.meanfield.transient`, or with a phase-type service
-law :func:`jaxqueue.theory.phases.transient`) from the matching start (the
+law or server pools :func:`jaxqueue.theory.phases.transient`) from the matching start (the
 empty system, or the mean-field fixed point at ``start_load``);
 :func:`plot_transient` draws both (``s_1``, ``s_2``, ``s_3`` and, for the JIQ
 family, ``p0``) against time.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxqueue.core.service import make_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.sim.transient import TransientResult, transient
 from jaxqueue.theory import meanfield
@@ -35,26 +36,31 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
             empty, or from ``warmup_time`` at ``start_load``).
         dt: the ODE's RK4 step.
         kwargs: more arguments of :func:`~jaxqueue.sim.transient.transient`
-            (``d``, ``replicas``, ``seed``, ``service``, ...; not ``pools``,
-            which have no mean field).
+            (``d``, ``replicas``, ``seed``, ``service``, ``pools``, ...).
 
     Returns:
         ``{"result": TransientResult, "rows": [...]}``: a row per time with
         the simulated ``s_k`` (mean and 95% half-width), their mean-field
         values (``mf_s1``...), and ``p0`` where it applies.
     """
-    if kwargs.get("pools") is not None:
-        raise ValueError("transient_study compares with the mean field, and server pools have "
-                         "none: use jaxqueue.sim.transient.transient for pools")
+    pol = make(policy, d=kwargs.get("d"))
+    if kwargs.get("pools") is not None and pol.routes_by_speed:  # before anything runs
+        raise NotImplementedError(
+            f"transient_study compares with the mean field, and {pol.name!r} with pools has "
+            "none (it routes by expected wait): use jaxqueue.sim.transient.transient"
+        )
     init = "mean-field" if start_load is not None else "empty"
     res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
                                      start_load=start_load, init=init, **kwargs)  # fmt: skip
-    pol = make(policy, d=kwargs.get("d"))
     ratio = n_servers / n_dispatchers if pol.uses_iqueues and n_dispatchers > 1 else None
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
-    if kwargs.get("service") is not None:
-        tt, tails, iq = _phase_ode(pol, load, kwargs["service"], ratio, res, start_load, dt, opts)
+    pools = kwargs.get("pools")
+    if kwargs.get("service") is not None or pools is not None:
+        if pools is not None:  # the pools as simulated: whole servers each
+            opts["pools"] = make_pools(pools, n_servers)
+        tt, tails, iq = _phase_ode(pol, load, kwargs.get("service"), ratio, res, start_load, dt,
+                                   opts)  # fmt: skip
     else:
         tt, tails, iq = _exponential_ode(pol, load, ratio, res, start_load, dt, opts)
     return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
@@ -77,7 +83,7 @@ def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
 
 
 def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
-    """The phase-type mean-field ODE (:func:`jaxqueue.theory.phases.transient`) on a
+    """The mean-field ODE by class (:func:`jaxqueue.theory.phases.transient`) on a
     grid of 200 steps and the simulated times, from the empty system or the
     fixed point at ``start_load``: ``(times, tails, iq_tails)``."""
     from jaxqueue.theory import phases
