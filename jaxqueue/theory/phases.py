@@ -245,13 +245,15 @@ def _flat(X, q):
 
 
 def drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
-    """``dx/dt`` of the phase-type mean field (``x = [x[1..L, :].ravel(), Q_1..Q_J]``).
+    """``dx/dt`` of the mean field by class (``x = [x[1..L, :].ravel(), Q_1..Q_J]``).
 
-    ``law`` is ``(alpha, S, mix)`` as arrays (:func:`law_arrays`; ``mix``:
-    the phase given to a server chosen at a level that holds no mass, where
-    the rule is 0/0: the in-service mix ``alpha (-S)^-1``, normalised);
-    ``system`` a limit System (:func:`jaxqueue.theory.meanfield.limit_system`).
-    See the module docstring.
+    ``law`` holds the classes as arrays (:func:`law_arrays` of a law or of
+    :class:`ServerClasses`): ``alpha``, the block-diagonal ``S`` at the pools'
+    speeds, each pool's ``alpha`` and share, and ``mix``: the class given to a
+    server chosen at a level that holds no mass, where the rule is 0/0 (the
+    in-service mix ``alpha (-S)^-1``, normalised, weighted by the pools'
+    shares); ``system`` a limit System
+    (:func:`jaxqueue.theory.meanfield.limit_system`). See the module docstring.
     """
     return _drift_and_rates(x, load, ratio, law, policy, system)[0]
 
