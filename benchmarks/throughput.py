@@ -13,7 +13,8 @@ are N = 1000 and, at 100 replicas, N = 100 and N = 10^4. Phase-type service
 and JIQ at N = 1000 and 10^4 replicas; so do arrival sources (``--arrivals``,
 default profile, mmpp and trace: a 24-segment daily profile with peak 1.5 x
 the mean, a two-state MMPP with rates 0.5 and 1.5, and a trace of 10^5
-arrivals with bursty gaps). Each figure is the best of
+arrivals with bursty gaps), and server pools (``--pools``, default
+0.2:2,0.8:1: 20% of the servers twice as fast). Each figure is the best of
 three timed chunks after a compile-and-warm call; one event is one
 uniformized step of one replica. Runs on all devices of the default backend;
 on a CPU, one device per core is exposed unless XLA_FLAGS says otherwise.
@@ -62,13 +63,14 @@ def source(kind: str):
 
 
 def measure(name: str, n: int, ratio: float, load: float, replicas: int,
-            target_events: float, service: str | None = None, arrivals: str | None = None) -> dict:  # fmt: skip
+            target_events: float, service: str | None = None, arrivals: str | None = None,
+            pools: str | None = None) -> dict:  # fmt: skip
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
     plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0,
-                       service=service, init="empty" if service else "auto",
-                       arrivals=source(arrivals) if arrivals else None)  # fmt: skip
+                       service=service, init="empty" if service or pools else "auto",
+                       arrivals=source(arrivals) if arrivals else None, pools=pools)  # fmt: skip
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
     state = runner.Run.start(plan).core
@@ -93,7 +95,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     return {
         "policy": pol.label(), "n_servers": n, "n_dispatchers": m, "load": load,
         "replicas": replicas, "levels": lv, "iqueue_levels": iq, "service": service or "exp",
-        "arrivals": arrivals or "poisson",
+        "arrivals": arrivals or "poisson", "pools": pools or "identical",
         "events_per_second": events / best, "seconds": best, "events": events,
         "compile_and_first_block_seconds": compile_s,
     }  # fmt: skip
@@ -109,6 +111,8 @@ def main(argv=None) -> int:
                     help="phase-type laws of the extra rows (empty: none)")
     ap.add_argument("--arrivals", default="profile,mmpp,trace",
                     help="arrival sources of the extra rows (empty: none)")
+    ap.add_argument("--pools", default="0.2:2,0.8:1",
+                    help="server pools of the extra rows, FRACTION:SPEED,... (empty: none)")
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p]
     rows = []
@@ -118,16 +122,19 @@ def main(argv=None) -> int:
         per_server = jq.make(p).per_server
         for n in (100, 10**4) if per_server else (100, 10**6):
             configs.append((p, n, 100 if per_server else batches[-1]))
-    configs = [c + (None, None) for c in configs]
+    configs = [c + (None, None, None) for c in configs]
     for law in (s for s in args.services.split(",") if s):
-        configs += [(p, 1000, batches[-1], law, None) for p in ("pod", "jiq") if p in pols]
+        configs += [(p, 1000, batches[-1], law, None, None) for p in ("pod", "jiq") if p in pols]
     for kind in (s for s in args.arrivals.split(",") if s):
-        configs += [(p, 1000, batches[-1], None, kind) for p in ("pod", "jiq") if p in pols]
-    for name, n, r, law, kind in configs:
+        configs += [(p, 1000, batches[-1], None, kind, None) for p in ("pod", "jiq") if p in pols]
+    if args.pools:
+        configs += [(p, 1000, batches[-1], None, None, args.pools) for p in ("pod", "jiq")
+                    if p in pols]  # fmt: skip
+    for name, n, r, law, kind, pools in configs:
         target = args.events * (0.2 if args.quick else 1.0) * min(1.0, r / 1000)
-        row = measure(name, n, 10.0, 0.9, r, max(target, 2e5), law, kind)
+        row = measure(name, n, 10.0, 0.9, r, max(target, 2e5), law, kind, pools)
         rows.append(row)
-        print(f"{row['policy']:10s} {row['service']:10s} {row['arrivals']:8s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
+        print(f"{row['policy']:10s} {row['service']:10s} {row['arrivals']:8s} {row['pools']:12s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
               f"iq_levels={row['iqueue_levels']:<3d} {row['events_per_second']:10.3e} replica-events/s",
               file=sys.stderr if args.json else sys.stdout, flush=True)  # fmt: skip
     meta = {
