@@ -172,8 +172,6 @@ def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
     """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.phases`)."""
     from jaxqueue.theory import phases
 
-    if pol.mean_field_kind() == "none":
-        raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     fp = phases.fixed_point(pol, load, service, None if one_dispatcher else ratio,
                             buffer=buffer, levels=levels, pools=pools)  # fmt: skip
