@@ -463,26 +463,19 @@ def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
         check_int("levels", levels, 1, _MAX_LEVELS)
-    if buffer is None and pools is None and lam * classes.laws[0].mean >= 1.0:
+    if buffer is None and lam >= classes.capacity:  # capacity sum_i f_i / mean_i (one law: 1 / mean)
+        need = (f"the load per server load * service mean = {lam * classes.laws[0].mean:.6g} "
+                "must be < 1" if pools is None else "it must be below the pools' capacity "
+                f"sum_i fraction_i * speed_i / mean_i = {classes.capacity:.6g}")  # fmt: skip
+        raise ValueError(f"load={load} is out of range: with infinite buffers {need} "
+                         "(give a finite buffer otherwise)")  # fmt: skip
+    worst = max(lam * lw.mean for lw in classes.laws)
+    if buffer is None and _random_only(pol) and worst >= 1.0:  # (with one pool: caught above)
         raise ValueError(
-            f"load={load} is out of range: with infinite buffers the load per server "
-            f"load * service mean = {lam * classes.laws[0].mean:.6g} must be < 1 "
-            "(give a finite buffer otherwise)"
+            f"load={load} is out of range for {pol.name!r} with pools: routing at random "
+            f"loads a pool's servers to {worst:.6g} >= 1 (its queues grow without bound; "
+            "give a finite buffer otherwise)"
         )
-    if buffer is None and pools is not None:
-        if lam >= classes.capacity:
-            raise ValueError(
-                f"load={load} is out of range: with infinite buffers it must be below the "
-                f"pools' capacity sum_i fraction_i * speed_i / mean_i = {classes.capacity:.6g} "
-                "(give a finite buffer otherwise)"
-            )
-        worst = max(lam * lw.mean for lw in classes.laws)
-        if _random_only(pol) and worst >= 1.0:
-            raise ValueError(
-                f"load={load} is out of range for {pol.name!r} with pools: routing at random "
-                f"loads a pool's servers to {worst:.6g} >= 1 (its queues grow without bound; "
-                "give a finite buffer otherwise)"
-            )
     if ratio is not None:
         try:
             r = float(ratio)
