@@ -134,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--pools", default=None,
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
+    p.add_argument("--arrivals", default=None,
+                   help="a periodic rate profile (CSV time,rate): averages over the mean field's "
+                        "periodic regime; --load is the time-mean load")  # fmt: skip
+    p.add_argument("--window", type=_window, default=None,
+                   help="START,LENGTH: with --arrivals, average over this window of the "
+                        "periodic regime (time 0 = the profile's start) instead of one period")  # fmt: skip
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("exact", help="exact stationary solution of a small system")
@@ -261,6 +267,14 @@ def _emit(res, args) -> int:
         ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
         title = f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
     _print_result(res, title + _servers_line(s))
+    orbit = res.diagnostics.get("orbit")
+    if orbit is not None:
+        start, length = s["window"]
+        t = orbit["mean_response_time"]
+        print(f"  averages over t in [{start:g}, {start + length:g}] of the periodic regime; over "
+              f"one period the mean response time of an arrival runs from {t.min():.4f} "
+              f"(t = {orbit['time'][t.argmin()]:.4g}) to {t.max():.4f} "
+              f"(t = {orbit['time'][t.argmax()]:.4g})")  # fmt: skip
     if res.source == "simulation":
         print(f"  ran on {s['devices']} {s['platform']} device(s), backend {s['backend']}")
         _print_run_diagnostics(res.diagnostics)
@@ -280,6 +294,14 @@ def _print_run_diagnostics(diag: dict) -> None:
         extended = f", warm-up extended {w['extensions']} times" if w["extensions"] else ""
         print(f"  warm-up {w['warmup']} steps: diagnostic {verdict} (MSER truncation "
               f"{w['mser_truncation']} of {w['batches']} batches{drift}){extended}")
+
+
+def _window(text: str) -> tuple:
+    try:
+        start, length = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected START,LENGTH (two numbers), got {text!r}") from None
+    return (start, length)
 
 
 def _order(args) -> dict:
@@ -358,6 +380,11 @@ def _cmd_theory(args) -> int:
     from jaxqueue import theory
     from jaxqueue.core.versions import versions
 
+    if args.window is not None and args.arrivals is None:
+        raise ValueError("--window averages a periodic regime: give --arrivals (a rate profile)")
+    if args.servers is not None and args.arrivals is not None:
+        raise ValueError("--servers (the refined mean field) is for Poisson arrivals at a "
+                         "constant rate: leave out --arrivals")  # fmt: skip
     if args.servers is not None and (args.service is not None or args.pools is not None):
         raise ValueError("--servers (the refined mean field) is for identical exponential "
                          "servers: leave out --service and --pools")  # fmt: skip
@@ -371,7 +398,7 @@ def _cmd_theory(args) -> int:
                                        levels=args.levels)  # fmt: skip
     mf = theory.mean_field(args.policy, args.load, args.ratio, d=args.d, z=args.z, **_order(args),
                            buffer=args.buffer, levels=args.levels, service=args.service,
-                           pools=args.pools)  # fmt: skip
+                           pools=args.pools, arrivals=args.arrivals, window=args.window)  # fmt: skip
     mf.settings["versions"] = versions()
     if args.servers is None:
         return _emit(mf, args)

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import jax
 
+from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
@@ -161,30 +162,47 @@ def _theory_key(point: Point, kind: str) -> tuple:
             point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
 
 
-def _theory(points: list[Point], kind: str, cache: dict) -> list:
+def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=None) -> list:
     """The theory of each point (``kind``: "none", "mean-field" or "exact"), or None each.
 
     ``cache`` holds results by :func:`_theory_key`. Mean fields are solved
     without their response-time quantiles, which are then computed for the
     whole batch in one vectorised call (:func:`~jaxqueue.theory.result.fill_quantiles`).
-    A point with arrivals from a file has none: the mean field and the exact
-    chain are written for Poisson arrivals.
+    A point with a rate profile (``sources(point.arrivals)`` is a
+    :class:`~jaxqueue.core.arrivals.Profile`) gets the periodic mean field
+    averaged over its simulation's measured window (``results``, in the
+    order of ``points``); other arrival sources have none: the mean field and
+    the exact chain are written for Poisson arrivals.
     """
     if kind == "none":
         return [None] * len(points)
-    keys = [_theory_key(p, kind) for p in points]
+    keys, windows = [], []
+    for i, point in enumerate(points):
+        key, window = _theory_key(point, kind), None
+        if (point.arrivals is not None and kind == "mean-field" and sources is not None
+                and results is not None and isinstance(sources(point.arrivals), Profile)):
+            s = results[i].settings
+            window = (float(s["time_warmup"]), float(s["time_measured"]))
+            key += (window,)
+        keys.append(key)
+        windows.append(window)
     new = {}
-    for point, key in zip(points, keys):
+    for point, key, window in zip(points, keys, windows):
         if key in cache or key in new:
             continue
         opts = dict(point.options)
+        plain = point.service is None and point.pools is None
         if point.arrivals is not None:
             new[key] = None
+            pol = make(point.policy, **opts)
+            if window is not None and plain and pol.mean_field_kind() in ("generic", "closed-form"):
+                new[key] = mean_field(pol, point.load, point.params()["ratio"],
+                                      buffer=point.buffer, with_quantiles=False,
+                                      arrivals=sources(point.arrivals), window=window)  # fmt: skip
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
             per_server = PER_SERVER_MEAN_FIELDS if point.buffer is None else ()  # infinite buffers
-            plain = point.service is None and point.pools is None
             if not (point.pools is not None and pol.routes_by_speed) and pol.mean_field_kind() in (
                 ("generic", "closed-form") + (per_server if plain else ())
             ):  # fmt: skip
@@ -324,7 +342,9 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 kind = "mean-field" if run.theory == "refined" else run.theory
                 refined = (_refined(batch, cache) if run.theory == "refined"
                            else [None] * len(batch))  # fmt: skip
-                for p, res, th, rf in zip(batch, results, _theory(batch, kind, cache), refined):
+                theories = _theory(batch, kind, cache, results,
+                                   lambda text: spec.arrivals_file(text).source)  # fmt: skip
+                for p, res, th, rf in zip(batch, results, theories, refined):
                     rows += _rows(p, ids[p], spec, res, th, rf)
                     committed.append((ids[p], p.params(), wall / len(batch)))
                 if pending is not None:

@@ -755,8 +755,13 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
                         p.fail("grid", "service" if law else "pools",
                                f"{policy} steps on per-server lists: service laws and pools "
                                "cover the exchangeable policies only")  # fmt: skip
-                    # no mean field follows time-varying arrivals
-                    with_mean_field |= pol.mean_field_kind() != "none" and arr is None
+                    # a mean field follows Poisson arrivals, and a rate profile (its
+                    # periodic regime) with identical exponential servers; a file
+                    # not read (no base folder) may be a profile
+                    with_mean_field |= pol.mean_field_kind() != "none" and (arr is None or (
+                        run.theory == "mean-field" and not law and not pools
+                        and (src is None or src.kind == "profile")
+                        and pol.mean_field_kind() in ("generic", "closed-form")))
                     options = tuple(sorted(pol.options().items()))
                     for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:
                         point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools, arr,
@@ -769,7 +774,8 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
                         points.append(point)
     if run.theory in ("mean-field", "refined") and not with_mean_field:
         p.fail("run", "theory", f"theory={run.theory!r} needs a mean field, and no policy of "
-               "the grid has one for Poisson arrivals; use theory = \"none\" (a point without "
+               "the grid has one for Poisson arrivals (nor, with theory = \"mean-field\", for "
+               "a rate profile); use theory = \"none\" (a point without "
                "one gets no theory value)")  # fmt: skip
     return GridSpec(spec_name, tuple(points), run, text, p.figures(), tuple(sources.values()))
 

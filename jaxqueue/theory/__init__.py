@@ -17,6 +17,8 @@ Modules (each depends only on those above it):
 * :mod:`~jaxqueue.theory.phases` -- the same generic mean field by server
   class: phase-type service and server pools (:mod:`jaxqueue.core.service`):
   ``phases.fixed_point``, ``phases.transient``;
+* :mod:`~jaxqueue.theory.periodic` -- the periodic regime of the generic
+  mean field under a rate profile: ``periodic.periodic_orbit``;
 * :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
   tagged server's listed and unlisted phases;
 * :mod:`~jaxqueue.theory.threshold` -- JIQ-Threshold's mean field, the

@@ -42,6 +42,8 @@ def mean_field(
     with_quantiles: bool = True,
     service=None,
     pools=None,
+    arrivals=None,
+    window=None,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -99,6 +101,17 @@ def mean_field(
             exchangeable policies that route on queue lengths (not ``jsew``).
             The result's ``diagnostics["pool_occupancy"]`` holds each pool's
             queue-length law.
+        arrivals: a periodic rate profile (a
+            :class:`~jaxqueue.core.arrivals.Profile` or a ``time,rate`` CSV
+            file; ``load`` is its time mean): the averages over the periodic
+            regime of the mean-field ODE (:mod:`jaxqueue.theory.periodic`),
+            for identical exponential servers and the policies with the
+            generic mean field. ``diagnostics["orbit"]`` holds the orbit
+            over one period.
+        window: with ``arrivals``, ``(start, length)``: average over that
+            window of the periodic regime (a simulation's
+            ``settings["time_warmup"]`` and ``settings["time_measured"]``)
+            instead of one period.
 
     Returns:
         A :class:`~jaxqueue.theory.result.MeanFieldResult`.
@@ -117,6 +130,11 @@ def mean_field(
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
     law = as_law(service)
+    if arrivals is not None:
+        return _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels,
+                         with_quantiles)  # fmt: skip
+    if window is not None:
+        raise ValueError("window= averages a periodic regime: it needs arrivals= (a rate profile)")
     if pools is not None or (law is not None and not law.is_unit_exponential):
         return _phase_type(pol, load, ratio, law, buffer, levels, pools)
     if pol.mean_field_kind() == "none":
@@ -158,6 +176,34 @@ def mean_field(
             f"{fp.status.name} (residual {fp.residual:.3g})"
         )
     return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer, with_quantiles=with_quantiles)
+
+
+def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, with_quantiles):
+    """The mean field averaged over the periodic regime of a rate profile."""
+    from jaxqueue.theory import periodic
+
+    if pools is not None or (law is not None and not law.is_unit_exponential):
+        raise NotImplementedError("the mean field under a rate profile is for identical "
+                                  "exponential servers: leave out service and pools")  # fmt: skip
+    if pol.mean_field_kind() not in ("generic", "closed-form"):
+        reason = pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
+        raise NotImplementedError(f"no mean field under a rate profile for {pol.name!r}: the "
+                                  f"periodic regime needs the generic mean field ({reason})")  # fmt: skip
+    if buffer is not None:
+        check_int("buffer", buffer, 1, _MAX_LEVELS)
+    if levels is not None:
+        check_int("levels", levels, 1, _MAX_LEVELS)
+    one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
+    fp_ratio = None if one_dispatcher else ratio
+    if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
+        raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
+    orbit = periodic.periodic_orbit(pol, load, arrivals, fp_ratio, buffer=buffer,
+                                    levels=levels, window=window)  # fmt: skip
+    if orbit.status != 0:
+        raise RuntimeError(f"the periodic regime of {pol.label()!r} was not found: "
+                           f"{orbit.status.name} (residual {orbit.residual:.3g})")  # fmt: skip
+    return periodic.as_result(orbit, pol, float(load), ratio, arrivals,
+                              buffer=buffer, with_quantiles=with_quantiles)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=32)

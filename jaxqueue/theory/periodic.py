@@ -1,0 +1,454 @@
+"""Mean field under a periodic arrival-rate profile: the periodic regime of the ODE.
+
+With a :class:`~jaxqueue.core.arrivals.Profile` the arrival rate per server
+is ``lambda(t) = lambda * shape(t)``, piecewise constant and periodic with
+period ``P`` (``shape`` has time mean 1, so ``lambda`` is the mean load, as
+in the simulator). Every rate of the system scales with ``N``, so in the
+limit ``N, M -> infinity`` the occupancy follows the mean-field ODE of
+:mod:`jaxqueue.theory.meanfield` on each segment, with that segment's rate,
+and the state at a segment's end starts the next one. Under a stable mean
+load (``lambda < 1``, or a finite buffer) the ODE settles into a periodic
+orbit ``x*(t)``, and the long-run averages of a large system are averages
+over one period of that orbit:
+
+* time averages: the tails ``s_k``, the mean queue length, ``p0`` (the
+  fraction of empty I-queues, ``1 - Q_1``), the join rate;
+* arrival averages, weighted by ``lambda(t)``: the law of the queue an
+  accepted arrival finds (``arrival_seen``), from which the waiting
+  probability, the mean response time and its quantiles follow as with
+  constant load (FIFO, exponential service: an arrival that finds ``k``
+  tasks stays an Erlang(``k + 1``) time), the blocking probability, and the
+  delete and probe rates.
+
+A peak above the capacity is allowed as long as the mean load is stable:
+queues build up while ``lambda(t) > 1`` and drain afterwards.
+
+How it is solved. Time is cut into RK4 steps of at most ``dt`` that end on
+the segment boundaries. Alongside the state, each step integrates what the
+averages need (the state itself, ``lambda * level law``, the delete, probe
+and join rates) by the same four stages, so the period integrals are
+fourth-order accurate as well. The orbit is found by shooting: a few periods
+forward from the fixed point at the mean load, then Newton on
+``Phi(x) - x = 0``, ``Phi`` the map over one period, with ``jax.jacfwd``
+through the whole period (with the I-queue conservation law
+``sum_j Q_j / r = 1 - s_1`` in place of one equation, as in the fixed point).
+Should Newton stall (routing with kinks, such as JSQ when a peak saturates
+the servers), the period map is iterated instead. ``levels`` and
+``iqueue_levels`` left at ``None`` are doubled until the orbit's mass at the
+bounds is below ``1e-10``.
+
+Averages over a window. A simulation measures over a window of its own
+(:attr:`settings["time_warmup"]` to that plus ``settings["time_measured"]``,
+time 0 being phase 0 of the profile), which rarely holds a whole number of
+periods; the average over a partial period differs from the period average
+by up to ``P / window`` of the orbit's swing. ``window=(start, length)``
+averages the orbit over exactly that window.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.status import Status
+from jaxqueue.core.system import check_load
+from jaxqueue.theory import meanfield
+from jaxqueue.theory.meanfield import FixedPoint, Rates
+
+__all__ = ["PeriodicOrbit", "periodic_orbit", "as_result", "DEFAULT_DT"]
+
+#: The longest RK4 step (time units); steps end on the profile's segment boundaries.
+DEFAULT_DT = 0.02
+
+#: The orbit's largest mass at an automatic bound (``s_levels`` or ``Q_iqueue_levels``).
+REMAINDER = 1e-10
+
+#: Automatic bounds are doubled up to this many levels.
+MAX_AUTO_LEVELS = 5120
+
+_MIN_STEPS = 64  # compiled step counts are powers of two from here (padded with empty steps)
+_NEWTON_DIM = 160  # Newton (a Jacobian of dim^2 entries through a period) up to this dimension
+_WARM_PERIODS = 3  # periods before the contraction rate is judged
+_SLOW = 30  # periods left at which Newton is tried
+_MAX_PERIODS = 5000
+
+
+class PeriodicOrbit(NamedTuple):
+    """The periodic regime of the mean-field ODE under a rate profile (host values).
+
+    Attributes:
+        start: the orbit's state at phase 0 of the profile, ``[s_1..s_L, Q_1..Q_J]``.
+        averages: a :class:`~jaxqueue.theory.meanfield.FixedPoint` of the
+            averages (``tail``, ``iq_tail``: time averages; ``rates.level``
+            and the per-arrival rates: averages weighted by ``lambda(t)``;
+            ``rates.join_probes``: weighted by the join rate);
+            ``truncated`` holds the orbit's largest mass at each bound.
+        p0: the time average of ``p0`` (``None`` without I-queues).
+        window: ``(start, length)`` the averages are over.
+        curve: the orbit over one period at the start of each RK4 step:
+            ``{"time", "load", "mean_queue_length", "waiting_probability",
+            "mean_response_time", "p0"}`` (arrays; ``p0`` only with I-queues).
+        status: ``CONVERGED``, or ``MAX_ITERATIONS`` if the period map did
+            not settle within the iterations allowed.
+        residual: ``max |Phi(start) - start|``.
+        newton_iterations, periods: Newton steps and forward periods taken.
+        system: the limit :class:`~jaxqueue.core.system.System` solved on
+            (its ``levels`` and ``iqueue_levels`` are the bounds used).
+    """
+
+    start: np.ndarray
+    averages: FixedPoint
+    p0: float | None
+    window: tuple
+    curve: dict
+    status: Status
+    residual: float
+    newton_iterations: int
+    periods: int
+    system: object
+
+
+# -- one compiled pass over a schedule of RK4 steps -----------------------------------------
+
+
+def _schedule(profile: Profile, load: float, t0: float, t1: float, dt: float):
+    """Loads and lengths of the RK4 steps over ``[t0, t1]`` within one period
+    (at most ``dt`` long, ending on segment boundaries), padded with empty
+    steps to a power of two (few compiled shapes)."""
+    times = np.asarray(profile.times, np.float64)
+    a, b = np.maximum(times[:-1], t0), np.minimum(times[1:], t1)
+    span = np.where(b > a, b - a, 0.0)
+    n = np.where(span > 0, np.ceil(span / dt - 1e-9), 0).astype(np.int64)
+    n = np.where(span > 0, np.maximum(n, 1), 0)
+    loads = np.repeat(load * profile.shape, n)
+    lengths = np.repeat(span / np.maximum(n, 1), n)
+    size = max(_MIN_STEPS, 1 << max(0, int(loads.size) - 1).bit_length())
+    pad = size - loads.size
+    return (np.concatenate([loads, np.zeros(pad)]), np.concatenate([lengths, np.zeros(pad)]),
+            int(loads.size))  # fmt: skip
+
+
+def _integrand(x, lam, rt: Rates, policy, system):
+    """What the averages integrate: the state, ``lambda * level law`` and, per
+    unit time, deletes, probes, join probes, joins, ``p0`` and arrivals."""
+    s, q = meanfield._split(x, system)
+    L, J = system.levels, system.iqueue_levels
+    idle = s[1] - s[2] if L >= 2 else s[1]
+    join = idle if policy.uses_iqueues else jnp.zeros((), x.dtype)
+    if J:
+        p0 = 1.0 - q[1]
+    elif policy.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
+        p0 = (s[1] >= 1.0).astype(x.dtype)
+    else:
+        p0 = jnp.zeros((), x.dtype)
+    rest = jnp.stack([lam * rt.deletes, lam * rt.probes, join * rt.join_probes, join, p0, lam])
+    return jnp.concatenate([x, lam * rt.level, rest])
+
+
+def _observe(x, rt: Rates, system):
+    """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
+    mean response time of an accepted arrival, ``p0`` (or ``1{s_1 = 1}``)."""
+    s, q = meanfield._split(x, system)
+    L = system.levels
+    accepted = rt.level[:L]
+    seen = accepted / jnp.maximum(jnp.sum(accepted), 1e-300)
+    k = jnp.arange(L, dtype=x.dtype)
+    p0 = 1.0 - q[1] if system.iqueue_levels else (s[1] >= 1.0).astype(x.dtype)
+    return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], jnp.sum(seen * (k + 1.0)), p0, s[L],
+                      q[-1] if system.iqueue_levels else jnp.zeros((), x.dtype)])  # fmt: skip
+
+
+def _rk4_step(x, lam, h, ratio, policy, system, integrate: bool):
+    def stage(y):
+        rt = meanfield.rates(y, policy, system)
+        f = meanfield.drift_from_rates(y, lam, ratio, rt, system)
+        return f, (_integrand(y, lam, rt, policy, system) if integrate else None), rt
+
+    k1, g1, rt1 = stage(x)
+    k2, g2, _ = stage(x + 0.5 * h * k1)
+    k3, g3, _ = stage(x + 0.5 * h * k2)
+    k4, g4, _ = stage(x + h * k3)
+    new = jnp.clip(x + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4), 0.0, 1.0)
+    area = h / 6.0 * (g1 + 2.0 * g2 + 2.0 * g3 + g4) if integrate else None
+    return new, area, rt1
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _flow(x, loads, lengths, ratio, policy, system):
+    """The state after the schedule's steps."""
+
+    def body(x, step):
+        new, _, _ = _rk4_step(x, step[0], step[1], ratio, policy, system, False)
+        return new, None
+
+    return jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _flow_integrals(x, loads, lengths, ratio, policy, system):
+    """The state after the schedule, the integrals of :func:`_integrand` over
+    it, and :func:`_observe` at the start of each step."""
+
+    def body(carry, step):
+        x, total = carry
+        new, area, rt = _rk4_step(x, step[0], step[1], ratio, policy, system, True)
+        return (new, total + area), _observe(x, rt, system)
+
+    L, J = system.levels, system.iqueue_levels
+    zero = jnp.zeros(L + J + (L + 1) + 6, x.dtype)
+    (x, total), seen = jax.lax.scan(body, (x, zero), jnp.stack([loads, lengths], axis=1))
+    return x, total, seen
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _newton(x, loads, lengths, ratio, policy, system):
+    """``(Phi(x) - x``, the Newton step) with the conservation law in row ``L``."""
+    L = system.levels
+
+    def residual(y):
+        f = _flow(y, loads, lengths, ratio, policy, system) - y
+        if system.iqueue_levels:
+            f = f.at[L].set(jnp.sum(y[L:]) / ratio - (1.0 - y[0]))
+        return f
+
+    jac = jax.jacfwd(residual)(x)
+    f = residual(x)
+    return _flow(x, loads, lengths, ratio, policy, system) - x, jnp.linalg.solve(jac, -f)
+
+
+# -- the orbit ------------------------------------------------------------------------------
+
+
+def _as_profile(arrivals) -> Profile:
+    src = as_arrivals(arrivals)
+    if isinstance(src, Profile):
+        return src
+    if src is None:
+        raise ValueError("arrivals is None: give a rate profile (use meanfield.fixed_point "
+                         "for Poisson arrivals at a constant rate)")  # fmt: skip
+    raise NotImplementedError(
+        f"no mean field for {src.kind} arrivals: the periodic mean field takes a rate "
+        "profile (an MMPP modulates the whole system's rate at random, so its limit is a "
+        "random ODE, and a trace is one sample path); simulate instead"
+    )
+
+
+def _check_window(window, period: float):
+    if window is None:
+        return (0.0, float(period))
+    try:
+        start, length = (float(v) for v in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"window={window!r} must be (start, length), two numbers") from None
+    if not (math.isfinite(start) and start >= 0.0):
+        raise ValueError(f"window start={start!r} is out of range: need a finite start >= 0")
+    if not (math.isfinite(length) and length > 0.0):
+        raise ValueError(f"window length={length!r} is out of range: need a finite length > 0")
+    return (start, length)
+
+
+def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
+                   d: int | None = None, buffer: int | None = None, levels: int | None = None,
+                   iqueue_levels: int | None = None, dt: float = DEFAULT_DT, tol: float = 1e-10,
+                   max_newton: int = 30, window=None) -> PeriodicOrbit:  # fmt: skip
+    """The periodic regime of the generic mean field under a rate profile (float64).
+
+    Args:
+        policy, d, buffer: as for :func:`jaxqueue.theory.meanfield.fixed_point`
+            (a policy with the generic mean field or a closed form).
+        load: ``lambda``, the time-mean arrivals per server per unit time
+            (``< 1`` with infinite buffers; the peak may pass 1).
+        arrivals: a :class:`~jaxqueue.core.arrivals.Profile` or a profile CSV
+            file (``time,rate``); its rates are relative (scaled to time mean 1).
+        ratio: ``r = N / M``; ``None``: one dispatcher.
+        levels, iqueue_levels: the bounds; ``None`` doubles them from the
+            fixed point's defaults until the orbit's mass at the bound is
+            below :data:`REMAINDER`. Given bounds are used as they are (the
+            mass at them is reported in ``averages.truncated``).
+        dt: the longest RK4 step, in ``(0, 1]``.
+        tol: ``max |Phi(x) - x|`` at which the orbit counts as found.
+        max_newton: Newton steps before the period map is iterated instead.
+        window: ``(start, length)``: average over ``[start, start + length]``
+            of the periodic regime (time 0 is phase 0 of the profile), as a
+            simulation's measured window; ``None``: one period.
+
+    Returns:
+        A :class:`PeriodicOrbit`.
+
+    Raises:
+        ValueError: invalid arguments (naming the parameter and its range).
+        NotImplementedError: a policy without a generic mean field, or
+            arrivals that are not a rate profile.
+    """
+    profile = _as_profile(arrivals)
+    lam = check_load(load, buffer)
+    if not (isinstance(dt, (int, float)) and 0.0 < dt <= 1.0):
+        raise ValueError(f"dt={dt!r} is out of range: need 0 < dt <= 1")
+    if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
+        raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
+    win = _check_window(window, profile.period)
+    auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
+    pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
+    while True:
+        orbit = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win)
+        grow_s = auto_levels and orbit.averages.truncated[0] > REMAINDER
+        grow_q = auto_iq and system.iqueue_levels and orbit.averages.truncated[1] > REMAINDER
+        if not (grow_s or grow_q):
+            return orbit
+        if max(system.levels, system.iqueue_levels) * 2 > MAX_AUTO_LEVELS:
+            raise RuntimeError(
+                f"the orbit of {pol.label()!r} still reaches the bound at {system.levels} levels "
+                f"and {system.iqueue_levels} I-queue levels (mass {orbit.averages.truncated}); "
+                "the profile's peak builds queues too long to represent: give a finite buffer "
+                "or a lower load"
+            )  # fmt: skip
+        levels = system.levels * 2 if grow_s else system.levels
+        iqueue_levels = system.iqueue_levels * 2 if grow_q else system.iqueue_levels
+        _, system = meanfield._policy_and_system(pol, ratio, None, buffer, levels,
+                                                 iqueue_levels if system.iqueue_levels else None)  # fmt: skip
+
+
+def _newton_phase(x, loads, lengths, rj, pol, system, tol, max_newton):
+    """Damped Newton on ``Phi(x) - x`` from ``x``: ``(x, converged, residual, steps)``."""
+    residual, it = math.inf, 0
+    for it in range(1, max_newton + 1):
+        gap, dx = (np.asarray(v) for v in _newton(x, loads, lengths, rj, pol, system))
+        residual = float(np.max(np.abs(gap)))
+        if residual < tol:
+            return x, True, residual, it
+        if not np.all(np.isfinite(dx)):
+            break
+        # the longest of 1, 1/2, .., 1/16 of the step that shrinks the gap
+        for step in 0.5 ** np.arange(5):
+            trial = jnp.asarray(np.clip(np.asarray(x) + step * dx, 0.0, 1.0))
+            moved = _flow(trial, loads, lengths, rj, pol, system)
+            if float(jnp.max(jnp.abs(moved - trial))) < (1.0 - step / 4.0) * residual:
+                x = trial
+                break
+        else:
+            break  # Newton stalls (the clipped flow has kinks where a peak saturates the servers)
+    return x, False, residual, it
+
+
+def _find(x, loads, lengths, rj, pol, system, tol, max_newton):
+    """The orbit's start by iterating the period map, and by Newton where the map
+    contracts slowly (more than :data:`_SLOW` periods left at the observed rate)
+    and the state is small enough for a Jacobian (:data:`_NEWTON_DIM`).
+
+    Returns ``(x, status, residual, newton_steps, periods)``.
+    """
+    newton_allowed = max_newton > 0 and system.levels + system.iqueue_levels <= _NEWTON_DIM
+    previous, it = None, 0
+    for periods in range(1, _MAX_PERIODS + 1):
+        nxt = _flow(x, loads, lengths, rj, pol, system)
+        residual = float(jnp.max(jnp.abs(nxt - x)))
+        x = nxt
+        if residual < tol:
+            return x, Status.CONVERGED, residual, it, periods
+        if newton_allowed and previous is not None and periods >= _WARM_PERIODS:
+            rate = residual / previous
+            left = math.log(tol / residual) / math.log(rate) if 0.0 < rate < 1.0 else math.inf
+            if left > _SLOW:
+                newton_allowed = False  # one try
+                x, done, res, it = _newton_phase(x, loads, lengths, rj, pol, system, tol,
+                                                 max_newton)  # fmt: skip
+                if done:
+                    return x, Status.CONVERGED, res, it, periods
+        previous = residual
+    return x, Status.MAX_ITERATIONS, residual, it, _MAX_PERIODS
+
+
+def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> PeriodicOrbit:
+    r = float(ratio) if system.iqueue_levels else 1.0
+    period = profile.period
+    with jax.enable_x64(True):
+        rj = jnp.float64(r)
+        loads, lengths, _ = _schedule(profile, lam, 0.0, period, dt)
+        loads, lengths = jnp.asarray(loads), jnp.asarray(lengths)
+        fp = meanfield.fixed_point(pol, lam, ratio if system.iqueue_levels else None,
+                                   buffer=system.buffer, levels=system.levels,
+                                   iqueue_levels=system.iqueue_levels or None)  # fmt: skip
+        if fp.status == Status.CONVERGED:
+            x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
+        else:  # (a mean load whose fixed point Newton cannot reach: start empty)
+            x = meanfield._empty_start(system, r)
+        x = jnp.asarray(x, jnp.float64)
+        x, status, residual, it, periods = _find(x, loads, lengths, rj, pol, system, tol,
+                                                 max_newton)  # fmt: skip
+        start = np.asarray(x)
+        # the averages over the window, and the orbit over one period from phase 0
+        _, total_p, seen = _flow_integrals(x, loads, lengths, rj, pol, system)
+        total_p, seen = np.asarray(total_p), np.asarray(seen)
+        w0, length = window
+        whole, rest = divmod(length, period)
+        phase = math.fmod(w0, period)
+        total = whole * total_p
+        if rest > 0:
+            y = x
+            if phase > 0:
+                a, b, _ = _schedule(profile, lam, 0.0, phase, dt)
+                y = _flow(x, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+            end = min(period, phase + rest)
+            a, b, _ = _schedule(profile, lam, phase, end, dt)
+            y, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+            total = total + np.asarray(part)
+            if phase + rest > period:  # the window wraps into the next period
+                a, b, _ = _schedule(profile, lam, 0.0, phase + rest - period, dt)
+                _, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+                total = total + np.asarray(part)
+    _, _, n = _schedule(profile, lam, 0.0, period, dt)
+    seen = seen[:n]
+    times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
+    return _averages(pol, system, lam, start, total / length, seen, times,
+                     np.asarray(loads)[:n], status, residual, it, periods, window)  # fmt: skip
+
+
+def _averages(pol, system, load, start, mean, seen, times, loads, status, residual, it,
+              periods, window) -> PeriodicOrbit:  # fmt: skip
+    """The window's averages as a FixedPoint whose rates give, through
+    :func:`jaxqueue.theory.meanfield.as_result` (which multiplies per-arrival
+    rates by ``load``), the window's averages per unit time."""
+    L, J = system.levels, system.iqueue_levels
+    x_avg, rest = mean[: L + J], mean[L + J :]
+    level, (deletes, probes, join_probes, join, p0, lam) = rest[: L + 1], rest[L + 1 :]
+    s, q = meanfield._split(np.asarray(x_avg), system)
+    rates = Rates(level=level / lam, iq_remove=np.zeros(J + 1), join=np.zeros(J + 1),
+                  deletes=deletes / load, probes=probes / load,
+                  join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
+    truncated = (float(seen[:, 4].max()) if system.buffer is None else 0.0,
+                 float(seen[:, 5].max()) if J else 0.0)  # fmt: skip
+    averages = FixedPoint(s, q, rates, residual, status, it, truncated)
+    curve = {"time": times, "load": loads, "mean_queue_length": seen[:, 0],
+             "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
+    if pol.uses_iqueues:
+        curve["p0"] = seen[:, 3]
+    return PeriodicOrbit(start=start, averages=averages,
+                         p0=float(p0) if pol.uses_iqueues else None, window=window, curve=curve,
+                         status=Status(status), residual=float(residual), newton_iterations=it,
+                         periods=periods, system=system)  # fmt: skip
+
+
+def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, arrivals, *,
+              buffer: int | None = None, with_quantiles: bool = True):  # fmt: skip
+    """A :class:`~jaxqueue.theory.result.MeanFieldResult` of the orbit's averages.
+
+    ``settings["arrivals"]`` records the profile and ``settings["window"]``
+    the averaging window; ``diagnostics["orbit"]`` holds
+    :attr:`PeriodicOrbit.curve`, with the solver's ``residual``, ``periods``
+    and ``newton_iterations``.
+    """
+    import dataclasses
+
+    res = meanfield.as_result(orbit.averages, policy, load, ratio, buffer=buffer,
+                              with_quantiles=with_quantiles)  # fmt: skip
+    settings = dict(res.settings, arrivals=_as_profile(arrivals).to_dict(),
+                    window=list(orbit.window))  # fmt: skip
+    diagnostics = dict(res.diagnostics, orbit=orbit.curve, residual=orbit.residual,
+                       periods=orbit.periods, newton_iterations=orbit.newton_iterations)  # fmt: skip
+    return dataclasses.replace(res, p0=orbit.p0, settings=settings, diagnostics=diagnostics)

@@ -1,0 +1,105 @@
+"""Exact references for time-varying arrivals: small chains solved by linear algebra.
+
+Used by the simulator's tests (tests/test_arrivals.py) and the periodic mean
+field's (tests/test_periodic.py); independent of the package's own solvers.
+"""
+
+import numpy as np
+
+from jaxqueue.core.arrivals import MMPP, Profile
+
+
+def _jsq_states(n: int, k: int):
+    """Sorted queue vectors (non-increasing) of ``n`` servers holding at most ``k`` each."""
+    out = [()]
+    for _ in range(n):
+        out = [s + (q,) for s in out for q in range(k + 1) if not s or q <= s[-1]]
+    return out
+
+
+def _jsq_generator(n: int, k: int, arrival_rate: float):
+    """Generator of JSQ on ``n`` unit-rate servers with Poisson arrivals (blocked at ``k``)."""
+    states = _jsq_states(n, k)
+    index = {s: i for i, s in enumerate(states)}
+    q = np.zeros((len(states), len(states)))
+    for s, i in index.items():
+        if s[-1] < k:  # the shortest queue gains a task
+            t = list(s)
+            t[-1] += 1
+            q[i, index[tuple(sorted(t, reverse=True))]] += arrival_rate
+        for j, x in enumerate(s):
+            if x:
+                t = list(s)
+                t[j] -= 1
+                q[i, index[tuple(sorted(t, reverse=True))]] += 1.0
+    np.fill_diagonal(q, -q.sum(axis=1))
+    return states, q
+
+
+def _stationary(q):
+    """``pi Q = 0``, ``sum pi = 1`` (irreducible ``Q``): one balance equation
+    replaced by the normalisation."""
+    a = q.T.copy()
+    a[-1] = 1.0
+    b = np.zeros(q.shape[0])
+    b[-1] = 1.0
+    return np.linalg.solve(a, b)
+
+
+def mmpp_jsq_reference(src: MMPP, load: float, n: int, k: int = 40):
+    """Mean queue length per server, the law of the shortest queue an arrival
+    finds, for an MMPP (mean rate ``load * n``) feeding JSQ."""
+    rates = load * n * src.shape
+    blocks = [_jsq_generator(n, k, r) for r in rates]
+    states = blocks[0][0]
+    m, size = len(rates), len(states)
+    full = np.kron(src.matrix, np.eye(size))
+    for s, (_, qs) in enumerate(blocks):
+        full[s * size:(s + 1) * size, s * size:(s + 1) * size] += qs
+    pi = _stationary(full).reshape(m, size)
+    total = np.array([sum(x) for x in states], float)
+    shortest = np.array([x[-1] for x in states])
+    seen = np.zeros(k + 1)
+    for s in range(m):
+        np.add.at(seen, shortest, pi[s] * rates[s])
+    assert pi[:, total == total.max()].sum() < 1e-9  # the truncation is far out
+    return float((pi.sum(axis=0) * total).sum() / n), seen / seen.sum()
+
+
+def _uniformized_integral(p0, q, t, terms=4000):
+    """``p0 exp(q t)`` and ``int_0^t p0 exp(q s) ds`` by uniformization."""
+    lam = max(-np.diag(q).min(), 1e-12)
+    step = np.eye(q.shape[0]) + q / lam
+    weights = np.exp(-lam * t)  # Poisson(lam t) pmf, term by term
+    cdf, v = weights, p0.copy()
+    end, area = weights * v, (1.0 - cdf) * v / lam
+    for n in range(1, terms):
+        v = v @ step
+        weights *= lam * t / n
+        cdf += weights
+        end += weights * v
+        area += (1.0 - cdf) * v / lam
+        if 1.0 - cdf < 1e-15 and n > lam * t:
+            break
+    return end, area
+
+
+def profile_mm1_reference(src: Profile, load: float, k: int = 80):
+    """Periodic regime of M/M/1 under a rate profile: time-average queue
+    length and the law of the queue an arrival finds."""
+    gens = [_jsq_generator(1, k, load * r)[1] for r in src.shape]
+    p = np.zeros(k + 1)
+    p[0] = 1.0
+    for _ in range(200):  # periods until the regime is periodic
+        start = p
+        for qg, d in zip(gens, src.durations):
+            p, _ = _uniformized_integral(p, qg, d)
+        if np.abs(p - start).max() < 1e-13:
+            break
+    area_total, seen = np.zeros(k + 1), np.zeros(k + 1)
+    for qg, d, r in zip(gens, src.durations, src.shape):
+        p, area = _uniformized_integral(p, qg, d)
+        area_total += area
+        seen += load * r * area
+    assert area_total[-1] / src.period < 1e-12
+    return float(area_total @ np.arange(k + 1)) / src.period, seen / seen.sum()

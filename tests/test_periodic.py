@@ -1,0 +1,222 @@
+"""The mean field under a periodic rate profile (jaxqueue.theory.periodic).
+
+Checked against an exact reference (Random is an M_t/M/1 queue per server,
+whose periodic regime tests/chains.py computes by uniformization), against
+the constant-load mean field (a flat profile), against the conservation laws
+a periodic regime obeys, and against the simulator at large N over the same
+measured window.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue import theory
+from jaxqueue.core.arrivals import MMPP, Profile
+from jaxqueue.results.stats import tolerance
+from jaxqueue.theory import periodic
+
+from chains import profile_mm1_reference
+
+#: Five segments, peak 0.96 at load 0.6 (the profile of tests/test_arrivals.py).
+FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
+#: Half the period at 0.6 and half at 1.4 of the mean: at load 0.8 the peak (1.12)
+#: passes the capacity, so queues build up for 5 time units and drain after.
+DAY = Profile((0.0, 5.0, 10.0), (0.6, 1.4, None), label="two-level")
+
+
+def test_random_is_the_periodic_mm1_queue():
+    """Random sends each server a Poisson stream of rate lambda(t): the mean
+    field is the forward equation of one M_t/M/1 queue, solved here by RK4
+    and by the reference by uniformization of the truncated chain."""
+    mean_queue, seen = profile_mm1_reference(FIVE, 0.6)
+    mf = theory.mean_field("random", 0.6, arrivals=FIVE)
+    k = min(seen.size, mf.arrival_seen.size)
+    assert mf.mean_queue_length == pytest.approx(mean_queue, abs=1e-8)
+    np.testing.assert_allclose(mf.arrival_seen[:k], seen[:k], atol=1e-8)
+    assert mf.waiting_probability == pytest.approx(1.0 - seen[0], abs=1e-8)
+    assert mf.mean_response_time == pytest.approx(float(seen @ (np.arange(seen.size) + 1.0)),
+                                                  abs=1e-8)  # fmt: skip
+    assert mf.diagnostics["tail_remainder"] < periodic.REMAINDER  # the levels grew to hold the peak
+    assert mf.settings["arrivals"]["kind"] == "profile" and mf.settings["window"] == [0.0, 20.0]
+    # windows: any whole number of periods gives the period's averages; two
+    # halves of a period average to the period's averages
+    other = theory.mean_field("random", 0.6, arrivals=FIVE, window=(7.3, 60.0))
+    assert other.mean_queue_length == pytest.approx(mf.mean_queue_length, abs=1e-9)
+    halves = [theory.mean_field("random", 0.6, arrivals=FIVE, window=w) for w in
+              ((3.0, 10.0), (13.0, 10.0))]  # fmt: skip
+    assert np.mean([h.mean_queue_length for h in halves]) == pytest.approx(
+        mf.mean_queue_length, abs=1e-9)
+    assert abs(halves[0].mean_queue_length - halves[1].mean_queue_length) > 0.1  # (not flat)
+
+
+@pytest.mark.parametrize("name, ratio", [("pod", None),
+                                         pytest.param("jiq", 5.0, marks=pytest.mark.slow)])
+def test_a_flat_profile_is_the_constant_load_mean_field(name, ratio):
+    """Two segments of equal rate: the orbit is the fixed point (closed forms)."""
+    flat = Profile((0.0, 1.3, 4.0), (2.0, 2.0, None))
+    mf = theory.mean_field(name, 0.9, ratio, arrivals=flat)
+    ref = theory.mean_field(name, 0.9, ratio)
+    for metric in ("mean_response_time", "waiting_probability", "mean_queue_length",
+                   "join_rate", "probe_rate", "delete_rate"):  # fmt: skip
+        assert getattr(mf, metric) == pytest.approx(getattr(ref, metric), abs=1e-9), metric
+    k = min(mf.tail.size, ref.tail.size)
+    np.testing.assert_allclose(mf.tail[:k], ref.tail[:k], atol=1e-9)
+    if ratio is not None:
+        assert mf.p0 == pytest.approx(ref.p0, abs=1e-9)
+    np.testing.assert_allclose(mf.diagnostics["orbit"]["mean_response_time"],
+                               ref.mean_response_time, atol=1e-9)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_conservation_over_the_period():
+    """Over a period of the regime tasks are conserved: accepted arrivals per
+    unit time equal completions (the busy fraction, with unit service rate),
+    Little's law ties the mean queue to the mean response time, and the
+    I-queues list exactly the idle servers on average. The peak passes the
+    capacity, so these hold through the clipped, saturated part of the orbit."""
+    jiq = theory.mean_field("jiq", 0.8, 5.0, arrivals=DAY)
+    assert jiq.tail[1] == pytest.approx(0.8, abs=1e-9)  # infinite buffers: all accepted
+    assert jiq.mean_queue_length == pytest.approx(0.8 * jiq.mean_response_time, abs=1e-8)
+    iq = jiq.iqueue_distribution
+    assert float(iq @ np.arange(iq.size)) / 5.0 == pytest.approx(1.0 - jiq.tail[1], abs=1e-9)
+    assert jiq.p0 == pytest.approx(iq[0], abs=1e-12)
+    curve = jiq.diagnostics["orbit"]
+    assert curve["p0"].max() > jiq.p0 + 0.1  # the peak drains the I-queues
+    assert curve["mean_response_time"].max() > 2.0 * curve["mean_response_time"].min()
+    # a finite buffer blocks at the peak: accepted arrivals are lambda (1 - P(block))
+    pod = theory.mean_field("pod", 0.8, arrivals=DAY, buffer=2)
+    assert pod.blocking_probability > 0.01
+    assert pod.tail[1] == pytest.approx(0.8 * (1.0 - pod.blocking_probability), abs=1e-9)
+    accepted = 0.8 * (1.0 - pod.blocking_probability)
+    assert pod.mean_queue_length == pytest.approx(accepted * pod.mean_response_time, abs=1e-8)
+
+
+def test_errors_name_the_parameter():
+    with pytest.raises(NotImplementedError, match="mmpp arrivals"):
+        theory.mean_field("pod", 0.8, arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)))
+    with pytest.raises(NotImplementedError, match="exponential servers"):
+        theory.mean_field("pod", 0.8, arrivals=DAY, service="erlang:2")
+    with pytest.raises(NotImplementedError, match="jiq-threshold"):
+        theory.mean_field("jiq-threshold", 0.8, 10.0, arrivals=DAY)
+    with pytest.raises(ValueError, match="window= .*arrivals="):
+        theory.mean_field("pod", 0.8, window=(0.0, 10.0))
+    with pytest.raises(ValueError, match="window length"):
+        theory.mean_field("pod", 0.8, arrivals=DAY, window=(0.0, 0.0))
+    with pytest.raises(ValueError, match="window start"):
+        theory.mean_field("pod", 0.8, arrivals=DAY, window=(-1.0, 5.0))
+    with pytest.raises(ValueError, match="load=1.0"):
+        theory.mean_field("pod", 1.0, arrivals=DAY)
+    with pytest.raises(ValueError, match="dt="):
+        periodic.periodic_orbit("pod", 0.8, DAY, dt=2.0)
+
+
+def test_command_line(tmp_path, capsys):
+    from jaxqueue.cli import main
+
+    csv = tmp_path / "day.csv"
+    csv.write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
+    assert main(["theory", "--policy", "pod", "--load", "0.8", "--arrivals", str(csv),
+                 "--window", "3,20", "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(3.0, 20.0))
+    assert out["mean_response_time"]["mean"] == pytest.approx(ref.mean_response_time, abs=1e-12)
+    assert out["settings"]["arrivals"]["peak"] == pytest.approx(1.4)
+    assert out["settings"]["window"] == [3.0, 20.0]
+    assert len(out["diagnostics"]["orbit"]["time"]) == 500  # steps of 0.02 over the period
+    assert main(["theory", "--policy", "pod", "--load", "0.8", "--arrivals", str(csv)]) == 0
+    text = capsys.readouterr().out
+    assert "arrivals: profile day, peak 1.4 x the mean load" in text
+    assert "averages over t in [0, 10] of the periodic regime" in text
+    # refused before any work
+    assert main(["theory", "--policy", "pod", "--load", "0.8", "--window", "0,5"]) == 2
+    assert "--arrivals" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["theory", "--policy", "pod", "--load", "0.8", "--window", "0"])
+    assert "START,LENGTH" in capsys.readouterr().err
+
+
+# -- the simulator at large N over its own measured window --------------------------------
+
+N, LOAD = 10_000, 0.8
+CASES = [("pod", None), ("jiq", 5.0)]
+TAIL = 3
+FAMILY = len(CASES) * (3 + TAIL) + 1  # T, P(wait), E[Q], s_1..s_3 per policy; p0 of JIQ
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, ratio", CASES)
+def test_simulation_at_large_n_matches_over_its_window(name, ratio):
+    """N = 10^4, load 0.8 under DAY (10.5 periods measured after 10 of warm-up).
+    The mean field is averaged over the simulation's own window, so a partial
+    period at its end is no bias; the finite-N allowance is 10 / N of the
+    value, as for the other large-N comparisons."""
+    per_time = N * (LOAD * DAY.peak + 1.0)  # uniformization rate: steps per time unit
+    sim = jq.simulate(name, LOAD, N, N if ratio is None else int(N / ratio), arrivals=DAY,
+                      replicas=16, steps=int(105 * per_time), warmup=int(100 * per_time),
+                      seed=41, interval="replicas")  # fmt: skip
+    s = sim.settings
+    mf = theory.mean_field(name, LOAD, ratio, arrivals=DAY,
+                           window=(s["time_warmup"], s["time_measured"]))  # fmt: skip
+    checks = [(sim.mean_response_time, mf.mean_response_time, "T"),
+              (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
+              (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
+              (jq.Estimate(sim.tail.mean[1 : TAIL + 1], sim.tail.ci95[1 : TAIL + 1], sim.tail.n),
+               mf.tail[1 : TAIL + 1], "s_1..s_3")]  # fmt: skip
+    if ratio is not None:
+        checks.append((sim.p0, mf.p0, "p0"))
+    for est, predicted, what in checks:
+        predicted = np.asarray(predicted, np.float64)
+        tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
+        err = np.abs(np.asarray(est.mean) - predicted)
+        assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, mean field {predicted}"
+
+
+# -- grids: a profile point's theory is the mean field over its own window ------------------
+
+GRID = """\
+[grid]
+policy = ["pod"]
+servers = [300]
+load = [0.6, 0.8]
+arrivals = ["day.csv"]
+[run]
+replicas = 8
+time = 45
+warmup_time = 20
+seed = 3
+theory = "mean-field"
+"""
+
+
+def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path):
+    from types import SimpleNamespace
+
+    from jaxqueue.studies import grid
+    from jaxqueue.studies.grid import run_grid
+    from jaxqueue.studies.spec import parse_spec
+    from jaxqueue.studies.store import Store
+
+    (tmp_path / "day.csv").write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
+    spec = parse_spec(GRID, base=tmp_path)
+    point = spec.points[1]
+    # the plumbing: the window comes from the point's own simulation
+    fake = SimpleNamespace(settings={"time_warmup": 20.5, "time_measured": 45.25})
+    (th,) = grid._theory([point], "mean-field", {}, [fake],
+                         lambda text: spec.arrivals_file(text).source)  # fmt: skip
+    ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(20.5, 45.25))
+    assert th.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
+    period = theory.mean_field("pod", 0.8, arrivals=DAY)
+    assert abs(ref.mean_response_time - period.mean_response_time) > 1e-3  # the window matters
+    # end to end: every point gets a theory value, within the simulation's tolerance
+    store = tmp_path / "grid.sqlite"
+    assert run_grid(spec, store) == 2
+    with Store.open_existing(store) as s:
+        rows = [r for r in s.rows() if r["metric"] == "mean_response_time"]
+    assert len(rows) == 2 and all(r["theory"] is not None for r in rows)
+    for r in rows:
+        est = jq.Estimate(r["mean"], r["ci95"], 8)
+        tol = tolerance(est, 2, allowance=10.0 / 300 * r["theory"])
+        assert abs(r["mean"] - r["theory"]) <= tol, r
