@@ -47,6 +47,7 @@ averages the orbit over exactly that window.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import NamedTuple
@@ -208,18 +209,19 @@ def _flow_integrals(x, loads, lengths, ratio, policy, system):
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
 def _newton(x, loads, lengths, ratio, policy, system):
-    """``(Phi(x) - x``, the Newton step) with the conservation law in row ``L``."""
+    """``(Phi(x) - x``, the Newton step) with the conservation law in row ``L``;
+    one pass through the period gives the gap and the Jacobian together."""
     L = system.levels
 
     def residual(y):
-        f = _flow(y, loads, lengths, ratio, policy, system) - y
+        gap = _flow(y, loads, lengths, ratio, policy, system) - y
+        f = gap
         if system.iqueue_levels:
             f = f.at[L].set(jnp.sum(y[L:]) / ratio - (1.0 - y[0]))
-        return f
+        return f, (f, gap)
 
-    jac = jax.jacfwd(residual)(x)
-    f = residual(x)
-    return _flow(x, loads, lengths, ratio, policy, system) - x, jnp.linalg.solve(jac, -f)
+    jac, (f, gap) = jax.jacfwd(residual, has_aux=True)(x)
+    return gap, jnp.linalg.solve(jac, -f)
 
 
 # -- the orbit ------------------------------------------------------------------------------
@@ -273,7 +275,8 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
             mass at them is reported in ``averages.truncated``).
         dt: the longest RK4 step, in ``(0, 1]``.
         tol: ``max |Phi(x) - x|`` at which the orbit counts as found.
-        max_newton: Newton steps before the period map is iterated instead.
+        max_newton: the most Newton steps, tried once where the period map
+            contracts slowly (0: iterate the map only).
         window: ``(start, length)``: average over ``[start, start + length]``
             of the periodic regime (time 0 is phase 0 of the profile), as a
             simulation's measured window; ``None``: one period.
@@ -369,7 +372,7 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> Per
     period = profile.period
     with jax.enable_x64(True):
         rj = jnp.float64(r)
-        loads, lengths, _ = _schedule(profile, lam, 0.0, period, dt)
+        loads, lengths, n = _schedule(profile, lam, 0.0, period, dt)
         loads, lengths = jnp.asarray(loads), jnp.asarray(lengths)
         fp = meanfield.fixed_point(pol, lam, ratio if system.iqueue_levels else None,
                                    buffer=system.buffer, levels=system.levels,
@@ -402,7 +405,6 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> Per
                 a, b, _ = _schedule(profile, lam, 0.0, phase + rest - period, dt)
                 _, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
                 total = total + np.asarray(part)
-    _, _, n = _schedule(profile, lam, 0.0, period, dt)
     seen = seen[:n]
     times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
     return _averages(pol, system, lam, start, total / length, seen, times,
@@ -443,8 +445,6 @@ def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, ar
     :attr:`PeriodicOrbit.curve`, with the solver's ``residual``, ``periods``
     and ``newton_iterations``.
     """
-    import dataclasses
-
     res = meanfield.as_result(orbit.averages, policy, load, ratio, buffer=buffer,
                               with_quantiles=with_quantiles)  # fmt: skip
     settings = dict(res.settings, arrivals=_as_profile(arrivals).to_dict(),
