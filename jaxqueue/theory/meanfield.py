@@ -32,10 +32,18 @@ Distributed Join-Idle-Queue: A Fluid Limit Approach", arXiv:1606.01833), I1F,
 idle-first-else-JSQ(d) and finite buffers. :func:`as_result` turns a fixed
 point into a :class:`~jaxqueue.theory.result.MeanFieldResult`.
 
-Policies whose routing jumps at the fixed point (JSQ-like rules with
-``lambda >= 1`` and a finite buffer, where ``s_1 = 1`` exactly) have a drift
-that is not differentiable there; Newton then reports a failure status
-(``Status.MAX_ITERATIONS`` or ``Status.NON_FINITE``) rather than a wrong answer.
+JSQ-like policies (:func:`kinked`: JSQ, I1F, an idle server first with one
+dispatcher) route on whether some server has fewer than ``k`` tasks, so
+their drift jumps where ``s_k`` reaches 1. Above capacity (a load step or a
+profile's peak past 1, or ``lambda >= 1`` with a finite buffer) the state
+slides along that full level: :func:`sliding` gives the drift there (the
+mix of the two routings that holds ``s_k`` at 1), the ODE integrators use
+it, and a step that fills a level is cut where it fills
+(:func:`split_at_filling`). A fixed point on a full level is not a zero of
+Newton's drift; :func:`fixed_point` then runs the sliding ODE until it
+settles. Where neither converges the status says so
+(``Status.MAX_ITERATIONS`` or ``Status.NON_FINITE``) rather than giving a
+wrong answer.
 
 Within :mod:`jaxqueue.theory` this module depends on
 :mod:`jaxqueue.theory.result` only, never on the closed forms:
@@ -64,8 +72,9 @@ from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "DEFAULT_LEVELS", "limit_system", "drift", "drift_from_rates", "rates",
-    "arrival_law", "fixed_point", "transient", "as_result",
+    "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "limit_system", "drift",
+    "drift_from_rates", "rates", "arrival_law", "kinked", "sliding", "ode_drift", "fixed_point",
+    "transient", "as_result",
 ]  # fmt: skip
 
 
@@ -263,6 +272,114 @@ def drift_from_rates(x, load, ratio, rt: Rates, system: System) -> jax.Array:
     return jnp.concatenate([ds, dq])
 
 
+#: How far below 1 a full level is read to get the law "a server below it exists".
+_INSIDE = 2.0**-40
+
+
+def kinked(policy: Policy, system: System) -> bool:
+    """Whether ``policy`` routes on whether a count is zero in ``system``
+    (:meth:`~jaxqueue.policies.Policy.mean_field_kink`): its drift jumps where
+    a level fills, and the ODE slides along that boundary (:func:`sliding`)."""
+    return policy.mean_field_kink(system) is not None
+
+
+class Sliding(NamedTuple):
+    """The drift at a state where the routing may jump (see :func:`sliding`).
+
+    Attributes:
+        drift: ``dx/dt``; its component along a boundary it slides on is 0.
+        rates: the :class:`Rates` of the arrivals (the mix of the two laws).
+        inside: the weight ``alpha`` of the law read just below the boundary.
+        state: the state (clipped to ``[0, 1]``), read as on the boundary.
+        below: the same state with the boundary's level read as below 1.
+    """
+
+    drift: jax.Array
+    rates: Rates
+    inside: jax.Array
+    state: jax.Array
+    below: jax.Array
+
+
+def sliding(x, load, ratio, policy: Policy, system: System) -> Sliding:
+    """The drift of a JSQ-like policy, with the sliding motion along a full level.
+
+    A policy that routes on whether some server has fewer than ``k`` tasks
+    (JSQ's shortest queue, an idle server first, I1F's server with one task)
+    has a drift that jumps where ``s_k`` reaches 1. In the finite system the
+    number of servers with fewer than ``k`` tasks is then a fast birth-death
+    process: it grows as servers at level ``k`` finish a task and shrinks as
+    arrivals are sent there. In the limit it is positive a fraction
+    ``alpha`` of the time, the one that holds ``s_k`` at 1:
+    ``alpha * a + (1 - alpha) * b = 0`` with ``a > 0`` the drift of ``s_k``
+    under the law read just below 1 and ``b < 0`` under the law at 1
+    (Filippov's convex combination). Arrivals follow the mix of the two laws
+    in these proportions. With ``a <= 0`` the state leaves the boundary (the
+    law below 1 applies); off the boundary this is :func:`drift`. ``k`` is
+    the highest full level (``s_1 = .. = s_k = 1``): below it no server can
+    appear while level ``k`` is full.
+
+    Without this, an explicit integrator alternates between the two laws
+    from step to step and the clip at 1 drops the arrivals of the steps that
+    overshoot: a peak of the load above 1 then builds far shorter queues than
+    the system does.
+    """
+    L = system.levels
+    y = jnp.clip(x, 0.0, 1.0)
+    top = jnp.sum(jnp.cumprod(y[:L] >= 1.0))  # s_1 .. s_top are 1
+    on = top > 0
+    k = jnp.maximum(top - 1, 0)
+    below = y.at[k].set(jnp.where(on, 1.0 - _INSIDE, y[k]))
+    r_at, r_below = rates(y, policy, system), rates(below, policy, system)
+    b = drift_from_rates(y, load, ratio, r_at, system)[k]
+    a = drift_from_rates(y, load, ratio, r_below, system)[k]
+    slide = on & (a > 0.0) & (b < 0.0)
+    alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
+                      jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
+    rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
+    f = drift_from_rates(y, load, ratio, rt, system)
+    f = jnp.where(slide, f.at[k].set(0.0), f)
+    return Sliding(f, rt, alpha, y, below)
+
+
+def split_at_filling(step, x, h, new, extra, slope, system: System):
+    """An ODE step of a JSQ-like policy, cut where it fills a level.
+
+    ``step(y, h) -> (y', extra)`` is one unclipped RK4 step of length ``h``
+    (``extra``: what it integrates besides the state, or ``None``); ``new``
+    and ``extra`` are its result from ``x``, ``slope`` the drift at ``x``.
+    Where the lowest level that is not full (``s_k < 1``) reaches 1 within
+    the step, the sliding drift takes over part way: a whole step would mix
+    the two regimes in its stages, and clipping its end at 1 would drop the
+    arrivals beyond it (an error of order ``h`` each time a level fills).
+    The step is instead cut at the time the level reaches 1 along ``slope``:
+    one step up to it, the level set to 1, one step on, their ``extra``
+    summed (an error of order ``h**2``).
+    """
+    L = system.levels
+    top = jnp.sum(jnp.cumprod(x[:L] >= 1.0))  # s_1 .. s_top are 1
+    k = jnp.minimum(top, L - 1)
+    gap, rise = 1.0 - x[k], h * slope[k]
+    crossed = (top < L) & (rise > gap)
+
+    def split(_):
+        theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
+        mid, first = step(x, theta * h)
+        mid = jnp.clip(mid, 0.0, 1.0).at[k].set(1.0)
+        end, second = step(mid, (1.0 - theta) * h)
+        return end, jax.tree_util.tree_map(jnp.add, first, second)
+
+    return jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+
+
+def ode_drift(x, load, ratio, policy: Policy, system: System) -> jax.Array:
+    """The right-hand side the ODE is integrated with: :func:`sliding` for a
+    JSQ-like policy (:func:`kinked`), else :func:`drift`."""
+    if kinked(policy, system):
+        return sliding(x, load, ratio, policy, system).drift
+    return drift(x, load, ratio, policy, system)
+
+
 def _residual(x, load, ratio, policy, system):
     f = drift(x, load, ratio, policy, system)
     if system.iqueue_levels:
@@ -276,14 +393,21 @@ def _residual(x, load, ratio, policy, system):
 @functools.partial(jax.jit, static_argnames=("policy", "system", "steps"))
 def _rk4(x, load, ratio, dt, policy, system, steps):
     def f(x):
-        return drift(x, load, ratio, policy, system)
+        return ode_drift(x, load, ratio, policy, system)
+
+    def step(x, h):
+        k1 = f(x)
+        k2 = f(x + 0.5 * h * k1)
+        k3 = f(x + 0.5 * h * k2)
+        k4 = f(x + h * k3)
+        return x + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), None, k1
 
     def body(x, _):
-        k1 = f(x)
-        k2 = f(x + 0.5 * dt * k1)
-        k3 = f(x + 0.5 * dt * k2)
-        k4 = f(x + dt * k3)
-        x = jnp.clip(x + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), 0.0, 1.0)
+        new, _, slope = step(x, dt)
+        if kinked(policy, system):
+            new, _ = split_at_filling(lambda y, h: step(y, h)[:2], x, dt, new, None, slope,
+                                      system)  # fmt: skip
+        x = jnp.clip(new, 0.0, 1.0)
         return x, x
 
     return jax.lax.scan(body, x, None, length=steps)
@@ -299,6 +423,34 @@ def _newton_step(x, load, ratio, policy, system):
     jac = jax.jacobian(lambda y: _residual(y, load, ratio, policy, system))(x)
     dx = jnp.linalg.solve(jac, -f)
     return f, dx
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _sliding_rates(x, load, ratio, policy, system):
+    return sliding(x, load, ratio, policy, system).rates
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _sliding_residual(x, load, ratio, policy, system):
+    return jnp.max(jnp.abs(sliding(x, load, ratio, policy, system).drift))
+
+
+#: Time units per ODE run of :func:`_settle`, and the most runs.
+_SETTLE_TIME, _SETTLE_RUNS = 100.0, 20
+
+
+def _settle(x, load, ratio, dt, policy, system, tol):
+    """Run the sliding ODE until its drift is below ``tol``:
+    ``(x, status, residual)`` (``MAX_ITERATIONS`` if it does not settle)."""
+    steps = int(math.ceil(_SETTLE_TIME / dt))
+    x = jnp.asarray(x, jnp.float64)
+    res = math.inf
+    for _ in range(_SETTLE_RUNS):
+        x, _ = _rk4(x, load, ratio, jnp.float64(dt), policy, system, steps)
+        res = float(_sliding_residual(x, load, ratio, policy, system))
+        if res < tol:
+            return np.asarray(x), Status.CONVERGED, res
+    return np.asarray(x), Status.MAX_ITERATIONS, res
 
 
 def _empty_start(system: System, ratio) -> np.ndarray:
@@ -391,6 +543,7 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
             steps = int(math.ceil(warmup_time / dt))
             x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
+            x0_run = x
         else:
             x = jnp.asarray(start, jnp.float64)
         x = np.asarray(x, np.float64)  # the Newton loop's host side in NumPy: nothing to compile
@@ -405,7 +558,14 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
                 status = Status.CONVERGED
                 break
             x = np.clip(x + dx, 0.0, 1.0)
-        rt = Rates(*(np.asarray(v, np.float64) for v in _rates_at(x, pol, system)))
+        if kinked(pol, system):
+            if status != Status.CONVERGED and start is None:
+                # a fixed point on a full level (JSQ-like routing with lambda >= 1 and a
+                # finite buffer): Newton's drift jumps there; the sliding flow settles on it
+                x, status, res = _settle(np.asarray(x0_run), lam, r, dt, pol, system, tol)
+            rt = Rates(*(np.asarray(v, np.float64) for v in _sliding_rates(x, lam, r, pol, system)))
+        else:
+            rt = Rates(*(np.asarray(v, np.float64) for v in _rates_at(x, pol, system)))
     s, q = _split(x, system)
     truncated = (float(s[-1]) if buffer is None else 0.0, float(q[-1]) if q.size > 1 else 0.0)
     return FixedPoint(s, q, rt, res, status, it, truncated)

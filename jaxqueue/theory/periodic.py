@@ -32,8 +32,10 @@ forward from the fixed point at the mean load, then Newton on
 ``Phi(x) - x = 0``, ``Phi`` the map over one period, with ``jax.jacfwd``
 through the whole period (with the I-queue conservation law
 ``sum_j Q_j / r = 1 - s_1`` in place of one equation, as in the fixed point).
-Should Newton stall (routing with kinks, such as JSQ when a peak saturates
-the servers), the period map is iterated instead. ``levels`` and
+For JSQ-like routing the ODE slides along a level the peak fills
+(:func:`jaxqueue.theory.meanfield.sliding`), and the averages integrate the
+mix of the two routings it follows there. Should Newton stall (the flow has
+kinks where a level fills or empties), the period map is iterated instead. ``levels`` and
 ``iqueue_levels`` left at ``None`` are doubled until the orbit's mass at the
 bounds is below ``1e-10``.
 
@@ -135,49 +137,69 @@ def _schedule(profile: Profile, load: float, t0: float, t1: float, dt: float):
             int(loads.size))  # fmt: skip
 
 
-def _integrand(x, lam, rt: Rates, policy, system):
+def _p0(x, policy, system):
+    """``p0`` at ``x``: ``1 - Q_1``; with one dispatcher, whether no server is idle."""
+    s, q = meanfield._split(x, system)
+    if system.iqueue_levels:
+        return 1.0 - q[1]
+    if policy.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
+        return (s[1] >= 1.0).astype(x.dtype)
+    return jnp.zeros((), x.dtype)
+
+
+def _integrand(x, lam, rt: Rates, p0, policy, system):
     """What the averages integrate: the state, ``lambda * level law`` and, per
     unit time, deletes, probes, join probes, joins, ``p0`` and arrivals."""
-    s, q = meanfield._split(x, system)
-    L, J = system.levels, system.iqueue_levels
+    s, _ = meanfield._split(x, system)
+    L = system.levels
     idle = s[1] - s[2] if L >= 2 else s[1]
     join = idle if policy.uses_iqueues else jnp.zeros((), x.dtype)
-    if J:
-        p0 = 1.0 - q[1]
-    elif policy.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
-        p0 = (s[1] >= 1.0).astype(x.dtype)
-    else:
-        p0 = jnp.zeros((), x.dtype)
     rest = jnp.stack([lam * rt.deletes, lam * rt.probes, join * rt.join_probes, join, p0, lam])
     return jnp.concatenate([x, lam * rt.level, rest])
 
 
-def _observe(x, rt: Rates, system):
+def _observe(x, rt: Rates, p0, system):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
-    mean response time of an accepted arrival, ``p0`` (or ``1{s_1 = 1}``)."""
+    mean response time of an accepted arrival, ``p0``, and the mass at the bounds."""
     s, q = meanfield._split(x, system)
     L = system.levels
     accepted = rt.level[:L]
     seen = accepted / jnp.maximum(jnp.sum(accepted), 1e-300)
     k = jnp.arange(L, dtype=x.dtype)
-    p0 = 1.0 - q[1] if system.iqueue_levels else (s[1] >= 1.0).astype(x.dtype)
     return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], jnp.sum(seen * (k + 1.0)), p0, s[L],
                       q[-1] if system.iqueue_levels else jnp.zeros((), x.dtype)])  # fmt: skip
 
 
+def _stage(y, lam, ratio, policy, system):
+    """``(dx/dt, Rates, p0)`` at ``y``; for a JSQ-like policy the sliding drift
+    (:func:`jaxqueue.theory.meanfield.sliding`), its mixed law and ``p0``."""
+    if meanfield.kinked(policy, system):
+        sl = meanfield.sliding(y, lam, ratio, policy, system)
+        p0 = (sl.inside * _p0(sl.below, policy, system)
+              + (1.0 - sl.inside) * _p0(sl.state, policy, system))  # fmt: skip
+        return sl.drift, sl.rates, p0
+    rt = meanfield.rates(y, policy, system)
+    return meanfield.drift_from_rates(y, lam, ratio, rt, system), rt, _p0(y, policy, system)
+
+
 def _rk4_step(x, lam, h, ratio, policy, system, integrate: bool):
     def stage(y):
-        rt = meanfield.rates(y, policy, system)
-        f = meanfield.drift_from_rates(y, lam, ratio, rt, system)
-        return f, (_integrand(y, lam, rt, policy, system) if integrate else None), rt
+        f, rt, p0 = _stage(y, lam, ratio, policy, system)
+        return f, (_integrand(y, lam, rt, p0, policy, system) if integrate else None), (rt, p0)
 
-    k1, g1, rt1 = stage(x)
-    k2, g2, _ = stage(x + 0.5 * h * k1)
-    k3, g3, _ = stage(x + 0.5 * h * k2)
-    k4, g4, _ = stage(x + h * k3)
-    new = jnp.clip(x + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4), 0.0, 1.0)
-    area = h / 6.0 * (g1 + 2.0 * g2 + 2.0 * g3 + g4) if integrate else None
-    return new, area, rt1
+    def step(y, h):
+        k1, g1, obs = stage(y)
+        k2, g2, _ = stage(y + 0.5 * h * k1)
+        k3, g3, _ = stage(y + 0.5 * h * k2)
+        k4, g4, _ = stage(y + h * k3)
+        area = h / 6.0 * (g1 + 2.0 * g2 + 2.0 * g3 + g4) if integrate else None
+        return y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4), area, (obs, k1)
+
+    new, area, (obs, slope) = step(x, h)
+    if meanfield.kinked(policy, system):
+        new, area = meanfield.split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area,
+                                               slope, system)  # fmt: skip
+    return jnp.clip(new, 0.0, 1.0), area, obs
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
@@ -198,8 +220,8 @@ def _flow_integrals(x, loads, lengths, ratio, policy, system):
 
     def body(carry, step):
         x, total = carry
-        new, area, rt = _rk4_step(x, step[0], step[1], ratio, policy, system, True)
-        return (new, total + area), _observe(x, rt, system)
+        new, area, (rt, p0) = _rk4_step(x, step[0], step[1], ratio, policy, system, True)
+        return (new, total + area), _observe(x, rt, p0, system)
 
     L, J = system.levels, system.iqueue_levels
     zero = jnp.zeros(L + J + (L + 1) + 6, x.dtype)

@@ -411,8 +411,7 @@ class RefinedMeanField:
     Attributes:
         mean_field: the :class:`~jaxqueue.theory.result.MeanFieldResult` of the
             generic fixed point (the model the correction expands; ``None`` if
-            the fixed point failed, as it does for JSQ-like routing with a
-            finite buffer and ``lambda >= 1``).
+            the fixed point failed).
         correction: ``{metric: V}``, the ``1 / N`` coefficient of every metric
             of the result schema (floats, float64 arrays, ``{q: value}`` for
             ``response_quantiles``; ``None`` where the metric does not apply),
