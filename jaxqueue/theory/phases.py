@@ -486,6 +486,19 @@ def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
     return classes, pol, lam
 
 
+def _refuse_overload(pol: Policy, system: System, lam: float, classes: ServerClasses):
+    """JSQ-like routing above capacity fills a level and slides along it; the
+    exponential mean field does that (:func:`jaxqueue.theory.meanfield.sliding`),
+    this phase-type ODE does not yet, so it refuses rather than lose arrivals."""
+    if meanfield.kinked(pol, system) and lam >= classes.capacity:
+        raise NotImplementedError(
+            f"no phase-type or pools mean field for {pol.label()!r} at load={lam:.6g} >= the "
+            f"capacity {classes.capacity:.6g}: above capacity its routing fills a level and "
+            "the ODE must slide along it, which only the exponential mean field does "
+            "(theory.mean_field without service or pools); simulate instead"
+        )
+
+
 def _dt(classes: ServerClasses, lam: float, pol: Policy, system: System, ratio) -> float:
     """An RK4 step with ``h * (largest total rate out of a coordinate) <= 1.25``.
 
@@ -686,6 +699,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
         levels = _initial_levels(pol, lam, classes, level_tol)
         levels = max(1, min(levels, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
+    _refuse_overload(pol, system, lam, classes)
     one_r = float(ratio) if system.iqueue_levels else 1.0
     start = None
     with jax.enable_x64(True):
@@ -773,6 +787,7 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     if levels is None and buffer is None:
         levels = min(_initial_levels(pol, lam, classes, LEVEL_TOL), max(1, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
+    _refuse_overload(pol, system, lam, classes)
     L, J = system.levels, system.iqueue_levels
     one_r = float(ratio) if J else 1.0
     dim = L * P + J
