@@ -71,6 +71,20 @@ def test_mean_field_start_sets_the_iqueue_sizes_of_the_exchangeable_jiq_family(p
     assert even.iq_tail[(N - int(core.tail[1])) // M + 2] == 0
 
 
+def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
+    """With M = 1 the one I-queue lists every idle server: the start is the
+    single-dispatcher limit (ratio None), not the many-dispatcher one at
+    r = N, whose ~4N I-queue levels took minutes to solve at N = 1000."""
+    from jaxqueue.sim.initial import _mean_field
+
+    p = plan("jiq", [1.2], N, 1, replicas=2, buffer=3, init="mean-field")
+    mf = _mean_field(p.policy, 1.2, p.system)
+    assert mf.settings["ratio"] is None and mf.iqueue_distribution is None
+    np.testing.assert_allclose(mf.occupancy, theory.mean_field("jiq", 1.2, buffer=3).occupancy)
+    counts, _ = initial_counts("mean-field", p.system, p.policy, 1.2)
+    assert counts.sum() == N and counts[0] == 0  # above capacity: no server idle
+
+
 @pytest.mark.parametrize("opts", [{}, {"order": "fifo", "z": 1}], ids=["random", "fifo,z=1"])
 def test_jiq_original_start_lists_busy_servers_as_its_mean_field_does(opts):
     load = 0.7

@@ -150,8 +150,11 @@ def _mean_field(policy: Policy, load: float, system: System):
         if not policy.per_server:
             return class_mean_field(policy, load, system.n_servers, system.n_dispatchers,
                                     system.buffer, system.service, system.pools)  # fmt: skip
-    return mean_field(policy, load, system.ratio, buffer=system.buffer, service=system.service,
-                      pools=system.pools)  # fmt: skip
+    # one dispatcher: its I-queue holds every idle server, the single-dispatcher limit
+    # (r = N would ask for the many-dispatcher one with ~4N I-queue levels)
+    one = system.n_dispatchers == 1 and not policy.per_server
+    return mean_field(policy, load, None if one else system.ratio, buffer=system.buffer,
+                      service=system.service, pools=system.pools)  # fmt: skip
 
 
 def round_counts(frac: np.ndarray, n: int) -> np.ndarray:
