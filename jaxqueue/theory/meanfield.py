@@ -548,7 +548,10 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             x = jnp.asarray(start, jnp.float64)
         x = np.asarray(x, np.float64)  # the Newton loop's host side in NumPy: nothing to compile
         status, it, res = Status.MAX_ITERATIONS, 0, math.inf
-        for it in range(1, max_newton + 1):
+        # the ODE run ended on a full level (JSQ-like routing above capacity): Newton's drift
+        # jumps there, so the sliding flow settles on the fixed point instead (below)
+        on_level = kinked(pol, system) and start is None and x[0] >= 1.0
+        for it in range(1, 0 if on_level else max_newton + 1):
             f, dx = (np.asarray(v, np.float64) for v in _newton_step(x, lam, r, pol, system))
             res = float(np.max(np.abs(f)))
             if not np.all(np.isfinite(dx)):
@@ -560,8 +563,6 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             x = np.clip(x + dx, 0.0, 1.0)
         if kinked(pol, system):
             if status != Status.CONVERGED and start is None:
-                # a fixed point on a full level (JSQ-like routing with lambda >= 1 and a
-                # finite buffer): Newton's drift jumps there; the sliding flow settles on it
                 x, status, res = _settle(np.asarray(x0_run), lam, r, dt, pol, system, tol)
             rt = Rates(*(np.asarray(v, np.float64) for v in _sliding_rates(x, lam, r, pol, system)))
         else:
