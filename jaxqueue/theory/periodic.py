@@ -35,9 +35,9 @@ through the whole period (with the I-queue conservation law
 For JSQ-like routing the ODE slides along a level the peak fills
 (:func:`jaxqueue.theory.meanfield.sliding`), and the averages integrate the
 mix of the two routings it follows there. Should Newton stall (the flow has
-kinks where a level fills or empties), the period map is iterated instead. ``levels`` and
-``iqueue_levels`` left at ``None`` are doubled until the orbit's mass at the
-bounds is below ``1e-10``.
+kinks where a level fills or empties), the period map is iterated instead.
+``levels`` and ``iqueue_levels`` left at ``None`` are doubled until the
+orbit's mass at the bounds is below ``1e-10``.
 
 Averages over a window. A simulation measures over a window of its own
 (:attr:`settings["time_warmup"]` to that plus ``settings["time_measured"]``,
