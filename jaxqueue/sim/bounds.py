@@ -212,9 +212,18 @@ def class_mean_field(policy: Policy, load: float, n_servers: int, n_dispatchers:
     """
     from jaxqueue.theory import mean_field
 
-    several = policy.uses_iqueues and n_dispatchers > 1 and not policy.single_dispatcher
-    return mean_field(policy, load, n_servers / n_dispatchers if several else None,
+    return mean_field(policy, load, limit_ratio(policy, n_servers, n_dispatchers),
                       buffer=buffer, service=law, pools=pools)  # fmt: skip
+
+
+def limit_ratio(policy: Policy, n_servers: int, n_dispatchers: int) -> float | None:
+    """The ratio an exchangeable policy's mean field is solved at for ``N`` servers
+    and ``M`` dispatchers: ``N / M`` for the JIQ family with several dispatchers,
+    else None (one I-queue listing every idle server, or none; with ``M = 1``
+    the ratio ``N`` would ask for the many-dispatcher limit, about ``4N``
+    I-queue levels)."""
+    several = policy.uses_iqueues and n_dispatchers > 1 and not policy.single_dispatcher
+    return n_servers / n_dispatchers if several else None
 
 
 def _mph1_levels(n_servers: int, rate: float, law) -> int:

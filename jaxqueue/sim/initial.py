@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
-from jaxqueue.sim.bounds import class_mean_field
+from jaxqueue.sim.bounds import class_mean_field, limit_ratio
 from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
@@ -150,11 +150,10 @@ def _mean_field(policy: Policy, load: float, system: System):
         if not policy.per_server:
             return class_mean_field(policy, load, system.n_servers, system.n_dispatchers,
                                     system.buffer, system.service, system.pools)  # fmt: skip
-    # one dispatcher: its I-queue holds every idle server, the single-dispatcher limit
-    # (r = N would ask for the many-dispatcher one with ~4N I-queue levels)
-    one = system.n_dispatchers == 1 and not policy.per_server
-    return mean_field(policy, load, None if one else system.ratio, buffer=system.buffer,
-                      service=system.service, pools=system.pools)  # fmt: skip
+    ratio = system.ratio if policy.per_server else limit_ratio(policy, system.n_servers,
+                                                                 system.n_dispatchers)  # fmt: skip
+    return mean_field(policy, load, ratio, buffer=system.buffer, service=system.service,
+                      pools=system.pools)  # fmt: skip
 
 
 def round_counts(frac: np.ndarray, n: int) -> np.ndarray:

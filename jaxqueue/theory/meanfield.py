@@ -331,13 +331,14 @@ def sliding(x, load, ratio, policy: Policy, system: System) -> Sliding:
     k = jnp.maximum(top - 1, 0)
     below = y.at[k].set(jnp.where(on, 1.0 - _INSIDE, y[k]))
     r_at, r_below = rates(y, policy, system), rates(below, policy, system)
-    b = drift_from_rates(y, load, ratio, r_at, system)[k]
-    a = drift_from_rates(y, load, ratio, r_below, system)[k]
+    f_at = drift_from_rates(y, load, ratio, r_at, system)
+    f_below = drift_from_rates(y, load, ratio, r_below, system)
+    a, b = f_below[k], f_at[k]
     slide = on & (a > 0.0) & (b < 0.0)
     alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
                       jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
     rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
-    f = drift_from_rates(y, load, ratio, rt, system)
+    f = alpha * f_below + (1.0 - alpha) * f_at  # the drift is affine in the rates
     f = jnp.where(slide, f.at[k].set(0.0), f)
     return Sliding(f, rt, alpha, y, below)
 
