@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("theory", help="mean-field prediction for one policy")
     _add_policy(p)
     p.add_argument("--load", type=float, required=True, help="lambda")
-    p.add_argument("--ratio", type=float, default=None, help="r = N / M (JIQ family)")
+    p.add_argument("--ratio", type=float, default=None, help="r = N / M (JIQ family; default: one dispatcher)")
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
     p.add_argument("--levels", type=int, default=None,
                    help="largest queue length of the printed tail (default: automatic)")  # fmt: skip

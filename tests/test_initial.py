@@ -85,6 +85,39 @@ def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
     assert counts.sum() == N and counts[0] == 0  # above capacity: no server idle
 
 
+def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
+    """JIQ and JIQ-Pod have closed forms for many dispatchers only; with one
+    dispatcher (ratio None) below capacity and infinite buffers every arrival
+    finds an idle server in the limit: T = 1 and no server holds two tasks.
+    The start, a grid's theory column and ``compare`` all use that limit (the
+    closed form at r = N is a different system: T = 1.008 at N = 1000)."""
+    from jaxqueue.sim.initial import _mean_field
+    from jaxqueue.studies import grid
+    from jaxqueue.studies.spec import Point
+
+    for name in ("jiq", "jiq-pod"):
+        mf = theory.mean_field(name, 0.9)
+        assert mf.settings["ratio"] is None
+        assert mf.mean_response_time == pytest.approx(1.0, abs=1e-9)
+        assert mf.tail[1] == pytest.approx(0.9, abs=1e-9) and mf.tail[2] < 1e-9
+    many = theory.mean_field("jiq", 0.9, float(N)).mean_response_time
+    assert many > 1.005  # what grids and compare used to put beside an M = 1 run
+
+    p = plan("jiq", [0.9], N, 1, replicas=2, init="mean-field")
+    start = _mean_field(p.policy, 0.9, p.system)
+    assert start.mean_response_time == pytest.approx(1.0, abs=1e-9)
+    counts, _ = initial_counts("mean-field", p.system, p.policy, 0.9)
+    assert counts[0] == N - 900 and counts[1] == 900 and counts[2:].sum() == 0
+
+    point = Point("jiq", (), N, 1, None, 0.9, None, None)
+    (th,) = grid._theory([point], "mean-field", {})
+    assert th.settings["ratio"] is None
+    assert th.mean_response_time == pytest.approx(1.0, abs=1e-9)
+    several = Point("jiq", (), N, M, None, 0.9, None, None)
+    (th,) = grid._theory([several], "mean-field", {})
+    assert th.settings["ratio"] == N / M
+
+
 @pytest.mark.parametrize("opts", [{}, {"order": "fifo", "z": 1}], ids=["random", "fifo,z=1"])
 def test_jiq_original_start_lists_busy_servers_as_its_mean_field_does(opts):
     load = 0.7

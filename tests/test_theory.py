@@ -363,8 +363,9 @@ def test_mean_field_errors():
             theory.mean_field(name, 0.5, 1.0, buffer=3)
     with pytest.raises(ValueError, match="unknown policy"):
         theory.mean_field("nope", 0.5, 1.0)
-    with pytest.raises(ValueError):
-        theory.mean_field("jiq", 0.5)  # needs a ratio
+    for bad in (-1.0, 0.0, float("nan"), float("inf")):  # (None is one dispatcher)
+        with pytest.raises(ValueError, match="ratio"):
+            theory.mean_field("jiq", 0.5, bad)
 
 
 @pytest.mark.slow

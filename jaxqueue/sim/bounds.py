@@ -217,12 +217,17 @@ def class_mean_field(policy: Policy, load: float, n_servers: int, n_dispatchers:
 
 
 def limit_ratio(policy: Policy, n_servers: int, n_dispatchers: int) -> float | None:
-    """The ratio an exchangeable policy's mean field is solved at for ``N`` servers
-    and ``M`` dispatchers: ``N / M`` for the JIQ family with several dispatchers,
-    else None (one I-queue listing every idle server, or none; with ``M = 1``
-    the ratio ``N`` would ask for the many-dispatcher limit, about ``4N``
-    I-queue levels)."""
-    several = policy.uses_iqueues and n_dispatchers > 1 and not policy.single_dispatcher
+    """The ratio the mean field of ``N`` servers and ``M`` dispatchers is solved at.
+
+    ``N / M`` for the JIQ family with several dispatchers, and for the
+    per-server policies (JIQ-Original, JIQ-Threshold: their mean fields are
+    the many-dispatcher ones); else None: one I-queue listing every idle
+    server, or none. (With ``M = 1`` the ratio ``N`` would ask for the
+    many-dispatcher limit at ``r = N``: about ``4N`` I-queue levels, and not
+    the single-dispatcher system.)
+    """
+    several = policy.uses_iqueues and not policy.single_dispatcher and (
+        n_dispatchers > 1 or policy.per_server)  # fmt: skip
     return n_servers / n_dispatchers if several else None
 
 

@@ -150,8 +150,7 @@ def _mean_field(policy: Policy, load: float, system: System):
         if not policy.per_server:
             return class_mean_field(policy, load, system.n_servers, system.n_dispatchers,
                                     system.buffer, system.service, system.pools)  # fmt: skip
-    ratio = system.ratio if policy.per_server else limit_ratio(policy, system.n_servers,
-                                                                 system.n_dispatchers)  # fmt: skip
+    ratio = limit_ratio(policy, system.n_servers, system.n_dispatchers)
     return mean_field(policy, load, ratio, buffer=system.buffer, service=system.service,
                       pools=system.pools)  # fmt: skip
 

@@ -13,6 +13,7 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.sim.bounds import limit_ratio
 from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]
@@ -105,7 +106,6 @@ def compare(
         A list of :class:`Comparison` rows.
     """
     m = max(1, int(round(n_servers / ratio)))
-    r = n_servers / m
     per = steps_per_time_unit(n_servers, max(loads))
     rows = []
     for name in policies:
@@ -113,7 +113,8 @@ def compare(
         theory = None
         if pol.mean_field_kind() != "none":
             try:
-                theory = [mean_field(pol, lam, r) for lam in loads]
+                limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
+                theory = [mean_field(pol, lam, limit) for lam in loads]
             except RuntimeError as err:  # a solver that refuses this point (JIQ-Threshold, z >= 2)
                 print(f"[jaxqueue] no mean field for {pol.label()} here: {err}",
                       file=log or sys.stderr, flush=True)  # fmt: skip

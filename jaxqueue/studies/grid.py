@@ -35,7 +35,7 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.sim import runner
-from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels
+from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, limit_ratio, phase_levels
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
@@ -153,10 +153,16 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     return levels, iq
 
 
+def _limit_ratio(point: Point) -> float | None:
+    """The ratio the point's mean field is solved at (None: one dispatcher's limit)."""
+    return limit_ratio(make(point.policy, **dict(point.options)), point.servers,
+                       point.dispatchers)  # fmt: skip
+
+
 def _theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``)."""
     if kind == "mean-field":
-        return (kind, point.policy, point.options, point.load, point.params()["ratio"],
+        return (kind, point.policy, point.options, point.load, _limit_ratio(point),
                 point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
     return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
             point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
@@ -196,7 +202,7 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             new[key] = None
             pol = make(point.policy, **opts)
             if window is not None and plain and pol.mean_field_kind() in ("generic", "closed-form"):
-                new[key] = mean_field(pol, point.load, point.params()["ratio"],
+                new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
                                       arrivals=sources(point.arrivals), window=window)  # fmt: skip
         elif kind == "mean-field":
@@ -206,7 +212,7 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             if not (point.pools is not None and pol.routes_by_speed) and pol.mean_field_kind() in (
                 ("generic", "closed-form") + (per_server if plain else ())
             ):  # fmt: skip
-                new[key] = mean_field(pol, point.load, point.params()["ratio"],
+                new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
                                       service=point.service, pools=point.pools)  # fmt: skip
         else:
@@ -235,7 +241,7 @@ def _refined(points: list[Point], cache: dict) -> list:
             value = None
             plain = point.service is None and point.pools is None and point.arrivals is None
             if plain and pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
-                value = refined_mean_field(pol, point.load, point.params()["ratio"],
+                value = refined_mean_field(pol, point.load, _limit_ratio(point),
                                            buffer=point.buffer, n_servers=point.servers)  # fmt: skip
             cache[key] = value
         out.append(None if cache[key] is None else cache[key].at(point.servers))

@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxqueue.core.service import make_pools
 from jaxqueue.policies.registry import make
+from jaxqueue.sim.bounds import limit_ratio
 from jaxqueue.sim.transient import TransientResult, transient
 from jaxqueue.theory import meanfield
 
@@ -52,7 +53,7 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     init = "mean-field" if start_load is not None else "empty"
     res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
                                      start_load=start_load, init=init, **kwargs)  # fmt: skip
-    ratio = n_servers / n_dispatchers if pol.uses_iqueues and n_dispatchers > 1 else None
+    ratio = limit_ratio(pol, n_servers, n_dispatchers)
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
     pools = kwargs.get("pools")

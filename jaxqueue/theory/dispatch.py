@@ -52,10 +52,12 @@ def mean_field(
     the simulator), and an option the policy does not take is an error. Then:
 
     * a policy with a closed form and infinite buffers gets it
-      (:func:`jaxqueue.theory.closed_forms.closed_form_result`);
+      (:func:`jaxqueue.theory.closed_forms.closed_form_result`; for JIQ and
+      JIQ-Pod, with a ``ratio``);
     * otherwise, including every policy with a finite ``buffer``, the generic
       fixed point (:func:`jaxqueue.theory.meanfield.fixed_point`), with one
-      dispatcher for single-dispatcher policies and policies without I-queues;
+      dispatcher for single-dispatcher policies, policies without I-queues
+      and ``ratio=None``;
     * JIQ-Original (any ``order``, ``z``, ``d``) gets the tagged-server mean field
       (:func:`jaxqueue.theory.tagged_server.jiq_no_delete_mean_field`; infinite
       buffers only, ``ratio`` required);
@@ -73,8 +75,11 @@ def mean_field(
     Args:
         policy: a policy name or :class:`~jaxqueue.policies.Policy`.
         load: ``lambda`` (in ``(0, 1)`` for infinite buffers, ``> 0`` with a buffer).
-        ratio: ``r = N / M``; closed forms of the JIQ family need it, the generic
-            fixed point reads ``None`` as one dispatcher; recorded for the others.
+        ratio: ``r = N / M`` for the JIQ family with several dispatchers;
+            ``None`` is one dispatcher (one I-queue listing every idle server:
+            the generic fixed point, for the policies of the family with a
+            closed form too). Recorded, and unused, for policies without
+            I-queues.
         d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
         z: JIQ-Original's join threshold, or JIQ-Threshold's (servers listed
             while holding at most ``z`` tasks).
@@ -161,7 +166,10 @@ def mean_field(
     if levels is not None:
         check_int("levels", levels, 1, _MAX_LEVELS)
     lam = check_load(load, buffer)
-    if pol.closed_form() is not None and buffer is None:
+    # the JIQ family's closed forms are the many-dispatcher limit (they need
+    # the ratio); with ratio None (one dispatcher) the generic fixed point
+    one_queue = pol.uses_iqueues and ratio is None
+    if pol.closed_form() is not None and buffer is None and not one_queue:
         pol, cf = closed_form_of(pol)  # checks the declared family and d
         return closed_form_result(pol, cf, lam, ratio, levels, with_quantiles)
 
