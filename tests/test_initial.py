@@ -118,6 +118,27 @@ def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     assert th.settings["ratio"] == N / M
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dispatchers", [1, 10])
+def test_every_policy_with_a_mean_field_starts_from_it(dispatchers):
+    """The default start (init="auto": the mean field from N = 100 on) of
+    every registered policy, with one dispatcher and with several: a guard
+    for the ratio each start passes to its mean field (a JIQ run with M = 1
+    once failed here before anything ran). Host side only: nothing compiles
+    but the mean fields."""
+    n, load = 100, 0.9
+    for name in jq.available():
+        pol = jq.make(name)
+        if pol.mean_field_kind() == "none" or (pol.single_dispatcher and dispatchers > 1):
+            continue
+        opts = {"d": 1} if name == "jiq-sq" and dispatchers == 1 else {}
+        p = plan(name, [load], n, dispatchers, replicas=2, init="auto", **opts)
+        counts, _ = initial_counts("mean-field", p.system, p.policy, load)
+        assert counts.sum() == n, name
+        # the busy servers: N * lambda in the limit, rounded level by level
+        assert abs(counts[1:].sum() - n * load) <= 2, (name, counts[:4])
+
+
 @pytest.mark.parametrize("opts", [{}, {"order": "fifo", "z": 1}], ids=["random", "fifo,z=1"])
 def test_jiq_original_start_lists_busy_servers_as_its_mean_field_does(opts):
     load = 0.7

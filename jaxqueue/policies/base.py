@@ -507,6 +507,9 @@ def server_draw(d: int, system: System) -> Servers:
 def check_d(d, system: System, what: str = "servers") -> None:
     """Check ``d`` distinct probes of servers (or of dispatchers) against ``system``."""
     upper = system.n_servers if what == "servers" else system.n_dispatchers
+    if isinstance(d, int) and not isinstance(d, bool) and d > upper:
+        raise ValueError(f"d={d} is out of range: it probes {what}, need 1 <= d <= n_{what} "
+                         f"({upper})")  # fmt: skip
     check_int("d", d, 1, upper)
     if what == "servers" and MAX_PROBES < d < upper:
         raise ValueError(
