@@ -461,11 +461,11 @@ def test_response_quantiles_are_the_erlang_mixture():
         (("jsq", 1.0, 3, 1), {}, r"load=1.0 .*infinite buffers need 0 < load < 1"),
         (("jsq", None, 3, 1), {}, "load is required"),
         (("pod", LAM, 3, 1), {"d": 0}, "d=0"),
-        (("pod", LAM, 3, 1), {"d": 4}, r"d=4 .*<= 3"),
-        (("jiq-pod", LAM, 3, 1), {"d": 4}, r"d=4 .*<= 3"),
-        (("idle-first", LAM, 3, 1), {"d": 4}, r"d=4 .*<= 3"),
-        (("jiq-sq", LAM, 3, 2), {"d": 3}, r"d=3 .*<= 2"),
-        (("jiq-sq", LAM, 3, 1), {}, r"d=2 .*<= 1"),  # its default d = 2 needs M >= 2
+        (("pod", LAM, 3, 1), {"d": 4}, r"d=4 .*<= n_servers \(3\)"),
+        (("jiq-pod", LAM, 3, 1), {"d": 4}, r"d=4 .*<= n_servers \(3\)"),
+        (("idle-first", LAM, 3, 1), {"d": 4}, r"d=4 .*<= n_servers \(3\)"),
+        (("jiq-sq", LAM, 3, 2), {"d": 3}, r"d=3 .*<= n_dispatchers \(2\)"),
+        (("jiq-sq", LAM, 3, 1), {}, r"d=2 .*<= n_dispatchers \(1\)"),  # its default d = 2 needs M >= 2
         (("jiq-threshold", LAM, 3, 1), {"z": -1}, "z=-1"),
         (("jiq", LAM, 3, 2), {"d": 2}, "takes no option d"),
         (("jsq", LAM, 3, 1), {"buffer": 0}, "buffer=0"),
