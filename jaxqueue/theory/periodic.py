@@ -36,8 +36,13 @@ For JSQ-like routing the ODE slides along a level the peak fills
 (:func:`jaxqueue.theory.meanfield.sliding`), and the averages integrate the
 mix of the two routings it follows there. Should Newton stall (the flow has
 kinks where a level fills or empties), the period map is iterated instead.
-``levels`` and ``iqueue_levels`` left at ``None`` are doubled until the
-orbit's mass at the bounds is below ``1e-10``.
+The map keeps the JIQ family's conservation law exactly: each period ends by
+setting ``Q_1`` from it (the ODE keeps the law, so the map does not contract
+along it, and what the integration leaks there would add up period after
+period). ``levels`` and ``iqueue_levels`` left at ``None`` grow until the
+orbit's mass at the bounds is below ``1e-10``: each time by as many levels
+as the tail's decay at the bound says are missing, and half as many again
+(at least 8, at most twice as many).
 
 Averages over a window. A simulation measures over a window of its own
 (:attr:`settings["time_warmup"]` to that plus ``settings["time_measured"]``,
@@ -72,7 +77,7 @@ DEFAULT_DT = 0.02
 #: The orbit's largest mass at an automatic bound (``s_levels`` or ``Q_iqueue_levels``).
 REMAINDER = 1e-10
 
-#: Automatic bounds are doubled up to this many levels.
+#: Automatic bounds grow up to this many levels.
 MAX_AUTO_LEVELS = 5120
 
 _MIN_STEPS = 64  # compiled step counts are powers of two from here (padded with empty steps)
@@ -160,14 +165,17 @@ def _integrand(x, lam, rt: Rates, p0, policy, system):
 
 def _observe(x, rt: Rates, p0, system):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
-    mean response time of an accepted arrival, ``p0``, and the mass at the bounds."""
+    mean response time of an accepted arrival, ``p0``, the mass at the bounds
+    (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``)."""
     s, q = meanfield._split(x, system)
     L = system.levels
     accepted = rt.level[:L]
     seen = accepted / jnp.maximum(jnp.sum(accepted), 1e-300)
     k = jnp.arange(L, dtype=x.dtype)
+    zero = jnp.zeros((), x.dtype)
+    J = system.iqueue_levels
     return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], jnp.sum(seen * (k + 1.0)), p0, s[L],
-                      q[-1] if system.iqueue_levels else jnp.zeros((), x.dtype)])  # fmt: skip
+                      q[J] if J else zero, s[L - 1], q[J - 1] if J else zero])  # fmt: skip
 
 
 def _stage(y, lam, ratio, policy, system):
@@ -204,13 +212,31 @@ def _rk4_step(x, lam, h, ratio, policy, system, integrate: bool):
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
 def _flow(x, loads, lengths, ratio, policy, system):
-    """The state after the schedule's steps."""
+    """The state after the schedule's steps, put back on the JIQ family's
+    conservation law (:func:`_conserve`)."""
 
     def body(x, step):
         new, _, _ = _rk4_step(x, step[0], step[1], ratio, policy, system, False)
         return new, None
 
-    return jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0]
+    return _conserve(jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0], ratio,
+                     system)  # fmt: skip
+
+
+def _conserve(x, ratio, system):
+    """``x`` with ``Q_1`` set so that ``sum_j Q_j / r = 1 - s_1`` (I-queues list
+    exactly the idle servers).
+
+    The ODE keeps this sum, so the period map has an eigenvalue 1 along it:
+    what the integration leaks there (mass joining I-queues past the bound,
+    the clip at 0) is never contracted away but adds up period after period
+    (about 5e-10 a period for JIQ at r = 10 on a 48-unit day), and iterating
+    the map would stall above a tight ``tol``. Without I-queues ``x`` as is.
+    """
+    if not system.iqueue_levels:
+        return x
+    L = system.levels
+    return x.at[L].set(jnp.clip(ratio * (1.0 - x[0]) - jnp.sum(x[L + 1 :]), 0.0, 1.0))
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
@@ -291,7 +317,7 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
         arrivals: a :class:`~jaxqueue.core.arrivals.Profile` or a profile CSV
             file (``time,rate``); its rates are relative (scaled to time mean 1).
         ratio: ``r = N / M``; ``None``: one dispatcher.
-        levels, iqueue_levels: the bounds; ``None`` doubles them from the
+        levels, iqueue_levels: the bounds; ``None`` grows them from the
             fixed point's defaults until the orbit's mass at the bound is
             below :data:`REMAINDER`. Given bounds are used as they are (the
             mass at them is reported in ``averages.truncated``).
@@ -321,22 +347,37 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     while True:
-        orbit = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win)
-        grow_s = auto_levels and orbit.averages.truncated[0] > REMAINDER
-        grow_q = auto_iq and system.iqueue_levels and orbit.averages.truncated[1] > REMAINDER
+        orbit, decay = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win)
+        mass = orbit.averages.truncated
+        grow_s = auto_levels and mass[0] > REMAINDER
+        grow_q = auto_iq and system.iqueue_levels and mass[1] > REMAINDER
         if not (grow_s or grow_q):
             return orbit
-        if max(system.levels, system.iqueue_levels) * 2 > MAX_AUTO_LEVELS:
+        levels = _grown(system.levels, mass[0], decay[0]) if grow_s else system.levels
+        iqueue_levels = (_grown(system.iqueue_levels, mass[1], decay[1]) if grow_q
+                         else system.iqueue_levels)  # fmt: skip
+        if (levels, iqueue_levels) == (system.levels, system.iqueue_levels):
             raise RuntimeError(
                 f"the orbit of {pol.label()!r} still reaches the bound at {system.levels} levels "
                 f"and {system.iqueue_levels} I-queue levels (mass {orbit.averages.truncated}); "
                 "the profile's peak builds queues too long to represent: give a finite buffer "
                 "or a lower load"
             )  # fmt: skip
-        levels = system.levels * 2 if grow_s else system.levels
-        iqueue_levels = system.iqueue_levels * 2 if grow_q else system.iqueue_levels
         _, system = meanfield._policy_and_system(pol, ratio, None, buffer, levels,
                                                  iqueue_levels if system.iqueue_levels else None)  # fmt: skip
+
+
+def _grown(bound: int, mass: float, decay: float) -> int:
+    """A larger automatic bound: where the tail, falling by ``decay`` a level from
+    ``mass`` at ``bound`` (as it does there when that mass peaks), is below
+    ``REMAINDER / 10``, with half as many levels again to spare; at least 8
+    levels more, at most twice ``bound``, a multiple of 8, and at most
+    :data:`MAX_AUTO_LEVELS`. (The solve that follows checks the mass again:
+    a tail that falls more slowly further out grows the bound once more.)"""
+    rho = min(max(decay, 1e-3), 0.95) if math.isfinite(decay) else 0.95
+    more = math.ceil(1.5 * math.log(REMAINDER / 10.0 / mass) / math.log(rho))
+    grown = min(2 * bound, max(bound + 8, -(-(bound + more) // 8) * 8))
+    return max(bound, min(grown, MAX_AUTO_LEVELS))
 
 
 def _newton_phase(x, loads, lengths, rj, pol, system, tol, max_newton):
@@ -389,7 +430,13 @@ def _find(x, loads, lengths, rj, pol, system, tol, max_newton):
     return x, Status.MAX_ITERATIONS, residual, it, _MAX_PERIODS
 
 
-def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> PeriodicOrbit:
+def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> tuple:
+    """The orbit on ``system``'s bounds, and the tails' decay at them (:func:`_decay`).
+
+    It starts from the fixed point at the mean load on the same bounds (not
+    from an orbit on smaller ones: the levels past those would start empty
+    and fill over many periods, a slow mode the residual test can stop in).
+    """
     r = float(ratio) if system.iqueue_levels else 1.0
     period = profile.period
     with jax.enable_x64(True):
@@ -429,8 +476,19 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> Per
                 total = total + np.asarray(part)
     seen = seen[:n]
     times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
-    return _averages(pol, system, lam, start, total / length, seen, times,
-                     np.asarray(loads)[:n], status, residual, it, periods, window)  # fmt: skip
+    orbit = _averages(pol, system, lam, start, total / length, seen, times,
+                      np.asarray(loads)[:n], status, residual, it, periods, window)  # fmt: skip
+    return orbit, _decay(seen)
+
+
+def _decay(seen) -> tuple:
+    """``s_L / s_{L-1}`` and ``Q_J / Q_{J-1}`` where the orbit's mass at each
+    bound peaks (NaN where that level is empty)."""
+    out = []
+    for at, below in ((4, 6), (5, 7)):
+        i = int(np.argmax(seen[:, at]))
+        out.append(float(seen[i, at] / seen[i, below]) if seen[i, below] > 0 else math.nan)
+    return tuple(out)
 
 
 def _averages(pol, system, load, start, mean, seen, times, loads, status, residual, it,
