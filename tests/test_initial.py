@@ -85,6 +85,7 @@ def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
     assert counts.sum() == N and counts[0] == 0  # above capacity: no server idle
 
 
+@pytest.mark.slow
 def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     """JIQ and JIQ-Pod have closed forms for many dispatchers only; with one
     dispatcher (ratio None) below capacity and infinite buffers every arrival
