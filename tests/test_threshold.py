@@ -129,6 +129,27 @@ def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
     assert built and max(built) < threshold._busy_limit(3)
 
 
+def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch):
+    """At r = 1000 (a run with N = 1000 and one dispatcher starts from the
+    mean field at r = N / M) the chain would hold I-queue sizes up to 4016:
+    about 2.6 GiB of blocks for the coarse chain and 39 GiB for the next (the
+    solve used to be killed for memory). Refused at once, with the reason; a
+    run's automatic start then starts empty with a StartWarning."""
+    from jaxqueue.sim.runner import _solvable_start
+    from jaxqueue.theory import threshold
+
+    built = []
+    monkeypatch.setattr(threshold, "_Chain", lambda *a: built.append(a))
+    with pytest.raises(RuntimeError, match=r"ratio=1000.0 needs I-queue sizes up to 4016 .* "
+                                            r"2.6 GiB .* use a smaller ratio"):
+        theory.mean_field("jiq-threshold", 0.9, 1000.0, z=1)
+    assert not built
+    p = plan("jiq-threshold", [0.9], 1000, 1, z=1, replicas=2, steps=512, init="empty")
+    with pytest.warns(jq.StartWarning, match=r"empty: .*GiB"):
+        assert _solvable_start(p.policy, [0.9], p.system) == "empty"
+    assert threshold._entries(2, 56, 33) * 8 < 0.4 * 2**30  # z = 2 at r = 10: well inside
+
+
 #: Statistical comparisons below: three metrics at four points.
 FAMILY = 12
 

@@ -63,9 +63,9 @@ def mean_field(
       buffers only, ``ratio`` required);
     * JIQ-Threshold(z) gets the mean field of its I-queue compositions
       (:func:`jaxqueue.theory.threshold.jiq_threshold_mean_field`; infinite
-      buffers only, ``ratio`` required; ``z`` of 0 and 1 at any ratio, ``z =
-      2`` up to about ``r = 10``, larger ``z`` at small ratios, and past that a
-      :class:`RuntimeError` that says why);
+      buffers only, ``ratio`` required; ``z`` of 0 and 1 up to ratios of
+      several hundred, ``z = 2`` up to about ``r = 10``, larger ``z`` at small
+      ratios, and past that a :class:`RuntimeError` that says why);
     * a policy without a mean field raises :class:`NotImplementedError`.
 
     The mean field is in units of the mean service time

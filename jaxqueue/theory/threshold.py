@@ -62,7 +62,7 @@ import numpy as np
 
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
-__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT"]
+__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "MAX_ENTRIES"]
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
 #: tail mass of the queue lengths left out.
@@ -75,6 +75,11 @@ MAX_STATES = 600
 #: solution keeps errors of about this order and reports the share
 #: (``busy_remainder``).
 BUSY_ACCEPT = 1e-8
+#: Most float64 entries the generator blocks of a chain may take (``up``,
+#: ``local``, ``down`` and the level reduction's ``R``: about four times the
+#: sum of squared compositions per size); 2.5e8 is 2 GB. A larger chain is
+#: refused before it is built.
+MAX_ENTRIES = 2.5e8
 #: Compositions per size level of the first, coarse chain (found cheaply, it
 #: sizes the next one, or shows that the limit cannot be met).
 _FIRST_STATES = 150
@@ -183,6 +188,13 @@ class _Chain:
             pis.append(pis[-1] @ r_mats[m])
         total = sum(p.sum() for p in pis)
         return [np.maximum(p, 0.0) / total for p in pis]
+
+
+def _entries(z: int, size_max: int, busy_max: int) -> float:
+    """About how many float64 entries the blocks of ``_Chain(z, size_max, busy_max)`` take."""
+    busy_max = min(busy_max, size_max)
+    full = math.comb(busy_max + z, z) ** 2 * (size_max - busy_max)
+    return 4.0 * (full + sum(math.comb(m + z, z) ** 2 for m in range(busy_max)))
 
 
 def _busy_limit(z: int, states: int = MAX_STATES) -> int:
@@ -309,7 +321,19 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
     # coarse chain of at most _FIRST_STATES compositions per size
     limit = _busy_limit(z)
     busy_max = min(int(lam * ratio) + 8, _busy_limit(z, _FIRST_STATES))
-    chain, jac = _Chain(z, size_max, busy_max), None
+
+    def built(size_max: int, busy_max: int) -> _Chain:
+        entries = _entries(z, size_max, busy_max)
+        if entries > MAX_ENTRIES:
+            raise RuntimeError(
+                f"the JIQ-Threshold mean field with z={z} at load={lam}, ratio={ratio} needs "
+                f"I-queue sizes up to {size_max} with up to {min(busy_max, size_max)} busy "
+                f"members: about {entries * 8 / 2**30:.1f} GiB of generator blocks, more than "
+                f"the {MAX_ENTRIES * 8 / 2**30:.1f} GiB allowed; use a smaller ratio (r = N / M)"
+            )
+        return _Chain(z, size_max, busy_max)
+
+    chain, jac = built(size_max, busy_max), None
 
     def refuse(mass: float, estimated: bool):
         how = "by the coarse first chain's decay, about" if estimated else "solved there,"
@@ -341,7 +365,7 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
                 if at_limit >= _HOPELESS:
                     refuse(at_limit, estimated=True)
             busy_max = min(want, limit)
-        chain = _Chain(z, size_max, busy_max)
+        chain = built(size_max, busy_max)
     x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
     f, mean, a = info["f"], info["mean"], info["a"]
     # unlisted servers: fraction u f^(k - z - 1) with k > z tasks
