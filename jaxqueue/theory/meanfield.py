@@ -74,7 +74,7 @@ from jaxqueue.theory.result import MeanFieldResult, build
 __all__ = [
     "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "limit_system", "drift",
     "drift_from_rates", "rates", "arrival_law", "kinked", "sliding", "ode_drift", "fixed_point",
-    "transient", "as_result",
+    "transient", "as_result", "iqueue_gap",
 ]  # fmt: skip
 
 
@@ -381,13 +381,17 @@ def ode_drift(x, load, ratio, policy: Policy, system: System) -> jax.Array:
     return drift(x, load, ratio, policy, system)
 
 
+def iqueue_gap(x, ratio, system: System):
+    """``sum_j Q_j / r - (1 - s_1)``: zero where the I-queues list exactly the idle
+    servers (the JIQ family's conservation law, which the drift keeps)."""
+    return jnp.sum(x[system.levels :]) / ratio - (1.0 - x[0])
+
+
 def _residual(x, load, ratio, policy, system):
     f = drift(x, load, ratio, policy, system)
     if system.iqueue_levels:
-        L = system.levels
         # the I-queues list exactly the idle servers: replaces the Q_1 equation
-        conserve = jnp.sum(x[L:]) / ratio - (1.0 - x[0])
-        f = f.at[L].set(conserve)
+        f = f.at[system.levels].set(iqueue_gap(x, ratio, system))
     return f
 
 

@@ -225,7 +225,7 @@ def _flow(x, loads, lengths, ratio, policy, system):
 
 def _conserve(x, ratio, system):
     """``x`` with ``Q_1`` set so that ``sum_j Q_j / r = 1 - s_1`` (I-queues list
-    exactly the idle servers).
+    exactly the idle servers: :func:`jaxqueue.theory.meanfield.iqueue_gap` zero).
 
     The ODE keeps this sum, so the period map has an eigenvalue 1 along it:
     what the integration leaks there (mass joining I-queues past the bound,
@@ -265,7 +265,7 @@ def _newton(x, loads, lengths, ratio, policy, system):
         gap = _flow(y, loads, lengths, ratio, policy, system) - y
         f = gap
         if system.iqueue_levels:
-            f = f.at[L].set(jnp.sum(y[L:]) / ratio - (1.0 - y[0]))
+            f = f.at[L].set(meanfield.iqueue_gap(y, ratio, system))
         return f, (f, gap)
 
     jac, (f, gap) = jax.jacfwd(residual, has_aux=True)(x)
