@@ -5,7 +5,10 @@ the seconds JAX spent in them tracing, lowering and compiling (from JAX's own
 monitoring events, gathered from every xdist worker): where the suite's time
 goes, for keeping it short. A jit traced inside another's trace counts in both
 trace columns; lowering and compiling count once. Compiles in the subprocesses
-some tests start (the command line, two hosts) are not seen.
+some tests start (the command line, two hosts) are not seen. A second table
+lists the functions that took longest to compile, with how many times each
+was compiled (once per new shape, dtype or static argument): the place to
+look for compiles a test could share.
 """
 
 import collections
@@ -27,11 +30,15 @@ def pytest_addoption(parser):
 #: The modules that take longest, longest first. pytest-xdist hands whole
 #: modules to its workers in collection order (``--dist loadscope
 #: --no-loadscope-reorder``), so these go first and the workers end together.
+#: The order is that of the ``tests`` column of ``--compile-times``; a slow
+#: module left off this list runs last and leaves one worker finishing alone.
 LONGEST_FIRST = (
-    "test_kernel", "test_refined", "test_vs_exact", "test_phases", "test_sweeps", "test_grid",
-    "test_theory", "test_engine", "test_jiq_original", "test_arrivals", "test_vs_mean_field",
-    "test_threshold", "test_transient", "test_long_runs", "test_api", "test_meanfield",
+    "test_periodic", "test_refined", "test_vs_exact", "test_kernel", "test_threshold",
+    "test_phases", "test_sliding", "test_sweeps", "test_theory", "test_meanfield_pools",
+    "test_grid", "test_meanfield", "test_arrivals", "test_engine", "test_jiq_original",
+    "test_transient", "test_vs_mean_field", "test_initial", "test_long_runs", "test_api",
     "test_tagged_server", "test_listed", "test_meanfield_phases", "test_distributed",
+    "test_suite_tools", "test_jsew",
 )  # fmt: skip
 
 
@@ -71,6 +78,7 @@ _COMPILE_EVENTS = {
     "/jax/core/compile/backend_compile_duration": "compile",
 }
 _COLUMNS = ("trace", "lower", "compile")
+_TOP_FUNCTIONS = 25
 
 
 def _module(nodeid: str) -> str:
@@ -78,17 +86,23 @@ def _module(nodeid: str) -> str:
 
 
 class _CompileTimes:
-    """Seconds of each compile event per module, in this process."""
+    """Seconds of each compile event per module, and compiles and their seconds
+    per compiled function (by name), in this process."""
 
     def __init__(self):
         self.current = "(collection)"
         self.seconds = collections.defaultdict(lambda: dict.fromkeys(_COLUMNS, 0.0))
+        self.functions = collections.defaultdict(lambda: [0, 0.0])
         jax.monitoring.register_event_duration_secs_listener(self._listen)
 
     def _listen(self, event, duration, **kwargs):
         column = _COMPILE_EVENTS.get(event)
         if column is not None:
             self.seconds[self.current][column] += duration
+        if column == "compile":
+            entry = self.functions[str(kwargs.get("fun_name", "?"))]
+            entry[0] += 1
+            entry[1] += duration
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.current = _module(nodeid)
@@ -96,6 +110,7 @@ class _CompileTimes:
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: to the controller
             session.config.workeroutput["compile_times"] = json.dumps(self.seconds)
+            session.config.workeroutput["compiled_functions"] = json.dumps(self.functions)
 
 
 class _CompileReport:
@@ -105,22 +120,28 @@ class _CompileReport:
         self.local = local  # None under xdist: the workers send theirs
         self.tests = collections.Counter()
         self.seconds = collections.defaultdict(lambda: dict.fromkeys(_COLUMNS, 0.0))
+        self.functions = collections.defaultdict(lambda: [0, 0.0])
 
-    def _add(self, seconds):
+    def _add(self, seconds, functions):
         for module, cols in seconds.items():
             for column, value in cols.items():
                 self.seconds[module][column] += value
+        for name, (count, secs) in functions.items():
+            self.functions[name][0] += count
+            self.functions[name][1] += secs
 
     def pytest_runtest_logreport(self, report):
         self.tests[_module(report.nodeid)] += report.duration
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
-        self._add(json.loads(getattr(node, "workeroutput", {}).get("compile_times", "{}")))
+        out = getattr(node, "workeroutput", {})
+        self._add(json.loads(out.get("compile_times", "{}")),
+                  json.loads(out.get("compiled_functions", "{}")))  # fmt: skip
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.local is not None:
-            self._add(self.local.seconds)
+            self._add(self.local.seconds, self.local.functions)
         tr = terminalreporter
         tr.section("compile times (seconds; tests = setup + call + teardown)")
         if not any(sum(c.values()) for c in self.seconds.values()):
@@ -133,6 +154,12 @@ class _CompileReport:
         for module, t, cols in rows + [("all", sum(r[1] for r in rows), total)]:
             share = f"{sum(cols) / t:6.0%}" if t > 0 else " " * 6
             tr.write_line(f"{t:8.1f} {cols[0]:7.1f} {cols[1]:7.1f} {cols[2]:8.1f} {share}  {module}")
+        tr.write_line("")
+        tr.write_line(f"the {_TOP_FUNCTIONS} functions that took longest to compile, in all processes:")
+        tr.write_line(f"{'compile':>8} {'times':>6}  function")
+        top = sorted(self.functions.items(), key=lambda kv: -kv[1][1])[:_TOP_FUNCTIONS]
+        for name, (count, secs) in top:
+            tr.write_line(f"{secs:8.1f} {count:6d}  {name}")
 
 
 def pytest_configure(config):
