@@ -8,7 +8,7 @@ Typical use::
 
     import jaxqueue as jq
     res = jq.simulate("jiq-pod", 0.9, 1000, 100, d=2, replicas=64,
-                      steps=2_000_000, warmup=500_000)
+                      time=1000, warmup_time=200)
     print(res.mean_response_time)
 """
 
@@ -34,7 +34,7 @@ def sweep(
     order: str | None = None,
     buffer: int | None = None,
     replicas: int = 32,
-    steps: int = 1_000_000,
+    steps: int | None = None,
     warmup: int | str | None = None,
     seed: int = 0,
     levels: int | None = None,
@@ -51,6 +51,8 @@ def sweep(
     service=None,
     pools=None,
     arrivals=None,
+    time: float | None = None,
+    warmup_time: float | None = None,
 ) -> list[SimulationResult]:
     """Simulate one policy at several loads in one compiled batch.
 
@@ -71,7 +73,18 @@ def sweep(
         buffer: places per server ``b``, or None for infinite buffers.
         replicas: replicas per load.
         steps: measured uniformized steps per replica (rounded up to whole
-            blocks of 256; the result records the steps run).
+            blocks of 256; the result records the steps run). Default:
+            ``time`` if given, else 1,000,000 (whatever ``N``: about 526
+            time units at ``N = 1000``, ``lambda = 0.9``, but 5 at ``N = 10^5``).
+        time: the measured window in time units (mean service times) instead
+            of ``steps``: ``steps = ceil(time * N * rate)``, ``rate`` the
+            uniformized steps per server per time unit at the largest load
+            (``lambda + 1`` for exponential service; the peak rate of a
+            profile or an MMPP). Smaller loads step at the same count, so
+            their windows are a little longer; each result's
+            ``settings["time_measured"]`` records its own.
+        warmup_time: the warm-up in time units instead of ``warmup`` (same
+            conversion; not with ``warmup="auto"``).
         warmup: discarded uniformized steps per replica before measuring;
             default: 100 units of time at the largest load (see
             docs/simulation.md on the bias of a short warm-up). ``"auto"``
@@ -157,7 +170,7 @@ def sweep(
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
         interval=interval, batches=batches, backend=backend, service=service,
-        pools=pools, arrivals=arrivals,
+        pools=pools, arrivals=arrivals, time=time, warmup_time=warmup_time,
     )  # fmt: skip
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip

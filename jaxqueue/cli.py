@@ -63,11 +63,18 @@ def _add_run(p: argparse.ArgumentParser) -> None:
                         "({\"generator\": [[...]], \"rates\": [...]}); scaled to mean load "
                         "--load")  # fmt: skip
     p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
-    p.add_argument("--steps", type=int, default=1_000_000,
-                   help="measured uniformized steps per replica")  # fmt: skip
-    p.add_argument("--warmup", type=_warmup, default=None,
-                   help="discarded warm-up steps per replica (default: 100 time units), or "
-                        "'auto': extend it while the warm-up diagnostic fails")  # fmt: skip
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None,
+                        help="measured uniformized steps per replica (default 1000000)")
+    length.add_argument("--time", type=float, default=None,
+                        help="measured time units per replica instead of --steps (steps = "
+                             "time x N x the step rate per server at the load)")  # fmt: skip
+    warm = p.add_mutually_exclusive_group()
+    warm.add_argument("--warmup", type=_warmup, default=None,
+                      help="discarded warm-up steps per replica (default: 100 time units), or "
+                           "'auto': extend it while the warm-up diagnostic fails")  # fmt: skip
+    warm.add_argument("--warmup-time", type=float, default=None,
+                      help="warm-up time units instead of --warmup")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
     p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
@@ -320,10 +327,10 @@ def _cmd_simulate(args) -> int:
     res = simulate(
         args.policy, load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
         buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
-        seed=args.seed, levels=args.levels, iqueue_levels=args.iqueue_levels,
-        init=args.init, progress=args.progress, interval=args.interval, batches=args.batches,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-        backend=args.backend, service=args.service, pools=args.pools, arrivals=args.arrivals,
+        time=args.time, warmup_time=args.warmup_time, seed=args.seed, levels=args.levels,
+        iqueue_levels=args.iqueue_levels, init=args.init, progress=args.progress,
+        interval=args.interval, batches=args.batches, checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every, backend=args.backend, service=args.service, pools=args.pools, arrivals=args.arrivals,
     )  # fmt: skip
     return _emit(res, args)
 

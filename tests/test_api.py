@@ -6,6 +6,7 @@ tolerance for the replicas used, family-wise 0.001 over the stated family
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,8 +16,10 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
+from jaxqueue.core.rng import BLOCK
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
+from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
 
 # Shapes reused across the tests of this file: levels=48 for the infinite-buffer runs.
@@ -102,6 +105,13 @@ def test_sweep_returns_one_result_per_load():
         (dict(on_overflow="clip"), "on_overflow='clip' is not valid"),
         (dict(policy="pod", z=1), "takes no option z"),
         (dict(policy="jiq-threshold", z=-1), "z=-1 is out of range"),
+        (dict(steps=None, time=0.0), "time=0.0 is out of range: need a finite number > 0"),
+        (dict(steps=None, time=float("nan")), "time=nan is out of range"),
+        (dict(steps=None, time=1e30), "steps per replica .12 a time unit., out of range"),
+        (dict(time=10.0), "give steps or time, not both"),
+        (dict(warmup_time=-1.0), "warmup_time=-1.0 is out of range: need a finite number >= 0"),
+        (dict(warmup=512, warmup_time=1.0), "give warmup or warmup_time, not both"),
+        (dict(warmup="auto", warmup_time=1.0), "warmup='auto' starts from the default"),
     ],
 )
 def test_bad_input_is_rejected_before_compiling(kwargs, match):
@@ -112,6 +122,36 @@ def test_bad_input_is_rejected_before_compiling(kwargs, match):
     with pytest.raises(ValueError, match=match.replace("(", r"\(")):
         jq.simulate(policy, **base)
     assert run_blocks._cache_size() == compiled  # nothing compiled
+
+
+def test_time_units_set_the_run_length_at_the_largest_load():
+    """``time``/``warmup_time``: ``ceil(units * N * (lambda_max + 1))`` steps,
+    rounded up to whole blocks of 256 (nothing compiles)."""
+    p = runner.plan("pod", [0.5, 0.9], 100, replicas=2, time=20, warmup_time=5)
+    assert p.measure_blocks == math.ceil(math.ceil(20 * 100 * 1.9) / BLOCK)
+    assert p.warmup_blocks == math.ceil(math.ceil(5 * 100 * 1.9) / BLOCK)
+    zero = runner.plan("pod", [0.5], 100, replicas=2, time=20, warmup_time=0)
+    assert zero.warmup_blocks == 0
+    # with neither, the defaults: 10^6 steps and 100 time units of warm-up
+    p = runner.plan("pod", [0.5], 100, replicas=2)
+    assert p.measure_blocks == math.ceil(runner.DEFAULT_STEPS / BLOCK)
+    assert p.warmup_blocks == math.ceil(math.ceil(100 * 100 * 1.5) / BLOCK)
+
+
+@pytest.mark.slow
+def test_cli_time_units_and_the_window_they_give(capsys):
+    """The same compiled shape as test_cli_json_stands_alone_on_stdout."""
+    assert cli_main(["simulate", "--policy", "pod", "--servers", "8", "--load", "0.5",
+                     "--replicas", "4", "--time", "200", "--warmup-time", "20",
+                     "--levels", "48", "--json"]) == 0  # fmt: skip
+    s = json.loads(capsys.readouterr().out)["settings"]
+    assert s["steps"] == 2560 and s["warmup"] == 256  # 2400 and 240 steps, in whole blocks
+    assert s["time_measured"] == pytest.approx(2560 / 12)  # 8 servers x (0.5 + 1) a time unit
+    assert s["time_warmup"] == pytest.approx(256 / 12)
+    with pytest.raises(SystemExit):
+        cli_main(["simulate", "--policy", "pod", "--servers", "8", "--load", "0.5",
+                  "--time", "200", "--steps", "1000"])  # fmt: skip
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 @pytest.mark.slow

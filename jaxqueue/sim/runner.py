@@ -238,6 +238,32 @@ class Plan:
         return np.concatenate([vec, np.full(self.padded - vec.size, vec[-1], np.float32)])
 
 
+#: Measured steps per replica when neither ``steps`` nor ``time`` is given.
+DEFAULT_STEPS = 1_000_000
+
+
+def _run_steps(name: str, steps, time_name: str, units, per_unit: float, default: int, *,
+               least: int = 1) -> int:  # fmt: skip
+    """A run length in steps: ``steps`` as given, or ``ceil(units * per_unit)``
+    (``units`` in time units, ``per_unit`` the uniformized steps per time unit
+    at the largest load), or ``default``; both given is an error."""
+    if units is None:
+        return default if steps is None else steps
+    if steps is not None:
+        raise ValueError(f"give {name} or {time_name}, not both ({name}={steps!r}, "
+                         f"{time_name}={units!r})")  # fmt: skip
+    bad = isinstance(units, bool) or not isinstance(units, (int, float, np.integer, np.floating))
+    if bad or not math.isfinite(units) or units < 0 or (least and units <= 0):
+        need = "> 0" if least else ">= 0"
+        raise ValueError(f"{time_name}={units!r} is out of range: need a finite number {need} "
+                         "(time units)")  # fmt: skip
+    n = int(math.ceil(float(units) * per_unit))
+    if n > MAX_STEPS:
+        raise ValueError(f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
+                         f"unit), out of range: need at most {MAX_STEPS}; run more replicas")  # fmt: skip
+    return max(n, least)
+
+
 def plan(
     policy: str | Policy,
     loads: Sequence[float],
@@ -249,7 +275,7 @@ def plan(
     order: str | None = None,
     buffer: int | None = None,
     replicas: int = 32,
-    steps: int = 1_000_000,
+    steps: int | None = None,
     warmup: int | str | None = None,
     seed: int = 0,
     levels: int | None = None,
@@ -264,6 +290,8 @@ def plan(
     service: str | PhaseType | None = None,
     pools=None,
     arrivals=None,
+    time: float | None = None,
+    warmup_time: float | None = None,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
@@ -292,15 +320,20 @@ def plan(
     if buffer is not None:
         check_int("buffer", buffer, 1, 10**6)
     check_int("replicas", replicas, 1, 10**8)
+    lmax = max(loads)
+    per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
+    steps = _run_steps("steps", steps, "time", time, per_unit, DEFAULT_STEPS)
     check_int("steps", steps, 1, MAX_STEPS)
     if on_overflow not in ("raise", "report"):
         raise ValueError(f"on_overflow={on_overflow!r} is not valid: use 'raise' or 'report'")
-    lmax = max(loads)
     auto_warmup = isinstance(warmup, str)
     if auto_warmup and warmup != "auto":
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
-    if warmup is None or auto_warmup:  # (a thinned source steps at its peak rate)
-        warmup = int(math.ceil(DEFAULT_WARMUP_TIME * (n_servers * bare.step_rate(lmax))))
+    if auto_warmup and warmup_time is not None:
+        raise ValueError("warmup='auto' starts from the default warm-up and extends it: "
+                         "give warmup_time=None with it")  # fmt: skip
+    warmup = _run_steps("warmup", None if auto_warmup else warmup, "warmup_time", warmup_time,
+                        per_unit, int(math.ceil(DEFAULT_WARMUP_TIME * per_unit)), least=0)  # fmt: skip
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)

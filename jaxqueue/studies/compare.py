@@ -8,7 +8,6 @@ import sys
 from typing import Sequence
 
 from jaxqueue.api import sweep
-from jaxqueue.core.system import steps_per_time_unit
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
@@ -106,7 +105,6 @@ def compare(
         A list of :class:`Comparison` rows.
     """
     m = max(1, int(round(n_servers / ratio)))
-    per = steps_per_time_unit(n_servers, max(loads))
     rows = []
     for name in policies:
         pol = with_options(name, d, z)
@@ -122,8 +120,8 @@ def compare(
         if log is not None:
             print(f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True)
         results = sweep(
-            pol, loads, n_servers, m, replicas=replicas, steps=int(math.ceil(time_units * per)),
-            warmup=int(math.ceil(warmup_time * per)), seed=seed,
+            pol, loads, n_servers, m, replicas=replicas, time=time_units,
+            warmup_time=warmup_time, seed=seed,
             init="mean-field" if has_mf else "empty", progress=progress,
         )  # fmt: skip
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
