@@ -395,8 +395,10 @@ def _residual(x, load, ratio, policy, system):
     return f
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "system", "steps"))
-def _rk4(x, load, ratio, dt, policy, system, steps):
+def _rk4_step(x, load, ratio, dt, policy, system):
+    """One RK4 step of the mean-field ODE (cut where it fills a level for
+    JSQ-like routing: :func:`split_at_filling`), clipped to [0, 1]."""
+
     def f(x):
         return ode_drift(x, load, ratio, policy, system)
 
@@ -407,15 +409,30 @@ def _rk4(x, load, ratio, dt, policy, system, steps):
         k4 = f(x + h * k3)
         return x + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), None, k1
 
+    new, _, slope = step(x, dt)
+    if kinked(policy, system):
+        new, _ = split_at_filling(lambda y, h: step(y, h)[:2], x, dt, new, None, slope, system)
+    return jnp.clip(new, 0.0, 1.0)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system", "steps"))
+def _rk4(x, load, ratio, dt, policy, system, steps):
+    """``(x after steps, the state after each step)``: ``steps`` RK4 steps of ``dt``."""
+
     def body(x, _):
-        new, _, slope = step(x, dt)
-        if kinked(policy, system):
-            new, _ = split_at_filling(lambda y, h: step(y, h)[:2], x, dt, new, None, slope,
-                                      system)  # fmt: skip
-        x = jnp.clip(new, 0.0, 1.0)
+        x = _rk4_step(x, load, ratio, dt, policy, system)
         return x, x
 
     return jax.lax.scan(body, x, None, length=steps)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _rk4_end(x, load, ratio, dt, steps, policy, system):
+    """The state after ``steps`` RK4 steps of ``dt`` (both traced: the fixed
+    point's start, the sliding flow's runs and any other length share one
+    compiled program per policy and system, and no trajectory is kept)."""
+    return jax.lax.fori_loop(0, steps, lambda _, y: _rk4_step(y, load, ratio, dt, policy, system),
+                             x)  # fmt: skip
 
 
 #: :func:`rates` compiled, for the host side (not op by op: each op would compile on its own).
@@ -451,7 +468,7 @@ def _settle(x, load, ratio, dt, policy, system, tol):
     x = jnp.asarray(x, jnp.float64)
     res = math.inf
     for _ in range(_SETTLE_RUNS):
-        x, _ = _rk4(x, load, ratio, jnp.float64(dt), policy, system, steps)
+        x = _rk4_end(x, load, ratio, jnp.float64(dt), steps, policy, system)
         res = float(_sliding_residual(x, load, ratio, policy, system))
         if res < tol:
             return np.asarray(x), Status.CONVERGED, res
@@ -547,7 +564,7 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
         if start is None:
             x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
             steps = int(math.ceil(warmup_time / dt))
-            x, _ = _rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)
+            x = _rk4_end(x0, lam, r, jnp.float64(dt), steps, pol, system)
             x0_run = x
         else:
             x = jnp.asarray(start, jnp.float64)

@@ -730,7 +730,7 @@ def _rk4_start(pol, system, loads, ratios, warmup_time=50.0, dt=0.1):
     steps = int(math.ceil(warmup_time / dt))
 
     def one(x0, lam, r):
-        return meanfield._rk4(x0, lam, r, jnp.float64(dt), pol, system, steps)[0]
+        return meanfield._rk4_end(x0, lam, r, jnp.float64(dt), steps, pol, system)
 
     per_ratio = jax.vmap(one, in_axes=(0, None, 0))
     return jax.vmap(per_ratio, in_axes=(None, 0, None))(starts, loads, ratios)
