@@ -330,7 +330,8 @@ def _cmd_simulate(args) -> int:
         time=args.time, warmup_time=args.warmup_time, seed=args.seed, levels=args.levels,
         iqueue_levels=args.iqueue_levels, init=args.init, progress=args.progress,
         interval=args.interval, batches=args.batches, checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, backend=args.backend, service=args.service, pools=args.pools, arrivals=args.arrivals,
+        checkpoint_every=args.checkpoint_every, backend=args.backend, service=args.service,
+        pools=args.pools, arrivals=args.arrivals,
     )  # fmt: skip
     return _emit(res, args)
 
