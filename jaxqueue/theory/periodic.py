@@ -163,6 +163,10 @@ def _integrand(x, lam, rt: Rates, p0, policy, system):
     return jnp.concatenate([x, lam * rt.level, rest])
 
 
+#: Columns of :func:`_observe` read by name: the mass at each bound and one level below.
+_AT_L, _AT_J, _BELOW_L, _BELOW_J = 4, 5, 6, 7
+
+
 def _observe(x, rt: Rates, p0, system):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
     mean response time of an accepted arrival, ``p0``, the mass at the bounds
@@ -485,7 +489,7 @@ def _decay(seen) -> tuple:
     """``s_L / s_{L-1}`` and ``Q_J / Q_{J-1}`` where the orbit's mass at each
     bound peaks (NaN where that level is empty)."""
     out = []
-    for at, below in ((4, 6), (5, 7)):
+    for at, below in ((_AT_L, _BELOW_L), (_AT_J, _BELOW_J)):
         i = int(np.argmax(seen[:, at]))
         out.append(float(seen[i, at] / seen[i, below]) if seen[i, below] > 0 else math.nan)
     return tuple(out)
@@ -503,8 +507,8 @@ def _averages(pol, system, load, start, mean, seen, times, loads, status, residu
     rates = Rates(level=level / lam, iq_remove=np.zeros(J + 1), join=np.zeros(J + 1),
                   deletes=deletes / load, probes=probes / load,
                   join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
-    truncated = (float(seen[:, 4].max()) if system.buffer is None else 0.0,
-                 float(seen[:, 5].max()) if J else 0.0)  # fmt: skip
+    truncated = (float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
+                 float(seen[:, _AT_J].max()) if J else 0.0)  # fmt: skip
     averages = FixedPoint(s, q, rates, residual, status, it, truncated)
     curve = {"time": times, "load": loads, "mean_queue_length": seen[:, 0],
              "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
