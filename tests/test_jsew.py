@@ -16,7 +16,9 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim.classes import class_table, wait_ranks
 
-FAMILY = 6
+# comparisons: 4 metrics and 4 quantiles with a buffer, 2 metrics and 4
+# quantiles with a phase-type law
+FAMILY = 14
 
 
 @pytest.mark.slow
@@ -50,6 +52,7 @@ def test_pools_against_exact_chain():
                  "mean_queue_length"):  # fmt: skip
         est, value = getattr(res, name), getattr(ex, name)
         assert abs(est.mean - value) <= tolerance(est, FAMILY), (name, est, value)
+    _quantiles_close(res, ex)
     # and it is not JSQ: sending work to the fast server first lowers T
     assert ex.mean_response_time < solve_exact("jsq", 1.0, 3, buffer=4, pools=pools).mean_response_time - 0.05
 
@@ -63,3 +66,13 @@ def test_pools_with_a_phase_type_law_infinite_buffer():
     for name in ("mean_response_time", "waiting_probability"):
         est, value = getattr(res, name), getattr(ex, name)
         assert abs(est.mean - value) <= tolerance(est, FAMILY), (name, est, value)
+    _quantiles_close(res, ex)
+
+
+def _quantiles_close(res, ex):
+    """The response-time quantiles: the class of the server an arrival joins
+    is the policy's choice here, not a uniform draw within its level."""
+    for q, est in res.response_quantiles.items():
+        value = ex.response_quantiles[q]
+        assert abs(est.mean - value) <= tolerance(est, FAMILY), (q, est, value)
+    assert len(res.response_quantiles) == 4

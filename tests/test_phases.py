@@ -36,10 +36,11 @@ POOL_CASES = [
     ("jiq", {}, 4, 2, 3, 1.2, "0.5:2,0.5:1"),
 ]
 EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length",
-                 "blocking_probability", "p0", "delete_rate", "tail s_1..s_3")  # fmt: skip
-# comparisons: M/PH/1 (2 laws x 2 metrics), the exact cases (at most 9 each), the
-# mean-field cases (s_1..s_3 and p0)
-FAMILY = 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2) + 2 * 4
+                 "blocking_probability", "p0", "delete_rate", "tail s_1..s_3",
+                 "response quantiles p50..p99.9")  # fmt: skip
+# comparisons: M/PH/1 (2 laws x 2 metrics, and M/E3/1's 4 quantiles), the exact
+# cases (at most 6 + 3 + 4 each), the mean-field cases (s_1..s_3 and p0)
+FAMILY = 4 + 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3) + 2 * 4
 
 
 def _close(est, value, what):
@@ -51,8 +52,9 @@ def _close(est, value, what):
 
 
 def test_mph1_and_the_phase_counts():
-    """N = 1, Erlang-3: the Pollaczek-Khinchine mean and P(wait) = rho; and the
-    state's phase counts split each level's servers exactly."""
+    """N = 1, Erlang-3: the Pollaczek-Khinchine mean, P(wait) = rho and the
+    response-time quantiles of the exact M/E3/1 chain; and the state's phase
+    counts split each level's servers exactly."""
     law = erlang(3)
     p = runner.plan("random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5,
                     service=law, devices=ONE)  # fmt: skip
@@ -62,7 +64,9 @@ def test_mph1_and_the_phase_counts():
     (res,) = r.results()
     _close(res.mean_response_time, mph1_mean_response_time(0.6, law), "M/E3/1 mean response")
     _close(res.waiting_probability, 0.6, "M/E3/1 waiting probability")
-    assert res.response_quantiles == {}
+    exact = solve_exact("random", 0.6, 1, service=law)
+    assert exact.truncated_mass < 1e-9
+    _quantiles_close(res, exact, "M/E3/1")
     assert res.settings["service"]["label"] == "erlang:3"
     tail = np.asarray(r.core.tail)
     phases = np.asarray(r.core.classes)
@@ -105,7 +109,7 @@ def _against_exact(name, opts, n, m, b, lam, law):
                       iqueue_levels=n if m > 1 else None, devices=ONE, **law, **opts)  # fmt: skip
     ex = solve_exact(name, lam, n, m, buffer=b, **law, **opts)
     assert ex.truncated_mass < 1e-9
-    for metric in EXACT_METRICS[:-1]:
+    for metric in EXACT_METRICS[:-2]:
         exact = getattr(ex, metric)
         if exact is None:
             assert getattr(sim, metric) is None, metric
@@ -117,6 +121,15 @@ def _against_exact(name, opts, n, m, b, lam, law):
             _close(getattr(sim, metric), exact, metric)
     s = sim.tail
     _close(jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n), ex.tail[1:4], "tail")
+    _quantiles_close(sim, ex, "response time")
+
+
+def _quantiles_close(sim, exact, what):
+    """Each simulated response-time quantile (one per replica, from where the
+    arrivals found their servers) against the exact chain's."""
+    assert list(sim.response_quantiles) == list(exact.response_quantiles)
+    for q, est in sim.response_quantiles.items():
+        _close(est, exact.response_quantiles[q], f"{what} p{100 * q:g}")
 
 
 @pytest.mark.slow
@@ -232,5 +245,6 @@ def test_checkpoint_resume_with_classes(tmp_path):
     resumed.advance()
     (res,) = resumed.results()
     out = res.to_dict()
-    for key in ("tail", "mean_response_time", "p0", "arrival_seen"):
+    for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles"):
         assert out[key] == whole[key], key
+    assert set(out["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}

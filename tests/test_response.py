@@ -112,3 +112,45 @@ def test_quantile_edges_and_errors():
         erlang_mixture_cdf(w, -1.0)
     with pytest.raises(ValueError):
         erlang_mixture_quantile(w, np.ones((2, 2)))
+
+
+# ---- phase-type service and pools: where the arrivals found their servers ----
+
+
+def test_class_quantiles_of_exponential_pools_are_the_erlang_mixture():
+    """Two pools of speed-1 exp(1) servers: the law from (level, class) counts
+    is the Erlang mixture of the levels alone, sample by sample."""
+    from jaxqueue.core.service import exponential
+    from jaxqueue.results.simulation import class_response_quantiles
+
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 1000, size=(3, 6, 2)).astype(np.int64)
+    counts[:, 0, 1] = 0  # idle servers count in the pool's first class; here each pool has one
+    counts[2] = 0  # a sample without arrivals
+    levels = np.array([0.5, 0.9, 0.99, 0.999])
+    got = class_response_quantiles(counts, [(exponential(), 0), (exponential(), 1)])
+    want = erlang_mixture_quantile(counts[:2].sum(axis=2), levels)
+    np.testing.assert_allclose(got[:2], want, rtol=1e-11)
+    assert np.all(np.isnan(got[2]))
+
+
+def test_class_quantiles_batched_as_one_by_one_and_against_the_law():
+    """A hyperexponential and an Erlang pool at speed 2: the batch of samples
+    gives each sample's own quantiles; arrivals that all find an idle server
+    of one pool have that pool's service law (its cdf at the quantile is q)."""
+    from jaxqueue.core.service import Pool, erlang, hyperexponential, pool_laws
+    from jaxqueue.results.simulation import class_response_quantiles
+
+    laws = pool_laws((Pool(1, 1.0, hyperexponential(4.0)), Pool(1, 2.0, erlang(2))))
+    classes = [(laws[0], 0), (laws[1], 2)]
+    rng = np.random.default_rng(2)
+    counts = rng.integers(0, 50, size=(4, 5, 4)).astype(np.int64)
+    counts[:, 0, [1, 3]] = 0
+    batch = class_response_quantiles(counts, classes)
+    one = np.concatenate([class_response_quantiles(c[None], classes) for c in counts])
+    np.testing.assert_allclose(batch, one, rtol=1e-12)
+    assert np.all(np.diff(batch, axis=1) > 0)
+    idle = np.zeros((1, 5, 4), np.int64)
+    idle[0, 0, 2] = 7  # only the fast Erlang pool's idle servers
+    q = class_response_quantiles(idle, classes)[0]
+    np.testing.assert_allclose(laws[1].cdf(q), [0.5, 0.9, 0.99, 0.999], rtol=1e-11)

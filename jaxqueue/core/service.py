@@ -37,7 +37,7 @@ import numpy as np
 
 __all__ = [
     "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "pool_shares",
-    "make_pools", "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
+    "make_pools", "pool_laws", "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
     "parse_service", "mph1_mean_response_time",
 ]  # fmt: skip
 
@@ -312,6 +312,19 @@ class Pool:
 
 def _law(law: PhaseType | None) -> PhaseType:
     return exponential() if law is None else law
+
+
+def pool_laws(pools, service: PhaseType | None = None) -> tuple:
+    """Each pool's completion time at one of its servers: ``PH(alpha, speed S)``
+    of the pool's law, or else of ``service`` (``None``: exp(1))."""
+    out = []
+    for p in pools:
+        x = p.law or _law(service)
+        if p.speed != 1.0:
+            x = PhaseType(x.alpha, tuple(tuple(p.speed * float(y) for y in row) for row in x.matrix),
+                          x.label)  # fmt: skip
+        out.append(x)
+    return tuple(out)
 
 
 def uniform_rate(service: PhaseType | None, pools=None) -> float:

@@ -95,7 +95,9 @@ import warnings
 
 import numpy as np
 
-from jaxqueue.core.service import PhaseType, as_law, capacity, exponential, make_pools
+from jaxqueue.core.service import (
+    PhaseType, as_law, capacity, exponential, make_pools, pool_laws,
+)  # fmt: skip
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
@@ -229,19 +231,6 @@ def _pools_label(pools, law):
     )
 
 
-def _pool_laws(pools, law):
-    """Each pool's law at its speed: ``PH(alpha, speed S)`` (its completion time
-    at a server of the pool), the pool's law or else ``law`` (``None``: exp(1))."""
-    out = []
-    for p in pools:
-        x = p.law or law or exponential()
-        if p.speed != 1.0:
-            s = tuple(tuple(p.speed * float(y) for y in row) for row in x.matrix)
-            x = PhaseType(x.alpha, s, x.label)
-        out.append(x)
-    return out
-
-
 # --------------------------------------------------------------------------
 # one bounded chain
 
@@ -306,7 +295,7 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         seen_phase = ev[chain.seen_phase_offset:].reshape(len(pools), cap, chain.n_phases)
         seen_phase = seen_phase / accepted
         t_pasta = 0.0
-        for x, sp in zip(_pool_laws(pools, law), seen_phase):
+        for x, sp in zip(pool_laws(pools, law), seen_phase):
             residual = np.linalg.solve(-x.matrix, np.ones(x.n_phases))
             k_ahead = np.arange(1, cap)[:, None]
             stay = residual[None, :] + (k_ahead - 1) * x.mean  # before its own service
@@ -383,7 +372,7 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
     if pools is not None:
         components = [
             (float(sp.sum()), x, sp[:, 0], sp[1:, : x.n_phases])
-            for x, sp in zip(_pool_laws(pools, law), seen_phase)
+            for x, sp in zip(pool_laws(pools, law), seen_phase)
         ]
         quantiles = ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
     elif phases:

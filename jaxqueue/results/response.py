@@ -27,8 +27,9 @@ NaN for that row (for instance a replica that saw no arrivals).
 
 With phase-type service the residual of the task in service depends on its
 phase: :func:`ph_response_terms` builds the response law from the joint law
-of the tasks found and the phase in service (the exact solver and the
-phase-type mean field know it), and :func:`ph_mixture_quantiles` inverts it.
+of the tasks found and the phase in service (the exact solver, the
+phase-type mean field and the simulator's ``seen_class`` counts give it),
+and :func:`ph_mixture_quantiles` inverts it, for many samples at once.
 
 Example:
     >>> import numpy as np
@@ -313,28 +314,35 @@ def ph_response_terms(law, seen, seen_phase, eps=1e-14, max_steps=5_000_000):
 
     Args:
         law: the :class:`PhaseType` service law.
-        seen: ``(cap,)``, the law of the tasks found (``k = 0..cap-1``).
-        seen_phase: ``(cap - 1, P)``, the joint law of ``k >= 1`` and the phase.
-        eps: stop when ``a_n < eps`` (the error this leaves in ``P(T > t)``).
+        seen: ``(..., cap)``, the law (or counts) of the tasks found (``k =
+            0..cap-1``; only ``k = 0`` is read); leading axes are samples.
+        seen_phase: ``(..., cap - 1, P)``, the joint law of ``k >= 1`` and the phase.
+        eps: stop when every ``a_n < eps`` (the error this leaves in ``P(T > t)``).
 
     Returns:
-        ``(gamma, a)``: the rate and the float64 array ``a_0 = 1 >= a_1 >= ...``.
+        ``(gamma, a)``: the rate and the float64 array ``a_0 = 1 >= a_1 >=
+        ...`` (``(..., n)`` with sample axes; a sample of no weight has ``a = 0``).
     """
     alpha = np.asarray(law.alpha)
     gamma = law.rate
     step = np.eye(law.n_phases) + law.matrix / gamma
     out = law.exit_rates / gamma
-    v = np.zeros((len(seen), law.n_phases))
-    v[0] = seen[0] * alpha
-    v[1:] = seen_phase
-    v /= v.sum()
-    terms = [1.0]
-    while terms[-1] > eps and len(terms) < max_steps:
+    seen = np.asarray(seen, np.float64)
+    seen_phase = np.asarray(seen_phase, np.float64)
+    batch = seen.shape[:-1]
+    v = np.zeros(batch + (seen.shape[-1], law.n_phases))
+    v[..., 0, :] = seen[..., :1] * alpha
+    v[..., 1:, :] = seen_phase
+    total = v.sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.where(total[..., None, None] > 0, v / total[..., None, None], 0.0)
+    terms = [v.sum(axis=(-2, -1))]
+    while np.max(terms[-1], initial=0.0) > eps and len(terms) < max_steps:
         ex = v @ out
         v = v @ step
-        v[:-1] += ex[1:, None] * alpha[None, :]
-        terms.append(float(v.sum()))
-    return gamma, np.asarray(terms)
+        v[..., :-1, :] += ex[..., 1:, None] * alpha
+        terms.append(v.sum(axis=(-2, -1)))
+    return gamma, np.stack(terms, axis=-1)
 
 
 def ph_response_quantiles(law, seen, seen_phase, levels):
@@ -348,40 +356,73 @@ def ph_mixture_quantiles(components, levels):
 
     ``components``: ``(weight, law, seen, seen_phase)`` each (weights sum to
     1; with pools one per pool: the share of accepted arrivals that go to the
-    pool, the pool's law at its speed, and what they find there). The survival
-    function is the weighted sum of the components' (each uniformized at its
-    own rate); the quantiles are found by bisection on it to ``1e-13`` relative.
+    pool, the pool's law at its speed, and what they find there). The
+    weights and the laws found may have leading sample axes (the weights
+    ``(...,)``, ``seen`` ``(..., cap)``, ``seen_phase`` ``(..., cap - 1,
+    P)``): one mixture per sample, all solved together; a sample of no weight
+    gives NaN. The survival function is the weighted sum of the components'
+    (each uniformized at its own rate); the quantiles are found by bisection
+    on it to ``1e-13`` relative.
+
+    Returns:
+        float64 ``(..., Q)`` for the ``Q`` levels.
     """
+    levels = np.asarray(levels, np.float64)
     parts = []
     for w, law, seen, seen_phase in components:
-        if w <= 0.0:
+        w = np.asarray(w, np.float64)
+        if not np.any(w > 0.0):
             continue
         gamma, a = ph_response_terms(law, seen, seen_phase)
-        log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, len(a))))])
-        parts.append((w, gamma, a, np.arange(len(a)), log_fact))
+        parts.append((w, gamma, a))
+    batch = np.broadcast_shapes(*(np.shape(w) for w, _, _ in parts)) if parts else ()
+    flat = [(np.broadcast_to(w, batch).reshape(-1), g, np.broadcast_to(a, batch + a.shape[-1:])
+             .reshape(-1, a.shape[-1])) for w, g, a in parts]  # fmt: skip
+    rows = int(np.prod(batch, dtype=np.int64))
+    # bisect a chunk of samples at a time: the Poisson weights are (rows, Q, terms)
+    per = max(1, _CHUNK // max(1, levels.size * max((a.shape[-1] for _, _, a in flat), default=1)))
+    out = [_bisect([(w[i : i + per], g, a[i : i + per]) for w, g, a in flat], levels,
+                   min(per, rows - i)) for i in range(0, rows, per)]  # fmt: skip
+    return np.concatenate(out).reshape(batch + levels.shape) if out else np.full(
+        batch + levels.shape, np.nan)
 
-    def sf(t):
-        total = 0.0
-        for w, gamma, a, n, log_fact in parts:
-            x = gamma * t
-            if x <= 0.0:
-                total += w
-            else:
-                total += w * float(np.exp(n * math.log(x) - x - log_fact) @ a)
+
+#: Most Poisson weights one bisection step of :func:`ph_mixture_quantiles` holds at once.
+_CHUNK = 1 << 22
+
+
+def _bisect(parts, levels, rows):
+    """The quantiles at ``levels`` of ``rows`` mixtures ``sum_i w_i (gamma_i, a_i)``
+    (:func:`ph_mixture_quantiles`), ``(rows, Q)``; NaN for a row of no weight."""
+
+    def sf(t):  # t: (rows, Q)
+        total = np.zeros(t.shape)
+        for w, gamma, a in parts:
+            n = np.arange(a.shape[-1])
+            x = gamma * t[..., None]
+            log_x = np.log(np.where(x > 0.0, x, 1.0))
+            pmf = np.exp(n * log_x - x - _log_factorials(a.shape[-1] - 1))
+            pmf = np.where(x > 0.0, pmf, (n == 0).astype(np.float64))  # x = 0: all mass at n = 0
+            total += w[:, None] * np.einsum("rqn,rn->rq", pmf, a)
         return total
 
-    mean = sum(w * float(a.sum()) / gamma for w, gamma, a, _, _ in parts)
-    out = []
-    for q in levels:
-        target = 1.0 - q
-        lo, hi = 0.0, mean
-        while sf(hi) > target:
-            lo, hi = hi, 2.0 * hi
-        while hi - lo > 1e-13 * hi:
-            mid = 0.5 * (lo + hi)
-            if sf(mid) > target:
-                lo = mid
-            else:
-                hi = mid
-        out.append(0.5 * (lo + hi))
-    return np.asarray(out)
+    mean = sum(w * a.sum(axis=-1) / gamma for w, gamma, a in parts) + np.zeros(rows)
+    target = np.broadcast_to(1.0 - levels, (rows, levels.size))
+    lo = np.zeros(target.shape)
+    hi = np.broadcast_to(mean[:, None], target.shape).copy()
+    empty = ~(hi > 0.0)  # no weight
+    hi[empty] = 1.0
+    while True:
+        low = (sf(hi) > target) & ~empty
+        if not low.any():
+            break
+        lo, hi = np.where(low, hi, lo), np.where(low, 2.0 * hi, hi)
+    while True:
+        wide = (hi - lo > 1e-13 * hi) & ~empty
+        if not wide.any():
+            break
+        mid = 0.5 * (lo + hi)
+        above = sf(mid) > target
+        lo = np.where(wide & above, mid, lo)
+        hi = np.where(wide & ~above, mid, hi)
+    return np.where(empty, np.nan, 0.5 * (lo + hi))

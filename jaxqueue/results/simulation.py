@@ -7,12 +7,18 @@ Erlang(``k + 1``, mu) response time, and the histogram of ``k`` seen by
 accepted arrivals gives the mean, the percentiles and the whole law as an
 Erlang mixture (:mod:`jaxqueue.results.response`).
 
-With phase-type service or pools of servers of other speeds that no longer holds: the residual of
-the task in service depends on its phase. The mean response time then comes
-from Little's law (mean queue length over the accepted arrival rate, both
-measured exactly), and ``response_quantiles`` is empty; the law of the queue
-length an arrival finds (``arrival_seen``) and the waiting probability are
-measured as before.
+With phase-type service or pools of servers of other speeds the residual of
+the task in service depends on its phase and the server's speed, so the
+simulator also counts where each accepted arrival found its server: ``k``
+tasks at a server of class ``c`` (its pool, and the phase of the task in
+service; ``seen_class``). A task that finds ``k >= 1`` tasks there leaves
+after the residual service from that phase, ``k - 1`` full services and its
+own, all at the pool's speed; one that finds the server idle, after one
+service. The response-time law is the mixture of these phase-type laws over
+what the arrivals found, and its quantiles are exact functions of the counts
+(:func:`jaxqueue.results.response.ph_mixture_quantiles`), one per replica as
+in the exponential case. The mean response time comes from Little's law
+(mean queue length over the accepted arrival rate, both measured exactly).
 
 With a trace of arrival times the steps are not evenly spread in time; the
 time sums and ``steps`` then count the service candidates only, a Poisson
@@ -30,10 +36,13 @@ import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE, event_rate
 from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
-from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
+from jaxqueue.results.response import (
+    erlang_mixture_mean, erlang_mixture_quantile, ph_mixture_quantiles,
+)  # fmt: skip
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["SimulationResult", "from_stats", "metric_samples", "batch_means"]
+__all__ = ["SimulationResult", "from_stats", "metric_samples", "class_response_quantiles",
+           "batch_means"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,7 +69,7 @@ def _occupancy(tail: np.ndarray) -> np.ndarray:
 
 
 def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
-                   rate=None, step_rate=None) -> dict:  # fmt: skip
+                   rate=None, step_rate=None, laws=None) -> dict:  # fmt: skip
     """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
@@ -68,12 +77,11 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher, rate, step_rate: as in :func:`from_stats`.
+        policy, single_dispatcher, rate, step_rate, laws: as in :func:`from_stats`.
 
     Returns:
         ``{metric: float64 array}`` with the sample axis first (metrics that
-        do not apply are left out); ``response_quantiles`` is ``(S, Q)``
-        (left out with server classes).
+        do not apply are left out); ``response_quantiles`` is ``(S, Q)``.
     """
     steps = np.asarray(sums["steps"], np.float64)
     tail = sums["tail"] / steps[:, None]
@@ -90,15 +98,16 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             "waiting_probability": 1.0 - seen_dist[:, 0],
             "blocking_probability": sums["blocked"] / arrivals,
             "arrival_seen": seen_dist,
-            "response_quantiles": erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE,
         }
+        if rate is None:
+            out["response_quantiles"] = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
         # messages per server per unit time: count / (N * time), time = steps / (N (lambda + mu))
         if step_rate is None:
             step_rate = event_rate(load, SERVICE_RATE if rate is None else rate)
         per_time = step_rate / steps
         if rate is not None:  # Little's law: tasks per server over accepted tasks per server and time
             out["mean_response_time"] = out["mean_queue_length"] / (accepted * per_time)
-            del out["response_quantiles"]
+            out["response_quantiles"] = class_response_quantiles(sums["seen_class"], laws)
         out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
                    probe_rate=sums["probes"] * per_time)  # fmt: skip
         if policy.uses_iqueues:
@@ -109,6 +118,33 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
         if policy.stale_picks:
             out["stale_fraction"] = sums["stale"] / arrivals
     return out
+
+
+def class_response_quantiles(seen_class, laws) -> np.ndarray:
+    """Response-time quantiles (:data:`~jaxqueue.results.schema.QUANTILES`)
+    from where accepted arrivals found their servers, with server classes.
+
+    Args:
+        seen_class: ``(S, levels + 1, C)`` counts: accepted arrivals that
+            found ``k`` tasks at a server of class ``c`` (an idle server is
+            in its pool's first class).
+        laws: ``(law, base)`` per pool: its service law at its speed
+            (:func:`jaxqueue.core.service.pool_laws`) and its first class.
+
+    Returns:
+        float64 ``(S, Q)``, NaN for a sample without accepted arrivals.
+    """
+    found = np.asarray(seen_class, np.float64)
+    total = found.sum(axis=(1, 2))
+    components = []
+    for law, base in laws:
+        mine = found[:, :, base : base + law.n_phases]
+        first, busy = mine[:, 0, 0], mine[:, 1:, :]
+        seen = np.concatenate([first[:, None], busy.sum(axis=2)], axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(total > 0, seen.sum(axis=1) / total, 0.0)
+        components.append((share, law, seen, busy))
+    return ph_mixture_quantiles(components, np.array(QUANTILES)) / SERVICE_RATE
 
 
 def batch_means(whole: np.ndarray, batches: np.ndarray):
@@ -175,8 +211,8 @@ def _estimates(whole: dict, batches: dict | None):
 
 def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
                settings: dict, *, batches: dict | None = None,
-               diagnostics: dict | None = None, rate=None,
-               step_rate=None) -> SimulationResult:  # fmt: skip
+               diagnostics: dict | None = None, rate=None, step_rate=None,
+               laws=None) -> SimulationResult:  # fmt: skip
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
     Args:
@@ -197,8 +233,11 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         step_rate: the steps counted in ``steps`` per server and unit time
             (:meth:`System.step_rate`; a trace's service candidates: the
             service rate); default ``lambda + rate``.
+        laws: with server classes, ``(law, base)`` per pool
+            (:func:`class_response_quantiles`), and ``sums`` holds
+            ``seen_class``.
     """
-    kw = dict(rate=rate, step_rate=step_rate)
+    kw = dict(rate=rate, step_rate=step_rate, laws=laws)
     whole = metric_samples(sums, load, policy, single_dispatcher, **kw)
     per_batch = None
     if batches is not None:

@@ -115,7 +115,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         return jnp.int32(system.n_servers) - core.tail[1] if carry_idle else jnp.int32(0)
 
     def body(carry, t):
-        core, acc_tail, acc_iq, cnt, cands, idle = carry
+        core, acc_tail, acc_iq, cnt, cands, idle, by_class = carry
         # the words as separate scalars (not one array of nw): vmapped, each is a
         # vector over the replicas, which XLA vectorizes; an (R, nw) array it
         # would loop over nw innermost, twice as slow for a whole Pod(2) step
@@ -142,12 +142,14 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             acc_iq = acc_iq + jnp.where(candidate, _iq_view(before, system, policy), 0)
         else:
             acc_iq = acc_iq + _iq_view(core, system, policy)
-        return (core, acc_tail, acc_iq, cnt, cands, idle_of(core)), None
+        if by_class is not None:  # where the arrival found its server: (level, class)
+            by_class = by_class.at[ev["seen_class"]].add(1, mode="drop")
+        return (core, acc_tail, acc_iq, cnt, cands, idle_of(core), by_class), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
     carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0),
-              idle_of(core))
-    (new_core, packed, acc_iq, cnt, cands, _), _ = jax.lax.scan(
+              idle_of(core), stats.seen_class)
+    (new_core, packed, acc_iq, cnt, cands, _, by_class), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
     acc_tail, arrived = unpack(packed)
@@ -166,6 +168,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,
         iq_lo=iq_lo, iq_hi=iq_hi, iq_delta=stats.iq_delta + acc_iq,
         seen=stats.seen + seen, steps=stats.steps + (cands if trace else BLOCK), **updates,
+        seen_class=by_class,
     )  # fmt: skip
 
 

@@ -199,6 +199,13 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
         system: static.
         arrival_class: the class of the server the arrival joins, when the
             policy chose it (``jsew``); ``None``: a uniform server of its level.
+
+    Returns:
+        ``(classes, joined)``: the counts after the step, and where an
+        accepted arrival found its server, ``k * C + c`` for ``k`` tasks of
+        class ``c`` (an idle server is in its pool's first class; ``(levels
+        + 1) * C`` for none), which the blocks count (``Stats.seen_class``)
+        for the response-time law (:mod:`jaxqueue.results.response`).
     """
     table = class_table(system)
     levels, n_cls = system.levels, table.n_classes
@@ -234,7 +241,7 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
                             nowhere)),
     )  # fmt: skip
     out = classes.reshape(-1).at[leave].add(-1, mode="drop").at[enter].add(1, mode="drop")
-    return out.reshape(classes.shape)
+    return out.reshape(classes.shape), jnp.where(joins, flat(k, c_arr), nowhere)
 
 
 def split_classes(counts: np.ndarray, system: System, phase_share=None,

@@ -90,7 +90,7 @@ def _rows(x: jax.Array) -> tuple:
 def to_rows(core: Core, stats: Stats) -> tuple[Regs, Stats]:
     """Batched ``Core`` and ``Stats`` (leading replica axis) in the register layout."""
     regs = Regs(_rows(core.tail), _rows(core.iq_tail), _rows(core.iq_listed))
-    return regs, Stats(*(_rows(x) if x.ndim == 2 else x for x in stats))
+    return regs, Stats(*(_rows(x) if x is not None and x.ndim == 2 else x for x in stats))
 
 
 def from_rows(regs: Regs, stats: Stats) -> tuple[Core, Stats]:

@@ -59,7 +59,7 @@ from jax.experimental import multihost_utils
 
 from jaxqueue.core.arrivals import Trace, as_arrivals
 from jaxqueue.core.rng import BLOCK, replica_keys
-from jaxqueue.core.service import PhaseType, as_law, make_pools
+from jaxqueue.core.service import PhaseType, as_law, make_pools, pool_laws
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
 )  # fmt: skip
@@ -70,6 +70,7 @@ from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels, required_levels
+from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.initial import initial_classes, initial_counts
 from jaxqueue.sim.per_server import Lists
 from jaxqueue.sim.registers import run_registers, unsupported
@@ -632,8 +633,10 @@ class Run:
     def _reset_window(self) -> None:
         p = self.plan
         width = iq_width(p.system, p.policy)
+        n_classes = class_table(p.system).n_classes if p.system.classes else 0
         self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
-                                   p.system.n_dispatchers, time_sum_scale(p.system))  # fmt: skip
+                                   p.system.n_dispatchers, time_sum_scale(p.system),
+                                   n_classes)  # fmt: skip
         self.mark = self.totals.copy()  # the totals at the last batch boundary
         self.batch_queue: list[np.ndarray] = []  # (R,) mean queue length of each batch
         self.batch_sums: list[dict] = []  # each batch's sums (batch means only)
@@ -677,7 +680,7 @@ class Run:
                 self.core, keys, jnp.asarray(block_words(self.block)), jnp.int32(n), loads,
                 system=p.system, policy=p.policy, mesh=mesh,
             )  # fmt: skip
-            fields = stats._asdict()
+            fields = {k: v for k, v in stats._asdict().items() if v is not None}
             if multi:  # global arrays: every process gets all replicas' stats
                 fields = multihost_utils.process_allgather(fields, tiled=True)
             host = {k: np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
@@ -838,6 +841,10 @@ class Run:
         load_vec = p.load_vector()
         system, pol = p.system, p.policy
         recorded = versions()
+        laws = None
+        if system.classes:  # each pool's law at its speed and first class
+            table = class_table(system)
+            laws = tuple(zip(pool_laws(table.pools), table.base))
         results = []
         for j, lam in enumerate(p.loads):
             sl = slice(j * p.replicas, (j + 1) * p.replicas)
@@ -881,7 +888,7 @@ class Run:
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,
-                                      step_rate=_sample_rate(system, lam),
+                                      step_rate=_sample_rate(system, lam), laws=laws,
                                       diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
         return results
 

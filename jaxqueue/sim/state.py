@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
+from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.per_server import N_WORDS, Lists, init_lists
 from jaxqueue.sim.source import SOURCE_WORDS, Clock
 
@@ -59,7 +60,11 @@ class Stats(NamedTuple):
     int32. The runner limits a chunk to :func:`jaxqueue.sim.blocks.max_chunk_blocks`
     blocks, so nothing wraps, and adds each chunk into exact 64-bit sums on
     the host (:mod:`jaxqueue.sim.totals`). ``seen[k]`` counts accepted
-    arrivals that found ``k`` tasks.
+    arrivals that found ``k`` tasks; with server classes
+    (:mod:`jaxqueue.sim.classes`), ``seen_class[k * C + c]`` those that found
+    ``k`` tasks at a server of class ``c`` (its pool and the phase of the
+    task in service; an idle server is in its pool's first class), from
+    which the response-time law follows (``None`` without classes).
     """
 
     tail_lo: jax.Array  # uint32 (levels + 1,)
@@ -78,6 +83,7 @@ class Stats(NamedTuple):
     probes: jax.Array
     stale: jax.Array
     steps: jax.Array
+    seen_class: jax.Array | None = None  # int32 ((levels + 1) * C,): server classes only
 
 
 #: The scalar counters of :class:`Stats`, in order.
@@ -115,8 +121,9 @@ def zero_stats(system: System, policy: Policy) -> Stats:
     i = lambda n: jnp.zeros((n,), jnp.int32)  # noqa: E731
     levels, w = system.levels + 1, iq_width(system, policy)
     c = jnp.int32(0)
+    by_class = i(levels * class_table(system).n_classes) if system.classes else None
     return Stats(u(levels), u(levels), i(levels), u(w), u(w), i(w), i(levels),
-                 c, c, c, c, c, c, c, c, c)  # fmt: skip
+                 c, c, c, c, c, c, c, c, c, by_class)  # fmt: skip
 
 
 def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_counts=None) -> Core:

@@ -49,8 +49,10 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
     Returns:
         ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
         levels gaining and losing a server (``up``, ``down``), the level an
-        accepted arrival found (``seen``; ``levels + 1`` for none), and the
-        event counts, consumed by :func:`run_blocks`.
+        accepted arrival found (``seen``; ``levels + 1`` for none), with
+        server classes also the level and class it found (``seen_class``,
+        :func:`~jaxqueue.sim.classes.classes_after`), and the event counts,
+        consumed by :func:`run_blocks`.
     """
     serves, clock = None, core.clock
     if system.arrivals is not None:  # a time-varying or trace source: jaxqueue.sim.source
@@ -73,8 +75,10 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
             serves=service[2] == 0, classes=core.classes, idle=idle,
         )  # fmt: skip
-        classes = classes_after(core.classes, core.tail, own, event["arrivals"] > 0, event["up"],
-                                service, system, event.pop("arrival_class", None))  # fmt: skip
+        classes, event["seen_class"] = classes_after(
+            core.classes, core.tail, own, event["arrivals"] > 0, event["up"], service, system,
+            event.pop("arrival_class", None),
+        )  # fmt: skip
         return Core(tail, iq_tail, iq_listed, None, classes, clock), event
     tail, iq_tail, iq_listed, event = occupancy_step(
         core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy, serves=serves,

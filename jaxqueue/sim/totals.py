@@ -49,13 +49,21 @@ class Totals:
 
     @classmethod
     def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers: int,
-              n_dispatchers: int, scale: int = BLOCK) -> "Totals":  # fmt: skip
-        """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail entries."""
+              n_dispatchers: int, scale: int = BLOCK, n_classes: int = 0) -> "Totals":  # fmt: skip
+        """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail
+        entries (and, with ``n_classes`` server classes, ``seen_class``:
+        ``(levels + 1, n_classes)`` counts of the level and class accepted
+        arrivals found, :class:`~jaxqueue.sim.state.Stats`)."""
         z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
         arrays = {"tail_q": z(levels + 1), "tail_r": z(levels + 1),
                   "iq_q": z(iq_width), "iq_r": z(iq_width), "seen": z(levels + 1)}  # fmt: skip
         arrays.update({name: z() for name in COUNTERS + ("steps",)})
+        if n_classes:
+            arrays["seen_class"] = z(levels + 1, n_classes)
         return cls(arrays, n_servers, n_dispatchers, scale)
+
+    def _counts(self) -> tuple:
+        return COUNTS + (("seen_class",) if "seen_class" in self.arrays else ())
 
     def copy(self) -> "Totals":
         """An independent copy."""
@@ -71,15 +79,16 @@ class Totals:
             r = a[f"{name}_r"] + exact
             a[f"{name}_q"] += r // div
             a[f"{name}_r"] = r % div
-        for name in COUNTS:
-            a[name] += np.asarray(chunk[name], np.int64)
+        for name in self._counts():
+            a[name] += np.asarray(chunk[name], np.int64).reshape(a[name].shape)
 
     def sums(self, since: "Totals | None" = None) -> dict:
         """The window's sums since ``since`` (default: since the reset).
 
         Returns:
             ``tail`` and ``iq``: float64 ``sum_t tail_t / N`` and ``sum_t
-            iq_tail_t / M``; the counts (:data:`COUNTS`) as int64.
+            iq_tail_t / M``; the counts (:data:`COUNTS`, and ``seen_class``
+            with server classes) as int64.
         """
         a = self.arrays
         b = since.arrays if since is not None else None
@@ -89,6 +98,6 @@ class Totals:
             if b is not None:
                 q, r = q - b[f"{name}_q"], r - b[f"{name}_r"]
             out[name] = q.astype(np.float64) + r.astype(np.float64) / div
-        for name in COUNTS:
+        for name in self._counts():
             out[name] = a[name] - b[name] if b is not None else a[name].copy()
         return out
