@@ -363,7 +363,6 @@ def _as_float_arrays(*xs):
     return jnp.broadcast_arrays(*(jnp.asarray(x, dtype) for x in xs))
 
 
-@functools.partial(jax.jit, static_argnames=("d",))
 def solve_p0(load, ratio, d: int = 1) -> P0Solution:
     """Fraction ``p0`` of empty I-queues of JIQ-Pod(d) (JIQ for ``d = 1``), mean field.
 
@@ -372,7 +371,7 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
     normalisation of the I-queue size law (see the module docstring for the
     exact rewriting that keeps it finite for large ``r`` and small ``p0``).
     Elementwise over the broadcast shape of ``load`` and ``ratio``; jit-compiled
-    (``d`` static); differentiable in ``load`` and ``ratio`` by implicit
+    (``d`` static; one program per shape, whatever the inputs' float types); differentiable in ``load`` and ``ratio`` by implicit
     differentiation.
 
     This is the raw equation of JIQ-Pod(d), indexed by ``d`` rather than by a
@@ -391,7 +390,14 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
         :class:`~jaxqueue.core.status.Status` code).
     """
     d = _check_d(d)
+    # strong-typed float arrays before the jit boundary: a Python float and a
+    # NumPy float64 (weak and strong types) would otherwise compile twice
     load, ratio = _as_float_arrays(load, ratio)
+    return _solve_p0(load, ratio, d)
+
+
+@functools.partial(jax.jit, static_argnames=("d",))
+def _solve_p0(load, ratio, d: int) -> P0Solution:
     return _p0_core(load, ratio, d)
 
 
