@@ -279,3 +279,41 @@ def test_cli_and_import_use_one_device_per_core_unless_told_otherwise():
     own = _clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=1")
     out = subprocess.run(probe, capture_output=True, text=True, env=own, check=True)
     assert int(out.stdout) == 1  # a user's own flag is kept
+
+
+def test_result_metric_by_name():
+    """One number by name, the quantiles as p50..p99.9; a bad name says what is valid."""
+    from jaxqueue import theory
+    from jaxqueue.results.schema import QUANTILE_NAMES
+
+    mf = theory.mean_field("jiq", 0.9, 10)
+    assert QUANTILE_NAMES == ("p50", "p90", "p99", "p99.9")
+    assert mf.metric("p99") == mf.response_quantiles[0.99]
+    assert mf.metric("p99.9") == mf.response_quantiles[0.999]
+    assert mf.metric("mean_response_time") == mf.mean_response_time
+    assert theory.mean_field("pod", 0.9).metric("p0") is None
+    with pytest.raises(ValueError, match="p99.9"):
+        mf.metric("p95")
+
+
+@pytest.mark.slow
+def test_cli_compare_with_a_service_law_and_a_quantile(capsys):
+    """compare passes the service law to both the simulation and the mean
+    field, and its table shows the metric asked for."""
+    args = ["compare", "--policies", "pod,jsew", "--servers", "8", "--loads", "0.5,0.8",
+            "--time", "40", "--warmup-time", "5", "--replicas", "4", "--service", "erlang:2"]  # fmt: skip
+    assert cli_main(args + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["policy"], r["load"]) for r in rows] == [("pod", 0.5), ("pod", 0.8), ("jsew", 0.5),
+                                                        ("jsew", 0.8)]  # fmt: skip
+    for r in rows:
+        assert r["simulation"]["settings"]["service"]["label"] == "erlang:2"
+        assert set(r["simulation"]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
+        # with a phase-type law jsew is JSQ by expected wait, whose mean field is JSQ's
+        assert r["mean_field"]["settings"]["service"]["label"] == "erlang:2"
+    assert cli_main(args + ["--metric", "p99"]) == 0
+    out = capsys.readouterr().out
+    assert "service erlang:2: p99, simulation (95% CI) vs mean field" in out
+    p99 = [float(line.split()[2]) for line in out.splitlines()[2:]]
+    assert p99 == pytest.approx([r["simulation"]["response_quantiles"]["0.99"]["mean"] for r in rows],
+                                abs=1e-4)  # fmt: skip

@@ -28,7 +28,8 @@ import numpy as np
 
 from jaxqueue.results.estimates import Estimate, json_number
 
-__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "METRICS", "QUANTILES", "SOURCES"]
+__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "METRICS", "QUANTILES", "QUANTILE_NAMES",
+           "SOURCES"]
 
 #: Scalar metrics, per server and per unit time where a rate.
 SCALAR_METRICS = (
@@ -48,6 +49,9 @@ VECTOR_METRICS = ("tail", "occupancy", "arrival_seen", "iqueue_distribution")
 METRICS = SCALAR_METRICS + VECTOR_METRICS
 #: Response-time quantile levels reported by every source.
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
+#: The quantiles by name, where a metric is asked for by name
+#: (:meth:`Result.metric`): ``p50``, ``p90``, ``p99``, ``p99.9``.
+QUANTILE_NAMES = tuple(f"p{100 * q:g}" for q in QUANTILES)
 SOURCES = ("simulation", "mean-field", "exact")
 
 # Settings copied into every row of Result.records(), where present.
@@ -127,6 +131,16 @@ class Result:
             if name in values:
                 return values[name]
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def metric(self, name: str):
+        """One number by name: a scalar metric (:data:`SCALAR_METRICS`) or a
+        response-time quantile (:data:`QUANTILE_NAMES`, ``"p99"``); an
+        Estimate or a float, ``None`` where it does not apply."""
+        if name in QUANTILE_NAMES:
+            return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
+        if name not in SCALAR_METRICS:
+            raise ValueError(f"metric={name!r} is not one of {', '.join(SCALAR_METRICS + QUANTILE_NAMES)}")
+        return getattr(self, name)
 
     def scalar_metrics(self) -> dict:
         """The scalar metrics that apply, by name (missing ones left out)."""

@@ -17,7 +17,6 @@ from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]
 
-
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One row: a simulated result and the mean field at the same point (None where none exists).
@@ -37,11 +36,12 @@ class Comparison:
         return self.simulation.settings["load"]
 
     def z_score(self, metric: str = "mean_response_time") -> float:
-        """(simulated - mean field) / simulated 95% half-width (NaN without a mean field)."""
+        """(simulated - mean field) / simulated 95% half-width (NaN without a
+        mean field); ``metric`` is a name of :meth:`Result.metric` (``"p99"``)."""
+        est = self.simulation.metric(metric)
         if self.mean_field is None:
             return math.nan
-        est = getattr(self.simulation, metric)
-        pred = getattr(self.mean_field, metric)
+        pred = self.mean_field.metric(metric)
         if est is None or pred is None or not est.ci95:
             return math.nan
         return (est.mean - pred) / est.ci95
@@ -79,6 +79,9 @@ def compare(
     *,
     d: int | None = None,
     z: int | None = None,
+    buffer: int | None = None,
+    service=None,
+    pools=None,
     time_units: float = 300.0,
     warmup_time: float = 50.0,
     replicas: int = 16,
@@ -92,7 +95,8 @@ def compare(
     mean-field occupancy (empty for policies without a mean field), with
     ``warmup_time`` discarded and ``time_units`` measured (time units at the
     largest load; smaller loads get more). ``mean_field`` is None where there
-    is none (JIQ-Original, JIQ-Threshold).
+    is none (JIQ-Original and JIQ-Threshold where their solvers refuse the
+    point, ``jsew`` with pools of other mean service times).
 
     Args:
         policies: policy names or Policies (``d`` and ``z`` apply to those
@@ -100,6 +104,9 @@ def compare(
         n_servers: ``N``; ``M = round(N / ratio)``.
         ratio: ``r = N / M``.
         loads: values of ``lambda``.
+        buffer, service, pools: places per server, the service law and the
+            server pools, as in :func:`jaxqueue.simulate` and
+            :func:`jaxqueue.theory.mean_field` (both get them).
 
     Returns:
         A list of :class:`Comparison` rows.
@@ -112,16 +119,19 @@ def compare(
         if pol.mean_field_kind() != "none":
             try:
                 limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
-                theory = [mean_field(pol, lam, limit) for lam in loads]
-            except RuntimeError as err:  # a solver that refuses this point (JIQ-Threshold, z >= 2)
+                theory = [mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools)
+                          for lam in loads]  # fmt: skip
+            # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
+            # model the mean field does not cover (jsew with pools)
+            except (RuntimeError, NotImplementedError) as err:
                 print(f"[jaxqueue] no mean field for {pol.label()} here: {err}",
                       file=log or sys.stderr, flush=True)  # fmt: skip
         has_mf = theory is not None
         if log is not None:
             print(f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True)
         results = sweep(
-            pol, loads, n_servers, m, replicas=replicas, time=time_units,
-            warmup_time=warmup_time, seed=seed,
+            pol, loads, n_servers, m, buffer=buffer, service=service, pools=pools,
+            replicas=replicas, time=time_units, warmup_time=warmup_time, seed=seed,
             init="mean-field" if has_mf else "empty", progress=progress,
         )  # fmt: skip
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
