@@ -139,7 +139,8 @@ class Result:
         if name in QUANTILE_NAMES:
             return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
         if name not in SCALAR_METRICS:
-            raise ValueError(f"metric={name!r} is not one of {', '.join(SCALAR_METRICS + QUANTILE_NAMES)}")
+            valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES)
+            raise ValueError(f"metric={name!r} is not one of {valid}")
         return getattr(self, name)
 
     def scalar_metrics(self) -> dict:

@@ -17,6 +17,7 @@ from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]
 
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One row: a simulated result and the mean field at the same point (None where none exists).
