@@ -248,3 +248,10 @@ def test_checkpoint_resume_with_classes(tmp_path):
     for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles"):
         assert out[key] == whole[key], key
     assert set(out["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
+    # a checkpoint without the (level, class) counts of arrivals (an earlier
+    # version's) is refused with advice, not resumed into a result without them
+    with np.load(path) as data:
+        old = {k: data[k] for k in data.files if not k.endswith("/seen_class")}
+    np.savez(path, **old)
+    with pytest.raises(runner.CheckpointMismatch, match="earlier jaxqueue"):
+        runner.Run.resume(p, path)

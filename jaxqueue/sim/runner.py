@@ -806,6 +806,12 @@ class Run:
                 f"checkpoint {path} was written by another run ({detail}); delete it or "
                 "give another path"
             )
+        if p.system.classes and "totals/seen_class" not in arrays:
+            raise CheckpointMismatch(
+                f"checkpoint {path} was written by an earlier jaxqueue that did not count where "
+                "arrivals found their servers (the response-time quantiles with phase-type "
+                "service or pools need it); delete it and run again, or give another path"
+            )
         core = _core_from_fields(
             {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p
         )
