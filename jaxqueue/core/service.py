@@ -37,8 +37,8 @@ import numpy as np
 
 __all__ = [
     "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "pool_shares",
-    "make_pools", "pool_laws", "as_law", "exponential", "erlang", "hyperexponential", "fit_two_moments",
-    "parse_service", "mph1_mean_response_time",
+    "make_pools", "pool_laws", "as_law", "exponential", "erlang", "hyperexponential",
+    "fit_two_moments", "parse_service", "mph1_mean_response_time",
 ]  # fmt: skip
 
 #: Most phases a service law may have (the state holds ``levels x phases`` counts).

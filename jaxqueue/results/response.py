@@ -296,6 +296,10 @@ def erlang_mixture_quantile(weights, q) -> np.ndarray:
 # ---- phase-type service -------------------------------------------------------
 
 
+#: Most Poisson weights one bisection step of :func:`ph_mixture_quantiles` holds at once.
+_CHUNK = 1 << 22
+
+
 def ph_response_terms(law, seen, seen_phase, eps=1e-14, max_steps=5_000_000):
     """The response time of an accepted arrival with phase-type service, uniformized.
 
@@ -385,10 +389,6 @@ def ph_mixture_quantiles(components, levels):
                    min(per, rows - i)) for i in range(0, rows, per)]  # fmt: skip
     return np.concatenate(out).reshape(batch + levels.shape) if out else np.full(
         batch + levels.shape, np.nan)
-
-
-#: Most Poisson weights one bisection step of :func:`ph_mixture_quantiles` holds at once.
-_CHUNK = 1 << 22
 
 
 def _bisect(parts, levels, rows):

@@ -371,8 +371,8 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
     normalisation of the I-queue size law (see the module docstring for the
     exact rewriting that keeps it finite for large ``r`` and small ``p0``).
     Elementwise over the broadcast shape of ``load`` and ``ratio``; jit-compiled
-    (``d`` static; one program per shape, whatever the inputs' float types); differentiable in ``load`` and ``ratio`` by implicit
-    differentiation.
+    (``d`` static; one program per shape, whatever the inputs' float types);
+    differentiable in ``load`` and ``ratio`` by implicit differentiation.
 
     This is the raw equation of JIQ-Pod(d), indexed by ``d`` rather than by a
     policy (``d = 1``: JIQ; the default is JIQ, unlike the policy ``jiq-pod``
