@@ -41,7 +41,7 @@ def _same(a, b, rtol=1e-9, atol=1e-12):
 def _pool_throughput(res, means=None):
     """Completions per unit time, from each pool's busy fraction: a busy server of
     speed ``v`` and law of mean ``m`` completes ``v / m`` tasks per unit time."""
-    occ = res.diagnostics["pool_occupancy"]
+    occ = res.pool_occupancy
     means = means or [1.0] * len(occ)
     return sum(
         p["servers"] * p["speed"] / mean * (1.0 - row[0])
@@ -65,7 +65,7 @@ def test_random_two_exponential_pools_are_two_mm1_queues():
     assert "service" not in res.settings
     assert res.mean_response_time == pytest.approx((1 / (2 - LAM) + 1 / (1 - LAM)) / 2, rel=1e-8)
     assert res.tail[1] == pytest.approx((LAM / 2 + LAM) / 2, rel=1e-9)
-    occ = res.diagnostics["pool_occupancy"]
+    occ = res.pool_occupancy
     assert occ.shape == (2, 51)
     assert occ[0, :4] == pytest.approx([(1 - 0.3) * 0.3**k for k in range(4)], rel=1e-9)
     assert occ[1, :4] == pytest.approx([(1 - LAM) * LAM**k for k in range(4)], rel=1e-9)
@@ -90,8 +90,15 @@ def test_random_erlang_pool_is_an_mph1_queue():
     fast = mph1_mean_response_time(LAM, erlang(2, mean=0.5))
     assert res.mean_response_time == pytest.approx((fast + 1 / (1 - LAM)) / 2, rel=1e-8)
     assert res.tail[1] == pytest.approx((LAM / 2 + LAM) / 2, rel=1e-9)
-    busy = 1.0 - res.diagnostics["pool_occupancy"][:, 0]
+    busy = 1.0 - res.pool_occupancy[:, 0]
     assert busy == pytest.approx([LAM / 2, LAM], rel=1e-9)  # M/G/1: P(busy) = rho
+    # by pool: half the arrivals each, each pool an M/PH/1 queue
+    np.testing.assert_allclose(res.pool_arrival_share, [0.5, 0.5], rtol=1e-9)
+    np.testing.assert_allclose(res.pool_utilization, busy, rtol=0, atol=0)
+    np.testing.assert_allclose(res.pool_waiting_probability, [LAM / 2, LAM], rtol=1e-9)
+    np.testing.assert_allclose(res.pool_mean_response_time, [fast, 1 / (1 - LAM)], rtol=1e-8)
+    np.testing.assert_allclose(res.pool_mean_queue_length,
+                               LAM * res.pool_mean_response_time, rtol=1e-8)  # Little
     assert res.settings["pools"][0]["service"] == erlang(2).to_dict()
     assert res.settings["pools"][1]["service"] is None
     t = [res.response_quantiles[q] for q in QUANTILES]
@@ -142,7 +149,7 @@ def test_jsq_fast_and_slow_server_matches_a_hand_built_chain(symmetry):
     assert res.blocking_probability == pytest.approx(blocked, rel=1e-10)
     assert res.mean_queue_length == pytest.approx(mean_q, rel=1e-10)
     assert res.mean_response_time == pytest.approx(mean_q / (lam * (1 - blocked)), rel=1e-10)
-    occ = res.diagnostics["pool_occupancy"]
+    occ = res.pool_occupancy
     np.testing.assert_allclose(occ[0], np.bincount(x, weights=pi, minlength=b + 1), atol=1e-12)
     np.testing.assert_allclose(occ[1], np.bincount(y, weights=pi, minlength=b + 1), atol=1e-12)
     assert res.n_states == (b + 1) ** 2  # two servers of different pools: nothing to lump
@@ -164,8 +171,8 @@ def test_pools_all_alike_are_identical_servers(policy, n, m, kw):
     res = solve_exact(policy, 0.9, n, m, buffer=3, pools=[(0.5, 1), (0.5, 1)], **kw)
     assert res.n_states > base.n_states  # the pools are told apart
     _same(res, base, rtol=1e-9, atol=1e-12)
-    assert "pools" not in base.settings and "pool_occupancy" not in base.diagnostics
-    occ = res.diagnostics["pool_occupancy"]
+    assert "pools" not in base.settings and base.pool_occupancy is None
+    occ = res.pool_occupancy
     np.testing.assert_allclose(occ[0], occ[1], atol=1e-12)  # exchangeable pools
 
 
@@ -200,7 +207,7 @@ def test_symmetry_lumping_is_exact_with_pools(policy, n, m, kw):
     b = solve_exact(policy, n_servers=n, n_dispatchers=m, symmetry=False, **kw)
     assert a.n_states < b.n_states
     _same(a, b, rtol=1e-8, atol=1e-11)
-    np.testing.assert_allclose(a.diagnostics["pool_occupancy"], b.diagnostics["pool_occupancy"],
+    np.testing.assert_allclose(a.pool_occupancy, b.pool_occupancy,
                                atol=1e-11)  # fmt: skip
 
 
@@ -215,7 +222,7 @@ def test_jsq_fast_and_slow_pools_above_load_one_balance_their_flows(service, poo
     assert accepted == pytest.approx(_pool_throughput(res), rel=1e-10)
     # Little's law and the occupancy by pool
     assert res.mean_response_time * accepted == pytest.approx(n * res.mean_queue_length, rel=1e-12)
-    occ = res.diagnostics["pool_occupancy"]
+    occ = res.pool_occupancy
     np.testing.assert_allclose(occ.sum(axis=1), 1.0, atol=1e-12)
     np.testing.assert_allclose((2 * occ[0] + 2 * occ[1]) / n, res.occupancy, atol=1e-14)
     assert 0 < occ[0, 0] < 1 and 0 < occ[1, 0] < 1  # no pool always idle or always busy

@@ -13,12 +13,13 @@ import jaxqueue as jq
 from jaxqueue.core.service import make_pools
 from jaxqueue.core.system import System
 from jaxqueue.exact import solve_exact
+from jaxqueue.results.schema import POOL_METRICS
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim.classes import class_table, wait_ranks
 
-# comparisons: 4 metrics and 4 quantiles with a buffer, 2 metrics and 4
-# quantiles with a phase-type law
-FAMILY = 14
+# comparisons: 4 metrics, 4 quantiles and 5 pool metrics of 2 pools with a
+# buffer, 2 metrics and 4 quantiles with a phase-type law
+FAMILY = 24
 
 
 @pytest.mark.slow
@@ -53,6 +54,10 @@ def test_pools_against_exact_chain():
         est, value = getattr(res, name), getattr(ex, name)
         assert abs(est.mean - value) <= tolerance(est, FAMILY), (name, est, value)
     _quantiles_close(res, ex)
+    for name in POOL_METRICS:  # each pool's share, utilization, queue, response, wait
+        est, value = getattr(res, name), getattr(ex, name)
+        assert np.all(np.abs(est.mean - value) <= tolerance(est, FAMILY)), (name, est, value)
+    assert ex.pool_arrival_share[0] > 0.34  # the fast server gets more than its share
     # and it is not JSQ: sending work to the fast server first lowers T
     assert ex.mean_response_time < solve_exact("jsq", 1.0, 3, buffer=4, pools=pools).mean_response_time - 0.05
 

@@ -41,7 +41,7 @@ def test_pools_all_alike_are_identical_servers(name, ratio):
             assert mf.p0 == pytest.approx(plain.p0, abs=1e-9)
         for q, value in plain.response_quantiles.items():
             assert mf.response_quantiles[q] == pytest.approx(value, rel=1e-9), q
-        occ = np.asarray(mf.diagnostics["pool_occupancy"])
+        occ = np.asarray(mf.pool_occupancy)
         np.testing.assert_allclose(occ, occ[[0]].repeat(len(occ), 0), atol=1e-9)
 
 
@@ -51,7 +51,7 @@ def test_random_pools_are_independent_mm1_queues():
     mf = theory.mean_field("random", lam, pools=FAST)
     rho = np.array([lam / 2, lam / 1])  # each server is M/M/1 at its speed
     k = np.arange(len(mf.tail))
-    occ = np.asarray(mf.diagnostics["pool_occupancy"])
+    occ = np.asarray(mf.pool_occupancy)
     np.testing.assert_allclose(occ, (1 - rho[:, None]) * rho[:, None] ** k, atol=1e-10)
     # arrivals split by pool size; a task at a pool of speed v stays Exp(v - lambda)
     w, rate = np.array([0.2, 0.8]), np.array([2.0, 1.0]) - lam
@@ -59,6 +59,12 @@ def test_random_pools_are_independent_mm1_queues():
     assert mf.waiting_probability == pytest.approx(float(w @ rho), rel=1e-9)
     for q, t in mf.response_quantiles.items():
         assert float(w @ np.exp(-rate * t)) == pytest.approx(1 - q, rel=1e-9), q
+    # and by pool: each gets its share of the servers' arrivals, as an M/M/1 queue
+    np.testing.assert_allclose(mf.pool_arrival_share, w, rtol=1e-9)
+    np.testing.assert_allclose(mf.pool_utilization, rho, rtol=1e-9)
+    np.testing.assert_allclose(mf.pool_waiting_probability, rho, rtol=1e-9)
+    np.testing.assert_allclose(mf.pool_mean_response_time, 1 / rate, rtol=1e-9)
+    np.testing.assert_allclose(mf.pool_mean_queue_length, rho / (1 - rho), rtol=1e-8)
     assert mf.settings["pools"] == [
         {"fraction": 0.2, "speed": 2.0, "service": exponential().to_dict()},
         {"fraction": 0.8, "speed": 1.0, "service": exponential().to_dict()},
@@ -82,10 +88,22 @@ def test_little_and_flow_balance_with_pools():
     lam = 1.1
     mf = theory.mean_field("jiq", lam, 10.0, pools=FAST)
     assert mf.mean_response_time == pytest.approx(mf.mean_queue_length / lam, rel=1e-9)
-    occ = np.asarray(mf.diagnostics["pool_occupancy"])
+    occ = np.asarray(mf.pool_occupancy)
     busy = 1.0 - occ[:, 0]
     assert float(np.array([0.2 * 2, 0.8 * 1]) @ busy) == pytest.approx(lam, rel=1e-9)
     assert mf.p0 is not None and 0 < mf.p0 < 1
+    # by pool: what each pool's arrivals bring is what its servers complete,
+    # Little's law holds per pool, and the pools make up the whole
+    share, f, v = mf.pool_arrival_share, np.array([0.2, 0.8]), np.array([2.0, 1.0])
+    np.testing.assert_allclose(lam * share, f * v * mf.pool_utilization, rtol=1e-8)
+    np.testing.assert_allclose(mf.pool_mean_queue_length,
+                               lam * share / f * mf.pool_mean_response_time, rtol=1e-8)
+    np.testing.assert_allclose(mf.pool_utilization, busy)
+    assert float(share @ mf.pool_mean_response_time) == pytest.approx(mf.mean_response_time,
+                                                                       rel=1e-8)
+    assert float(share @ mf.pool_waiting_probability) == pytest.approx(mf.waiting_probability,
+                                                                        rel=1e-9)
+    assert mf.pool_utilization[0] < mf.pool_utilization[1]  # JIQ: the fast servers idle more
 
 
 @pytest.mark.slow
@@ -96,10 +114,14 @@ def test_command_line_theory_with_pools(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["mean_response_time"]["mean"] == pytest.approx(0.2 / 1.1 + 0.8 / 0.1, rel=1e-9)
     assert [q["speed"] for q in out["settings"]["pools"]] == [2.0, 1.0]
-    assert len(out["diagnostics"]["pool_occupancy"]) == 2
+    assert len(out["pool_occupancy"]["mean"]) == 2
+    assert out["pool_mean_response_time"]["mean"] == pytest.approx([1 / 1.1, 1 / 0.1], rel=1e-9)
     assert main(["theory", "--policy", "random", "--load", "0.9", "--pools", FAST]) == 0
-    assert "pools 0.2 of the servers at speed 2, 0.8 of the servers at speed 1" in \
-        capsys.readouterr().out  # fmt: skip
+    text = capsys.readouterr().out
+    assert "pools 0.2 of the servers at speed 2, 0.8 of the servers at speed 1" in text
+    # a column per pool: Random sends each pool its share of the servers
+    row = next(line for line in text.splitlines() if "pool_arrival_share" in line)
+    assert row.split()[1:] == ["0.2", "0.8"]
     # the refined mean field is for identical servers: refused before any work
     assert main(["theory", "--policy", "pod", "--load", "0.9", "--pools", FAST,
                  "--servers", "100"]) == 2  # fmt: skip
@@ -126,8 +148,10 @@ def test_pools_errors_name_the_parameter():
 N, RATIO, LOAD = 10_000, 10.0, 0.9
 CASES = [("pod", {"d": 2}), ("jiq", {}), ("jsq", {})]
 TAIL = 3
-# per case: T, the waiting probability, s_1..s_3, and p0 where it applies
-FAMILY = len(CASES) * (2 + TAIL) + 1
+# per case: T, the waiting probability, s_1..s_3, each pool's share of the
+# arrivals, utilization and mean response time, and p0 where it applies
+POOLED = ("pool_arrival_share", "pool_utilization", "pool_mean_response_time")
+FAMILY = len(CASES) * (2 + TAIL + 2 * len(POOLED)) + 1
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: c[0])
@@ -154,6 +178,7 @@ def test_simulation_at_large_n_matches_the_pools_mean_field(pair):
                np.asarray(mf.tail[1 : TAIL + 1]), "s_1..s_3")]  # fmt: skip
     if mf.p0 is not None:
         checks.append((sim.p0, mf.p0, "p0"))
+    checks += [(getattr(sim, name), getattr(mf, name), name) for name in POOLED]
     for est, predicted, what in checks:
         predicted = np.asarray(predicted, np.float64)
         tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
@@ -170,7 +195,7 @@ def test_level_bounds_and_start_come_from_the_pools_mean_field():
     assert p.system.levels == 4 * math.ceil((first + max(4, first // 4)) / 4) <= 16
     core = runner._initial_core(p)
     classes = np.asarray(core.classes)[0]  # (levels + 1, classes): pool 0 is class 0, pool 1 class 1
-    want = np.asarray(mf.diagnostics["pool_occupancy"])[:, : classes.shape[0]].T \
+    want = np.asarray(mf.pool_occupancy)[:, : classes.shape[0]].T \
         * np.array([200, 800])  # fmt: skip
     assert classes.sum(axis=0).tolist() == [200, 800]  # every pool keeps its servers
     assert np.all(np.abs(classes - want) <= 1.0), (classes, want)  # rounding only

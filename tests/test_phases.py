@@ -18,6 +18,7 @@ from jaxqueue.core.service import (
     PhaseType, erlang, exponential, hyperexponential, mph1_mean_response_time,
 )  # fmt: skip
 from jaxqueue.exact import solve_exact
+from jaxqueue.results.schema import POOL_METRICS
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim import runner
 
@@ -39,8 +40,10 @@ EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length
                  "blocking_probability", "p0", "delete_rate", "tail s_1..s_3",
                  "response quantiles p50..p99.9")  # fmt: skip
 # comparisons: M/PH/1 (2 laws x 2 metrics, and M/E3/1's 4 quantiles), the exact
-# cases (at most 6 + 3 + 4 each), the mean-field cases (s_1..s_3 and p0)
-FAMILY = 4 + 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3) + 2 * 4
+# cases (at most 6 + 3 + 4 each, and with pools the 5 pool metrics and the
+# occupancy at k = 1, 2 of 2 pools), the mean-field cases (s_1..s_3 and p0)
+FAMILY = (4 + 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3)
+          + len(POOL_CASES) * (len(POOL_METRICS) + 2) * 2 + 2 * 4)  # fmt: skip
 
 
 def _close(est, value, what):
@@ -122,6 +125,26 @@ def _against_exact(name, opts, n, m, b, lam, law):
     s = sim.tail
     _close(jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n), ex.tail[1:4], "tail")
     _quantiles_close(sim, ex, "response time")
+    if "pools" in law:
+        _pools_close(sim, ex)
+    else:
+        assert all(getattr(sim, name) is None for name in POOL_METRICS + ("pool_occupancy",))
+
+
+def _pools_close(sim, exact):
+    """Each pool's metrics against the exact chain's: the arrivals' share,
+    waiting probability and mean response time from where they found their
+    servers; the utilization, mean queue length and the fractions of servers
+    with 1 and 2 tasks from what the service candidates drew."""
+    for name in POOL_METRICS:
+        _close(getattr(sim, name), getattr(exact, name), name)
+    occ = sim.pool_occupancy
+    _close(jq.Estimate(occ.mean[:, 1:3], occ.ci95[:, 1:3], occ.n), exact.pool_occupancy[:, 1:3],
+           "pool_occupancy k = 1, 2")
+    np.testing.assert_allclose(sim.pool_arrival_share.mean.sum(), 1.0, rtol=1e-12)
+    rows = [r for r in sim.records() if r["metric"] == "pool_mean_response_time"]
+    assert [r["index"] for r in rows] == [0, 1]  # a row per pool
+    assert [r["mean"] for r in rows] == sim.pool_mean_response_time.mean.tolist()
 
 
 def _quantiles_close(sim, exact, what):
@@ -245,13 +268,15 @@ def test_checkpoint_resume_with_classes(tmp_path):
     resumed.advance()
     (res,) = resumed.results()
     out = res.to_dict()
-    for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles"):
+    for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles",
+                "pool_utilization", "pool_mean_response_time", "pool_occupancy"):
         assert out[key] == whole[key], key
     assert set(out["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
-    # a checkpoint without the (level, class) counts of arrivals (an earlier
-    # version's) is refused with advice, not resumed into a result without them
+    assert len(out["pool_occupancy"]["mean"]) == 2
+    # a checkpoint without the (level, class) counts of service candidates (an
+    # earlier version's) is refused with advice, not resumed into a result without them
     with np.load(path) as data:
-        old = {k: data[k] for k in data.files if not k.endswith("/seen_class")}
+        old = {k: data[k] for k in data.files if not k.endswith("/sampled_class")}
     np.savez(path, **old)
     with pytest.raises(runner.CheckpointMismatch, match="earlier jaxqueue"):
         runner.Run.resume(p, path)

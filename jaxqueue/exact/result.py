@@ -68,9 +68,9 @@ class ExactResult(Result):
             the queue bound; 0 for finite buffers), ``truncation_loss``
             (probability that an arrival is dropped at the bound; 0 for finite
             buffers), ``n_states`` (states solved, after symmetry lumping when
-            ``symmetry``), and with pools ``pool_occupancy``, a ``(pools,
-            levels + 1)`` array: row ``i`` is the expected fraction of pool
-            ``i``'s servers with exactly ``k`` tasks (the pools' rows,
+            ``symmetry``). With pools the result's ``pool_occupancy`` is a
+            ``(pools, levels + 1)`` array: row ``i`` is the expected fraction
+            of pool ``i``'s servers with exactly ``k`` tasks (the pools' rows,
             weighted by their server counts, average to ``occupancy``).
 
     Settings and diagnostics read as attributes too: ``res.truncated_mass``,

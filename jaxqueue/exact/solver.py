@@ -42,8 +42,9 @@ is by Little's law (checked against the mean over the ``(pool, k, phase)``
 an accepted arrival finds), and the response-time law is the mixture over
 the pools of the phase-type mixtures above, each with the pool's law at its
 speed, ``PH(alpha_i, v_i S_i)``, weighted by the share of accepted arrivals
-the pool gets. The per-pool occupancy is reported as
-``diagnostics["pool_occupancy"]``. Infinite buffers need ``load <
+the pool gets. Each pool's occupancy, share of the arrivals, utilization,
+mean queue length, mean response time and waiting probability are reported
+(``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`). Infinite buffers need ``load <
 capacity``, the tasks per server per unit time the servers complete when
 all are busy (:func:`~jaxqueue.core.service.capacity`).
 
@@ -107,6 +108,7 @@ from jaxqueue.exact.chain import (
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import available, make
+from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.response import erlang_mixture_quantile, ph_mixture_quantiles, ph_response_quantiles
 from jaxqueue.results.schema import QUANTILES
 
@@ -247,8 +249,8 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     :class:`~jaxqueue.core.service.Pool` tuple (:class:`PhaseChain` with
     pools; ``law`` is then the law of the pools without one, ``None`` for
     exp(1)); ``"_seen_phase"`` is then the ``(pools, cap, P)`` joint law of
-    the pool, the tasks ``k >= 0`` and the phase (0 for ``k = 0``), and the
-    diagnostics hold ``pool_occupancy``. Everything is in the time unit of the
+    the pool, the tasks ``k >= 0`` and the phase (0 for ``k = 0``), and
+    ``"_pool_occupancy"`` each pool's. Everything is in the time unit of the
     chain's rates here (the mean service time for exp(1) service).
     """
     if pools is not None:
@@ -354,7 +356,7 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         n_states=n_states,
     )
     if pools is not None:
-        diagnostics["pool_occupancy"] = pool_occupancy
+        metrics["_pool_occupancy"] = pool_occupancy
     return metrics, diagnostics
 
 
@@ -375,6 +377,7 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
             for x, sp in zip(pool_laws(pools, law), seen_phase)
         ]
         quantiles = ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
+        metrics.update(pool_metrics(components, metrics.pop("_pool_occupancy")))
     elif phases:
         quantiles = ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
     else:
@@ -541,8 +544,8 @@ def solve_exact(
             then need ``load <`` :func:`~jaxqueue.core.service.capacity`.
             Recorded as ``settings["pools"]``, a list of ``{"servers",
             "speed", "service"}`` (``service``: the pool's own law's
-            ``to_dict()``, or ``None``), and ``diagnostics["pool_occupancy"]``
-            holds each pool's occupancy.
+            ``to_dict()``, or ``None``); the result has the pools' metrics
+            (``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`).
         symmetry: lump states by server and dispatcher relabelling (exact).
         tol: target truncated mass when ``queue_bound`` is chosen here.
         max_states: hard cap on the reachable state count.

@@ -29,7 +29,8 @@ With phase-type service the residual of the task in service depends on its
 phase: :func:`ph_response_terms` builds the response law from the joint law
 of the tasks found and the phase in service (the exact solver, the
 phase-type mean field and the simulator's ``seen_class`` counts give it),
-and :func:`ph_mixture_quantiles` inverts it, for many samples at once.
+:func:`ph_mixture_quantiles` inverts it, for many samples at once, and
+:func:`ph_response_mean` gives its mean.
 
 Example:
     >>> import numpy as np
@@ -56,6 +57,7 @@ __all__ = [
     "ph_response_terms",
     "ph_response_quantiles",
     "ph_mixture_quantiles",
+    "ph_response_mean",
 ]
 
 _REL_TOL = 1e-12
@@ -426,3 +428,25 @@ def _bisect(parts, levels, rows):
         lo = np.where(wide & above, mid, lo)
         hi = np.where(wide & ~above, mid, hi)
     return np.where(empty, np.nan, 0.5 * (lo + hi))
+
+
+def ph_response_mean(law, seen, seen_phase) -> np.ndarray:
+    """Mean response time of the arrivals a law of what they find describes
+    (:func:`ph_response_terms`'s arguments; need not be normalised).
+
+    A task that finds the server empty stays one service (``mean``); one that
+    finds ``k >= 1`` tasks with the one in service in phase ``p`` stays the
+    residual from ``p`` (``((-S)^-1 1)_p``), ``k - 1`` services and its own:
+    ``r_p + k mean``.
+
+    Returns:
+        float64 of the sample shape ``(...)``; NaN for a sample of no weight.
+    """
+    seen = np.asarray(seen, np.float64)
+    seen_phase = np.asarray(seen_phase, np.float64)
+    residual = np.linalg.solve(-np.asarray(law.matrix, np.float64), np.ones(law.n_phases))
+    k = np.arange(1, seen_phase.shape[-2] + 1, dtype=np.float64)[:, None]
+    total = seen[..., 0] + seen_phase.sum(axis=(-2, -1))
+    busy = np.sum(seen_phase * (residual[None, :] + k * law.mean), axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (seen[..., 0] * law.mean + busy) / total, np.nan)

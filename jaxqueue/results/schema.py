@@ -1,7 +1,8 @@
 """One vocabulary for results: simulation, mean field and exact CTMC.
 
 Every result carries the same metric names (:data:`SCALAR_METRICS`,
-:data:`VECTOR_METRICS`, ``response_quantiles``), the same missing-value
+:data:`VECTOR_METRICS`, ``response_quantiles``, and with server pools
+:data:`POOL_METRICS` and ``pool_occupancy``), the same missing-value
 convention (``None``: the metric does not apply, e.g. ``p0`` without
 I-queues), the same quantile form (``{q: value}`` for ``q`` in
 :data:`QUANTILES`), a ``source`` (``"simulation"``, ``"mean-field"`` or
@@ -28,8 +29,8 @@ import numpy as np
 
 from jaxqueue.results.estimates import Estimate, json_number
 
-__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "METRICS", "QUANTILES", "QUANTILE_NAMES",
-           "SOURCES"]
+__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "POOL_METRICS", "METRICS", "QUANTILES",
+           "QUANTILE_NAMES", "SOURCES"]
 
 #: Scalar metrics, per server and per unit time where a rate.
 SCALAR_METRICS = (
@@ -46,7 +47,16 @@ SCALAR_METRICS = (
 #: Vector metrics, indexed by queue length ``k = 0..levels`` (I-queue size for
 #: ``iqueue_distribution``).
 VECTOR_METRICS = ("tail", "occupancy", "arrival_seen", "iqueue_distribution")
-METRICS = SCALAR_METRICS + VECTOR_METRICS
+#: Metrics of server pools, indexed by pool (in the order given); ``None``
+#: for a system without pools.
+POOL_METRICS = (
+    "pool_arrival_share",  # fraction of the accepted tasks sent to the pool
+    "pool_utilization",  # fraction of the pool's servers that are busy
+    "pool_mean_queue_length",  # mean tasks per server of the pool
+    "pool_mean_response_time",  # mean response time of the tasks sent to the pool
+    "pool_waiting_probability",  # P(a task sent to the pool finds its server busy)
+)
+METRICS = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS
 #: Response-time quantile levels reported by every source.
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 #: The quantiles by name, where a metric is asked for by name
@@ -98,6 +108,11 @@ class Result:
         blocking_probability, p0, join_rate, delete_rate, probe_rate,
         stale_fraction: see :data:`SCALAR_METRICS`.
         response_quantiles: ``{q: value}`` for ``q`` in :data:`QUANTILES`.
+        pool_arrival_share, pool_utilization, pool_mean_queue_length,
+        pool_mean_response_time, pool_waiting_probability: with server pools,
+        one value per pool (:data:`POOL_METRICS`); else None.
+        pool_occupancy: with server pools, ``(pools, levels + 1)``: row ``i``
+            the fraction of pool ``i``'s servers with exactly ``k`` tasks; else None.
         settings: what produced the result: at least ``policy``,
             ``policy_label``, ``options`` and ``load``.
         diagnostics: the source's own accuracy report.
@@ -119,6 +134,12 @@ class Result:
     probe_rate: Any
     stale_fraction: Any = None
     response_quantiles: dict
+    pool_arrival_share: Any = None
+    pool_utilization: Any = None
+    pool_mean_queue_length: Any = None
+    pool_mean_response_time: Any = None
+    pool_waiting_probability: Any = None
+    pool_occupancy: Any = None
     settings: dict
     diagnostics: dict = dataclasses.field(default_factory=dict)
 
@@ -154,7 +175,8 @@ class Result:
         metrics) or ``None`` where it does not apply; ``response_quantiles``
         maps ``"0.99"`` etc. to the same form.
         """
-        out: dict[str, Any] = {name: metric_json(getattr(self, name)) for name in METRICS}
+        out: dict[str, Any] = {name: metric_json(getattr(self, name))
+                               for name in METRICS + ("pool_occupancy",)}  # fmt: skip
         out["response_quantiles"] = {
             str(q): metric_json(v) for q, v in sorted(self.response_quantiles.items())
         }
@@ -164,7 +186,9 @@ class Result:
         return out
 
     def records(self) -> list[dict]:
-        """A flat table: one row per metric (and per index for vector metrics and quantiles)."""
+        """A flat table: one row per metric (and per index for vector metrics and
+        quantiles; the pool for :data:`POOL_METRICS`). ``pool_occupancy`` is
+        left out (it has two indices): read it from the result or :meth:`to_dict`."""
         base = {"source": self.source}
         base.update({k: self.settings[k] for k in _ROW_SETTINGS if k in self.settings})
 
@@ -179,7 +203,7 @@ class Result:
         rows = [row(name, None, v) for name, v in self.scalar_metrics().items()]
         for q, v in sorted(self.response_quantiles.items()):
             rows.append(row("response_quantile", q, v))
-        for name in VECTOR_METRICS:
+        for name in VECTOR_METRICS + POOL_METRICS:
             v = getattr(self, name)
             if v is None:
                 continue

@@ -20,6 +20,17 @@ what the arrivals found, and its quantiles are exact functions of the counts
 in the exponential case. The mean response time comes from Little's law
 (mean queue length over the accepted arrival rate, both measured exactly).
 
+With pools the same counts, taken pool by pool, give each pool's share of the
+accepted tasks, their waiting probability and their mean response time. Each
+pool's occupancy comes from the service candidates of the uniformization:
+they come at a constant rate whatever the state, so the level and class of the
+server each one draws (before the step; ``sampled_class``) is a time-uniform
+sample of the servers, as the arrivals of a Poisson stream see time averages.
+Pool ``i``'s share of level ``k`` among the draws, over its share of the
+servers, estimates the fraction of its servers with ``k`` tasks without bias,
+with about as much information as a time sum (a step looks at one server, and
+there are about ``N`` steps per unit time).
+
 With a trace of arrival times the steps are not evenly spread in time; the
 time sums and ``steps`` then count the service candidates only, a Poisson
 sample of the state (:func:`jaxqueue.sim.blocks.time_sum_scale`), so the
@@ -39,10 +50,11 @@ from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
 from jaxqueue.results.response import (
     erlang_mixture_mean, erlang_mixture_quantile, ph_mixture_quantiles,
 )  # fmt: skip
-from jaxqueue.results.schema import QUANTILES, Result
+from jaxqueue.results.pools import pool_metrics
+from jaxqueue.results.schema import POOL_METRICS, QUANTILES, Result
 
 __all__ = ["SimulationResult", "from_stats", "metric_samples", "class_response_quantiles",
-           "batch_means"]
+           "pool_metric_samples", "batch_means"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,7 +81,7 @@ def _occupancy(tail: np.ndarray) -> np.ndarray:
 
 
 def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
-                   rate=None, step_rate=None, laws=None) -> dict:  # fmt: skip
+                   rate=None, step_rate=None, laws=None, fractions=None) -> dict:  # fmt: skip
     """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
@@ -77,11 +89,13 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher, rate, step_rate, laws: as in :func:`from_stats`.
+        policy, single_dispatcher, rate, step_rate, laws, fractions: as in
+            :func:`from_stats`.
 
     Returns:
         ``{metric: float64 array}`` with the sample axis first (metrics that
-        do not apply are left out); ``response_quantiles`` is ``(S, Q)``.
+        do not apply are left out); ``response_quantiles`` is ``(S, Q)``,
+        the pool metrics ``(S, pools)`` (:func:`pool_metric_samples`).
     """
     steps = np.asarray(sums["steps"], np.float64)
     tail = sums["tail"] / steps[:, None]
@@ -117,7 +131,34 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
                 out["iqueue_distribution"] = _occupancy(iq_tail)
         if policy.stale_picks:
             out["stale_fraction"] = sums["stale"] / arrivals
+    if fractions is not None:
+        out.update(pool_metric_samples(sums["seen_class"], sums["sampled_class"], laws, fractions))
     return out
+
+
+def pool_metric_samples(seen_class, sampled_class, laws, fractions) -> dict:
+    """Each pool's metrics (:func:`jaxqueue.results.pools.pool_metrics`)
+    from where accepted arrivals found their servers and what the service
+    candidates drew.
+
+    Args:
+        seen_class, sampled_class: ``(S, levels + 1, C)`` counts
+            (:class:`~jaxqueue.sim.totals.Totals`).
+        laws: ``(law, base)`` per pool (:func:`class_response_quantiles`).
+        fractions: each pool's share of the servers.
+
+    Returns:
+        ``{metric: float64 array}``: ``(S, pools)``, and ``pool_occupancy``
+        ``(S, pools, levels + 1)``; NaN where a sample has no arrivals (or
+        none at that pool) or no candidates.
+    """
+    drawn = np.asarray(sampled_class, np.float64)
+    candidates = drawn.sum(axis=(1, 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        occupancy = np.stack([drawn[:, :, base : base + law.n_phases].sum(axis=2)
+                              / (candidates[:, None] * fraction)
+                              for (law, base), fraction in zip(laws, fractions)], axis=1)  # fmt: skip
+    return pool_metrics(_components(seen_class, laws), occupancy)
 
 
 def class_response_quantiles(seen_class, laws) -> np.ndarray:
@@ -134,6 +175,13 @@ def class_response_quantiles(seen_class, laws) -> np.ndarray:
     Returns:
         float64 ``(S, Q)``, NaN for a sample without accepted arrivals.
     """
+    return ph_mixture_quantiles(_components(seen_class, laws), np.array(QUANTILES)) / SERVICE_RATE
+
+
+def _components(seen_class, laws) -> list:
+    """``(share, law, seen, seen_phase)`` per pool (as
+    :func:`~jaxqueue.results.response.ph_mixture_quantiles` takes them) from
+    ``(S, levels + 1, C)`` counts of where accepted arrivals found their servers."""
     found = np.asarray(seen_class, np.float64)
     total = found.sum(axis=(1, 2))
     components = []
@@ -144,7 +192,7 @@ def class_response_quantiles(seen_class, laws) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(total > 0, seen.sum(axis=1) / total, 0.0)
         components.append((share, law, seen, busy))
-    return ph_mixture_quantiles(components, np.array(QUANTILES)) / SERVICE_RATE
+    return components
 
 
 def batch_means(whole: np.ndarray, batches: np.ndarray):
@@ -212,7 +260,7 @@ def _estimates(whole: dict, batches: dict | None):
 def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
                settings: dict, *, batches: dict | None = None,
                diagnostics: dict | None = None, rate=None, step_rate=None,
-               laws=None) -> SimulationResult:  # fmt: skip
+               laws=None, fractions=None) -> SimulationResult:  # fmt: skip
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
     Args:
@@ -236,8 +284,11 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         laws: with server classes, ``(law, base)`` per pool
             (:func:`class_response_quantiles`), and ``sums`` holds
             ``seen_class``.
+        fractions: with pools, each pool's share of the servers: the pools'
+            metrics are reported (:func:`pool_metric_samples`; ``sums`` also
+            holds ``sampled_class``); ``None``: no pools.
     """
-    kw = dict(rate=rate, step_rate=step_rate, laws=laws)
+    kw = dict(rate=rate, step_rate=step_rate, laws=laws, fractions=fractions)
     whole = metric_samples(sums, load, policy, single_dispatcher, **kw)
     per_batch = None
     if batches is not None:
@@ -275,6 +326,7 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         delete_rate=est["delete_rate"],
         probe_rate=est["probe_rate"],
         stale_fraction=est.get("stale_fraction"),
+        **{name: est.get(name) for name in POOL_METRICS + ("pool_occupancy",)},
         settings=settings,
         diagnostics=diag,
     )

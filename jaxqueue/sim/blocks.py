@@ -142,13 +142,13 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
             acc_iq = acc_iq + jnp.where(candidate, _iq_view(before, system, policy), 0)
         else:
             acc_iq = acc_iq + _iq_view(core, system, policy)
-        if by_class is not None:  # where the arrival found its server: (level, class)
-            by_class = by_class.at[ev["seen_class"]].add(1, mode="drop")
+        if by_class is not None:  # what the arrival or service candidate found: (level, class)
+            by_class = by_class.at[ev["by_class"]].add(1, mode="drop")
         return (core, acc_tail, acc_iq, cnt, cands, idle_of(core), by_class), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
     carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0),
-              idle_of(core), stats.seen_class)
+              idle_of(core), stats.by_class)
     (new_core, packed, acc_iq, cnt, cands, _, by_class), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
@@ -168,7 +168,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,
         iq_lo=iq_lo, iq_hi=iq_hi, iq_delta=stats.iq_delta + acc_iq,
         seen=stats.seen + seen, steps=stats.steps + (cands if trace else BLOCK), **updates,
-        seen_class=by_class,
+        by_class=by_class,
     )  # fmt: skip
 
 

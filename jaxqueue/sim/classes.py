@@ -201,11 +201,15 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
             policy chose it (``jsew``); ``None``: a uniform server of its level.
 
     Returns:
-        ``(classes, joined)``: the counts after the step, and where an
-        accepted arrival found its server, ``k * C + c`` for ``k`` tasks of
-        class ``c`` (an idle server is in its pool's first class; ``(levels
-        + 1) * C`` for none), which the blocks count (``Stats.seen_class``)
-        for the response-time law (:mod:`jaxqueue.results.response`).
+        ``(classes, found)``: the counts after the step, and what the step
+        found, which the blocks count (``Stats.by_class``): for an accepted
+        arrival, ``k * C + c`` for ``k`` tasks at its server of class ``c``
+        (an idle server is in its pool's first class; the response-time law,
+        :mod:`jaxqueue.results.response`); for a real service candidate, ``(levels +
+        1) * C + k * C + c`` for the server it drew, before the step (the
+        candidates are a Poisson process independent of the state, so these
+        are a time-uniform sample of the servers' levels and classes: each
+        pool's occupancy); ``2 (levels + 1) * C`` for neither.
     """
     table = class_table(system)
     levels, n_cls = system.levels, table.n_classes
@@ -241,7 +245,11 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
                             nowhere)),
     )  # fmt: skip
     out = classes.reshape(-1).at[leave].add(-1, mode="drop").at[enter].add(1, mode="drop")
-    return out.reshape(classes.shape), jnp.where(joins, flat(k, c_arr), nowhere)
+    # a real candidate: not an arrival, and not thinned out by the source (outcome -1)
+    candidate = ~is_arrival & (outcome >= 0)
+    found = jnp.where(joins, flat(k, c_arr),
+                      jnp.where(candidate, nowhere + flat(k_dep, c_dep), 2 * nowhere))  # fmt: skip
+    return out.reshape(classes.shape), found
 
 
 def split_classes(counts: np.ndarray, system: System, phase_share=None,

@@ -134,11 +134,11 @@ def initial_classes(init, system: System, policy: Policy, load: float, counts: n
     share = pool_share = None
     if isinstance(init, str) and init == "mean-field" and (system.service is not None
                                                            or system.pools is not None):
-        diag = _mean_field(policy, float(load), system).diagnostics
-        share = diag.get("phase_occupancy")
+        mf = _mean_field(policy, float(load), system)
+        share = mf.diagnostics.get("phase_occupancy")
         if system.pools is not None:  # each pool's share of every level
             fractions = np.array([p.count for p in system.pools], np.float64) / system.n_servers
-            pool_share = (np.asarray(diag["pool_occupancy"]) * fractions[:, None]).T
+            pool_share = (np.asarray(mf.pool_occupancy) * fractions[:, None]).T
     return split_classes(counts, system, share, pool_share)
 
 

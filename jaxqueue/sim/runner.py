@@ -806,11 +806,12 @@ class Run:
                 f"checkpoint {path} was written by another run ({detail}); delete it or "
                 "give another path"
             )
-        if p.system.classes and "totals/seen_class" not in arrays:
+        if p.system.classes and "totals/sampled_class" not in arrays:
             raise CheckpointMismatch(
                 f"checkpoint {path} was written by an earlier jaxqueue that did not count where "
-                "arrivals found their servers (the response-time quantiles with phase-type "
-                "service or pools need it); delete it and run again, or give another path"
+                "arrivals found their servers and what service candidates drew (the "
+                "response-time quantiles and the pools' metrics with phase-type service or "
+                "pools need them); delete it and run again, or give another path"
             )
         core = _core_from_fields(
             {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p
@@ -847,10 +848,12 @@ class Run:
         load_vec = p.load_vector()
         system, pol = p.system, p.policy
         recorded = versions()
-        laws = None
+        laws = fractions = None
         if system.classes:  # each pool's law at its speed and first class
             table = class_table(system)
             laws = tuple(zip(pool_laws(table.pools), table.base))
+        if system.pools is not None:  # each pool's share of the servers
+            fractions = tuple(q.count / system.n_servers for q in system.pools)
         results = []
         for j, lam in enumerate(p.loads):
             sl = slice(j * p.replicas, (j + 1) * p.replicas)
@@ -895,6 +898,7 @@ class Run:
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,
                                       step_rate=_sample_rate(system, lam), laws=laws,
+                                      fractions=fractions,
                                       diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
         return results
 

@@ -61,10 +61,12 @@ class Stats(NamedTuple):
     blocks, so nothing wraps, and adds each chunk into exact 64-bit sums on
     the host (:mod:`jaxqueue.sim.totals`). ``seen[k]`` counts accepted
     arrivals that found ``k`` tasks; with server classes
-    (:mod:`jaxqueue.sim.classes`), ``seen_class[k * C + c]`` those that found
+    (:mod:`jaxqueue.sim.classes`), ``by_class[k * C + c]`` those that found
     ``k`` tasks at a server of class ``c`` (its pool and the phase of the
     task in service; an idle server is in its pool's first class), from
-    which the response-time law follows (``None`` without classes).
+    which the response-time law follows, and ``by_class[(levels + 1) * C + k
+    * C + c]`` the service candidates that drew such a server (a time-uniform
+    sample, from which each pool's occupancy follows); ``None`` without classes.
     """
 
     tail_lo: jax.Array  # uint32 (levels + 1,)
@@ -83,7 +85,7 @@ class Stats(NamedTuple):
     probes: jax.Array
     stale: jax.Array
     steps: jax.Array
-    seen_class: jax.Array | None = None  # int32 ((levels + 1) * C,): server classes only
+    by_class: jax.Array | None = None  # int32 (2 (levels + 1) C,): server classes only
 
 
 #: The scalar counters of :class:`Stats`, in order.
@@ -121,7 +123,7 @@ def zero_stats(system: System, policy: Policy) -> Stats:
     i = lambda n: jnp.zeros((n,), jnp.int32)  # noqa: E731
     levels, w = system.levels + 1, iq_width(system, policy)
     c = jnp.int32(0)
-    by_class = i(levels * class_table(system).n_classes) if system.classes else None
+    by_class = i(2 * levels * class_table(system).n_classes) if system.classes else None
     return Stats(u(levels), u(levels), i(levels), u(w), u(w), i(w), i(levels),
                  c, c, c, c, c, c, c, c, c, by_class)  # fmt: skip
 

@@ -50,8 +50,9 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         ``(new_core, event)`` where ``event`` is a dict of int32 scalars: the
         levels gaining and losing a server (``up``, ``down``), the level an
         accepted arrival found (``seen``; ``levels + 1`` for none), with
-        server classes also the level and class it found (``seen_class``,
-        :func:`~jaxqueue.sim.classes.classes_after`), and the event counts,
+        server classes also the level and class it found, or a service
+        candidate drew (``by_class``, :func:`~jaxqueue.sim.classes.classes_after`),
+        and the event counts,
         consumed by :func:`run_blocks`.
     """
     serves, clock = None, core.clock
@@ -75,7 +76,7 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
             core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
             serves=service[2] == 0, classes=core.classes, idle=idle,
         )  # fmt: skip
-        classes, event["seen_class"] = classes_after(
+        classes, event["by_class"] = classes_after(
             core.classes, core.tail, own, event["arrivals"] > 0, event["up"], service, system,
             event.pop("arrival_class", None),
         )  # fmt: skip

@@ -21,7 +21,7 @@ import numpy as np
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.sim.state import COUNTERS
 
-__all__ = ["Totals", "TIME_SUMS", "COUNTS"]
+__all__ = ["Totals", "TIME_SUMS", "COUNTS", "CLASS_COUNTS"]
 
 #: The time sums: name -> the Stats prefix of its chunk sums.
 TIME_SUMS = ("tail", "iq")
@@ -29,13 +29,18 @@ TIME_SUMS = ("tail", "iq")
 #: The integer counts (per replica), besides the time sums.
 COUNTS = ("seen",) + COUNTERS + ("steps",)
 
+#: With server classes: ``(levels + 1, C)`` counts of the level and class
+#: accepted arrivals found, and service candidates drew (a time-uniform sample).
+CLASS_COUNTS = ("seen_class", "sampled_class")
+
 
 class Totals:
     """Per-replica sums of a run's measurements since the last reset (host, exact).
 
     Attributes:
         arrays: ``tail_q``, ``tail_r``, ``iq_q``, ``iq_r`` and the counts
-            (:data:`COUNTS`), int64 with a leading replica axis.
+            (:data:`COUNTS`, and :data:`CLASS_COUNTS` with server classes),
+            int64 with a leading replica axis.
         n_servers, n_dispatchers: the divisors of the tail and I-queue time sums.
         scale: what a chunk's 64-bit time sums are multiplied by
             (:func:`jaxqueue.sim.blocks.time_sum_scale`: ``BLOCK``, or 1 for a trace).
@@ -51,19 +56,21 @@ class Totals:
     def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers: int,
               n_dispatchers: int, scale: int = BLOCK, n_classes: int = 0) -> "Totals":  # fmt: skip
         """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail
-        entries (and, with ``n_classes`` server classes, ``seen_class``:
-        ``(levels + 1, n_classes)`` counts of the level and class accepted
-        arrivals found, :class:`~jaxqueue.sim.state.Stats`)."""
+        entries (and, with ``n_classes`` server classes, ``seen_class`` and
+        ``sampled_class``: ``(levels + 1, n_classes)`` counts of the level and
+        class accepted arrivals found, and service candidates drew,
+        :class:`~jaxqueue.sim.state.Stats`)."""
         z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
         arrays = {"tail_q": z(levels + 1), "tail_r": z(levels + 1),
                   "iq_q": z(iq_width), "iq_r": z(iq_width), "seen": z(levels + 1)}  # fmt: skip
         arrays.update({name: z() for name in COUNTERS + ("steps",)})
         if n_classes:
             arrays["seen_class"] = z(levels + 1, n_classes)
+            arrays["sampled_class"] = z(levels + 1, n_classes)
         return cls(arrays, n_servers, n_dispatchers, scale)
 
     def _counts(self) -> tuple:
-        return COUNTS + (("seen_class",) if "seen_class" in self.arrays else ())
+        return COUNTS + (CLASS_COUNTS if "seen_class" in self.arrays else ())
 
     def copy(self) -> "Totals":
         """An independent copy."""
@@ -79,16 +86,21 @@ class Totals:
             r = a[f"{name}_r"] + exact
             a[f"{name}_q"] += r // div
             a[f"{name}_r"] = r % div
-        for name in self._counts():
+        for name in COUNTS:
             a[name] += np.asarray(chunk[name], np.int64).reshape(a[name].shape)
+        if "seen_class" in a:  # by_class: the arrivals' finds, then the candidates' draws
+            r, levels, n_classes = a["seen_class"].shape
+            by_class = np.asarray(chunk["by_class"], np.int64).reshape(r, 2, levels, n_classes)
+            for j, name in enumerate(CLASS_COUNTS):
+                a[name] += by_class[:, j]
 
     def sums(self, since: "Totals | None" = None) -> dict:
         """The window's sums since ``since`` (default: since the reset).
 
         Returns:
             ``tail`` and ``iq``: float64 ``sum_t tail_t / N`` and ``sum_t
-            iq_tail_t / M``; the counts (:data:`COUNTS`, and ``seen_class``
-            with server classes) as int64.
+            iq_tail_t / M``; the counts (:data:`COUNTS`, and
+            :data:`CLASS_COUNTS` with server classes) as int64.
         """
         a = self.arrays
         b = since.arrays if since is not None else None

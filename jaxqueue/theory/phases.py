@@ -106,6 +106,7 @@ below its own capacity.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -120,6 +121,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int
 from jaxqueue.policies import Policy, available, make, policy_class
 from jaxqueue.theory import meanfield
+from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.response import ph_mixture_quantiles, ph_response_quantiles
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
@@ -844,8 +846,11 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     the response law is the mixture over the pools (each with its law at its
     speed), the settings record ``pools`` as ``{"fraction", "speed",
     "service"}`` (``service``: the law the pool's servers follow, at speed
-    1), and the diagnostic ``pool_occupancy``, ``(pools, L + 1)``, gives for
-    each pool the fraction of its servers with exactly ``k`` tasks.
+    1), and the pools' metrics are filled in
+    (:func:`jaxqueue.results.pools.pool_metrics`): ``pool_occupancy``,
+    ``(pools, L + 1)``, the fraction of each pool's servers with exactly
+    ``k`` tasks, and each pool's share of the arrivals, utilization, mean
+    queue length, mean response time and waiting probability.
     """
     pol = make(policy)
     law, rt = fp.service, fp.rates
@@ -861,7 +866,7 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     if fp.pools is None:
         quantiles = ph_response_quantiles(law, seen, seen_phase, QUANTILES)
     else:
-        quantiles, pool_occupancy = _pool_response(fp.pools, seen, seen_phase, counts)
+        quantiles, by_pool = _pool_response(fp.pools, seen, seen_phase, counts)
     seen_all = np.append(seen, 0.0)
     occupancy = s - np.concatenate([s[1:], [0.0]])
     q = fp.iq_tail
@@ -887,12 +892,12 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
             {"fraction": f, "speed": v, "service": lw.scaled(lw.mean * v).to_dict()}
             for f, v, lw in zip(fp.pools.fractions, fp.pools.speeds, fp.pools.laws)
         ]  # fmt: skip
-        result.diagnostics["pool_occupancy"] = pool_occupancy.tolist()
+        result = dataclasses.replace(result, **by_pool)
     return result
 
 
 def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
-    """Response-time quantiles with pools, and each pool's occupancy.
+    """Response-time quantiles with pools, and each pool's metrics.
 
     An accepted arrival that finds ``k >= 1`` tasks joins class ``c`` with
     probability ``seen[k] * x[k, c] / n_k`` (``seen_phase``); one that finds
@@ -901,9 +906,10 @@ def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
     its speed (:func:`jaxqueue.results.response.ph_mixture_quantiles`).
 
     Returns:
-        ``(quantiles, pool_occupancy)``: pool_occupancy ``(pools, L + 1)``,
-        row ``i`` the fraction of pool ``i``'s servers with exactly ``k`` tasks
-        (as the exact solver's diagnostic of that name).
+        ``(quantiles, metrics)``: the pools' metrics
+        (:func:`jaxqueue.results.pools.pool_metrics`); ``pool_occupancy``
+        ``(pools, L + 1)``, row ``i`` the fraction of pool ``i``'s servers
+        with exactly ``k`` tasks.
     """
     fracs = np.asarray(pools.fractions)
     busy = np.array([counts[1:, b : b + lw.n_phases].sum(axis=1)
@@ -918,4 +924,4 @@ def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
         components.append((float(found.sum()), lw, found, phase))
     total = sum(c[0] for c in components)
     components = [(w / total, lw, f, p) for w, lw, f, p in components]
-    return ph_mixture_quantiles(components, QUANTILES), occupancy
+    return ph_mixture_quantiles(components, QUANTILES), pool_metrics(components, occupancy)
