@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from jaxqueue.results.estimates import Estimate
-from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
+from jaxqueue.results.schema import POOL_METRICS, QUANTILE_NAMES, SCALAR_METRICS
 
 __all__ = ["main"]
 
@@ -243,6 +243,23 @@ def _print_result(res, title: str) -> None:
     for i in range(1, upto):
         ci = f" ± {half[i]:.6f}" if half is not None else ""
         print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
+    if res.pool_arrival_share is not None:
+        _print_pools(res, digits)
+
+
+def _print_pools(res, digits: int) -> None:
+    """One column per pool: :data:`~jaxqueue.results.schema.POOL_METRICS`."""
+    pools = res.settings.get("pools") or []
+    width = 2 * digits + 8 if res.source == "simulation" else 12
+    heads = [f"speed {q['speed']:g}" for q in pools]
+    print(f"  {'by pool':24s} " + " ".join(f"{h:>{width}s}" for h in heads))
+    for name in POOL_METRICS:
+        value = getattr(res, name)
+        if isinstance(value, Estimate):
+            cells = [_fmt(Estimate(m, h, value.n), digits) for m, h in zip(value.mean, value.ci95)]
+        else:
+            cells = [_fmt(float(m), digits) for m in value]
+        print(f"  {name:24s} " + " ".join(f"{c:>{width}s}" for c in cells))
 
 
 def _servers_line(s: dict) -> str:

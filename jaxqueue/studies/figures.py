@@ -50,7 +50,7 @@ from collections import OrderedDict
 import numpy as np
 
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
-from jaxqueue.results.schema import SCALAR_METRICS, VECTOR_METRICS
+from jaxqueue.results.schema import POOL_METRICS, SCALAR_METRICS, VECTOR_METRICS
 
 __all__ = [
     "FigureSpec", "Series", "parse_figure", "figure_series", "cdf_quantiles", "summarize",
@@ -66,8 +66,9 @@ FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "w
 #: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
 CDF = "response_cdf"
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as
-#: ``response_quantile``), and the response-time law.
-METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + ("response_quantile", CDF)
+#: ``response_quantile``; a pool's metric with ``index`` = the pool, from 0),
+#: and the response-time law.
+METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
 #: Times at which a response-time law is drawn, from 0 to the largest quantile
 #: at ``CDF_LEVEL`` of the figure's curves.
 CDF_POINTS = 201
@@ -239,11 +240,11 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     fig = FigureSpec(**out)
     vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
     if vector and fig.x != "index" and fig.index is None:
-        fail("metric", f"metric {vector[0]!r} is a vector (or quantiles): give index = k (or the "
-             'quantile level), or x = "index"')  # fmt: skip
+        fail("metric", f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
+             'quantile level, or the pool from 0), or x = "index"')  # fmt: skip
     if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
         fail("x", 'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
-             "iqueue_distribution, response_quantile)")  # fmt: skip
+             "iqueue_distribution, response_quantile, the pool metrics)")  # fmt: skip
     if fig.x == "index" and fig.index is not None:
         fail("index", 'give either x = "index" or index = k, not both')
     if fig.panels is not None and fig.panels == fig.x:
