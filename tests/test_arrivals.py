@@ -36,7 +36,7 @@ from jaxqueue.sim import runner
 
 from chains import mmpp_jsq_reference, profile_mm1_reference
 
-FAMILY = 27  # statistical comparisons in this module
+FAMILY = 27 + 4  # statistical comparisons in this module
 
 # -- validation -----------------------------------------------------------------------
 
@@ -163,6 +163,27 @@ def test_profile_mm1_against_periodic_regime():
     _check_seen(res, seen, mean_queue)
     # each replica's measured time covers many periods
     assert res.settings["time_measured"] > 50 * src.period
+
+
+@pytest.mark.slow
+def test_pool_occupancy_under_a_profile_samples_only_real_service_candidates():
+    """With pools, each pool's occupancy comes from the servers the service
+    candidates draw; under a profile the candidates the source thins out (at
+    rate peak - lambda(t), more often when the load is low) must not count,
+    or the sample leans to the quiet hours (counting them put the idle
+    fraction 0.036 too high here, nine times this tolerance). The pools'
+    occupancies, weighted by their shares of the servers, must give the
+    occupancy the time sums measure. The two come from one run and differ by
+    the sampling alone, so the sampled estimate's tolerance (summed over the
+    pools) bounds the difference."""
+    src = Profile.from_function(lambda t: 1 + 0.8 * np.sin(2 * np.pi * t / 20), 20.0, 8)
+    res = jq.simulate("pod", 0.8, 20, pools="0.5:2,0.5:1", arrivals=src, replicas=32,
+                      steps=2**17, seed=3, interval="replicas")  # fmt: skip
+    shares = np.array([0.5, 0.5])
+    drawn = shares @ res.pool_occupancy.mean
+    tol = shares @ tolerance(res.pool_occupancy, FAMILY)
+    for k in range(4):
+        assert abs(drawn[k] - res.occupancy.mean[k]) <= tol[k], (k, drawn[k], res.occupancy.mean[k])
 
 
 def test_trace_dm1():
