@@ -179,9 +179,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pools", default=None,
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
     p.add_argument("--metric", default="mean_response_time",
-                   choices=SCALAR_METRICS + QUANTILE_NAMES,
+                   choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS,
                    help="what the table puts side by side (default mean_response_time; "
-                        "p50 to p99.9: response-time quantiles); --json has every metric")
+                        "p50 to p99.9: response-time quantiles; pool_*: a row per pool, "
+                        "with --pools); --json has every metric")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--json", action="store_true")
 
@@ -487,6 +488,9 @@ def _cmd_exact(args) -> int:
 def _cmd_compare(args) -> int:
     from jaxqueue.studies.compare import compare
 
+    if args.metric in POOL_METRICS and args.pools is None:
+        raise ValueError(f"--metric {args.metric} is a metric by server pool: give --pools "
+                         "(e.g. 0.2:2,0.8:1)")  # fmt: skip
     rows = compare(
         [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
         ratio=args.ratio, loads=args.loads, d=args.d, z=args.z, buffer=args.buffer,
@@ -501,16 +505,28 @@ def _cmd_compare(args) -> int:
     model = "".join(f", {k} {v}" for k, v in (("buffer", args.buffer), ("service", args.service),
                                              ("pools", args.pools)) if v is not None)  # fmt: skip
     print(f"N = {args.servers}, r = {args.ratio:g}{model}: {what}, simulation (95% CI) vs mean field")
-    print(f"{'policy':18s} {'load':>6s} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
+    by_pool = args.metric in POOL_METRICS
+    pool = f" {'pool':>9s}" if by_pool else ""
+    print(f"{'policy':18s} {'load':>6s}{pool} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
     for r in rows:
         t = r.simulation.metric(args.metric)
-        sim = "-" if t is None else f"{t.mean:.4f} ± {t.ci95:.4f}"
         pred = None if r.mean_field is None else r.mean_field.metric(args.metric)
-        if pred is None:
-            print(f"{r.policy_label:18s} {r.load:6.3f} {sim:>20s} {'-':>11s} {'-':>8s}")
-            continue
-        print(f"{r.policy_label:18s} {r.load:6.3f} {sim:>20s} "
-              f"{pred:11.4f} {r.z_score(args.metric):8.2f}")  # fmt: skip
+        z = r.z_score(args.metric)
+        if not by_pool:
+            t, pred, z, labels = [t], [pred], [z], [""]
+        else:  # a row per pool
+            labels = [f" {'speed ' + format(q['speed'], 'g'):>9s}" for q in r.simulation.settings["pools"]]
+            t = [None] * len(labels) if t is None else [Estimate(m, h, t.n)
+                                                        for m, h in zip(t.mean, t.ci95)]
+            pred = [None] * len(labels) if pred is None else list(pred)
+            z = np.broadcast_to(z, (len(labels),))
+        for est, value, score, label in zip(t, pred, z, labels):
+            sim = "-" if est is None else f"{est.mean:.4f} ± {est.ci95:.4f}"
+            if value is None:
+                print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} {'-':>11s} {'-':>8s}")
+                continue
+            print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} "
+                  f"{value:11.4f} {score:8.2f}")  # fmt: skip
     return 0
 
 

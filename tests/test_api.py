@@ -293,8 +293,34 @@ def test_result_metric_by_name():
     assert mf.metric("p99.9") == mf.response_quantiles[0.999]
     assert mf.metric("mean_response_time") == mf.mean_response_time
     assert theory.mean_field("pod", 0.9).metric("p0") is None
+    assert mf.metric("pool_utilization") is None  # a pool metric, without pools
+    pooled = theory.mean_field("random", 0.5, pools="0.5:2,0.5:1")
+    np.testing.assert_allclose(pooled.metric("pool_utilization"), [0.25, 0.5], rtol=1e-9)
     with pytest.raises(ValueError, match="p99.9"):
         mf.metric("p95")
+
+
+@pytest.mark.slow
+def test_cli_compare_by_pool(capsys):
+    """A pool metric puts a row per pool beside the mean field by pool."""
+    args = ["compare", "--policies", "pod", "--servers", "8", "--loads", "0.5,0.8", "--time", "40",
+            "--warmup-time", "5", "--replicas", "4", "--pools", "0.5:2,0.5:1",
+            "--metric", "pool_arrival_share"]  # fmt: skip
+    assert cli_main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("pool arrival share, simulation (95% CI) vs mean field")
+    rows = [line.split() for line in lines[2:]]
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        ("pod(d=2)", "0.500", "2"), ("pod(d=2)", "0.500", "1"),
+        ("pod(d=2)", "0.800", "2"), ("pod(d=2)", "0.800", "1"),
+    ]  # fmt: skip
+    for fast, slow in (rows[:2], rows[2:]):  # the shares of one run add up to 1
+        assert float(fast[4]) + float(slow[4]) == pytest.approx(1.0, abs=2e-4)
+        assert float(fast[7]) + float(slow[7]) == pytest.approx(1.0, abs=2e-4)
+        assert float(fast[4]) > 0.5  # Pod(2) sends the fast servers more than half
+    # without pools there is no pool to show: refused before anything runs
+    assert cli_main(["compare", "--metric", "pool_utilization"]) == 2
+    assert "give --pools" in capsys.readouterr().err
 
 
 @pytest.mark.slow

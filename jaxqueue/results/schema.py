@@ -154,13 +154,14 @@ class Result:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def metric(self, name: str):
-        """One number by name: a scalar metric (:data:`SCALAR_METRICS`) or a
-        response-time quantile (:data:`QUANTILE_NAMES`, ``"p99"``); an
-        Estimate or a float, ``None`` where it does not apply."""
+        """One metric by name: a scalar metric (:data:`SCALAR_METRICS`) or a
+        response-time quantile (:data:`QUANTILE_NAMES`, ``"p99"``), an
+        Estimate or a float; or a pool metric (:data:`POOL_METRICS`), one
+        value per pool. ``None`` where it does not apply."""
         if name in QUANTILE_NAMES:
             return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
-        if name not in SCALAR_METRICS:
-            valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES)
+        if name not in SCALAR_METRICS + POOL_METRICS:
+            valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS)
             raise ValueError(f"metric={name!r} is not one of {valid}")
         return getattr(self, name)
 

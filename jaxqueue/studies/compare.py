@@ -7,6 +7,8 @@ import math
 import sys
 from typing import Sequence
 
+import numpy as np
+
 from jaxqueue.api import sweep
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
@@ -36,16 +38,20 @@ class Comparison:
     def load(self) -> float:
         return self.simulation.settings["load"]
 
-    def z_score(self, metric: str = "mean_response_time") -> float:
+    def z_score(self, metric: str = "mean_response_time"):
         """(simulated - mean field) / simulated 95% half-width (NaN without a
-        mean field); ``metric`` is a name of :meth:`Result.metric` (``"p99"``)."""
+        mean field); ``metric`` is a name of :meth:`Result.metric` (``"p99"``;
+        a pool metric gives an array, one per pool)."""
         est = self.simulation.metric(metric)
-        if self.mean_field is None:
+        if self.mean_field is None or est is None:
             return math.nan
         pred = self.mean_field.metric(metric)
-        if est is None or pred is None or not est.ci95:
+        if pred is None:
             return math.nan
-        return (est.mean - pred) / est.ci95
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = (np.asarray(est.mean) - np.asarray(pred)) / np.asarray(est.ci95)
+        z = np.where(np.asarray(est.ci95) > 0, z, np.nan)
+        return float(z) if z.ndim == 0 else z
 
     def to_dict(self) -> dict:
         s = self.simulation.settings
