@@ -153,7 +153,10 @@ def sweep(
             the fractions of ``N`` are rounded to whole servers. A server of
             speed ``v`` serves at ``v`` times the law's rates; the policies see
             queue lengths only. Stability needs ``load`` below the capacity
-            ``sum_i fraction_i speed_i / mean_i``.
+            ``sum_i fraction_i speed_i / mean_i``. The result then also has
+            the metrics by pool (``pool_arrival_share``, ``pool_utilization``,
+            ``pool_mean_queue_length``, ``pool_mean_response_time``,
+            ``pool_waiting_probability``, ``pool_occupancy``; docs/simulation.md).
         arrivals: ``None`` (Poisson arrivals at rate ``load * N``), a file
             (a CSV rate profile ``time,rate``, a CSV trace ``time[,service]``
             or an MMPP JSON file) or a :class:`~jaxqueue.core.arrivals.Profile`,
