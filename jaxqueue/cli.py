@@ -515,7 +515,8 @@ def _cmd_compare(args) -> int:
         if not by_pool:
             t, pred, z, labels = [t], [pred], [z], [""]
         else:  # a row per pool
-            labels = [f" {'speed ' + format(q['speed'], 'g'):>9s}" for q in r.simulation.settings["pools"]]
+            speeds = [q["speed"] for q in r.simulation.settings["pools"]]
+            labels = [f" {'speed ' + format(v, 'g'):>9s}" for v in speeds]
             t = [None] * len(labels) if t is None else [Estimate(m, h, t.n)
                                                         for m, h in zip(t.mean, t.ci95)]
             pred = [None] * len(labels) if pred is None else list(pred)

@@ -44,9 +44,10 @@ the pools of the phase-type mixtures above, each with the pool's law at its
 speed, ``PH(alpha_i, v_i S_i)``, weighted by the share of accepted arrivals
 the pool gets. Each pool's occupancy, share of the arrivals, utilization,
 mean queue length, mean response time and waiting probability are reported
-(``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`). Infinite buffers need ``load <
-capacity``, the tasks per server per unit time the servers complete when
-all are busy (:func:`~jaxqueue.core.service.capacity`).
+(``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`).
+Infinite buffers need ``load < capacity``, the tasks per server per unit
+time the servers complete when all are busy
+(:func:`~jaxqueue.core.service.capacity`).
 
 Infinite buffers are truncated at ``queue_bound``: an arrival that would pass
 it is dropped (reported as ``truncation_loss``, not as blocking), and
