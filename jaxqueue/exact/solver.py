@@ -110,7 +110,9 @@ from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import available, make
 from jaxqueue.results.pools import pool_metrics
-from jaxqueue.results.response import erlang_mixture_quantile, ph_mixture_quantiles, ph_response_quantiles
+from jaxqueue.results.response import (
+    erlang_mixture_quantile, ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
+)  # fmt: skip
 from jaxqueue.results.schema import QUANTILES
 
 __all__ = ["solve_exact"]
@@ -297,12 +299,8 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         # speed; the law of (pool, k, p) seen by accepted arrivals.
         seen_phase = ev[chain.seen_phase_offset:].reshape(len(pools), cap, chain.n_phases)
         seen_phase = seen_phase / accepted
-        t_pasta = 0.0
-        for x, sp in zip(pool_laws(pools, law), seen_phase):
-            residual = np.linalg.solve(-x.matrix, np.ones(x.n_phases))
-            k_ahead = np.arange(1, cap)[:, None]
-            stay = residual[None, :] + (k_ahead - 1) * x.mean  # before its own service
-            t_pasta += x.mean * float(sp.sum()) + float(np.sum(sp[1:, : x.n_phases] * stay))
+        t_pasta = sum(float(sp.sum()) * float(ph_response_mean(x, sp[:, 0], sp[1:, : x.n_phases]))
+                      for x, sp in zip(pool_laws(pools, law), seen_phase) if sp.sum() > 0)
     elif law is None:
         # exp(1) service: a task that finds k tasks stays k + 1 mean services
         seen_phase = None
@@ -314,11 +312,9 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         # (FIFO: later arrivals do not matter). So the mean of the law of
         # (k, p) seen by accepted arrivals (rewards of the chain, exact) must
         # give Little's mean; sum_k (k + 1) arrival_seen[k] would not hold here.
+        # (:func:`~jaxqueue.results.response.ph_response_mean`)
         seen_phase = ev[chain.seen_phase_offset:].reshape(cap - 1, law.n_phases) / accepted
-        residual = np.linalg.solve(-law.matrix, np.ones(law.n_phases))
-        k_ahead = np.arange(1, cap)[:, None]
-        stay = residual[None, :] + (k_ahead - 1) * law.mean  # before its own service
-        t_pasta = law.mean + float(np.sum(seen_phase * stay))
+        t_pasta = float(ph_response_mean(law, arrival_seen, seen_phase))
     if abs(t_little - t_pasta) > 1e-6 * max(1.0, t_pasta):
         raise RuntimeError(
             f"Little's law ({t_little!r}) and PASTA ({t_pasta!r}) response times disagree"
