@@ -156,7 +156,8 @@ def sweep(
             ``sum_i fraction_i speed_i / mean_i``. The result then also has
             the metrics by pool (``pool_arrival_share``, ``pool_utilization``,
             ``pool_mean_queue_length``, ``pool_mean_response_time``,
-            ``pool_waiting_probability``, ``pool_occupancy``; docs/simulation.md).
+            ``pool_waiting_probability``, ``pool_occupancy``,
+            ``pool_response_quantiles``; docs/simulation.md).
         arrivals: ``None`` (Poisson arrivals at rate ``load * N``), a file
             (a CSV rate profile ``time,rate``, a CSV trace ``time[,service]``
             or an MMPP JSON file) or a :class:`~jaxqueue.core.arrivals.Profile`,

@@ -249,13 +249,14 @@ def _print_result(res, title: str) -> None:
 
 
 def _print_pools(res, digits: int) -> None:
-    """One column per pool: :data:`~jaxqueue.results.schema.POOL_METRICS`."""
+    """One column per pool: :data:`~jaxqueue.results.schema.POOL_METRICS` and the quantiles."""
     pools = res.settings.get("pools") or []
     width = 2 * digits + 8 if res.source == "simulation" else 12
     heads = [f"speed {q['speed']:g}" for q in pools]
     print(f"  {'by pool':24s} " + " ".join(f"{h:>{width}s}" for h in heads))
-    for name in POOL_METRICS:
-        value = getattr(res, name)
+    rows = [(name, getattr(res, name)) for name in POOL_METRICS]
+    rows += [(f"pool response p{100 * q:g}", v) for q, v in sorted(res.pool_response_quantiles.items())]
+    for name, value in rows:
         if isinstance(value, Estimate):
             cells = [_fmt(Estimate(m, h, value.n), digits) for m, h in zip(value.mean, value.ci95)]
         else:

@@ -213,6 +213,7 @@ def test_cli_simulate_theory_and_exact_print_the_same_keys(capsys):
         assert set(outs[cmd]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
         assert set(outs[cmd]["mean_response_time"]) == {"mean", "ci95"}
         assert outs[cmd]["pool_utilization"] is None and outs[cmd]["pool_occupancy"] is None
+        assert outs[cmd]["pool_response_quantiles"] is None
     # an exact JIQ-Pod with M = 2: p0 present; none for Pod
     assert outs["exact"]["p0"]["mean"] > 0
     assert cli_main(["exact", "--policy", "pod", "--servers", "3", "--load", "0.5", "--json"]) == 0

@@ -99,6 +99,9 @@ def test_random_erlang_pool_is_an_mph1_queue():
     np.testing.assert_allclose(res.pool_mean_response_time, [fast, 1 / (1 - LAM)], rtol=1e-8)
     np.testing.assert_allclose(res.pool_mean_queue_length,
                                LAM * res.pool_mean_response_time, rtol=1e-8)  # Little
+    for q, t in res.pool_response_quantiles.items():  # the exp(1) pool: M/M/1, Exp(1 - LAM)
+        assert t[1] == pytest.approx(-math.log(1 - q) / (1 - LAM), rel=1e-8), q
+        assert t[0] < t[1]  # the fast pool's tasks leave sooner
     assert res.settings["pools"][0]["service"] == erlang(2).to_dict()
     assert res.settings["pools"][1]["service"] is None
     t = [res.response_quantiles[q] for q in QUANTILES]

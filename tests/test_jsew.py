@@ -17,9 +17,9 @@ from jaxqueue.results.schema import POOL_METRICS
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim.classes import class_table, wait_ranks
 
-# comparisons: 4 metrics, 4 quantiles and 5 pool metrics of 2 pools with a
-# buffer, 2 metrics and 4 quantiles with a phase-type law
-FAMILY = 24
+# comparisons: 4 metrics, 4 quantiles, and 5 pool metrics and 4 quantiles of
+# 2 pools with a buffer; 2 metrics and 4 quantiles with a phase-type law
+FAMILY = 32
 
 
 @pytest.mark.slow
@@ -57,6 +57,9 @@ def test_pools_against_exact_chain():
     for name in POOL_METRICS:  # each pool's share, utilization, queue, response, wait
         est, value = getattr(res, name), getattr(ex, name)
         assert np.all(np.abs(est.mean - value) <= tolerance(est, FAMILY)), (name, est, value)
+    for q, est in res.pool_response_quantiles.items():
+        value = ex.pool_response_quantiles[q]
+        assert np.all(np.abs(est.mean - value) <= tolerance(est, FAMILY)), (q, est, value)
     assert ex.pool_arrival_share[0] > 0.34  # the fast server gets more than its share
     # and it is not JSQ: sending work to the fast server first lowers T
     assert ex.mean_response_time < solve_exact("jsq", 1.0, 3, buffer=4, pools=pools).mean_response_time - 0.05

@@ -65,6 +65,8 @@ def test_random_pools_are_independent_mm1_queues():
     np.testing.assert_allclose(mf.pool_waiting_probability, rho, rtol=1e-9)
     np.testing.assert_allclose(mf.pool_mean_response_time, 1 / rate, rtol=1e-9)
     np.testing.assert_allclose(mf.pool_mean_queue_length, rho / (1 - rho), rtol=1e-8)
+    for q, t in mf.pool_response_quantiles.items():  # Exp(v - lambda) by pool
+        np.testing.assert_allclose(t, -math.log(1 - q) / rate, rtol=1e-9, err_msg=str(q))
     assert mf.settings["pools"] == [
         {"fraction": 0.2, "speed": 2.0, "service": exponential().to_dict()},
         {"fraction": 0.8, "speed": 1.0, "service": exponential().to_dict()},

@@ -40,10 +40,11 @@ EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length
                  "blocking_probability", "p0", "delete_rate", "tail s_1..s_3",
                  "response quantiles p50..p99.9")  # fmt: skip
 # comparisons: M/PH/1 (2 laws x 2 metrics, and M/E3/1's 4 quantiles), the exact
-# cases (at most 6 + 3 + 4 each, and with pools the 5 pool metrics and the
-# occupancy at k = 1, 2 of 2 pools), the mean-field cases (s_1..s_3 and p0)
+# cases (at most 6 + 3 + 4 each, and with pools the 5 pool metrics, the
+# occupancy at k = 1, 2 and the 4 quantiles of 2 pools), the mean-field cases
+# (s_1..s_3 and p0)
 FAMILY = (4 + 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3)
-          + len(POOL_CASES) * (len(POOL_METRICS) + 2) * 2 + 2 * 4)  # fmt: skip
+          + len(POOL_CASES) * (len(POOL_METRICS) + 2 + 4) * 2 + 2 * 4)  # fmt: skip
 
 
 def _close(est, value, what):
@@ -128,16 +129,21 @@ def _against_exact(name, opts, n, m, b, lam, law):
     if "pools" in law:
         _pools_close(sim, ex)
     else:
-        assert all(getattr(sim, name) is None for name in POOL_METRICS + ("pool_occupancy",))
+        assert all(getattr(sim, name) is None
+                   for name in POOL_METRICS + ("pool_occupancy", "pool_response_quantiles"))
 
 
 def _pools_close(sim, exact):
     """Each pool's metrics against the exact chain's: the arrivals' share,
-    waiting probability and mean response time from where they found their
-    servers; the utilization, mean queue length and the fractions of servers
-    with 1 and 2 tasks from what the service candidates drew."""
+    waiting probability, mean response time and response-time quantiles from
+    where they found their servers; the utilization, mean queue length and
+    the fractions of servers with 1 and 2 tasks from what the service
+    candidates drew."""
     for name in POOL_METRICS:
         _close(getattr(sim, name), getattr(exact, name), name)
+    assert list(sim.pool_response_quantiles) == list(exact.pool_response_quantiles)
+    for q, est in sim.pool_response_quantiles.items():
+        _close(est, exact.pool_response_quantiles[q], f"pool p{100 * q:g}")
     occ = sim.pool_occupancy
     _close(jq.Estimate(occ.mean[:, 1:3], occ.ci95[:, 1:3], occ.n), exact.pool_occupancy[:, 1:3],
            "pool_occupancy k = 1, 2")
@@ -269,7 +275,8 @@ def test_checkpoint_resume_with_classes(tmp_path):
     (res,) = resumed.results()
     out = res.to_dict()
     for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles",
-                "pool_utilization", "pool_mean_response_time", "pool_occupancy"):
+                "pool_utilization", "pool_mean_response_time", "pool_occupancy",
+                "pool_response_quantiles"):
         assert out[key] == whole[key], key
     assert set(out["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
     assert len(out["pool_occupancy"]["mean"]) == 2

@@ -43,8 +43,9 @@ an accepted arrival finds), and the response-time law is the mixture over
 the pools of the phase-type mixtures above, each with the pool's law at its
 speed, ``PH(alpha_i, v_i S_i)``, weighted by the share of accepted arrivals
 the pool gets. Each pool's occupancy, share of the arrivals, utilization,
-mean queue length, mean response time and waiting probability are reported
-(``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`).
+mean queue length, mean response time, waiting probability and
+response-time quantiles are reported (``pool_occupancy``,
+:data:`~jaxqueue.results.schema.POOL_METRICS`, ``pool_response_quantiles``).
 Infinite buffers need ``load < capacity``, the tasks per server per unit
 time the servers complete when all are busy
 (:func:`~jaxqueue.core.service.capacity`).
@@ -109,7 +110,7 @@ from jaxqueue.exact.chain import (
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import available, make
-from jaxqueue.results.pools import pool_metrics
+from jaxqueue.results.pools import pool_metrics, result_fields
 from jaxqueue.results.response import (
     erlang_mixture_quantile, ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
 )  # fmt: skip
@@ -374,7 +375,7 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
             for x, sp in zip(pool_laws(pools, law), seen_phase)
         ]
         quantiles = ph_mixture_quantiles(components, QUANTILES) / SERVICE_RATE
-        metrics.update(pool_metrics(components, metrics.pop("_pool_occupancy")))
+        metrics.update(result_fields(pool_metrics(components, metrics.pop("_pool_occupancy"))))
     elif phases:
         quantiles = ph_response_quantiles(law, seen[:-1], seen_phase, QUANTILES) / SERVICE_RATE
     else:

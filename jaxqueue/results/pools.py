@@ -9,7 +9,8 @@ quantiles, :func:`jaxqueue.results.response.ph_mixture_quantiles`): pool
 what its arrivals find there (``seen[..., 0]``: an idle server;
 ``seen_phase[..., k - 1, p]``: ``k >= 1`` tasks, the one in service in
 phase ``p``). With the pools' occupancy (the fraction of each pool's servers
-with ``k`` tasks) this gives :data:`~jaxqueue.results.schema.POOL_METRICS`.
+with ``k`` tasks) this gives :data:`~jaxqueue.results.schema.POOL_METRICS`,
+and each pool's response-time quantiles.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE
-from jaxqueue.results.response import ph_response_mean
+from jaxqueue.results.response import ph_mixture_quantiles, ph_response_mean
+from jaxqueue.results.schema import QUANTILES
 
-__all__ = ["pool_metrics"]
+__all__ = ["pool_metrics", "result_fields"]
 
 
 def pool_metrics(components, occupancy) -> dict:
@@ -36,12 +38,15 @@ def pool_metrics(components, occupancy) -> dict:
 
     Returns:
         ``{name: float64 array}`` for :data:`~jaxqueue.results.schema.POOL_METRICS`
-        with a last axis over the pools (``(..., pools)``), and
-        ``pool_occupancy`` (``occupancy`` as float64). A pool that got no
-        arrivals has NaN for the metrics of its arrivals.
+        with a last axis over the pools (``(..., pools)``), ``pool_occupancy``
+        (``occupancy`` as float64) and ``pool_response_quantiles``, ``(...,
+        pools, Q)``: the response-time quantiles
+        (:data:`~jaxqueue.results.schema.QUANTILES`) of the tasks sent to
+        each pool. A pool that got no arrivals has NaN for the metrics of its
+        arrivals.
     """
     occupancy = np.asarray(occupancy, np.float64)
-    share, waiting, response = [], [], []
+    share, waiting, response, quantiles = [], [], [], []
     with np.errstate(invalid="ignore", divide="ignore"):
         for w, law, seen, seen_phase in components:
             idle = np.asarray(seen, np.float64)[..., 0]
@@ -49,8 +54,11 @@ def pool_metrics(components, occupancy) -> dict:
             share.append(np.asarray(w, np.float64))
             waiting.append(np.where(sent > 0, 1.0 - idle / sent, np.nan))
             response.append(ph_response_mean(law, seen, seen_phase) / SERVICE_RATE)
-    stack = lambda xs: np.stack(np.broadcast_arrays(*xs), axis=-1)  # noqa: E731
+            alone = [((sent > 0).astype(np.float64), law, seen, seen_phase)]  # this pool's law
+            quantiles.append(ph_mixture_quantiles(alone, np.array(QUANTILES)) / SERVICE_RATE)
+    stack = lambda xs, axis=-1: np.stack(np.broadcast_arrays(*xs), axis=axis)  # noqa: E731
     return {
+        "pool_response_quantiles": stack(quantiles, -2),
         "pool_arrival_share": stack(share),
         "pool_utilization": 1.0 - occupancy[..., 0],
         "pool_mean_queue_length": occupancy @ np.arange(occupancy.shape[-1], dtype=np.float64),
@@ -58,3 +66,12 @@ def pool_metrics(components, occupancy) -> dict:
         "pool_waiting_probability": stack(waiting),
         "pool_occupancy": occupancy,
     }
+
+
+def result_fields(metrics: dict) -> dict:
+    """:func:`pool_metrics` of one point (no sample axes) as a result's fields:
+    ``pool_response_quantiles`` as ``{q: value per pool}``."""
+    out = dict(metrics)
+    table = out.pop("pool_response_quantiles")
+    out["pool_response_quantiles"] = {q: table[:, j] for j, q in enumerate(QUANTILES)}
+    return out

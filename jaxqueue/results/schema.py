@@ -2,7 +2,7 @@
 
 Every result carries the same metric names (:data:`SCALAR_METRICS`,
 :data:`VECTOR_METRICS`, ``response_quantiles``, and with server pools
-:data:`POOL_METRICS` and ``pool_occupancy``), the same missing-value
+:data:`POOL_METRICS`, ``pool_occupancy`` and ``pool_response_quantiles``), the same missing-value
 convention (``None``: the metric does not apply, e.g. ``p0`` without
 I-queues), the same quantile form (``{q: value}`` for ``q`` in
 :data:`QUANTILES`), a ``source`` (``"simulation"``, ``"mean-field"`` or
@@ -113,6 +113,9 @@ class Result:
         one value per pool (:data:`POOL_METRICS`); else None.
         pool_occupancy: with server pools, ``(pools, levels + 1)``: row ``i``
             the fraction of pool ``i``'s servers with exactly ``k`` tasks; else None.
+        pool_response_quantiles: with server pools, ``{q: value per pool}``
+            for ``q`` in :data:`QUANTILES`: the response-time quantiles of the
+            tasks sent to each pool; else None.
         settings: what produced the result: at least ``policy``,
             ``policy_label``, ``options`` and ``load``.
         diagnostics: the source's own accuracy report.
@@ -140,6 +143,7 @@ class Result:
     pool_mean_response_time: Any = None
     pool_waiting_probability: Any = None
     pool_occupancy: Any = None
+    pool_response_quantiles: dict | None = None
     settings: dict
     diagnostics: dict = dataclasses.field(default_factory=dict)
 
@@ -181,6 +185,9 @@ class Result:
         out["response_quantiles"] = {
             str(q): metric_json(v) for q, v in sorted(self.response_quantiles.items())
         }
+        by_pool = self.pool_response_quantiles
+        out["pool_response_quantiles"] = None if by_pool is None else {
+            str(q): metric_json(v) for q, v in sorted(by_pool.items())}  # fmt: skip
         out["source"] = self.source
         out["settings"] = _json_setting(self.settings)
         out["diagnostics"] = _json_setting(self.diagnostics)
@@ -188,8 +195,9 @@ class Result:
 
     def records(self) -> list[dict]:
         """A flat table: one row per metric (and per index for vector metrics and
-        quantiles; the pool for :data:`POOL_METRICS`). ``pool_occupancy`` is
-        left out (it has two indices): read it from the result or :meth:`to_dict`."""
+        quantiles; the pool for :data:`POOL_METRICS`). ``pool_occupancy`` and
+        ``pool_response_quantiles`` are left out (they have two indices): read
+        them from the result or :meth:`to_dict`."""
         base = {"source": self.source}
         base.update({k: self.settings[k] for k in _ROW_SETTINGS if k in self.settings})
 

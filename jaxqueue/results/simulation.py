@@ -148,9 +148,10 @@ def pool_metric_samples(seen_class, sampled_class, laws, fractions) -> dict:
         fractions: each pool's share of the servers.
 
     Returns:
-        ``{metric: float64 array}``: ``(S, pools)``, and ``pool_occupancy``
-        ``(S, pools, levels + 1)``; NaN where a sample has no arrivals (or
-        none at that pool) or no candidates.
+        ``{metric: float64 array}``: ``(S, pools)``, ``pool_occupancy``
+        ``(S, pools, levels + 1)`` and ``pool_response_quantiles`` ``(S,
+        pools, Q)``; NaN where a sample has no arrivals (or none at that
+        pool) or no candidates.
     """
     drawn = np.asarray(sampled_class, np.float64)
     candidates = drawn.sum(axis=(1, 2))
@@ -303,6 +304,13 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         qn = np.broadcast_to(np.asarray(qe.n), (len(QUANTILES),))
         quantiles = {q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
                      for j, q in enumerate(QUANTILES)}  # fmt: skip
+    pool_quantiles = None
+    pq = est.pop("pool_response_quantiles", None)
+    if pq is not None:  # (pools, Q): a per-pool Estimate per quantile
+        pn = np.broadcast_to(np.asarray(pq.n), pq.mean.shape)
+        pool_quantiles = {q: Estimate(pq.mean[:, j], pq.ci95[:, j],
+                                      int(pn[0, j]) if np.all(pn[:, j] == pn[0, j]) else pn[:, j])
+                          for j, q in enumerate(QUANTILES)}  # fmt: skip
     diag = {
         "overflow": int(np.sum(sums["overflow"])),
         "iq_overflow": int(np.sum(sums["iq_overflow"])),
@@ -327,6 +335,7 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
         probe_rate=est["probe_rate"],
         stale_fraction=est.get("stale_fraction"),
         **{name: est.get(name) for name in POOL_METRICS + ("pool_occupancy",)},
+        pool_response_quantiles=pool_quantiles,
         settings=settings,
         diagnostics=diag,
     )

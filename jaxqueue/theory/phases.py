@@ -121,7 +121,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int
 from jaxqueue.policies import Policy, available, make, policy_class
 from jaxqueue.theory import meanfield
-from jaxqueue.results.pools import pool_metrics
+from jaxqueue.results.pools import pool_metrics, result_fields
 from jaxqueue.results.response import ph_mixture_quantiles, ph_response_quantiles
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
@@ -850,7 +850,8 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     (:func:`jaxqueue.results.pools.pool_metrics`): ``pool_occupancy``,
     ``(pools, L + 1)``, the fraction of each pool's servers with exactly
     ``k`` tasks, and each pool's share of the arrivals, utilization, mean
-    queue length, mean response time and waiting probability.
+    queue length, mean response time, waiting probability and response-time
+    quantiles.
     """
     pol = make(policy)
     law, rt = fp.service, fp.rates
@@ -892,7 +893,7 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
             {"fraction": f, "speed": v, "service": lw.scaled(lw.mean * v).to_dict()}
             for f, v, lw in zip(fp.pools.fractions, fp.pools.speeds, fp.pools.laws)
         ]  # fmt: skip
-        result = dataclasses.replace(result, **by_pool)
+        result = dataclasses.replace(result, **result_fields(by_pool))
     return result
 
 
