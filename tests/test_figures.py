@@ -98,6 +98,8 @@ def test_figures_are_parsed_and_do_not_enter_the_hash():
 # fmt: off
 FIGURE_ERRORS = [
     ('metric = "mean_response_time"', 'metric = "latency"  # <-', "metric='latency' is not a metric"),
+    ('metric = "mean_response_time"', 'metric = "poolA_occupancy"  # <-',
+     "metric='poolA_occupancy' is not a metric: .*poolI_occupancy, poolI_response_quantile"),
     ('x = "servers"', 'x = "size"  # <-', "x='size' is not a parameter"),
     ("logx = true", 'logx = "yes"  # <-', "logx must be true or false"),
     ("index = 2", "index = -1  # <-", "index=-1 is out of range"),

@@ -67,6 +67,16 @@ def test_random_pools_are_independent_mm1_queues():
     np.testing.assert_allclose(mf.pool_mean_queue_length, rho / (1 - rho), rtol=1e-8)
     for q, t in mf.pool_response_quantiles.items():  # Exp(v - lambda) by pool
         np.testing.assert_allclose(t, -math.log(1 - q) / rate, rtol=1e-9, err_msg=str(q))
+    # a sweep store's rows, and the theory value a store row gets
+    from jaxqueue.results.schema import pool_row_value
+    from jaxqueue.studies.grid import _theory_value
+
+    row = next(r for r in mf.records() if r["metric"] == "pool1_response_quantile"
+               and r["index"] == 0.99)  # fmt: skip
+    assert row["mean"] == pytest.approx(-math.log(0.01) / rate[1], rel=1e-9)
+    assert _theory_value(mf, "pool1_response_quantile", 0.99) == row["mean"]
+    assert _theory_value(mf, "pool0_occupancy", 2) == pytest.approx((1 - rho[0]) * rho[0] ** 2)
+    assert pool_row_value(mf, "pool2_occupancy", 0) is None  # no third pool
     assert mf.settings["pools"] == [
         {"fraction": 0.2, "speed": 2.0, "service": exponential().to_dict()},
         {"fraction": 0.8, "speed": 1.0, "service": exponential().to_dict()},

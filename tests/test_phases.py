@@ -148,9 +148,16 @@ def _pools_close(sim, exact):
     _close(jq.Estimate(occ.mean[:, 1:3], occ.ci95[:, 1:3], occ.n), exact.pool_occupancy[:, 1:3],
            "pool_occupancy k = 1, 2")
     np.testing.assert_allclose(sim.pool_arrival_share.mean.sum(), 1.0, rtol=1e-12)
-    rows = [r for r in sim.records() if r["metric"] == "pool_mean_response_time"]
-    assert [r["index"] for r in rows] == [0, 1]  # a row per pool
-    assert [r["mean"] for r in rows] == sim.pool_mean_response_time.mean.tolist()
+    rows = sim.records()
+    by_pool = [r for r in rows if r["metric"] == "pool_mean_response_time"]
+    assert [r["index"] for r in by_pool] == [0, 1]  # a row per pool
+    assert [r["mean"] for r in by_pool] == sim.pool_mean_response_time.mean.tolist()
+    # the metrics with two indices name the pool in the metric
+    p99 = next(r for r in rows if r["metric"] == "pool1_response_quantile" and r["index"] == 0.99)
+    assert (p99["mean"], p99["ci95"]) == (sim.pool_response_quantiles[0.99].mean[1],
+                                          sim.pool_response_quantiles[0.99].ci95[1])
+    occ = [r["mean"] for r in rows if r["metric"] == "pool0_occupancy"]
+    assert occ == sim.pool_occupancy.mean[0].tolist()
 
 
 def _quantiles_close(sim, exact, what):

@@ -23,6 +23,7 @@ Settings and diagnostics are also readable as attributes
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,7 +31,8 @@ import numpy as np
 from jaxqueue.results.estimates import Estimate, json_number
 
 __all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "POOL_METRICS", "METRICS", "QUANTILES",
-           "QUANTILE_NAMES", "SOURCES"]
+           "QUANTILE_NAMES", "SOURCES", "POOL_ROW_METRICS", "pool_row_metric",
+           "split_pool_row_metric", "pool_row_value"]
 
 #: Scalar metrics, per server and per unit time where a rate.
 SCALAR_METRICS = (
@@ -63,6 +65,39 @@ QUANTILES = (0.5, 0.9, 0.99, 0.999)
 #: (:meth:`Result.metric`): ``p50``, ``p90``, ``p99``, ``p99.9``.
 QUANTILE_NAMES = tuple(f"p{100 * q:g}" for q in QUANTILES)
 SOURCES = ("simulation", "mean-field", "exact")
+
+#: What a pool's row of :meth:`Result.records` is named after, for the pool
+#: metrics with two indices: ``pool_occupancy`` (index ``k``) and
+#: ``pool_response_quantiles`` (index ``q``).
+POOL_ROW_METRICS = ("occupancy", "response_quantile")
+_POOL_ROW = re.compile(r"^pool(\d+)_(occupancy|response_quantile)$")
+
+
+def pool_row_metric(what: str, pool: int) -> str:
+    """The metric name of pool ``pool``'s rows of ``what`` (:data:`POOL_ROW_METRICS`):
+    ``pool0_occupancy``, ``pool1_response_quantile``."""
+    return f"pool{pool}_{what}"
+
+
+def split_pool_row_metric(name: str):
+    """``(what, pool)`` of a :func:`pool_row_metric` name, or ``None``."""
+    m = _POOL_ROW.match(name) if isinstance(name, str) else None
+    return None if m is None else (m.group(2), int(m.group(1)))
+
+
+def pool_row_value(result, name: str, index):
+    """The value of a mean-field or exact result's :func:`pool_row_metric`
+    row at ``index`` (``None`` where the result has no such pool or value)."""
+    what, pool = split_pool_row_metric(name)
+    if what == "occupancy":
+        table = result.pool_occupancy
+        if table is None or pool >= len(table):
+            return None
+        row = np.asarray(table)[pool]
+        return float(row[int(index)]) if int(index) < row.size else 0.0
+    values = (result.pool_response_quantiles or {}).get(index)
+    return None if values is None or pool >= len(values) else float(np.asarray(values)[pool])
+
 
 # Settings copied into every row of Result.records(), where present.
 _ROW_SETTINGS = ("policy", "policy_label", "n_servers", "n_dispatchers", "ratio", "load", "buffer")
@@ -196,8 +231,9 @@ class Result:
     def records(self) -> list[dict]:
         """A flat table: one row per metric (and per index for vector metrics and
         quantiles; the pool for :data:`POOL_METRICS`). ``pool_occupancy`` and
-        ``pool_response_quantiles`` are left out (they have two indices): read
-        them from the result or :meth:`to_dict`."""
+        ``pool_response_quantiles`` have two indices: their rows name the pool
+        in the metric (:func:`pool_row_metric`: ``pool0_occupancy`` with
+        index ``k``, ``pool1_response_quantile`` with index ``q``)."""
         base = {"source": self.source}
         base.update({k: self.settings[k] for k in _ROW_SETTINGS if k in self.settings})
 
@@ -223,6 +259,19 @@ class Result:
             else:
                 for i, m in enumerate(np.atleast_1d(v)):
                     rows.append(row(name, i, m))
+        occupancy = self.pool_occupancy
+        if occupancy is not None:
+            est = isinstance(occupancy, Estimate)
+            means = np.asarray(occupancy.mean if est else occupancy)
+            for i, per in enumerate(means):
+                for k, m in enumerate(per):
+                    value = Estimate(m, np.asarray(occupancy.ci95)[i, k], occupancy.n) if est else m
+                    rows.append(row(pool_row_metric("occupancy", i), k, value))
+        for q, v in sorted((self.pool_response_quantiles or {}).items()):
+            est = isinstance(v, Estimate)
+            for i, m in enumerate(np.asarray(v.mean if est else v)):
+                value = Estimate(m, np.asarray(v.ci95)[i], v.n) if est else m
+                rows.append(row(pool_row_metric("response_quantile", i), q, value))
         return rows
 
     def to_frame(self):

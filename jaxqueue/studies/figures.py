@@ -50,7 +50,9 @@ from collections import OrderedDict
 import numpy as np
 
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
-from jaxqueue.results.schema import POOL_METRICS, SCALAR_METRICS, VECTOR_METRICS
+from jaxqueue.results.schema import (
+    POOL_METRICS, SCALAR_METRICS, VECTOR_METRICS, split_pool_row_metric,
+)  # fmt: skip
 
 __all__ = [
     "FigureSpec", "Series", "parse_figure", "figure_series", "cdf_quantiles", "summarize",
@@ -67,7 +69,9 @@ FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "w
 CDF = "response_cdf"
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as
 #: ``response_quantile``; a pool's metric with ``index`` = the pool, from 0),
-#: and the response-time law.
+#: and the response-time law; also ``pool0_occupancy`` (index ``k``) and
+#: ``pool0_response_quantile`` (index ``q``) for each pool
+#: (:func:`~jaxqueue.results.schema.pool_row_metric`).
 METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
 #: Times at which a response-time law is drawn, from 0 to the largest quantile
 #: at ``CDF_LEVEL`` of the figure's curves.
@@ -206,9 +210,10 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         if not metrics:
             raise ValueError("metric is empty: give at least one metric")
         for m in metrics:
-            if m not in METRIC_NAMES:
+            if m not in METRIC_NAMES and split_pool_row_metric(m) is None:
                 raise ValueError(f"metric={m!r} is not a metric: use one of "
-                                 f"{', '.join(METRIC_NAMES)}")  # fmt: skip
+                                 f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
+                                 "poolI_response_quantile for pool I (from 0)")  # fmt: skip
         out["metrics"] = tuple(metrics)
     except ValueError as err:
         fail("metric", str(err))

@@ -34,6 +34,7 @@ from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
+from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.sim import runner
 from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, limit_ratio, phase_levels
 from jaxqueue.sim.source import check_source
@@ -251,6 +252,8 @@ def _refined(points: list[Point], cache: dict) -> list:
 def _theory_value(result, metric: str, index):
     if result is None:
         return None
+    if split_pool_row_metric(metric) is not None:  # pool0_occupancy, pool1_response_quantile
+        return pool_row_value(result, metric, index)
     if metric == "response_quantile":
         value = result.response_quantiles.get(index)
         return None if value is None else float(value)
