@@ -42,8 +42,13 @@ def test_random_is_the_periodic_mm1_queue():
                                                   abs=1e-8)  # fmt: skip
     assert mf.diagnostics["tail_remainder"] < periodic.REMAINDER  # the levels grew to hold the peak
     assert mf.settings["arrivals"]["kind"] == "profile" and mf.settings["window"] == [0.0, 20.0]
-    # windows: any whole number of periods gives the period's averages; two
-    # halves of a period average to the period's averages
+
+
+@pytest.mark.slow
+def test_windows_of_whole_periods_and_halves_average_to_the_period():
+    """Any whole number of periods gives the period's averages; two halves of
+    a period average to the period's averages."""
+    mf = theory.mean_field("random", 0.6, arrivals=FIVE)
     other = theory.mean_field("random", 0.6, arrivals=FIVE, window=(7.3, 60.0))
     assert other.mean_queue_length == pytest.approx(mf.mean_queue_length, abs=1e-9)
     halves = [theory.mean_field("random", 0.6, arrivals=FIVE, window=w) for w in
