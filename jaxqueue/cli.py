@@ -405,6 +405,17 @@ def _cmd_transient(args) -> int:
         if rows:
             line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
         print(line)
+    if res.pool_utilization is not None:  # each pool's busy fraction
+        busy = res.pool_utilization
+        heads = "".join(f"  {'busy, speed ' + format(q['speed'], 'g'):<18s}" for q in s["pools"])
+        print(f"  {'time':8s}{heads}" + ("      mean field" if rows else ""))
+        for j, t in enumerate(res.times):
+            line = f"  {t:<8.4g}" + "".join(f"  {m:.4f} ± {h:.4f}   "
+                                            for m, h in zip(busy.mean[j], busy.ci95[j]))  # fmt: skip
+            if rows:
+                line += "    " + ", ".join(f"{rows[j][f'mf_busy{i}']:.4f}"
+                                           for i in range(busy.mean.shape[1]))  # fmt: skip
+            print(line)
     if args.plot and study is None:
         print("  (no plot: JSEW with pools has no mean field to draw beside the simulation)")
     elif args.plot:

@@ -16,16 +16,17 @@ import pytest
 from scipy.linalg import expm
 
 import jaxqueue as jq
-from jaxqueue.exact.chain import Chain, enumerate_states
+from jaxqueue.exact.chain import Chain, PhaseChain, enumerate_states
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim.transient import _last_step, poisson_weights, transient
 from jaxqueue.studies.transient import transient_study
 
 ONE = jax.devices()[:1]
 TIMES = [0.25, 1.0, 3.0]
-# exact: 2 cases x 3 times x (s_1, s_2, p0); mean field: 3 times x (s_1, s_2, s_3, p0);
+# exact: 2 cases x 3 times x (s_1, s_2, p0), and with pools 3 times x (busy
+# fraction and mean queue of 2 pools); mean field: 3 times x (s_1, s_2, s_3, p0);
 # phase-type mean field: 3 times x (s_1, s_2, s_3)
-FAMILY = 2 * 3 * 3 + 3 * 4 + 3 * 3
+FAMILY = 2 * 3 * 3 + 3 * 4 + 3 * 4 + 3 * 3
 
 
 def _close(est, value, what, allowance=0.0):
@@ -67,6 +68,41 @@ def test_against_the_exact_transient_law(rule, m):
     if m > 1:
         _close(res.p0, p0, f"{rule} p0(t)")
     np.testing.assert_allclose(res.idle_fraction.mean, 1.0 - res.tail.mean[:, 1])
+
+
+@pytest.mark.slow
+def test_pools_against_the_exact_transient_law():
+    """Pod(2) on 3 servers, one twice as fast, from empty: each pool's busy
+    fraction and mean queue length at each time, read from the class counts,
+    against ``p(0) exp(Q t)`` of the exact chain with pools."""
+    from jaxqueue.core.service import exponential, make_pools
+
+    n, lam, cap, spec = 3, 1.0, 3, "0.34:2,0.66:1"
+    res = transient("pod", lam, n, times=TIMES, replicas=256, seed=8, buffer=cap, pools=spec,
+                    devices=ONE)  # fmt: skip
+    pools = make_pools(spec, n)
+    chain = PhaseChain("pod", n, 1, lam, 2, 0, cap, True, exponential(), pools)
+    states, rows, cols, vals, _ = enumerate_states(chain, 10_000)
+    q = np.zeros((len(states), len(states)))
+    np.add.at(q, (rows, cols), vals)
+    q -= np.diag(q.sum(axis=1))
+    decoded = [chain.decode(x)[0] for x in states]
+    lengths = np.array([chain.queue_lengths(d) for d in decoded])
+    labels = np.array([chain.pool_labels(d) for d in decoded])
+    start = np.zeros(len(states))
+    start[int(np.flatnonzero(lengths.sum(axis=1) == 0)[0])] = 1.0  # the empty system
+    laws = [start @ expm(q * t) for t in TIMES]
+    for i, pool in enumerate(pools):
+        mine = labels == i
+        busy = ((lengths > 0) & mine).sum(axis=1) / pool.count
+        queue = np.where(mine, lengths, 0).sum(axis=1) / pool.count
+        for name, f in (("pool_utilization", busy), ("pool_mean_queue_length", queue)):
+            est = getattr(res, name)
+            _close(jq.Estimate(est.mean[:, i], est.ci95[:, i], est.n), [p @ f for p in laws],
+                   f"{name} of pool {i}")  # fmt: skip
+    # the pools make up the whole: their busy fractions weighted by size give s_1
+    np.testing.assert_allclose(res.pool_utilization.mean @ np.array([1.0, 2.0]) / 3,
+                               res.tail.mean[:, 1], rtol=1e-5)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -142,7 +178,12 @@ def test_command_line_json_and_text_with_pools(capsys):
     assert out["settings"]["pools"] == [{"servers": 10, "speed": 2.0, "service": None},
                                         {"servers": 10, "speed": 1.0, "service": None}]
     assert out["rows"][1]["mf_s1"] > out["rows"][0]["mf_s1"] > 0  # the ODE from empty
+    assert len(out["pool_utilization"]["mean"]) == 2  # (times, pools)
+    assert {"busy0", "busy1_ci95", "mf_busy1"} <= set(out["rows"][0])
+    # the fast pool's ODE busy fraction moves from empty, below the slow pool's
+    assert 0 < out["rows"][0]["mf_busy0"] < out["rows"][0]["mf_busy1"]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "pools 10 servers at speed 2, 10 servers at speed 1" in text
     assert "mean field s_1, s_2" in text
+    assert "busy, speed 2" in text and "busy, speed 1" in text

@@ -16,8 +16,10 @@ its Student-t interval are the ensemble estimate and its 95% interval, at
 every requested time at once, from one run of the replicas.
 
 ``f`` is the occupancy tail ``s_k`` (fractions of servers with at least ``k``
-tasks), from which the idle fraction and the mean queue length follow, and
-for the JIQ family the fraction of empty I-queues ``p0``. A load step (the
+tasks), from which the idle fraction and the mean queue length follow, for
+the JIQ family the fraction of empty I-queues ``p0``, and with server pools
+each pool's busy fraction and mean queue length (read from the state's
+class counts, so exact in time as well). A load step (the
 replicas first run ``warmup_time`` at ``start_load``, then the load changes)
 and a start from empty are the two classical experiments; compare with the
 mean-field ODE, :func:`jaxqueue.theory.meanfield.transient`.
@@ -41,6 +43,7 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, spread
+from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.state import n_words
 from jaxqueue.sim.step import step
 
@@ -66,6 +69,9 @@ class TransientResult:
         p0: the fraction of empty I-queues (JIQ family with ``M > 1``; with
             one dispatcher, the probability that no server is idle), or None.
         settings: what produced it (policy, sizes, loads, replicas, steps, versions).
+        pool_utilization, pool_mean_queue_length: with server pools, each
+            pool's fraction of busy servers and mean tasks per server, ``(T,
+            pools)``; else None.
     """
 
     times: np.ndarray
@@ -74,6 +80,8 @@ class TransientResult:
     mean_queue_length: Estimate
     p0: Estimate | None
     settings: dict
+    pool_utilization: Estimate | None = None
+    pool_mean_queue_length: Estimate | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict: ``{"mean": [...], "ci95": [...]}`` per metric."""
@@ -83,6 +91,8 @@ class TransientResult:
         return {"source": "transient", "times": self.times.tolist(), "tail": js(self.tail),
                 "idle_fraction": js(self.idle_fraction),
                 "mean_queue_length": js(self.mean_queue_length), "p0": js(self.p0),
+                "pool_utilization": js(self.pool_utilization),
+                "pool_mean_queue_length": js(self.pool_mean_queue_length),
                 "settings": self.settings}  # fmt: skip
 
 
@@ -108,20 +118,37 @@ def _last_step(mu_max: float) -> int:
 
 
 def _f0(core, system: System, policy: Policy):
-    """``(tail fractions (R, L + 1), p0 indicator (R,))`` of a batched state."""
+    """``(tail fractions (R, L + 1), p0 indicator (R,), by pool (R, 2, pools))`` of a
+    batched state; by pool: each pool's busy fraction and mean queue length
+    (zeros without pools)."""
     tail = core.tail.astype(jnp.float32) / system.n_servers
     if policy.uses_iqueues and system.n_dispatchers > 1:
         p0 = 1.0 - core.iq_tail[:, 1].astype(jnp.float32) / system.n_dispatchers
     else:
         p0 = (core.tail[:, 1] >= system.n_servers).astype(jnp.float32)
-    return tail, p0
+    return tail, p0, _by_pool(core, system)
+
+
+def _by_pool(core, system: System):
+    """Each pool's busy fraction and mean queue length, ``(R, 2, pools)``
+    (``(R, 2, 0)`` without pools), from the class counts."""
+    if system.pools is None:
+        return jnp.zeros((core.tail.shape[0], 2, 0), jnp.float32)
+    table = class_table(system)
+    k = jnp.arange(system.levels + 1, dtype=jnp.float32)
+    out = []
+    for pool, base in zip(table.pools, table.base):
+        servers = core.classes[:, :, base : base + pool.law.n_phases].sum(axis=2).astype(jnp.float32)
+        out.append(jnp.stack([servers[:, 1:].sum(axis=1), servers @ k], axis=1) / pool.count)
+    return jnp.stack(out, axis=2)
 
 
 def _weighted(core, keys, first_block, n_blocks, load, weights, *, system, policy):
     """Advance by ``n_blocks`` blocks, summing each post-step state weighted by ``weights``.
 
     ``weights``: float32 ``(CHUNK_BLOCKS, BLOCK, T)``. Returns ``(core, tail
-    sums (R, T, L + 1), p0 sums (R, T), overflows (R,))``.
+    sums (R, T, L + 1), p0 sums (R, T), by-pool sums (R, T, 2, pools),
+    overflows (R,))``.
     """
     nw = n_words(system, policy)
     vstep = jax.vmap(lambda c, w, lam: step(c, w, lam, system, policy))
@@ -129,30 +156,34 @@ def _weighted(core, keys, first_block, n_blocks, load, weights, *, system, polic
     r, t_count = load.shape[0], weights.shape[-1]
 
     def block(i, carry):
-        core, acc, acc_p0, over = carry
+        core, acc, acc_p0, acc_pool, over = carry
         lo = lo0 + i.astype(jnp.uint32)
         hi = hi0 + (lo < lo0).astype(jnp.uint32)
         bkeys = jax.vmap(lambda k: block_keys(k, lo, hi))(keys)
         w_block = weights[i]
 
         def body(c, t):
-            core, acc, acc_p0, over = c
+            core, acc, acc_p0, acc_pool, over = c
             words = step_word_rows(bkeys[:, 0], bkeys[:, 1], t, nw)  # (R,) vectors
             if policy.per_server:
                 words = jnp.stack(words, axis=1)
             core, ev = vstep(core, words, load)
-            tail, p0 = _f0(core, system, policy)
+            tail, p0, pool = _f0(core, system, policy)
             w = w_block[t]
             acc = acc + w[None, :, None] * tail[:, None, :]
             acc_p0 = acc_p0 + w[None, :] * p0[:, None]
+            acc_pool = acc_pool + w[None, :, None, None] * pool[:, None]
             over = over + ev["overflow"] + ev["iq_overflow"]
-            return (core, acc, acc_p0, over), None
+            return (core, acc, acc_p0, acc_pool, over), None
 
-        out, _ = jax.lax.scan(body, (core, acc, acc_p0, over), jnp.arange(BLOCK, dtype=jnp.int32))
+        out, _ = jax.lax.scan(body, (core, acc, acc_p0, acc_pool, over),
+                              jnp.arange(BLOCK, dtype=jnp.int32))  # fmt: skip
         return out
 
     acc = jnp.zeros((r, t_count, system.levels + 1), jnp.float32)
-    start = (core, acc, jnp.zeros((r, t_count), jnp.float32), jnp.zeros((r,), jnp.int32))
+    n_pools = 0 if system.pools is None else len(system.pools)
+    start = (core, acc, jnp.zeros((r, t_count), jnp.float32),
+             jnp.zeros((r, t_count, 2, n_pools), jnp.float32), jnp.zeros((r,), jnp.int32))  # fmt: skip
     return jax.lax.fori_loop(0, n_blocks, block, start)
 
 
@@ -246,24 +277,27 @@ def transient(
     rate = n_servers * (load + system.service_rate)  # steps per unit time
     n_last = _last_step(rate * float(t.max()))
     blocks = -(-n_last // BLOCK)
-    tail0, p00 = (np.asarray(x, np.float64) for x in _f0(core, system, pol))
+    tail0, p00, pool0 = (np.asarray(x, np.float64) for x in _f0(core, system, pol))
     w0 = poisson_weights(rate * t, np.array([0]))[:, 0]  # (T,)
     acc = w0[None, :, None] * tail0[:, None, :]
     acc_p0 = w0[None, :] * p00[:, None]
+    acc_pool = w0[None, :, None, None] * pool0[:, None]
     over = np.zeros(p.padded, np.int64)
     done = 0
     while done < blocks:
         todo = min(CHUNK_BLOCKS, blocks - done)
         n = np.arange(done * BLOCK + 1, (done + CHUNK_BLOCKS) * BLOCK + 1)  # post-step indices
         w = poisson_weights(rate * t, n).T.reshape(CHUNK_BLOCKS, BLOCK, t.size)
-        core, a, a0, o = _run_weighted(core, keys, jnp.asarray(block_words(first + done)),
-                                       jnp.int32(todo), lam, jnp.asarray(w, jnp.float32),
-                                       system=system, policy=pol, mesh=mesh)  # fmt: skip
+        core, a, a0, ap, o = _run_weighted(core, keys, jnp.asarray(block_words(first + done)),
+                                           jnp.int32(todo), lam, jnp.asarray(w, jnp.float32),
+                                           system=system, policy=pol, mesh=mesh)  # fmt: skip
         acc += np.asarray(a, np.float64)
         acc_p0 += np.asarray(a0, np.float64)
+        acc_pool += np.asarray(ap, np.float64)
         over += np.asarray(o, np.int64)
         done += todo
     acc, acc_p0, over = acc[: p.n_replicas], acc_p0[: p.n_replicas], over[: p.n_replicas]
+    acc_pool = acc_pool[: p.n_replicas]
     if over.sum():
         raise runner.LevelOverflowError(
             f"{int(over.sum())} arrivals or joins passed levels={system.levels} or "
@@ -285,7 +319,12 @@ def transient(
              "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
         "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
     }  # fmt: skip
+    by_pool = {}
+    if system.pools is not None:
+        by_pool = {"pool_utilization": estimate(acc_pool[:, :, 0]),
+                   "pool_mean_queue_length": estimate(acc_pool[:, :, 1])}  # fmt: skip
     return TransientResult(
         times=t, tail=estimate(acc), idle_fraction=estimate(1.0 - acc[:, :, 1]),
         mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)), p0=p0, settings=settings,
+        **by_pool,
     )  # fmt: skip

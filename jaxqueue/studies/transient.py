@@ -42,7 +42,8 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     Returns:
         ``{"result": TransientResult, "rows": [...]}``: a row per time with
         the simulated ``s_k`` (mean and 95% half-width), their mean-field
-        values (``mf_s1``...), and ``p0`` where it applies.
+        values (``mf_s1``...), ``p0`` where it applies, and with pools each
+        pool's busy fraction (``busy0``, ``busy0_ci95``, ``mf_busy0``, ...).
     """
     pol = make(policy, d=kwargs.get("d"))
     if kwargs.get("pools") is not None and pol.routes_by_speed:  # before anything runs
@@ -57,15 +58,16 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
     pools = kwargs.get("pools")
+    busy = None
     if kwargs.get("service") is not None or pools is not None:
         if pools is not None:  # the pools as simulated: whole servers each
             opts["pools"] = make_pools(pools, n_servers)
-        tt, tails, iq = _phase_ode(pol, load, kwargs.get("service"), ratio, res, start_load, dt,
-                                   opts)  # fmt: skip
+        tt, tails, iq, busy = _phase_ode(pol, load, kwargs.get("service"), ratio, res,
+                                         start_load, dt, opts)  # fmt: skip
     else:
         tt, tails, iq = _exponential_ode(pol, load, ratio, res, start_load, dt, opts)
-    return {"result": res, "rows": _rows(res, tt, tails, iq, levels),
-            "ode": {"times": tt, "tails": tails, "iq_tails": iq}}
+    return {"result": res, "rows": _rows(res, tt, tails, iq, levels, busy),
+            "ode": {"times": tt, "tails": tails, "iq_tails": iq, "pool_busy": busy}}
 
 
 def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
@@ -86,7 +88,8 @@ def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
 def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
     """The mean-field ODE by class (:func:`jaxqueue.theory.phases.transient`) on a
     grid of 200 steps and the simulated times, from the empty system or the
-    fixed point at ``start_load``: ``(times, tails, iq_tails)``."""
+    fixed point at ``start_load``: ``(times, tails, iq_tails, pool_busy)``,
+    ``pool_busy`` ``(times, pools)`` each pool's busy fraction (None without pools)."""
     from jaxqueue.theory import phases
 
     start = None
@@ -96,10 +99,16 @@ def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
     grid = np.unique(np.concatenate([np.linspace(0.0, t_end, 201), np.asarray(res.times)]))
     ode = phases.transient(pol, load, service, ratio, times=grid, start=start, dt=dt, **opts)
     iq = ode.iq_tails if ode.iq_tails is not None else np.ones((grid.size, 1))
-    return grid, np.asarray(ode.tails), np.asarray(iq)
+    busy = None
+    if opts.get("pools") is not None:  # x[k, c] summed over a pool's busy classes, over its share
+        classes = phases.server_classes(service, opts["pools"])
+        counts = np.asarray(ode.phase_counts)
+        busy = np.stack([counts[:, 1:, b : b + lw.n_phases].sum(axis=(1, 2)) / f for b, lw, f in
+                         zip(classes.base, classes.laws, classes.fractions)], axis=1)  # fmt: skip
+    return grid, np.asarray(ode.tails), np.asarray(iq), busy
 
 
-def _rows(res, tt, tails, iq, levels):
+def _rows(res, tt, tails, iq, levels, busy=None):
     """A row per simulated time: the estimates beside the ODE (interpolated)."""
     rows = []
     for j, t in enumerate(res.times):
@@ -113,6 +122,12 @@ def _rows(res, tt, tails, iq, levels):
             row["p0"], row["p0_ci95"] = float(res.p0.mean[j]), float(res.p0.ci95[j])
             if iq.shape[1] > 1:
                 row["mf_p0"] = float(np.interp(t, tt, 1.0 - iq[:, 1]))
+        if res.pool_utilization is not None:
+            for i in range(res.pool_utilization.mean.shape[1]):
+                row[f"busy{i}"] = float(res.pool_utilization.mean[j][i])
+                row[f"busy{i}_ci95"] = float(res.pool_utilization.ci95[j][i])
+                if busy is not None:
+                    row[f"mf_busy{i}"] = float(np.interp(t, tt, busy[:, i]))
         rows.append(row)
     return rows
 
