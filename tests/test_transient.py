@@ -182,6 +182,8 @@ def test_command_line_json_and_text_with_pools(capsys):
     assert {"busy0", "busy1_ci95", "mf_busy1"} <= set(out["rows"][0])
     # the fast pool's ODE busy fraction moves from empty, below the slow pool's
     assert 0 < out["rows"][0]["mf_busy0"] < out["rows"][0]["mf_busy1"]
+    for row in out["rows"]:  # two pools of 10: their busy fractions average to s_1
+        assert 0.5 * (row["mf_busy0"] + row["mf_busy1"]) == pytest.approx(row["mf_s1"], abs=1e-12)
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "pools 10 servers at speed 2, 10 servers at speed 1" in text
