@@ -15,7 +15,9 @@ import sys
 import numpy as np
 
 from jaxqueue.results.estimates import Estimate
-from jaxqueue.results.schema import POOL_METRICS, QUANTILE_NAMES, SCALAR_METRICS
+from jaxqueue.results.schema import (
+    POOL_METRICS, POOL_QUANTILE_NAMES, QUANTILE_NAMES, SCALAR_METRICS,
+)  # fmt: skip
 
 __all__ = ["main"]
 
@@ -179,10 +181,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pools", default=None,
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
     p.add_argument("--metric", default="mean_response_time",
-                   choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS,
+                   choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES,
                    help="what the table puts side by side (default mean_response_time; "
                         "p50 to p99.9: response-time quantiles; pool_*: a row per pool, "
-                        "with --pools); --json has every metric")
+                        "with --pools, pool_p50 to pool_p99.9 each pool's quantiles); --json "
+                        "has every metric")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--json", action="store_true")
 
@@ -500,7 +503,7 @@ def _cmd_exact(args) -> int:
 def _cmd_compare(args) -> int:
     from jaxqueue.studies.compare import compare
 
-    if args.metric in POOL_METRICS and args.pools is None:
+    if args.metric in POOL_METRICS + POOL_QUANTILE_NAMES and args.pools is None:
         raise ValueError(f"--metric {args.metric} is a metric by server pool: give --pools "
                          "(e.g. 0.2:2,0.8:1)")  # fmt: skip
     rows = compare(
@@ -517,7 +520,7 @@ def _cmd_compare(args) -> int:
     model = "".join(f", {k} {v}" for k, v in (("buffer", args.buffer), ("service", args.service),
                                              ("pools", args.pools)) if v is not None)  # fmt: skip
     print(f"N = {args.servers}, r = {args.ratio:g}{model}: {what}, simulation (95% CI) vs mean field")
-    by_pool = args.metric in POOL_METRICS
+    by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
     pool = f" {'pool':>9s}" if by_pool else ""
     print(f"{'policy':18s} {'load':>6s}{pool} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
     for r in rows:

@@ -297,6 +297,10 @@ def test_result_metric_by_name():
     assert mf.metric("pool_utilization") is None  # a pool metric, without pools
     pooled = theory.mean_field("random", 0.5, pools="0.5:2,0.5:1")
     np.testing.assert_allclose(pooled.metric("pool_utilization"), [0.25, 0.5], rtol=1e-9)
+    # each pool is M/M/1 under Random: Exp(v - lambda)
+    np.testing.assert_allclose(pooled.metric("pool_p99"), math.log(100) / np.array([1.5, 0.5]),
+                               rtol=1e-9)  # fmt: skip
+    assert mf.metric("pool_p99.9") is None
     with pytest.raises(ValueError, match="p99.9"):
         mf.metric("p95")
 
@@ -319,6 +323,12 @@ def test_cli_compare_by_pool(capsys):
         assert float(fast[4]) + float(slow[4]) == pytest.approx(1.0, abs=2e-4)
         assert float(fast[7]) + float(slow[7]) == pytest.approx(1.0, abs=2e-4)
         assert float(fast[4]) > 0.5  # Pod(2) sends the fast servers more than half
+    # each pool's quantiles, the same way
+    assert cli_main(args[:-1] + ["pool_p99"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("pool p99, simulation (95% CI) vs mean field") and len(lines) == 6
+    slow, fast = (float(line.split()[4]) for line in (lines[3], lines[2]))
+    assert fast < slow  # the fast pool's tail is shorter
     # without pools there is no pool to show: refused before anything runs
     assert cli_main(["compare", "--metric", "pool_utilization"]) == 2
     assert "give --pools" in capsys.readouterr().err

@@ -31,7 +31,7 @@ import numpy as np
 from jaxqueue.results.estimates import Estimate, json_number
 
 __all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "POOL_METRICS", "METRICS", "QUANTILES",
-           "QUANTILE_NAMES", "SOURCES", "POOL_ROW_METRICS", "pool_row_metric",
+           "QUANTILE_NAMES", "POOL_QUANTILE_NAMES", "SOURCES", "POOL_ROW_METRICS", "pool_row_metric",
            "split_pool_row_metric", "pool_row_value"]
 
 #: Scalar metrics, per server and per unit time where a rate.
@@ -64,6 +64,8 @@ QUANTILES = (0.5, 0.9, 0.99, 0.999)
 #: The quantiles by name, where a metric is asked for by name
 #: (:meth:`Result.metric`): ``p50``, ``p90``, ``p99``, ``p99.9``.
 QUANTILE_NAMES = tuple(f"p{100 * q:g}" for q in QUANTILES)
+#: Each pool's quantiles by name (:meth:`Result.metric`): ``pool_p50`` ... ``pool_p99.9``.
+POOL_QUANTILE_NAMES = tuple(f"pool_{name}" for name in QUANTILE_NAMES)
 SOURCES = ("simulation", "mean-field", "exact")
 
 #: What a pool's row of :meth:`Result.records` is named after, for the pool
@@ -195,12 +197,17 @@ class Result:
     def metric(self, name: str):
         """One metric by name: a scalar metric (:data:`SCALAR_METRICS`) or a
         response-time quantile (:data:`QUANTILE_NAMES`, ``"p99"``), an
-        Estimate or a float; or a pool metric (:data:`POOL_METRICS`), one
+        Estimate or a float; or a pool metric (:data:`POOL_METRICS`) or a
+        pool's quantile (:data:`POOL_QUANTILE_NAMES`, ``"pool_p99"``), one
         value per pool. ``None`` where it does not apply."""
         if name in QUANTILE_NAMES:
             return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
+        if name in POOL_QUANTILE_NAMES:
+            by_pool = self.pool_response_quantiles
+            return None if by_pool is None else by_pool.get(
+                QUANTILES[POOL_QUANTILE_NAMES.index(name)])  # fmt: skip
         if name not in SCALAR_METRICS + POOL_METRICS:
-            valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS)
+            valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES)
             raise ValueError(f"metric={name!r} is not one of {valid}")
         return getattr(self, name)
 
