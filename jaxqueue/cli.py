@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from jaxqueue.results.estimates import Estimate
+from jaxqueue.results.estimates import Estimate, entries
 from jaxqueue.results.schema import (
     POOL_METRICS, POOL_QUANTILE_NAMES, QUANTILE_NAMES, SCALAR_METRICS,
 )  # fmt: skip
@@ -260,10 +260,7 @@ def _print_pools(res, digits: int) -> None:
     rows = [(name, getattr(res, name)) for name in POOL_METRICS]
     rows += [(f"pool response p{100 * q:g}", v) for q, v in sorted(res.pool_response_quantiles.items())]
     for name, value in rows:
-        if isinstance(value, Estimate):
-            cells = [_fmt(Estimate(m, h, value.n), digits) for m, h in zip(value.mean, value.ci95)]
-        else:
-            cells = [_fmt(float(m), digits) for m in value]
+        cells = [_fmt(x if isinstance(x, Estimate) else float(x), digits) for x in entries(value)]
         print(f"  {name:24s} " + " ".join(f"{c:>{width}s}" for c in cells))
 
 
@@ -532,8 +529,7 @@ def _cmd_compare(args) -> int:
         else:  # a row per pool
             speeds = [q["speed"] for q in r.simulation.settings["pools"]]
             labels = [f" {'speed ' + format(v, 'g'):>9s}" for v in speeds]
-            t = [None] * len(labels) if t is None else [Estimate(m, h, t.n)
-                                                        for m, h in zip(t.mean, t.ci95)]
+            t = [None] * len(labels) if t is None else entries(t)
             pred = [None] * len(labels) if pred is None else list(pred)
             z = np.broadcast_to(z, (len(labels),))
         for est, value, score, label in zip(t, pred, z, labels):

@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxqueue.results.stats import student_t_quantile
 
-__all__ = ["Estimate", "estimate", "t_quantile_975", "json_number"]
+__all__ = ["Estimate", "estimate", "entries", "t_quantile_975", "json_number"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -48,6 +48,17 @@ class Estimate:
     def to_json(self) -> dict:
         """``{"mean": ..., "ci95": ...}`` with NaN as ``None``."""
         return {"mean": json_number(self.mean), "ci95": json_number(self.ci95)}
+
+
+def entries(value) -> list:
+    """A vector value's entries along its first axis: for an :class:`Estimate`
+    one Estimate each (with its own ``n`` where ``n`` is per entry), else the
+    plain values."""
+    if not isinstance(value, Estimate):
+        return list(np.atleast_1d(value))
+    n = value.n if np.ndim(value.n) == 0 else np.asarray(value.n)
+    return [Estimate(m, h, n if np.ndim(n) == 0 else n[i])
+            for i, (m, h) in enumerate(zip(np.atleast_1d(value.mean), np.atleast_1d(value.ci95)))]
 
 
 def json_number(x):

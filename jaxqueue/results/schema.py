@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jaxqueue.results.estimates import Estimate, json_number
+from jaxqueue.results.estimates import Estimate, entries, json_number
 
 __all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "POOL_METRICS", "METRICS", "QUANTILES",
            "QUANTILE_NAMES", "POOL_QUANTILE_NAMES", "SOURCES", "POOL_ROW_METRICS", "pool_row_metric",
@@ -257,28 +257,15 @@ class Result:
             rows.append(row("response_quantile", q, v))
         for name in VECTOR_METRICS + POOL_METRICS:
             v = getattr(self, name)
-            if v is None:
-                continue
-            if isinstance(v, Estimate):
-                means, halves = np.atleast_1d(v.mean), np.atleast_1d(v.ci95)
-                for i, (m, h) in enumerate(zip(means, halves)):
-                    rows.append(row(name, i, Estimate(m, h, v.n)))
-            else:
-                for i, m in enumerate(np.atleast_1d(v)):
-                    rows.append(row(name, i, m))
-        occupancy = self.pool_occupancy
-        if occupancy is not None:
-            est = isinstance(occupancy, Estimate)
-            means = np.asarray(occupancy.mean if est else occupancy)
-            for i, per in enumerate(means):
-                for k, m in enumerate(per):
-                    value = Estimate(m, np.asarray(occupancy.ci95)[i, k], occupancy.n) if est else m
-                    rows.append(row(pool_row_metric("occupancy", i), k, value))
+            if v is not None:
+                rows += [row(name, i, x) for i, x in enumerate(entries(v))]
+        if self.pool_occupancy is not None:
+            for i, per_pool in enumerate(entries(self.pool_occupancy)):
+                name = pool_row_metric("occupancy", i)
+                rows += [row(name, k, x) for k, x in enumerate(entries(per_pool))]
         for q, v in sorted((self.pool_response_quantiles or {}).items()):
-            est = isinstance(v, Estimate)
-            for i, m in enumerate(np.asarray(v.mean if est else v)):
-                value = Estimate(m, np.asarray(v.ci95)[i], v.n) if est else m
-                rows.append(row(pool_row_metric("response_quantile", i), q, value))
+            rows += [row(pool_row_metric("response_quantile", i), q, x)
+                     for i, x in enumerate(entries(v))]  # fmt: skip
         return rows
 
     def to_frame(self):
