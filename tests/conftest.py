@@ -13,9 +13,24 @@ look for compiles a test could share.
 
 import collections
 import json
+import os
+import shutil
+import tempfile
 
-import jax
-import pytest
+# One compilation cache for the run, shared by the xdist workers and by the
+# subprocesses some tests start (the command line, two hosts): a program one
+# process has compiled is loaded by the others, not compiled again. pytest's
+# own process makes it before it starts its workers (they inherit the
+# variable) and removes it at the end; a JAX_COMPILATION_CACHE_DIR already
+# set is used as it is. It must be set before JAX is imported.
+_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _CACHE = tempfile.mkdtemp(prefix="jaxqueue-tests-jit-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 2)
 
@@ -172,3 +187,8 @@ def pytest_configure(config):
         config.pluginmanager.register(local, "jaxqueue-compile-times")
     if not worker:
         config.pluginmanager.register(_CompileReport(local), "jaxqueue-compile-report")
+
+
+def pytest_unconfigure(config):
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)

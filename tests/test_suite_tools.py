@@ -1,5 +1,6 @@
 """The suite's own tools (tests/conftest.py): ``--compile-times``."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,11 +31,14 @@ def test_compile_times_counts_a_compile_in_its_module(tmp_path):
     fails if JAX's monitoring event names change)."""
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_tiny.py").write_text(TINY)
+    # each run with a compilation cache of its own: a program loaded from the
+    # suite's cache is not compiled, and the second run would find the first's
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     for workers in ("0", "2"):
         out = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--compile-times",
              "-n", workers, "-o", "addopts=", "test_tiny.py"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
         ).stdout  # fmt: skip
         assert "1 passed" in out, out
         row = next(line for line in out.splitlines() if line.endswith("  test_tiny.py"))
