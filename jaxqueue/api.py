@@ -144,9 +144,9 @@ def sweep(
             command-line form (``"erlang:3"``, ``"hyperexp:4"``, ``"fit:0.5"``,
             ``"ph:FILE.json"``). Covers the exchangeable policies (not
             ``jiq-original``, ``jiq-threshold``); runs on ``"xla"``. The mean
-            response time then comes from Little's law, and the quantiles
-            from where each arrival found its server (queue length, pool
-            and phase; docs/simulation.md).
+            response time and the quantiles then come from where each
+            arrival found its server (queue length, pool and phase;
+            docs/simulation.md).
         pools: heterogeneous servers: ``(fraction, speed)`` pairs (or the
             command-line form ``"0.2:2,0.8:1"``, or
             :class:`~jaxqueue.core.service.Pool` objects with their own laws);

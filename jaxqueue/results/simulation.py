@@ -15,10 +15,13 @@ service; ``seen_class``). A task that finds ``k >= 1`` tasks there leaves
 after the residual service from that phase, ``k - 1`` full services and its
 own, all at the pool's speed; one that finds the server idle, after one
 service. The response-time law is the mixture of these phase-type laws over
-what the arrivals found, and its quantiles are exact functions of the counts
-(:func:`jaxqueue.results.response.ph_mixture_quantiles`), one per replica as
-in the exponential case. The mean response time comes from Little's law
-(mean queue length over the accepted arrival rate, both measured exactly).
+what the arrivals found, and its mean and quantiles are exact functions of
+the counts (:func:`jaxqueue.results.response.ph_mixture_quantiles`), one per
+replica as in the exponential case. (Little's law, the mean queue length over
+the accepted arrival rate, gives the same mean in a stationary run, but not
+over a window that holds part of a rate profile's period: tasks in the system
+at its ends are counted in the queue but not as arrivals, or the other way,
+and the queue is not the same at both ends.)
 
 With pools the same counts, taken pool by pool, give each pool's share of the
 accepted tasks, their waiting probability and their mean response time. Each
@@ -48,7 +51,7 @@ import numpy as np
 from jaxqueue.core.system import SERVICE_RATE, event_rate
 from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
 from jaxqueue.results.response import (
-    erlang_mixture_mean, erlang_mixture_quantile, ph_mixture_quantiles,
+    erlang_mixture_mean, erlang_mixture_quantile, ph_mixture_quantiles, ph_response_mean,
 )  # fmt: skip
 from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.schema import POOL_METRICS, QUANTILES, Result
@@ -119,8 +122,8 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
         if step_rate is None:
             step_rate = event_rate(load, SERVICE_RATE if rate is None else rate)
         per_time = step_rate / steps
-        if rate is not None:  # Little's law: tasks per server over accepted tasks per server and time
-            out["mean_response_time"] = out["mean_queue_length"] / (accepted * per_time)
+        if rate is not None:  # the mean and quantiles of the mixture over what arrivals found
+            out["mean_response_time"] = class_response_mean(sums["seen_class"], laws)
             out["response_quantiles"] = class_response_quantiles(sums["seen_class"], laws)
         out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
                    probe_rate=sums["probes"] * per_time)  # fmt: skip
@@ -160,6 +163,19 @@ def pool_metric_samples(seen_class, sampled_class, laws, fractions) -> dict:
                               / (candidates[:, None] * fraction)
                               for (law, base), fraction in zip(laws, fractions)], axis=1)  # fmt: skip
     return pool_metrics(_components(seen_class, laws), occupancy)
+
+
+def class_response_mean(seen_class, laws) -> np.ndarray:
+    """The mean response time ``(S,)`` of the accepted arrivals, from where
+    they found their servers, with server classes: the mean of the mixture
+    :func:`class_response_quantiles` inverts (NaN for a sample without
+    arrivals)."""
+    total = 0.0
+    for share, law, seen, busy in _components(seen_class, laws):
+        total = total + np.where(share > 0, share * np.nan_to_num(ph_response_mean(law, seen, busy)),
+                                 0.0)  # fmt: skip
+    found = np.asarray(seen_class, np.float64).sum(axis=(1, 2))
+    return np.where(found > 0, total, np.nan)
 
 
 def class_response_quantiles(seen_class, laws) -> np.ndarray:
