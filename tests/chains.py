@@ -103,3 +103,64 @@ def profile_mm1_reference(src: Profile, load: float, k: int = 80):
         seen += load * r * area
     assert area_total[-1] / src.period < 1e-12
     return float(area_total @ np.arange(k + 1)) / src.period, seen / seen.sum()
+
+
+def profile_mph1_reference(src: Profile, load: float, alpha, S, k: int = 80):
+    """Periodic regime of the M_t/PH/1 queue under a rate profile, by
+    uniformization of the chain on "idle" and ``(n, p)`` (``n = 1..k`` tasks,
+    the task in service in phase ``p``; an arrival at ``n = k`` is lost, a
+    truncation checked to hold no mass). A task starts in phase ``a`` with
+    probability ``alpha[a]``, moves from ``p`` to ``q`` at rate ``S[p, q]``
+    and completes at rate ``-sum_q S[p, q]``.
+
+    Returns ``(occupancy, seen)``, both ``(k + 1, P)``: the time-average law of
+    ``(n, p)`` and the law of the ``(n, p)`` an arrival finds (weighted by the
+    arrival rate), the idle state at ``[0, 0]``."""
+    alpha, S = np.asarray(alpha, np.float64), np.asarray(S, np.float64)
+    P = alpha.size
+    exits = -S.sum(axis=1)
+    size = 1 + k * P
+
+    def at(n, p):
+        return 0 if n == 0 else 1 + (n - 1) * P + p
+
+    def generator(rate):
+        q = np.zeros((size, size))
+        q[0, 1 : 1 + P] += rate * alpha
+        for n in range(1, k + 1):
+            for p in range(P):
+                i = at(n, p)
+                if n < k:
+                    q[i, at(n + 1, p)] += rate
+                for r in range(P):
+                    if r != p:
+                        q[i, at(n, r)] += S[p, r]
+                if n == 1:
+                    q[i, 0] += exits[p]
+                else:
+                    q[i, at(n - 1, 0) : at(n - 1, 0) + P] += exits[p] * alpha
+        return q - np.diag(q.sum(axis=1))
+
+    gens = [generator(load * r) for r in src.shape]
+    p = np.zeros(size)
+    p[0] = 1.0
+    for _ in range(400):  # periods until the regime is periodic
+        start = p
+        for qg, d in zip(gens, src.durations):
+            p, _ = _uniformized_integral(p, qg, d)
+        if np.abs(p - start).max() < 1e-13:
+            break
+    area_total, seen = np.zeros(size), np.zeros(size)
+    for qg, d, r in zip(gens, src.durations, src.shape):
+        p, area = _uniformized_integral(p, qg, d)
+        area_total += area
+        seen += load * r * area
+    assert area_total[-P:].sum() / src.period < 1e-12
+
+    def by_class(v):
+        out = np.zeros((k + 1, P))
+        out[0, 0] = v[0]
+        out[1:] = v[1:].reshape(k, P)
+        return out
+
+    return by_class(area_total / src.period), by_class(seen / seen.sum())

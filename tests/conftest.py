@@ -48,7 +48,8 @@ def pytest_addoption(parser):
 #: The order is that of the ``tests`` column of ``--compile-times``; a slow
 #: module left off this list runs last and leaves one worker finishing alone.
 LONGEST_FIRST = (
-    "test_periodic", "test_refined", "test_vs_exact", "test_kernel", "test_threshold",
+    "test_periodic", "test_periodic_classes", "test_refined", "test_vs_exact", "test_kernel",
+    "test_threshold",
     "test_phases", "test_sliding", "test_sweeps", "test_theory", "test_meanfield_pools",
     "test_grid", "test_meanfield", "test_arrivals", "test_engine", "test_jiq_original",
     "test_transient", "test_vs_mean_field", "test_initial", "test_long_runs", "test_api",

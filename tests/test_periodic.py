@@ -118,8 +118,6 @@ def test_the_period_map_keeps_the_iqueue_conservation_law():
 def test_errors_name_the_parameter():
     with pytest.raises(NotImplementedError, match="mmpp arrivals"):
         theory.mean_field("pod", 0.8, arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)))
-    with pytest.raises(NotImplementedError, match="exponential servers"):
-        theory.mean_field("pod", 0.8, arrivals=DAY, service="erlang:2")
     with pytest.raises(NotImplementedError, match="jiq-threshold"):
         theory.mean_field("jiq-threshold", 0.8, 10.0, arrivals=DAY)
     with pytest.raises(ValueError, match="window= .*arrivals="):

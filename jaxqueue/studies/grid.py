@@ -40,7 +40,7 @@ from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, limit_rat
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store
-from jaxqueue.theory import mean_field
+from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.result import fill_quantiles
 
 __all__ = ["run_grid", "plan_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
@@ -178,8 +178,10 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
     A point with a rate profile (``sources(point.arrivals)`` is a
     :class:`~jaxqueue.core.arrivals.Profile`) gets the periodic mean field
     averaged over its simulation's measured window (``results``, in the
-    order of ``points``); other arrival sources have none: the mean field and
-    the exact chain are written for Poisson arrivals.
+    order of ``points``), with its service law and pools where that mean
+    field covers them (:func:`jaxqueue.theory.periodic.refusal`); other
+    arrival sources have none: the mean field and the exact chain are
+    written for Poisson arrivals.
     """
     if kind == "none":
         return [None] * len(points)
@@ -202,10 +204,13 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
         if point.arrivals is not None:
             new[key] = None
             pol = make(point.policy, **opts)
-            if window is not None and plain and pol.mean_field_kind() in ("generic", "closed-form"):
+            if window is not None and periodic.refusal(
+                    pol, point.load, sources(point.arrivals), _limit_ratio(point),
+                    buffer=point.buffer, service=point.service, pools=point.pools) is None:  # fmt: skip
                 new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
-                                      arrivals=sources(point.arrivals), window=window)  # fmt: skip
+                                      arrivals=sources(point.arrivals), window=window,
+                                      service=point.service, pools=point.pools)  # fmt: skip
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None

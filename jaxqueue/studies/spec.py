@@ -756,11 +756,9 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
                                f"{policy} steps on per-server lists: service laws and pools "
                                "cover the exchangeable policies only")  # fmt: skip
                     # a mean field follows Poisson arrivals, and a rate profile (its
-                    # periodic regime) with identical exponential servers; a file
-                    # not read (no base folder) may be a profile
+                    # periodic regime); a file not read (no base folder) may be a profile
                     with_mean_field |= pol.mean_field_kind() != "none" and (arr is None or (
-                        run.theory == "mean-field" and not law and not pools
-                        and (src is None or src.kind == "profile")
+                        run.theory == "mean-field" and (src is None or src.kind == "profile")
                         and pol.mean_field_kind() in ("generic", "closed-form")))
                     options = tuple(sorted(pol.options().items()))
                     for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:

@@ -110,9 +110,11 @@ def mean_field(
             :class:`~jaxqueue.core.arrivals.Profile` or a ``time,rate`` CSV
             file; ``load`` is its time mean): the averages over the periodic
             regime of the mean-field ODE (:mod:`jaxqueue.theory.periodic`),
-            for identical exponential servers and the policies with the
-            generic mean field. ``diagnostics["orbit"]`` holds the orbit
-            over one period.
+            for the policies with the generic mean field, with a service
+            law and pools too (by class, as :mod:`jaxqueue.theory.phases`;
+            JSQ-like routing then only while the profile's peak stays below
+            the capacity). ``diagnostics["orbit"]`` holds the orbit over one
+            period.
         window: with ``arrivals``, ``(start, length)``: average over that
             window of the periodic regime (a simulation's
             ``settings["time_warmup"]`` and ``settings["time_measured"]``)
@@ -190,9 +192,6 @@ def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, wi
     """The mean field averaged over the periodic regime of a rate profile."""
     from jaxqueue.theory import periodic
 
-    if pools is not None or (law is not None and not law.is_unit_exponential):
-        raise NotImplementedError("the mean field under a rate profile is for identical "
-                                  "exponential servers: leave out service and pools")  # fmt: skip
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         reason = pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
         raise NotImplementedError(f"no mean field under a rate profile for {pol.name!r}: the "
@@ -206,7 +205,8 @@ def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, wi
     if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
         raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
     orbit = periodic.periodic_orbit(pol, load, arrivals, fp_ratio, buffer=buffer,
-                                    levels=levels, window=window)  # fmt: skip
+                                    levels=levels, window=window, service=law,
+                                    pools=pools)  # fmt: skip
     if orbit.status != 0:
         raise RuntimeError(f"the periodic regime of {pol.label()!r} was not found: "
                            f"{orbit.status.name} (residual {orbit.residual:.3g})")  # fmt: skip

@@ -44,6 +44,19 @@ orbit's mass at the bounds is below ``1e-10``: each time by as many levels
 as the tail's decay at the bound says are missing, and half as many again
 (at least 8, at most twice as many).
 
+By class. With a phase-type service law or server pools (``service=``,
+``pools=``) the state is that of :mod:`jaxqueue.theory.phases`, ``x[k, c]``
+by queue length and class (pool and phase) with the I-queues after it, and
+the same shooting runs on that module's drift. The averages then also
+integrate, weighted by ``lambda(t)``, where arrivals find their servers: the
+joint law of the queue length and the class in service, and the pool of an
+idle server joined; :func:`as_result` hands them to
+:func:`jaxqueue.theory.phases.as_result` (the response-time law, its
+quantiles and every pool metric). That drift has no sliding mode, so
+JSQ-like routing is refused where the profile's peak reaches the capacity
+(:func:`refusal`); the RK4 step is also at most the fixed point's step at
+the peak load (:func:`jaxqueue.theory.phases._dt`).
+
 Averages over a window. A simulation measures over a window of its own
 (:attr:`settings["time_warmup"]` to that plus ``settings["time_measured"]``,
 time 0 being phase 0 of the profile), which rarely holds a whole number of
@@ -64,12 +77,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.service import as_law
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_load
-from jaxqueue.theory import meanfield
+from jaxqueue.policies import make
+from jaxqueue.theory import meanfield, phases
 from jaxqueue.theory.meanfield import FixedPoint, Rates
 
-__all__ = ["PeriodicOrbit", "periodic_orbit", "as_result", "DEFAULT_DT"]
+__all__ = ["PeriodicOrbit", "periodic_orbit", "as_result", "refusal", "DEFAULT_DT"]
 
 #: The longest RK4 step (time units); steps end on the profile's segment boundaries.
 DEFAULT_DT = 0.02
@@ -96,7 +111,9 @@ class PeriodicOrbit(NamedTuple):
             averages (``tail``, ``iq_tail``: time averages; ``rates.level``
             and the per-arrival rates: averages weighted by ``lambda(t)``;
             ``rates.join_probes``: weighted by the join rate);
-            ``truncated`` holds the orbit's largest mass at each bound.
+            ``truncated`` holds the orbit's largest mass at each bound. By
+            class, a :class:`jaxqueue.theory.phases.FixedPoint` of the same
+            averages, with ``seen_phase`` and ``seen_idle``.
         p0: the time average of ``p0`` (``None`` without I-queues).
         window: ``(start, length)`` the averages are over.
         curve: the orbit over one period at the start of each RK4 step:
@@ -142,6 +159,11 @@ def _schedule(profile: Profile, load: float, t0: float, t1: float, dt: float):
             int(loads.size))  # fmt: skip
 
 
+def _classes(x, system, law):
+    """``x[1..L, :]`` as an ``(L, C)`` array and ``Q_1..Q_J`` (a state by class)."""
+    return phases._split(x, system.levels, law.alpha.shape[0])
+
+
 def _p0(x, policy, system):
     """``p0`` at ``x``: ``1 - Q_1``; with one dispatcher, whether no server is idle."""
     s, q = meanfield._split(x, system)
@@ -152,39 +174,79 @@ def _p0(x, policy, system):
     return jnp.zeros((), x.dtype)
 
 
-def _integrand(x, lam, rt: Rates, p0, policy, system):
-    """What the averages integrate: the state, ``lambda * level law`` and, per
-    unit time, deletes, probes, join probes, joins, ``p0`` and arrivals."""
-    s, _ = meanfield._split(x, system)
+def _integrand(x, lam, rt: Rates, p0, policy, system, law):
+    """What the averages integrate: the state, ``lambda * level law``, by class
+    where the arrivals go (``lambda * level[k] * share[k, c]`` for ``k = 1..L-1``
+    and ``lambda * level[0] * pick[i]``, :func:`jaxqueue.theory.phases._joined`)
+    and, per unit time, deletes, probes, join probes, joins, ``p0`` and arrivals."""
     L = system.levels
-    idle = s[1] - s[2] if L >= 2 else s[1]
-    join = idle if policy.uses_iqueues else jnp.zeros((), x.dtype)
+    if law is None:
+        s, _ = meanfield._split(x, system)
+        join = s[1] - s[2] if L >= 2 else s[1]  # servers becoming idle (rate-1 service)
+        where = []
+    else:
+        X, _ = _classes(x, system, law)
+        share, pick = phases._joined(X, law)
+        join = X[0] @ -jnp.sum(law.generator, axis=1)  # completions at level 1
+        where = [(lam * rt.level[1:L, None] * share[: L - 1]).reshape(-1),
+                 lam * rt.level[0] * pick]  # fmt: skip
+    join = join if policy.uses_iqueues else jnp.zeros((), x.dtype)
     rest = jnp.stack([lam * rt.deletes, lam * rt.probes, join * rt.join_probes, join, p0, lam])
-    return jnp.concatenate([x, lam * rt.level, rest])
+    return jnp.concatenate([x, lam * rt.level, *where, rest])
+
+
+def _integrand_size(system, law) -> int:
+    L, J = system.levels, system.iqueue_levels
+    if law is None:
+        return L + J + (L + 1) + 6
+    C, pools = law.alpha.shape[0], law.starts.shape[0]
+    return L * C + J + (L + 1) + (L - 1) * C + pools + 6
 
 
 #: Columns of :func:`_observe` read by name: the mass at each bound and one level below.
 _AT_L, _AT_J, _BELOW_L, _BELOW_J = 4, 5, 6, 7
 
 
-def _observe(x, rt: Rates, p0, system):
+def _observe(x, rt: Rates, p0, system, law):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
     mean response time of an accepted arrival, ``p0``, the mass at the bounds
-    (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``)."""
-    s, q = meanfield._split(x, system)
+    (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``).
+
+    By class, an arrival that joins a server with ``k >= 1`` tasks whose task
+    in service is of class ``c`` stays the rest of that service (mean
+    ``r_c = ((-S)^-1 1)_c``) and ``k`` services of that server's pool; one that
+    joins an idle server of pool ``i``, one service of pool ``i``."""
     L = system.levels
     accepted = rt.level[:L]
     seen = accepted / jnp.maximum(jnp.sum(accepted), 1e-300)
     k = jnp.arange(L, dtype=x.dtype)
+    if law is None:
+        s, q = meanfield._split(x, system)
+        response = jnp.sum(seen * (k + 1.0))
+    else:
+        X, q = _classes(x, system, law)
+        one = jnp.ones(1, x.dtype)
+        s, q = jnp.concatenate([one, phases._tails(X)]), jnp.concatenate([one, q])
+        share, pick = phases._joined(X, law)
+        rest = jnp.linalg.solve(-law.generator, jnp.ones(law.alpha.shape[0], x.dtype))
+        pool_mean = law.starts @ rest  # (pools,)
+        per_class = rest[None, :] + k[1:, None] * (law.member @ pool_mean)[None, :]
+        response = (seen[0] * (pick @ pool_mean)
+                    + jnp.sum(seen[1:, None] * share[: L - 1] * per_class))  # fmt: skip
     zero = jnp.zeros((), x.dtype)
     J = system.iqueue_levels
-    return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], jnp.sum(seen * (k + 1.0)), p0, s[L],
+    return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], response, p0, s[L],
                       q[J] if J else zero, s[L - 1], q[J - 1] if J else zero])  # fmt: skip
 
 
-def _stage(y, lam, ratio, policy, system):
+def _stage(y, lam, ratio, policy, system, law):
     """``(dx/dt, Rates, p0)`` at ``y``; for a JSQ-like policy the sliding drift
-    (:func:`jaxqueue.theory.meanfield.sliding`), its mixed law and ``p0``."""
+    (:func:`jaxqueue.theory.meanfield.sliding`), its mixed law and ``p0``. By
+    class (``law`` not None) the drift of :mod:`jaxqueue.theory.phases` (a
+    JSQ-like policy is refused where a peak would fill a level)."""
+    if law is not None:
+        f, rt = phases._drift_and_rates(y, lam, ratio, law, policy, system)
+        return f, rt, _p0(phases._flat(*_classes(y, system, law)), policy, system)
     if meanfield.kinked(policy, system):
         sl = meanfield.sliding(y, lam, ratio, policy, system)
         p0 = (sl.inside * _p0(sl.below, policy, system)
@@ -194,40 +256,66 @@ def _stage(y, lam, ratio, policy, system):
     return meanfield.drift_from_rates(y, lam, ratio, rt, system), rt, _p0(y, policy, system)
 
 
-def _rk4_step(x, lam, h, ratio, policy, system, integrate: bool):
+#: RK4's stages 2-4: (the step's fraction at which the drift is read, the weight of that drift).
+_LATER_STAGES = ((0.5, 1.0 / 3.0), (0.5, 1.0 / 3.0), (1.0, 1.0 / 6.0))
+
+
+def _rk4_step(x, lam, h, ratio, law, policy, system, integrate: bool):
     def stage(y):
-        f, rt, p0 = _stage(y, lam, ratio, policy, system)
-        return f, (_integrand(y, lam, rt, p0, policy, system) if integrate else None), (rt, p0)
+        f, rt, p0 = _stage(y, lam, ratio, policy, system, law)
+        return f, (_integrand(y, lam, rt, p0, policy, system, law) if integrate else None), (rt, p0)
 
     def step(y, h):
+        # stages 2-4 are a loop, so that the drift is compiled twice, not four times
         k1, g1, obs = stage(y)
-        k2, g2, _ = stage(y + 0.5 * h * k1)
-        k3, g3, _ = stage(y + 0.5 * h * k2)
-        k4, g4, _ = stage(y + h * k3)
-        area = h / 6.0 * (g1 + 2.0 * g2 + 2.0 * g3 + g4) if integrate else None
-        return y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4), area, (obs, k1)
+
+        def later(carry, coef):
+            slope, k, g = carry
+            f, area, _ = stage(y + coef[0] * h * slope)
+            return (f, k + coef[1] * f, g + coef[1] * area if integrate else None), None
+
+        coefs = jnp.asarray(_LATER_STAGES, y.dtype)
+        (_, k, g), _ = jax.lax.scan(later, (k1, k1 / 6.0, g1 / 6.0 if integrate else None),
+                                    coefs)  # fmt: skip
+        return y + h * k, h * g if integrate else None, (obs, k1)
 
     new, area, (obs, slope) = step(x, h)
-    if meanfield.kinked(policy, system):
+    if law is None and meanfield.kinked(policy, system):
         new, area = meanfield.split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area,
                                                slope, system)  # fmt: skip
     return jnp.clip(new, 0.0, 1.0), area, obs
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
-def _flow(x, loads, lengths, ratio, policy, system):
+def _flow(x, loads, lengths, ratio, law, policy, system):
     """The state after the schedule's steps, put back on the JIQ family's
-    conservation law (:func:`_conserve`)."""
+    conservation law (:func:`_conserve`). ``law``: the server classes'
+    arrays (:func:`jaxqueue.theory.phases.law_arrays`) for a state by class,
+    None for identical exponential servers."""
 
     def body(x, step):
-        new, _, _ = _rk4_step(x, step[0], step[1], ratio, policy, system, False)
+        new, _, _ = _rk4_step(x, step[0], step[1], ratio, law, policy, system, False)
         return new, None
 
     return _conserve(jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0], ratio,
-                     system)  # fmt: skip
+                     system, law)  # fmt: skip
 
 
-def _conserve(x, ratio, system):
+def _busy(x, system, law):
+    """Where ``Q_1`` sits in the state, and the busy fraction ``s_1``."""
+    if law is None:
+        return system.levels, x[0]
+    n = system.levels * law.alpha.shape[0]
+    return n, jnp.sum(x[:n])
+
+
+def _iqueue_gap(x, ratio, system, law):
+    """``sum_j Q_j / r - (1 - s_1)`` (:func:`jaxqueue.theory.meanfield.iqueue_gap`)."""
+    at, busy = _busy(x, system, law)
+    return jnp.sum(x[at:]) / ratio - (1.0 - busy)
+
+
+def _conserve(x, ratio, system, law=None):
     """``x`` with ``Q_1`` set so that ``sum_j Q_j / r = 1 - s_1`` (I-queues list
     exactly the idle servers: :func:`jaxqueue.theory.meanfield.iqueue_gap` zero).
 
@@ -239,37 +327,35 @@ def _conserve(x, ratio, system):
     """
     if not system.iqueue_levels:
         return x
-    L = system.levels
-    return x.at[L].set(jnp.clip(ratio * (1.0 - x[0]) - jnp.sum(x[L + 1 :]), 0.0, 1.0))
+    at, busy = _busy(x, system, law)
+    return x.at[at].set(jnp.clip(ratio * (1.0 - busy) - jnp.sum(x[at + 1 :]), 0.0, 1.0))
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
-def _flow_integrals(x, loads, lengths, ratio, policy, system):
+def _flow_integrals(x, loads, lengths, ratio, law, policy, system):
     """The state after the schedule, the integrals of :func:`_integrand` over
     it, and :func:`_observe` at the start of each step."""
 
     def body(carry, step):
         x, total = carry
-        new, area, (rt, p0) = _rk4_step(x, step[0], step[1], ratio, policy, system, True)
-        return (new, total + area), _observe(x, rt, p0, system)
+        new, area, (rt, p0) = _rk4_step(x, step[0], step[1], ratio, law, policy, system, True)
+        return (new, total + area), _observe(x, rt, p0, system, law)
 
-    L, J = system.levels, system.iqueue_levels
-    zero = jnp.zeros(L + J + (L + 1) + 6, x.dtype)
+    zero = jnp.zeros(_integrand_size(system, law), x.dtype)
     (x, total), seen = jax.lax.scan(body, (x, zero), jnp.stack([loads, lengths], axis=1))
     return x, total, seen
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
-def _newton(x, loads, lengths, ratio, policy, system):
-    """``(Phi(x) - x``, the Newton step) with the conservation law in row ``L``;
-    one pass through the period gives the gap and the Jacobian together."""
-    L = system.levels
+def _newton(x, loads, lengths, ratio, law, policy, system):
+    """``(Phi(x) - x``, the Newton step) with the conservation law in the row of
+    ``Q_1``; one pass through the period gives the gap and the Jacobian together."""
 
     def residual(y):
-        gap = _flow(y, loads, lengths, ratio, policy, system) - y
+        gap = _flow(y, loads, lengths, ratio, law, policy, system) - y
         f = gap
         if system.iqueue_levels:
-            f = f.at[L].set(meanfield.iqueue_gap(y, ratio, system))
+            f = f.at[_busy(y, system, law)[0]].set(_iqueue_gap(y, ratio, system, law))
         return f, (f, gap)
 
     jac, (f, gap) = jax.jacfwd(residual, has_aux=True)(x)
@@ -310,14 +396,16 @@ def _check_window(window, period: float):
 def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
                    d: int | None = None, buffer: int | None = None, levels: int | None = None,
                    iqueue_levels: int | None = None, dt: float = DEFAULT_DT, tol: float = 1e-10,
-                   max_newton: int = 30, window=None) -> PeriodicOrbit:  # fmt: skip
+                   max_newton: int = 30, window=None, service=None, pools=None) -> PeriodicOrbit:  # fmt: skip
     """The periodic regime of the generic mean field under a rate profile (float64).
 
     Args:
         policy, d, buffer: as for :func:`jaxqueue.theory.meanfield.fixed_point`
             (a policy with the generic mean field or a closed form).
         load: ``lambda``, the time-mean arrivals per server per unit time
-            (``< 1`` with infinite buffers; the peak may pass 1).
+            (``< 1`` with infinite buffers, or below the pools' capacity; the
+            peak may pass it, but for JSQ-like routing with a service law or
+            pools).
         arrivals: a :class:`~jaxqueue.core.arrivals.Profile` or a profile CSV
             file (``time,rate``); its rates are relative (scaled to time mean 1).
         ratio: ``r = N / M``; ``None``: one dispatcher.
@@ -325,39 +413,56 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
             fixed point's defaults until the orbit's mass at the bound is
             below :data:`REMAINDER`. Given bounds are used as they are (the
             mass at them is reported in ``averages.truncated``).
-        dt: the longest RK4 step, in ``(0, 1]``.
+        dt: the longest RK4 step, in ``(0, 1]`` (with a service law or pools
+            at most the step :mod:`jaxqueue.theory.phases` takes at the peak).
         tol: ``max |Phi(x) - x|`` at which the orbit counts as found.
         max_newton: the most Newton steps, tried once where the period map
             contracts slowly (0: iterate the map only).
         window: ``(start, length)``: average over ``[start, start + length]``
             of the periodic regime (time 0 is phase 0 of the profile), as a
             simulation's measured window; ``None``: one period.
+        service, pools: a phase-type service law and server pools, as for
+            :func:`jaxqueue.theory.phases.fixed_point`: the ODE by class of
+            that module (the module docstring, "By class"); ``averages`` is
+            then a :class:`jaxqueue.theory.phases.FixedPoint`.
 
     Returns:
         A :class:`PeriodicOrbit`.
 
     Raises:
         ValueError: invalid arguments (naming the parameter and its range).
-        NotImplementedError: a policy without a generic mean field, or
-            arrivals that are not a rate profile.
+        NotImplementedError: a policy without a generic mean field, arrivals
+            that are not a rate profile, or JSQ-like routing by class whose
+            peak passes the capacity.
     """
     profile = _as_profile(arrivals)
-    lam = check_load(load, buffer)
     if not (isinstance(dt, (int, float)) and 0.0 < dt <= 1.0):
         raise ValueError(f"dt={dt!r} is out of range: need 0 < dt <= 1")
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     win = _check_window(window, profile.period)
+    by_class = _by_class(service, pools)
+    if by_class:
+        classes, pol, lam = phases._check(policy, load, service, ratio, d, buffer, levels, pools)
+        cap = max(1, phases.MAX_STATE // classes.n_classes)
+        if levels is None and buffer is None:
+            levels = min(phases._initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
+    else:
+        classes, lam, cap = None, check_load(load, buffer), MAX_AUTO_LEVELS
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
+    why = _peak_refusal(pol, system, lam, profile, classes) if by_class else None
+    if why is not None:
+        raise NotImplementedError(why)
     while True:
-        orbit, decay = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win)
+        orbit, decay = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win,
+                              classes)  # fmt: skip
         mass = orbit.averages.truncated
         grow_s = auto_levels and mass[0] > REMAINDER
         grow_q = auto_iq and system.iqueue_levels and mass[1] > REMAINDER
         if not (grow_s or grow_q):
             return orbit
-        levels = _grown(system.levels, mass[0], decay[0]) if grow_s else system.levels
+        levels = min(_grown(system.levels, mass[0], decay[0]), cap) if grow_s else system.levels
         iqueue_levels = (_grown(system.iqueue_levels, mass[1], decay[1]) if grow_q
                          else system.iqueue_levels)  # fmt: skip
         if (levels, iqueue_levels) == (system.levels, system.iqueue_levels):
@@ -369,6 +474,53 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
             )  # fmt: skip
         _, system = meanfield._policy_and_system(pol, ratio, None, buffer, levels,
                                                  iqueue_levels if system.iqueue_levels else None)  # fmt: skip
+
+
+def _by_class(service, pools) -> bool:
+    """Whether the state is by class: pools, or a service law other than exp(1)."""
+    if pools is not None:
+        return True
+    law = as_law(service)
+    return law is not None and not law.is_unit_exponential
+
+
+def _peak_refusal(pol, system, lam: float, profile: Profile, classes) -> str | None:
+    """Why the ODE by class does not cover JSQ-like routing under this profile
+    (None where it does): at a peak that reaches the capacity the routing would
+    fill a level and slide along it, which only the exponential ODE does
+    (:func:`jaxqueue.theory.meanfield.sliding`)."""
+    peak = lam * profile.peak
+    if meanfield.kinked(pol, system) and peak >= classes.capacity:
+        return (f"no mean field for {pol.label()!r} with a service law or pools under this "
+                f"profile: its peak load {peak:.6g} (load * peak) reaches the capacity "
+                f"{classes.capacity:.6g}, where JSQ-like routing fills a level and the ODE "
+                "must slide along it, which only the exponential mean field does; simulate "
+                "instead, or use a profile whose peak stays below the capacity")  # fmt: skip
+    return None
+
+
+def refusal(policy, load: float, arrivals, ratio: float | None = None, *, d: int | None = None,
+            buffer: int | None = None, service=None, pools=None) -> str | None:  # fmt: skip
+    """Why :func:`periodic_orbit` does not cover a setting it would be given, or
+    None where it does: a policy without the generic mean field, one that
+    routes by the pools' speeds (``jsew``) with pools of different mean
+    service times, or JSQ-like routing with a service law or pools whose peak
+    load reaches the capacity. (Invalid arguments raise as in
+    :func:`periodic_orbit`.) For callers that run many settings and give
+    theory where there is one, such as grids."""
+    profile = _as_profile(arrivals)
+    pol = make(policy, d=d)
+    if pol.mean_field_kind() not in ("generic", "closed-form"):
+        return pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
+    if not _by_class(service, pools):
+        return None
+    classes = phases.server_classes(service, pools)
+    if pools is not None and pol.routes_by_speed and len({lw.mean for lw in classes.laws}) > 1:
+        return f"{pol.name!r} routes by expected wait, which the mean field does not cover"
+    one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
+    _, system = meanfield._policy_and_system(pol, None if one_dispatcher else ratio, d, buffer,
+                                             None, None)  # fmt: skip
+    return _peak_refusal(pol, system, float(load), profile, classes)
 
 
 def _grown(bound: int, mass: float, decay: float) -> int:
@@ -384,11 +536,11 @@ def _grown(bound: int, mass: float, decay: float) -> int:
     return max(bound, min(grown, MAX_AUTO_LEVELS))
 
 
-def _newton_phase(x, loads, lengths, rj, pol, system, tol, max_newton):
+def _newton_phase(x, loads, lengths, rj, law, pol, system, tol, max_newton):
     """Damped Newton on ``Phi(x) - x`` from ``x``: ``(x, converged, residual, steps)``."""
     residual, it = math.inf, 0
     for it in range(1, max_newton + 1):
-        gap, dx = (np.asarray(v) for v in _newton(x, loads, lengths, rj, pol, system))
+        gap, dx = (np.asarray(v) for v in _newton(x, loads, lengths, rj, law, pol, system))
         residual = float(np.max(np.abs(gap)))
         if residual < tol:
             return x, True, residual, it
@@ -397,7 +549,7 @@ def _newton_phase(x, loads, lengths, rj, pol, system, tol, max_newton):
         # the longest of 1, 1/2, .., 1/16 of the step that shrinks the gap
         for step in 0.5 ** np.arange(5):
             trial = jnp.asarray(np.clip(np.asarray(x) + step * dx, 0.0, 1.0))
-            moved = _flow(trial, loads, lengths, rj, pol, system)
+            moved = _flow(trial, loads, lengths, rj, law, pol, system)
             if float(jnp.max(jnp.abs(moved - trial))) < (1.0 - step / 4.0) * residual:
                 x = trial
                 break
@@ -406,17 +558,17 @@ def _newton_phase(x, loads, lengths, rj, pol, system, tol, max_newton):
     return x, False, residual, it
 
 
-def _find(x, loads, lengths, rj, pol, system, tol, max_newton):
+def _find(x, loads, lengths, rj, law, pol, system, tol, max_newton):
     """The orbit's start by iterating the period map, and by Newton where the map
     contracts slowly (more than :data:`_SLOW` periods left at the observed rate)
     and the state is small enough for a Jacobian (:data:`_NEWTON_DIM`).
 
     Returns ``(x, status, residual, newton_steps, periods)``.
     """
-    newton_allowed = max_newton > 0 and system.levels + system.iqueue_levels <= _NEWTON_DIM
+    newton_allowed = max_newton > 0 and x.size <= _NEWTON_DIM
     previous, it = None, 0
     for periods in range(1, _MAX_PERIODS + 1):
-        nxt = _flow(x, loads, lengths, rj, pol, system)
+        nxt = _flow(x, loads, lengths, rj, law, pol, system)
         residual = float(jnp.max(jnp.abs(nxt - x)))
         x = nxt
         if residual < tol:
@@ -426,7 +578,7 @@ def _find(x, loads, lengths, rj, pol, system, tol, max_newton):
             left = math.log(tol / residual) / math.log(rate) if 0.0 < rate < 1.0 else math.inf
             if left > _SLOW:
                 newton_allowed = False  # one try
-                x, done, res, it = _newton_phase(x, loads, lengths, rj, pol, system, tol,
+                x, done, res, it = _newton_phase(x, loads, lengths, rj, law, pol, system, tol,
                                                  max_newton)  # fmt: skip
                 if done:
                     return x, Status.CONVERGED, res, it, periods
@@ -434,7 +586,24 @@ def _find(x, loads, lengths, rj, pol, system, tol, max_newton):
     return x, Status.MAX_ITERATIONS, residual, it, _MAX_PERIODS
 
 
-def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> tuple:
+def _start(pol, lam, ratio, system, classes, r) -> np.ndarray:
+    """The fixed point at the mean load on ``system``'s bounds (the empty
+    system where Newton cannot reach it)."""
+    J = system.iqueue_levels
+    if classes is None:
+        fp = meanfield.fixed_point(pol, lam, ratio if J else None, buffer=system.buffer,
+                                   levels=system.levels, iqueue_levels=J or None)  # fmt: skip
+        if fp.status == Status.CONVERGED:
+            return np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
+        return meanfield._empty_start(system, r)
+    fp = phases._fixed_point_of(classes, pol, lam, ratio if J else None, system)
+    if fp.status == Status.CONVERGED:
+        return np.concatenate([fp.phase_counts[1:].reshape(-1),
+                               fp.iq_tail[1:] if J else np.zeros(0)])  # fmt: skip
+    return phases._empty_start(system.levels, classes.n_classes, system, r)
+
+
+def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window, classes=None) -> tuple:
     """The orbit on ``system``'s bounds, and the tails' decay at them (:func:`_decay`).
 
     It starts from the fixed point at the mean load on the same bounds (not
@@ -443,23 +612,19 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> tup
     """
     r = float(ratio) if system.iqueue_levels else 1.0
     period = profile.period
+    if classes is not None:  # RK4 stable at the peak (phases._dt)
+        dt = min(dt, phases._dt(classes, lam * profile.peak, pol, system, r))
     with jax.enable_x64(True):
         rj = jnp.float64(r)
+        law = None if classes is None else phases.law_arrays(classes)
         loads, lengths, n = _schedule(profile, lam, 0.0, period, dt)
         loads, lengths = jnp.asarray(loads), jnp.asarray(lengths)
-        fp = meanfield.fixed_point(pol, lam, ratio if system.iqueue_levels else None,
-                                   buffer=system.buffer, levels=system.levels,
-                                   iqueue_levels=system.iqueue_levels or None)  # fmt: skip
-        if fp.status == Status.CONVERGED:
-            x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
-        else:  # (a mean load whose fixed point Newton cannot reach: start empty)
-            x = meanfield._empty_start(system, r)
-        x = jnp.asarray(x, jnp.float64)
-        x, status, residual, it, periods = _find(x, loads, lengths, rj, pol, system, tol,
+        x = jnp.asarray(_start(pol, lam, ratio, system, classes, r), jnp.float64)
+        x, status, residual, it, periods = _find(x, loads, lengths, rj, law, pol, system, tol,
                                                  max_newton)  # fmt: skip
         start = np.asarray(x)
         # the averages over the window, and the orbit over one period from phase 0
-        _, total_p, seen = _flow_integrals(x, loads, lengths, rj, pol, system)
+        _, total_p, seen = _flow_integrals(x, loads, lengths, rj, law, pol, system)
         total_p, seen = np.asarray(total_p), np.asarray(seen)
         w0, length = window
         whole, rest = divmod(length, period)
@@ -469,19 +634,21 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window) -> tup
             y = x
             if phase > 0:
                 a, b, _ = _schedule(profile, lam, 0.0, phase, dt)
-                y = _flow(x, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+                y = _flow(x, jnp.asarray(a), jnp.asarray(b), rj, law, pol, system)
             end = min(period, phase + rest)
             a, b, _ = _schedule(profile, lam, phase, end, dt)
-            y, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+            y, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, law, pol, system)
             total = total + np.asarray(part)
             if phase + rest > period:  # the window wraps into the next period
                 a, b, _ = _schedule(profile, lam, 0.0, phase + rest - period, dt)
-                _, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, pol, system)
+                _, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, law, pol,
+                                             system)  # fmt: skip
                 total = total + np.asarray(part)
     seen = seen[:n]
     times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
-    orbit = _averages(pol, system, lam, start, total / length, seen, times,
-                      np.asarray(loads)[:n], status, residual, it, periods, window)  # fmt: skip
+    args = (pol, system, lam, start, total / length, seen, times, np.asarray(loads)[:n], status,
+            residual, it, periods, window)  # fmt: skip
+    orbit = _averages(*args) if classes is None else _class_averages(classes, *args)
     return orbit, _decay(seen)
 
 
@@ -520,6 +687,39 @@ def _averages(pol, system, load, start, mean, seen, times, loads, status, residu
                          periods=periods, system=system)  # fmt: skip
 
 
+def _class_averages(classes, pol, system, load, start, mean, seen, times, loads, status,
+                    residual, it, periods, window) -> PeriodicOrbit:  # fmt: skip
+    """:func:`_averages` by class: the averages as a
+    :class:`jaxqueue.theory.phases.FixedPoint` whose ``seen_phase`` and
+    ``seen_idle`` hold where the accepted arrivals found their servers
+    (weighted by ``lambda(t)``), for :func:`jaxqueue.theory.phases.as_result`."""
+    L, J, C = system.levels, system.iqueue_levels, classes.n_classes
+    parts = np.split(mean, np.cumsum([L * C, J, L + 1, (L - 1) * C, len(classes.laws)]))
+    x_avg, q, level, joint, idle, rest = parts
+    deletes, probes, join_probes, join, p0, lam = rest
+    level = level / lam  # the law of the level an arrival joins (level[L]: blocked)
+    accepted = level[:L].sum()
+    rates = Rates(level=level, iq_remove=np.zeros(J + 1), join=np.zeros(J + 1),
+                  deletes=deletes / load, probes=probes / load,
+                  join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
+    X = x_avg.reshape(L, C)
+    tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+    fp = phases._summarize(pol, load, classes, system, X, tail, q, rates, system.buffer, status,
+                           residual, it)  # fmt: skip
+    truncated = (float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
+                 float(seen[:, _AT_J].max()) if J else 0.0)  # fmt: skip
+    fp = fp._replace(p0=float(p0) if pol.uses_iqueues else None, truncated=truncated,
+                     seen_phase=joint.reshape(L - 1, C) / lam / accepted,
+                     seen_idle=idle / lam / accepted)  # fmt: skip
+    curve = {"time": times, "load": loads, "mean_queue_length": seen[:, 0],
+             "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
+    if pol.uses_iqueues:
+        curve["p0"] = seen[:, 3]
+    return PeriodicOrbit(start=start, averages=fp, p0=fp.p0, window=window, curve=curve,
+                         status=Status(status), residual=float(residual), newton_iterations=it,
+                         periods=periods, system=system)  # fmt: skip
+
+
 def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, arrivals, *,
               buffer: int | None = None, with_quantiles: bool = True):  # fmt: skip
     """A :class:`~jaxqueue.theory.result.MeanFieldResult` of the orbit's averages.
@@ -527,10 +727,15 @@ def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, ar
     ``settings["arrivals"]`` records the profile and ``settings["window"]``
     the averaging window; ``diagnostics["orbit"]`` holds
     :attr:`PeriodicOrbit.curve`, with the solver's ``residual``, ``periods``
-    and ``newton_iterations``.
+    and ``newton_iterations``. By class (a service law or pools) the result
+    is :func:`jaxqueue.theory.phases.as_result`'s, with its quantiles and
+    pool metrics.
     """
-    res = meanfield.as_result(orbit.averages, policy, load, ratio, buffer=buffer,
-                              with_quantiles=with_quantiles)  # fmt: skip
+    if isinstance(orbit.averages, phases.FixedPoint):
+        res = phases.as_result(orbit.averages, policy, load, ratio, buffer=buffer)
+    else:
+        res = meanfield.as_result(orbit.averages, policy, load, ratio, buffer=buffer,
+                                  with_quantiles=with_quantiles)  # fmt: skip
     settings = dict(res.settings, arrivals=_as_profile(arrivals).to_dict(),
                     window=list(orbit.window))  # fmt: skip
     diagnostics = dict(res.diagnostics, orbit=orbit.curve, residual=orbit.residual,

@@ -122,7 +122,9 @@ from jaxqueue.core.system import System, check_int
 from jaxqueue.policies import Policy, available, make, policy_class
 from jaxqueue.theory import meanfield
 from jaxqueue.results.pools import pool_metrics, result_fields
-from jaxqueue.results.response import ph_mixture_quantiles, ph_response_quantiles
+from jaxqueue.results.response import (
+    ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
+)  # fmt: skip
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
 from jaxqueue.theory.result import MeanFieldResult, build
@@ -260,15 +262,30 @@ def drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Arra
     return _drift_and_rates(x, load, ratio, law, policy, system)[0]
 
 
+def _joined(X, law: _Law):
+    """Where an arrival's server is, given the level it joins: ``(share, pick)``.
+
+    ``share[k - 1, c]``: the class in service at a server chosen among those
+    with ``k`` tasks (``x[k, c] / n_k``; ``mix`` where a level holds no mass);
+    ``pick[i]``: the pool of an idle server chosen (each pool's idle fraction
+    over all idle servers; the pools' shares where none is idle).
+    """
+    n = jnp.sum(X, axis=1)
+    filled = n > _TINY  # below, the 0/0 share's derivative (-x / n**2) would overflow
+    share = jnp.where(filled[:, None], X / jnp.where(filled, n, 1.0)[:, None], law.mix[None, :])
+    idle = jnp.maximum(law.fractions - jnp.sum(X, axis=0) @ law.member, 0.0)
+    total = jnp.sum(idle)
+    pick = jnp.where(total > _TINY, idle / jnp.where(total > _TINY, total, 1.0), law.fractions)
+    return share, pick
+
+
 def _drift_and_rates(x, load, ratio, law, policy, system):
     L, J = system.levels, system.iqueue_levels
     P = law.alpha.shape[0]
     X, q = _split(x, L, P)
     rt = meanfield.rates(_flat(X, q), policy, system)
     level = rt.level  # (L + 1,): level[k] an arrival joins a server with k tasks
-    n = jnp.sum(X, axis=1)
-    filled = n > _TINY  # below, the 0/0 share's derivative (-x / n**2) would overflow
-    share = jnp.where(filled[:, None], X / jnp.where(filled, n, 1.0)[:, None], law.mix[None, :])
+    share, pick = _joined(X, law)
     exits = -jnp.sum(law.generator, axis=1)  # s_p
     done = X @ exits  # (L,): completions per unit time at level k = 1..L
     none = jnp.zeros((1, P), X.dtype)
@@ -277,10 +294,6 @@ def _drift_and_rates(x, load, ratio, law, policy, system):
         start = load * level[0] * law.alpha[None, :]
         restart = done[1:, None] * law.alpha[None, :]  # the next task starts
     else:  # pools: the idle server is of pool i with probability (pool i's idle) / (idle)
-        idle = jnp.maximum(law.fractions - jnp.sum(X, axis=0) @ law.member, 0.0)
-        total = jnp.sum(idle)
-        pick = jnp.where(total > _TINY, idle / jnp.where(total > _TINY, total, 1.0),
-                         law.fractions)  # fmt: skip
         start = load * level[0] * (pick @ law.starts)[None, :]
         # the next task starts in the phase law of the pool of the class that completed
         restart = ((X[1:] * exits[None, :]) @ law.member) @ law.starts
@@ -384,6 +397,19 @@ class FixedPoint(NamedTuple):
         pools: the :class:`ServerClasses` with pools, else None. Then the
             classes are pool and phase (``phase_counts`` has a column per
             class: pool ``i``'s phases from ``pools.base[i]``).
+        seen_phase, seen_idle: where accepted arrivals find their servers,
+            when it is not what ``phase_counts`` and ``rates`` give at a fixed
+            point (averages over a periodic regime,
+            :mod:`jaxqueue.theory.periodic`): ``seen_phase[k - 1, c]`` the
+            fraction that join a server with ``k`` tasks (``k = 1..L-1``)
+            whose task in service is of class ``c``, ``seen_idle[i]`` the
+            fraction that join an idle server of pool ``i``. None: at a fixed
+            point, from the state (the class in service is that of a uniformly
+            chosen server of the level; an idle server's pool that of a
+            uniformly chosen idle server). With them, :func:`as_result`'s
+            mean response time is the mean of the response-time law they
+            give (Little's law with the mean load holds over whole periods
+            only).
     """
 
     tail: np.ndarray
@@ -401,6 +427,8 @@ class FixedPoint(NamedTuple):
     rates: Rates
     service: PhaseType | None
     pools: ServerClasses | None = None
+    seen_phase: np.ndarray | None = None
+    seen_idle: np.ndarray | None = None
 
 
 class Transient(NamedTuple):
@@ -733,6 +761,25 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
     return _summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it)
 
 
+def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, system: System,
+                    tol: float = 1e-12, warmup_time: float = 20.0,
+                    max_newton: int = 50) -> FixedPoint:  # fmt: skip
+    """The fixed point on ``system``'s bounds, for validated settings (no level
+    search): the start of the periodic solver (:mod:`jaxqueue.theory.periodic`)."""
+    one_r = float(ratio) if system.iqueue_levels else 1.0
+    L, P = system.levels, classes.n_classes
+    with jax.enable_x64(True):
+        lawa = law_arrays(classes)
+        step = _dt(classes, lam, pol, system, one_r)
+        x, status, it, res, rt = _solve(lawa, jnp.float64(lam), jnp.float64(one_r), pol, system,
+                                        ratio, None, warmup_time, step, tol, max_newton)  # fmt: skip
+        x = np.asarray(x, np.float64)
+    X = x[: L * P].reshape(L, P)
+    tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+    return _summarize(pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status,
+                      res, it)  # fmt: skip
+
+
 def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer, status, res,
                it) -> FixedPoint:  # fmt: skip
     L, J = system.levels, system.iqueue_levels
@@ -860,14 +907,25 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     level = np.asarray(rt.level, np.float64)
     seen = level[:L] / level[:L].sum()
     counts = np.asarray(fp.phase_counts, np.float64)
-    x = counts[1:L]  # k = 1..L-1
-    share = np.divide(x, x.sum(axis=1, keepdims=True), out=np.zeros_like(x),
-                      where=x.sum(axis=1, keepdims=True) > 0)  # fmt: skip
-    seen_phase = seen[1:, None] * share
+    if fp.seen_phase is None:
+        x = counts[1:L]  # k = 1..L-1
+        share = np.divide(x, x.sum(axis=1, keepdims=True), out=np.zeros_like(x),
+                          where=x.sum(axis=1, keepdims=True) > 0)  # fmt: skip
+        seen_phase = seen[1:, None] * share
+    else:
+        seen_phase = np.asarray(fp.seen_phase, np.float64)
     if fp.pools is None:
         quantiles = ph_response_quantiles(law, seen, seen_phase, QUANTILES)
     else:
-        quantiles, by_pool = _pool_response(fp.pools, seen, seen_phase, counts)
+        quantiles, by_pool = _pool_response(fp.pools, seen, seen_phase, counts, fp.seen_idle)
+    mean_response = fp.mean_response_time
+    if fp.seen_phase is not None:  # averages over a window's arrivals: the mixture's mean
+        if fp.pools is None:
+            mean_response = float(ph_response_mean(law, seen, seen_phase))
+        else:
+            share = np.asarray(by_pool["pool_arrival_share"], np.float64)
+            times = np.asarray(by_pool["pool_mean_response_time"], np.float64)
+            mean_response = float(np.sum(np.where(share > 0, share * times, 0.0)))
     seen_all = np.append(seen, 0.0)
     occupancy = s - np.concatenate([s[1:], [0.0]])
     q = fp.iq_tail
@@ -876,7 +934,7 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     result = build(
         pol, load=load, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
         tail=s, occupancy=occupancy, arrival_seen=seen_all,
-        mean_queue_length=fp.mean_queue_length, mean_response_time=fp.mean_response_time,
+        mean_queue_length=fp.mean_queue_length, mean_response_time=mean_response,
         waiting_probability=1.0 - seen[0], blocking_probability=fp.blocking_probability,
         p0=fp.p0, iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if q is not None else None,
         join_rate=join, delete_rate=load * float(rt.deletes),
@@ -897,14 +955,15 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     return result
 
 
-def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
+def _pool_response(pools: ServerClasses, seen, seen_phase, counts, seen_idle=None):
     """Response-time quantiles with pools, and each pool's metrics.
 
     An accepted arrival that finds ``k >= 1`` tasks joins class ``c`` with
     probability ``seen[k] * x[k, c] / n_k`` (``seen_phase``); one that finds
     none joins an idle server of pool ``i`` with probability ``seen[0] *
-    idle_i / idle``. Each pool's part is the response law of its own law at
-    its speed (:func:`jaxqueue.results.response.ph_mixture_quantiles`).
+    idle_i / idle`` (or ``seen_idle[i]`` where given). Each pool's part is the
+    response law of its own law at its speed
+    (:func:`jaxqueue.results.response.ph_mixture_quantiles`).
 
     Returns:
         ``(quantiles, metrics)``: the pools' metrics
@@ -919,7 +978,10 @@ def _pool_response(pools: ServerClasses, seen, seen_phase, counts):
     occupancy = np.concatenate([idle[:, None], busy], axis=1) / fracs[:, None]
     components = []
     for i, (b, lw) in enumerate(zip(pools.base, pools.laws)):
-        first = seen[0] * idle[i] / idle.sum() if idle.sum() > 0 else 0.0
+        if seen_idle is not None:
+            first = float(seen_idle[i])
+        else:
+            first = seen[0] * idle[i] / idle.sum() if idle.sum() > 0 else 0.0
         phase = seen_phase[:, b : b + lw.n_phases]  # (L - 1, P_i): k = 1..L-1
         found = np.concatenate([[first], phase.sum(axis=1)])
         components.append((float(found.sum()), lw, found, phase))
