@@ -94,13 +94,13 @@ def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
     """Two pools of speed 1 are identical servers: the ODE by class gives the
     exponential orbit's averages (the I-queues, p0 and the quantiles too) and
     its curve over the period."""
-    def orbit(**setting):  # on the same bounds (they hold < 1e-12 past them)
-        found = periodic.periodic_orbit(name, 0.6, FIVE, ratio, levels=24,
-                                        iqueue_levels=ratio and 40, **setting)  # fmt: skip
+    def orbit(**setting):  # on the same bounds
+        found = periodic.periodic_orbit(name, 0.6, FIVE, ratio, levels=16,
+                                        iqueue_levels=ratio and 32, **setting)  # fmt: skip
         return periodic.as_result(found, name, 0.6, ratio, FIVE)
 
     plain, alike = orbit(), orbit(pools="0.5:1,0.5:1")
-    assert max(alike.diagnostics["tail_remainder"], alike.diagnostics["iqueue_remainder"]) < 1e-12
+    assert max(alike.diagnostics["tail_remainder"], alike.diagnostics["iqueue_remainder"]) < 1e-6
     for what in ("mean_response_time", "mean_queue_length", "waiting_probability", "p0",
                  "probe_rate", "delete_rate", "join_rate"):  # fmt: skip
         a, b = getattr(plain, what), getattr(alike, what)
@@ -163,37 +163,36 @@ def test_refusals_name_the_reason():
 # -- the simulator at large N over its own measured window --------------------------------
 
 N, LOAD = 10_000, 0.8
-CASES = [("pod", None, {"pools": "0.2:2,0.8:1"}), ("jiq", 5.0, {"service": "erlang:2"})]
-#: T, P(wait), E[Q], p99 per case; p0 of JIQ; utilization, share and T of both pools
-FAMILY = len(CASES) * 4 + 1 + 6
+#: JIQ with Erlang-2 service and a fifth of the servers 1.5 times as fast: phases,
+#: pools and I-queues at once. The capacity is 1.1, and the peak 1.12 passes it.
+SETTING = {"service": "erlang:2", "pools": "0.2:1.5,0.8:1"}
+#: T, P(wait), E[Q], p99, p0; utilization, share and T of both pools
+FAMILY = 5 + 6
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, ratio, setting", CASES)
-def test_simulation_at_large_n_matches_over_its_window(name, ratio, setting):
-    """N = 10^4 at load 0.8 under DAY (peak 1.12: above the identical servers'
-    capacity for JIQ with Erlang-2 service, so queues build and drain), 10.5
-    periods measured after 6 of warm-up, the mean field averaged over the
-    simulation's own window; the finite-N allowance is 10 / N of the value,
-    as for the other large-N comparisons."""
-    gamma = 2.0  # uniformization: the largest service rate (Erlang-2's phases; the fast pool)
+def test_simulation_at_large_n_matches_over_its_window():
+    """N = 10^4, r = 5 at load 0.8 under DAY, 5.5 periods measured after 4 of
+    warm-up from the constant-load mean field (the period map contracts by
+    about 0.3 a period), the mean field averaged over the simulation's own
+    window; the finite-N allowance is 10 / N of the value, as for the other
+    large-N comparisons."""
+    gamma = 3.0  # uniformization: the largest phase rate (Erlang-2 on the fast pool)
     per_time = N * (LOAD * DAY.peak + gamma)
-    sim = jq.simulate(name, LOAD, N, N if ratio is None else int(N / ratio), arrivals=DAY,
-                      replicas=16, steps=int(105 * per_time), warmup=int(60 * per_time),
-                      seed=43, interval="replicas", **setting)  # fmt: skip
+    sim = jq.simulate("jiq", LOAD, N, N // 5, arrivals=DAY, replicas=16,
+                      steps=int(55 * per_time), warmup=int(40 * per_time), seed=43,
+                      interval="replicas", **SETTING)  # fmt: skip
     s = sim.settings
-    assert s["time_measured"] == pytest.approx(105.0, rel=0.02)
-    mf = theory.mean_field(name, LOAD, ratio, arrivals=DAY,
-                           window=(s["time_warmup"], s["time_measured"]), **setting)  # fmt: skip
+    assert s["time_measured"] == pytest.approx(55.0, rel=0.02)
+    mf = theory.mean_field("jiq", LOAD, 5.0, arrivals=DAY,
+                           window=(s["time_warmup"], s["time_measured"]), **SETTING)  # fmt: skip
     checks = [(sim.mean_response_time, mf.mean_response_time, "T"),
               (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
               (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
-              (sim.metric("p99"), mf.response_quantiles[0.99], "p99")]  # fmt: skip
-    if ratio is not None:
-        checks.append((sim.p0, mf.p0, "p0"))
-    if "pools" in setting:
-        for what in ("pool_utilization", "pool_arrival_share", "pool_mean_response_time"):
-            checks.append((getattr(sim, what), getattr(mf, what), what))
+              (sim.metric("p99"), mf.response_quantiles[0.99], "p99"),
+              (sim.p0, mf.p0, "p0")]  # fmt: skip
+    for what in ("pool_utilization", "pool_arrival_share", "pool_mean_response_time"):
+        checks.append((getattr(sim, what), getattr(mf, what), what))
     for est, predicted, what in checks:
         predicted = np.asarray(predicted, np.float64)
         tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
