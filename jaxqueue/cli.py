@@ -310,6 +310,10 @@ def _emit(res, args) -> int:
               f"one period the mean response time of an arrival runs from {t.min():.4f} "
               f"(t = {orbit['time'][t.argmin()]:.4g}) to {t.max():.4f} "
               f"(t = {orbit['time'][t.argmax()]:.4g})")  # fmt: skip
+        for i, busy in enumerate(np.asarray(orbit.get("pool_utilization", [])).T):
+            print(f"  pool {i} (speed {s['pools'][i]['speed']:g}) busy from {busy.min():.4f} "
+                  f"(t = {orbit['time'][busy.argmin()]:.4g}) to {busy.max():.4f} "
+                  f"(t = {orbit['time'][busy.argmax()]:.4g})")  # fmt: skip
     if res.source == "simulation":
         print(f"  ran on {s['devices']} {s['platform']} device(s), backend {s['backend']}")
         _print_run_diagnostics(res.diagnostics)

@@ -87,6 +87,14 @@ def test_random_with_pools_is_each_pools_periodic_queue():
     assert mf.mean_queue_length == pytest.approx(0.25 * mean_queue[0] + 0.75 * mean_queue[1],
                                                  abs=1e-8)  # fmt: skip
     assert mf.mean_response_time == pytest.approx(0.25 * times[0] + 0.75 * times[1], abs=1e-8)
+    # each pool's busy fraction over the period, at the start of each RK4 step (at most
+    # 0.02 long, ending on the segment boundaries): over a whole period the left rule's
+    # first-order errors cancel, leaving O(step^2) (5e-7 here)
+    curve = mf.diagnostics["orbit"]
+    lengths = np.diff(np.append(curve["time"], FIVE.period))
+    assert curve["pool_utilization"].shape == (lengths.size, 2)
+    np.testing.assert_allclose(lengths @ curve["pool_utilization"] / FIVE.period, busy, atol=1e-5)
+    assert np.ptp(curve["pool_utilization"][:, 1]) > 0.2  # (the slow pool's load swings)
 
 
 @pytest.mark.parametrize("name, ratio", [("pod", None), ("jiq", 5.0)])

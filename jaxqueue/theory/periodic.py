@@ -118,7 +118,9 @@ class PeriodicOrbit(NamedTuple):
         window: ``(start, length)`` the averages are over.
         curve: the orbit over one period at the start of each RK4 step:
             ``{"time", "load", "mean_queue_length", "waiting_probability",
-            "mean_response_time", "p0"}`` (arrays; ``p0`` only with I-queues).
+            "mean_response_time", "p0"}`` (arrays; ``p0`` only with I-queues),
+            and with pools ``"pool_utilization"``, ``(steps, pools)``: each
+            pool's busy fraction.
         status: ``CONVERGED``, or ``MAX_ITERATIONS`` if the period map did
             not settle within the iterations allowed.
         residual: ``max |Phi(start) - start|``.
@@ -210,7 +212,8 @@ _AT_L, _AT_J, _BELOW_L, _BELOW_J = 4, 5, 6, 7
 def _observe(x, rt: Rates, p0, system, law):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
     mean response time of an accepted arrival, ``p0``, the mass at the bounds
-    (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``).
+    (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``);
+    by class, then each pool's busy fraction.
 
     By class, an arrival that joins a server with ``k >= 1`` tasks whose task
     in service is of class ``c`` stays the rest of that service (mean
@@ -235,8 +238,11 @@ def _observe(x, rt: Rates, p0, system, law):
                     + jnp.sum(seen[1:, None] * share[: L - 1] * per_class))  # fmt: skip
     zero = jnp.zeros((), x.dtype)
     J = system.iqueue_levels
-    return jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], response, p0, s[L],
-                      q[J] if J else zero, s[L - 1], q[J - 1] if J else zero])  # fmt: skip
+    out = jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], response, p0, s[L],
+                     q[J] if J else zero, s[L - 1], q[J - 1] if J else zero])  # fmt: skip
+    if law is None:
+        return out
+    return jnp.concatenate([out, jnp.sum(X, axis=0) @ law.member / law.fractions])
 
 
 def _stage(y, lam, ratio, policy, system, law):
@@ -505,9 +511,9 @@ def refusal(policy, load: float, arrivals, ratio: float | None = None, *, d: int
     None where it does: a policy without the generic mean field, one that
     routes by the pools' speeds (``jsew``) with pools of different mean
     service times, or JSQ-like routing with a service law or pools whose peak
-    load reaches the capacity. (Invalid arguments raise as in
-    :func:`periodic_orbit`.) For callers that run many settings and give
-    theory where there is one, such as grids."""
+    load reaches the capacity. It does not check the other arguments
+    (:func:`periodic_orbit` does). For callers that run many settings and
+    give theory where there is one, such as grids."""
     profile = _as_profile(arrivals)
     pol = make(policy, d=d)
     if pol.mean_field_kind() not in ("generic", "closed-form"):
@@ -715,6 +721,8 @@ def _class_averages(classes, pol, system, load, start, mean, seen, times, loads,
              "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
     if pol.uses_iqueues:
         curve["p0"] = seen[:, 3]
+    if classes.given:
+        curve["pool_utilization"] = seen[:, 8:]
     return PeriodicOrbit(start=start, averages=fp, p0=fp.p0, window=window, curve=curve,
                          status=Status(status), residual=float(residual), newton_iterations=it,
                          periods=periods, system=system)  # fmt: skip
