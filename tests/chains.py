@@ -88,21 +88,30 @@ def profile_mm1_reference(src: Profile, load: float, k: int = 80):
     """Periodic regime of M/M/1 under a rate profile: time-average queue
     length and the law of the queue an arrival finds."""
     gens = [_jsq_generator(1, k, load * r)[1] for r in src.shape]
-    p = np.zeros(k + 1)
+    area_total, seen = _periodic_regime(gens, src, load, periods=200)
+    assert area_total[-1] / src.period < 1e-12
+    return float(area_total @ np.arange(k + 1)) / src.period, seen / seen.sum()
+
+
+def _periodic_regime(gens, src: Profile, load: float, periods: int):
+    """The periodic regime of a chain whose generator is ``gens[i]`` on the
+    profile's segment ``i``, from the first state, by uniformization: the
+    integral of the law over one period from phase 0, and the same weighted
+    by the arrival rate ``load * shape`` (what arrivals see, unnormalised)."""
+    p = np.zeros(gens[0].shape[0])
     p[0] = 1.0
-    for _ in range(200):  # periods until the regime is periodic
+    for _ in range(periods):  # periods until the regime is periodic
         start = p
         for qg, d in zip(gens, src.durations):
             p, _ = _uniformized_integral(p, qg, d)
         if np.abs(p - start).max() < 1e-13:
             break
-    area_total, seen = np.zeros(k + 1), np.zeros(k + 1)
+    area_total, seen = np.zeros_like(p), np.zeros_like(p)
     for qg, d, r in zip(gens, src.durations, src.shape):
         p, area = _uniformized_integral(p, qg, d)
         area_total += area
         seen += load * r * area
-    assert area_total[-1] / src.period < 1e-12
-    return float(area_total @ np.arange(k + 1)) / src.period, seen / seen.sum()
+    return area_total, seen
 
 
 def profile_mph1_reference(src: Profile, load: float, alpha, S, k: int = 80):
@@ -142,19 +151,7 @@ def profile_mph1_reference(src: Profile, load: float, alpha, S, k: int = 80):
         return q - np.diag(q.sum(axis=1))
 
     gens = [generator(load * r) for r in src.shape]
-    p = np.zeros(size)
-    p[0] = 1.0
-    for _ in range(400):  # periods until the regime is periodic
-        start = p
-        for qg, d in zip(gens, src.durations):
-            p, _ = _uniformized_integral(p, qg, d)
-        if np.abs(p - start).max() < 1e-13:
-            break
-    area_total, seen = np.zeros(size), np.zeros(size)
-    for qg, d, r in zip(gens, src.durations, src.shape):
-        p, area = _uniformized_integral(p, qg, d)
-        area_total += area
-        seen += load * r * area
+    area_total, seen = _periodic_regime(gens, src, load, periods=400)
     assert area_total[-P:].sum() / src.period < 1e-12
 
     def by_class(v):
