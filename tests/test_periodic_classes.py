@@ -97,6 +97,7 @@ def test_random_with_pools_is_each_pools_periodic_queue():
     assert np.ptp(curve["pool_utilization"][:, 1]) > 0.2  # (the slow pool's load swings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, ratio", [("pod", None), ("jiq", 5.0)])
 def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
     """Two pools of speed 1 are identical servers: the ODE by class gives the
@@ -126,6 +127,7 @@ def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
                                    atol=1e-9)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, ratio, setting", [
     ("pod", None, {"service": "erlang:2"}),
     ("pod", None, {"pools": "0.2:2,0.8:1"}),
