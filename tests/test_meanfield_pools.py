@@ -17,9 +17,10 @@ import pytest
 import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.service import Pool, erlang, exponential, mph1_mean_response_time
-from jaxqueue.results.stats import tolerance
 from jaxqueue.sim import runner
 from jaxqueue.theory import phases
+
+from agreement import assert_near_mean_field
 
 FAST = "0.2:2,0.8:1"  # 20% of the servers twice as fast: capacity 1.2
 
@@ -191,11 +192,7 @@ def test_simulation_at_large_n_matches_the_pools_mean_field(pair):
     if mf.p0 is not None:
         checks.append((sim.p0, mf.p0, "p0"))
     checks += [(getattr(sim, name), getattr(mf, name), name) for name in POOLED]
-    for est, predicted, what in checks:
-        predicted = np.asarray(predicted, np.float64)
-        tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
-        err = np.abs(np.asarray(est.mean) - predicted)
-        assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, mean field {predicted}"
+    assert_near_mean_field(checks, FAMILY, N)
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import periodic
 
+from agreement import assert_near_mean_field
 from chains import profile_mm1_reference
 
 #: Five segments, peak 0.96 at load 0.6 (the profile of tests/test_arrivals.py).
@@ -189,11 +190,7 @@ def test_simulation_at_large_n_matches_over_its_window(name, ratio):
                mf.tail[1 : TAIL + 1], "s_1..s_3")]  # fmt: skip
     if ratio is not None:
         checks.append((sim.p0, mf.p0, "p0"))
-    for est, predicted, what in checks:
-        predicted = np.asarray(predicted, np.float64)
-        tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
-        err = np.abs(np.asarray(est.mean) - predicted)
-        assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, mean field {predicted}"
+    assert_near_mean_field(checks, FAMILY, N)
 
 
 # -- grids: a profile point's theory is the mean field over its own window ------------------

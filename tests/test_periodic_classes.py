@@ -17,9 +17,9 @@ from jaxqueue import theory
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.service import parse_service
 from jaxqueue.results.response import ph_response_quantiles
-from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import periodic
 
+from agreement import assert_near_mean_field
 from chains import profile_mph1_reference
 
 #: Five segments, peak 0.96 at load 0.6 (as tests/test_periodic.py).
@@ -203,11 +203,7 @@ def test_simulation_at_large_n_matches_over_its_window():
               (sim.p0, mf.p0, "p0")]  # fmt: skip
     for what in ("pool_utilization", "pool_arrival_share", "pool_mean_response_time"):
         checks.append((getattr(sim, what), getattr(mf, what), what))
-    for est, predicted, what in checks:
-        predicted = np.asarray(predicted, np.float64)
-        tol = tolerance(est, FAMILY, allowance=10.0 / N * np.abs(predicted))
-        err = np.abs(np.asarray(est.mean) - predicted)
-        assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, mean field {predicted}"
+    assert_near_mean_field(checks, FAMILY, N)
 
 
 GRID = """\

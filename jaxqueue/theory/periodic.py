@@ -209,7 +209,16 @@ def _integrand_size(system, law) -> int:
 _AT_L, _AT_J, _BELOW_L, _BELOW_J = 4, 5, 6, 7
 
 
-def _observe(x, rt: Rates, p0, system, law):
+def _class_means(law):
+    """``(r, m)``: the mean rest of a service from each class, ``r_c = ((-S)^-1
+    1)_c``, and each pool's mean service time ``m_i`` (None without classes)."""
+    if law is None:
+        return None
+    rest = jnp.linalg.solve(-law.generator, jnp.ones(law.alpha.shape[0], law.generator.dtype))
+    return rest, law.starts @ rest
+
+
+def _observe(x, rt: Rates, p0, system, law, means=None):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
     mean response time of an accepted arrival, ``p0``, the mass at the bounds
     (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``);
@@ -231,8 +240,7 @@ def _observe(x, rt: Rates, p0, system, law):
         one = jnp.ones(1, x.dtype)
         s, q = jnp.concatenate([one, phases._tails(X)]), jnp.concatenate([one, q])
         share, pick = phases._joined(X, law)
-        rest = jnp.linalg.solve(-law.generator, jnp.ones(law.alpha.shape[0], x.dtype))
-        pool_mean = law.starts @ rest  # (pools,)
+        rest, pool_mean = means  # (classes,), (pools,): _class_means
         per_class = rest[None, :] + k[1:, None] * (law.member @ pool_mean)[None, :]
         response = (seen[0] * (pick @ pool_mean)
                     + jnp.sum(seen[1:, None] * share[: L - 1] * per_class))  # fmt: skip
@@ -316,9 +324,10 @@ def _busy(x, system, law):
 
 
 def _iqueue_gap(x, ratio, system, law):
-    """``sum_j Q_j / r - (1 - s_1)`` (:func:`jaxqueue.theory.meanfield.iqueue_gap`)."""
-    at, busy = _busy(x, system, law)
-    return jnp.sum(x[at:]) / ratio - (1.0 - busy)
+    """``sum_j Q_j / r - (1 - s_1)`` for either state."""
+    if law is None:
+        return meanfield.iqueue_gap(x, ratio, system)
+    return phases.iqueue_gap(x, ratio, system.levels, law.alpha.shape[0])
 
 
 def _conserve(x, ratio, system, law=None):
@@ -345,7 +354,9 @@ def _flow_integrals(x, loads, lengths, ratio, law, policy, system):
     def body(carry, step):
         x, total = carry
         new, area, (rt, p0) = _rk4_step(x, step[0], step[1], ratio, law, policy, system, True)
-        return (new, total + area), _observe(x, rt, p0, system, law)
+        return (new, total + area), _observe(x, rt, p0, system, law, means)
+
+    means = _class_means(law)
 
     zero = jnp.zeros(_integrand_size(system, law), x.dtype)
     (x, total), seen = jax.lax.scan(body, (x, zero), jnp.stack([loads, lengths], axis=1))
@@ -709,7 +720,7 @@ def _class_averages(classes, pol, system, load, start, mean, seen, times, loads,
                   deletes=deletes / load, probes=probes / load,
                   join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
     X = x_avg.reshape(L, C)
-    tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+    tail = phases.tail_of(X)
     fp = phases._summarize(pol, load, classes, system, X, tail, q, rates, system.buffer, status,
                            residual, it)  # fmt: skip
     truncated = (float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,

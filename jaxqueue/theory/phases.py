@@ -243,6 +243,12 @@ def _tails(X):
     return jnp.sum(X, axis=1) @ above.astype(X.dtype)
 
 
+def tail_of(X) -> np.ndarray:
+    """``s_0..s_L`` (host float64) from the phase counts ``x[1..L, :]``."""
+    X = np.asarray(X, np.float64)
+    return np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+
+
 def _flat(X, q):
     """The state of :mod:`jaxqueue.theory.meanfield`: ``[s_1..s_L, Q_1..Q_J]``."""
     return jnp.concatenate([_tails(X), q])
@@ -307,15 +313,22 @@ def _drift_and_rates(x, load, ratio, law, policy, system):
     return dx, rt
 
 
+def iqueue_gap(x, ratio, L: int, P: int):
+    """``sum_j Q_j / r - (1 - s_1)`` by class (``s_1 = sum x``): zero where the
+    I-queues list exactly the idle servers
+    (:func:`jaxqueue.theory.meanfield.iqueue_gap` of the exponential state)."""
+    X, q = _split(x, L, P)
+    return jnp.sum(q) / ratio - (1.0 - jnp.sum(X))
+
+
 def _residual(x, load, ratio, law, policy, system):
     """The drift with, for the JIQ family with many dispatchers, the conservation
     law in place of the ``Q_1`` equation; and the :class:`Rates` at ``x``."""
     f, rt = _drift_and_rates(x, load, ratio, law, policy, system)
     if system.iqueue_levels:
         L, P = system.levels, law.alpha.shape[0]
-        X, q = _split(x, L, P)
         # the I-queues list exactly the idle servers: replaces the Q_1 equation
-        f = f.at[L * P].set(jnp.sum(q) / ratio - (1.0 - jnp.sum(X)))
+        f = f.at[L * P].set(iqueue_gap(x, ratio, L, P))
     return f, rt
 
 
@@ -744,7 +757,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
                                             warmup_time, step, tol, max_newton)  # fmt: skip
             L = system.levels
             X = np.asarray(x[: L * P]).reshape(L, P)
-            tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+            tail = tail_of(X)
             if not adaptive or status is not Status.CONVERGED or tail[L] <= level_tol:
                 break
             grown = min(_grown_levels(tail, L, level_tol), MAX_STATE // P)
@@ -775,7 +788,7 @@ def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, syst
                                         ratio, None, warmup_time, step, tol, max_newton)  # fmt: skip
         x = np.asarray(x, np.float64)
     X = x[: L * P].reshape(L, P)
-    tail = np.concatenate([[1.0], np.cumsum(X.sum(axis=1)[::-1])[::-1]])
+    tail = tail_of(X)
     return _summarize(pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status,
                       res, it)  # fmt: skip
 
