@@ -180,6 +180,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--pools", default=None,
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
+    p.add_argument("--arrivals", default=None,
+                   help="time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "
+                        "JSON file, simulated without a mean field), scaled to mean load --loads; "
+                        "each row's mean field is the periodic regime averaged over that row's "
+                        "measured window")  # fmt: skip
     p.add_argument("--metric", default="mean_response_time",
                    choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES,
                    help="what the table puts side by side (default mean_response_time; "
@@ -510,7 +515,7 @@ def _cmd_compare(args) -> int:
     rows = compare(
         [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
         ratio=args.ratio, loads=args.loads, d=args.d, z=args.z, buffer=args.buffer,
-        service=args.service, pools=args.pools, time_units=args.time,
+        service=args.service, pools=args.pools, arrivals=args.arrivals, time_units=args.time,
         warmup_time=args.warmup_time, replicas=args.replicas, seed=args.seed,
         progress=args.progress, log=sys.stderr,
     )  # fmt: skip
@@ -520,6 +525,9 @@ def _cmd_compare(args) -> int:
     what = args.metric.replace("_", " ")
     model = "".join(f", {k} {v}" for k, v in (("buffer", args.buffer), ("service", args.service),
                                              ("pools", args.pools)) if v is not None)  # fmt: skip
+    src = rows[0].simulation.settings.get("arrivals") if rows else None
+    if src:
+        model += f", {src['kind']} arrivals {src['label']}"
     print(f"N = {args.servers}, r = {args.ratio:g}{model}: {what}, simulation (95% CI) vs mean field")
     by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
     pool = f" {'pool':>9s}" if by_pool else ""

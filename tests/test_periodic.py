@@ -239,3 +239,72 @@ def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path)
         est = jq.Estimate(r["mean"], r["ci95"], 8)
         tol = tolerance(est, 2, allowance=10.0 / 300 * r["theory"])
         assert abs(r["mean"] - r["theory"]) <= tol, r
+
+
+# -- compare: each row's theory is the mean field over that row's own window ----------------
+
+
+def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch):
+    """The plumbing, without running a simulation: a profile reaches the runs,
+    each row's theory is the periodic mean field over its own window, a setting
+    the periodic solver refuses says why (JSQ with a service law at a peak above
+    the capacity), and an MMPP has no theory."""
+    import io
+    from types import SimpleNamespace
+
+    from jaxqueue.studies import compare as cmp
+
+    windows = {0.6: (22.5, 40.25), 0.8: (20.0, 36.5)}
+    seen = []
+
+    def fake_sweep(pol, loads, n, m, **kw):
+        seen.append(kw)
+        return [SimpleNamespace(settings={"load": lam, "time_warmup": windows[lam][0],
+                                          "time_measured": windows[lam][1]}) for lam in loads]  # fmt: skip
+
+    monkeypatch.setattr(cmp, "sweep", fake_sweep)
+    log = io.StringIO()
+    rows = cmp.compare(["pod"], 300, loads=(0.6, 0.8), arrivals=DAY, log=log)
+    assert seen[0]["arrivals"] is DAY and seen[0]["init"] == "mean-field"
+    for r in rows:
+        ref = theory.mean_field("pod", r.load, arrivals=DAY, window=windows[r.load])
+        assert r.mean_field.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
+        assert r.mean_field.settings["window"] == list(windows[r.load])
+    assert "periodic mean field of pod(d=2) at load 0.8 over t in [20, 56.5]" in log.getvalue()
+    # JSQ-like routing with Erlang-2 at a peak of 0.8 * 1.4 >= 1: refused for that load only
+    rows = cmp.compare(["jsq"], 300, loads=(0.6, 0.8), arrivals=DAY, service="erlang:2", log=log)
+    assert rows[0].mean_field is not None and rows[1].mean_field is None
+    assert "no periodic mean field for jsq at load 0.8: " in log.getvalue()
+    assert "reaches the capacity" in log.getvalue()
+    # an MMPP: simulated (from the mean field at the mean load), no theory beside it
+    mmpp = MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5))
+    rows = cmp.compare(["pod"], 300, loads=(0.6,), arrivals=mmpp, log=log)
+    assert seen[-1]["arrivals"] is mmpp and seen[-1]["init"] == "mean-field"
+    assert rows[0].mean_field is None
+    assert "no mean field for pod(d=2) under mmpp arrivals" in log.getvalue()
+
+
+@pytest.mark.slow
+def test_compare_command_line_with_a_profile(tmp_path, capsys):
+    """End to end: the simulated T of each row within its tolerance of the
+    periodic mean field over its window (two loads, family 2, the 10 / N
+    finite-N allowance), and the table names the arrivals."""
+    from jaxqueue.cli import main
+
+    csv = tmp_path / "day.csv"
+    csv.write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
+    args = ["compare", "--policies", "pod", "--servers", "300", "--loads", "0.6,0.8", "--time", "45",
+            "--warmup-time", "20", "--replicas", "8", "--seed", "3", "--arrivals", str(csv)]  # fmt: skip
+    assert main(args + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["load"] for r in rows] == [0.6, 0.8]
+    for r in rows:
+        s = r["simulation"]["settings"]
+        assert s["arrivals"]["label"] == "day" and r["mean_field"]["settings"]["window"] == [
+            s["time_warmup"], s["time_measured"]]  # fmt: skip
+        sim, mf = r["simulation"]["mean_response_time"], r["mean_field"]["mean_response_time"]["mean"]
+        est = jq.Estimate(sim["mean"], sim["ci95"], 8)
+        assert abs(sim["mean"] - mf) <= tolerance(est, 2, allowance=10.0 / 300 * mf), r
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("N = 300, r = 10, profile arrivals day: mean response time")

@@ -10,12 +10,13 @@ from typing import Sequence
 import numpy as np
 
 from jaxqueue.api import sweep
+from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.sim.bounds import limit_ratio
-from jaxqueue.theory import mean_field
+from jaxqueue.theory import mean_field, periodic
 
 __all__ = ["compare", "Comparison", "with_options"]
 
@@ -89,6 +90,7 @@ def compare(
     buffer: int | None = None,
     service=None,
     pools=None,
+    arrivals=None,
     time_units: float = 300.0,
     warmup_time: float = 50.0,
     replicas: int = 16,
@@ -103,43 +105,83 @@ def compare(
     ``warmup_time`` discarded and ``time_units`` measured (time units at the
     largest load; smaller loads get more). ``mean_field`` is None where there
     is none (JIQ-Original and JIQ-Threshold where their solvers refuse the
-    point, ``jsew`` with pools of other mean service times).
+    point, ``jsew`` with pools of other mean service times); the reason goes
+    to ``log`` (default: stderr).
+
+    With ``arrivals`` a rate profile, each row's mean field is the periodic
+    regime of :mod:`jaxqueue.theory.periodic` averaged over that row's own
+    measured window (``settings["time_warmup"]`` to the end of
+    ``settings["time_measured"]``), so a window holding part of a period is
+    no bias; the simulation starts from the constant-load mean field at the
+    mean load. An MMPP or a trace has no mean field (rows with None).
 
     Args:
         policies: policy names or Policies (``d`` and ``z`` apply to those
             that take them; see :func:`with_options`).
         n_servers: ``N``; ``M = round(N / ratio)``.
         ratio: ``r = N / M``.
-        loads: values of ``lambda``.
-        buffer, service, pools: places per server, the service law and the
-            server pools, as in :func:`jaxqueue.simulate` and
-            :func:`jaxqueue.theory.mean_field` (both get them).
+        loads: values of ``lambda`` (the mean loads under ``arrivals``).
+        buffer, service, pools, arrivals: places per server, the service
+            law, the server pools and the arrival source, as in
+            :func:`jaxqueue.simulate` and :func:`jaxqueue.theory.mean_field`
+            (both get them).
 
     Returns:
         A list of :class:`Comparison` rows.
     """
     m = max(1, int(round(n_servers / ratio)))
+    source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
+    out = log or sys.stderr
     rows = []
     for name in policies:
         pol = with_options(name, d, z)
         theory = None
+        limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
         if pol.mean_field_kind() != "none":
-            try:
-                limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
-                theory = [mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools)
-                          for lam in loads]  # fmt: skip
+            try:  # under a profile: the start (the periodic regime comes after the run)
+                theory = [mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
+                                     with_quantiles=source is None) for lam in loads]  # fmt: skip
             # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
             # model the mean field does not cover (jsew with pools)
             except (RuntimeError, NotImplementedError) as err:
-                print(f"[jaxqueue] no mean field for {pol.label()} here: {err}",
-                      file=log or sys.stderr, flush=True)  # fmt: skip
+                print(f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True)
         has_mf = theory is not None
+        if has_mf and source is not None and not isinstance(source, Profile):
+            print(f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
+                  "the periodic mean field takes a rate profile", file=out, flush=True)  # fmt: skip
         if log is not None:
             print(f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True)
         results = sweep(
             pol, loads, n_servers, m, buffer=buffer, service=service, pools=pools,
-            replicas=replicas, time=time_units, warmup_time=warmup_time, seed=seed,
-            init="mean-field" if has_mf else "empty", progress=progress,
+            arrivals=source, replicas=replicas, time=time_units, warmup_time=warmup_time,
+            seed=seed, init="mean-field" if has_mf else "empty", progress=progress,
         )  # fmt: skip
+        if has_mf and source is not None:
+            theory = [_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
+                      for res in results]  # fmt: skip
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
+
+
+def _periodic_theory(pol, res, limit, source, buffer, service, pools, log) -> Result | None:
+    """The periodic mean field of ``res``'s load averaged over its measured
+    window, or None (with the reason on ``log``, default stderr) where it is not covered."""
+    if not isinstance(source, Profile):
+        return None
+    lam = res.settings["load"]
+    why = periodic.refusal(pol, lam, source, limit, buffer=buffer, service=service, pools=pools)
+    if why is not None:
+        print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {why}",
+              file=log or sys.stderr, flush=True)  # fmt: skip
+        return None
+    window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
+    if log is not None:
+        print(f"[jaxqueue] periodic mean field of {pol.label()} at load {lam:g} over t in "
+              f"[{window[0]:g}, {window[0] + window[1]:g}]", file=log, flush=True)  # fmt: skip
+    try:
+        return mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
+                          arrivals=source, window=window)  # fmt: skip
+    except RuntimeError as err:  # the periodic regime was not found
+        print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
+              file=log or sys.stderr, flush=True)  # fmt: skip
+        return None
