@@ -246,9 +246,9 @@ def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path)
 
 def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch):
     """The plumbing, without running a simulation: a profile reaches the runs,
-    each row's theory is the periodic mean field over its own window, a setting
-    the periodic solver refuses says why (JSQ with a service law at a peak above
-    the capacity), and an MMPP has no theory."""
+    each row's theory is the periodic mean field over its own window, a policy
+    without a mean field there says why (jsew with pools of other speeds), and
+    an MMPP has no theory."""
     import io
     from types import SimpleNamespace
 
@@ -271,11 +271,9 @@ def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch)
         assert r.mean_field.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
         assert r.mean_field.settings["window"] == list(windows[r.load])
     assert "periodic mean field of pod(d=2) at load 0.8 over t in [20, 56.5]" in log.getvalue()
-    # JSQ-like routing with Erlang-2 at a peak of 0.8 * 1.4 >= 1: refused for that load only
-    rows = cmp.compare(["jsq"], 300, loads=(0.6, 0.8), arrivals=DAY, service="erlang:2", log=log)
-    assert rows[0].mean_field is not None and rows[1].mean_field is None
-    assert "no periodic mean field for jsq at load 0.8: " in log.getvalue()
-    assert "reaches the capacity" in log.getvalue()
+    rows = cmp.compare(["jsew"], 300, loads=(0.6, 0.8), arrivals=DAY, pools="0.2:2,0.8:1", log=log)
+    assert [r.mean_field for r in rows] == [None, None] and seen[-1]["init"] == "empty"
+    assert "no mean field for jsew here: " in log.getvalue()
     # an MMPP: simulated (from the mean field at the mean load), no theory beside it
     mmpp = MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5))
     rows = cmp.compare(["pod"], 300, loads=(0.6,), arrivals=mmpp, log=log)

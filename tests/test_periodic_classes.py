@@ -153,18 +153,16 @@ def test_a_flat_profile_is_the_constant_load_fixed_point(name, ratio, setting):
 
 
 def test_refusals_name_the_reason():
-    """JSQ-like routing by class whose peak reaches the capacity (it would have
-    to slide along a full level), and jsew with pools of other means; the
-    grid's test of the same."""
-    with pytest.raises(NotImplementedError, match="peak load 1.12"):
-        theory.mean_field("jsq", 0.8, arrivals=DAY, service="erlang:2")
-    assert "peak load" in periodic.refusal("jsq", 0.8, DAY, service="erlang:2")
+    """jsew with pools of other means (it routes by expected wait), a policy
+    without the generic mean field, and a mean load past the capacity; the
+    grid's test of the same. JSQ-like routing whose peak passes the capacity
+    is covered (tests/test_sliding.py)."""
     with pytest.raises(NotImplementedError, match="expected wait"):
         theory.mean_field("jsew", 0.8, arrivals=DAY, pools="0.2:2,0.8:1")
     assert "expected wait" in periodic.refusal("jsew", 0.8, DAY, pools="0.2:2,0.8:1")
-    # below the pools' capacity (1.2) JSQ is covered; exponential JSQ slides
-    assert periodic.refusal("jsq", 0.8, DAY, pools="0.2:2,0.8:1") is None
-    assert periodic.refusal("jsq", 0.8, DAY) is None
+    assert periodic.refusal("jsew", 0.8, DAY, service="erlang:2") is None  # JSQ then
+    for setting in ({"service": "erlang:2"}, {"pools": "0.2:2,0.8:1"}, {}):
+        assert periodic.refusal("jsq", 0.8, DAY, **setting) is None
     assert "tagged" in periodic.refusal("jiq-original", 0.8, DAY, 10.0)
     with pytest.raises(ValueError, match="load=1.25"):
         theory.mean_field("pod", 1.25, arrivals=DAY, pools="0.2:2,0.8:1")
@@ -208,10 +206,10 @@ def test_simulation_at_large_n_matches_over_its_window():
 
 GRID = """\
 [grid]
-policy = ["pod", "jsq"]
+policy = ["pod", "jsew"]
 servers = [300]
 load = [0.8]
-service = ["erlang:2"]
+pools = ["0.2:2,0.8:1"]
 arrivals = ["day.csv"]
 [run]
 replicas = 8
@@ -223,9 +221,9 @@ theory = "mean-field"
 
 
 def test_a_grid_gives_a_profile_point_with_a_service_law_its_mean_field(tmp_path):
-    """A grid point with a profile and a service law gets the mean field by
-    class over its own simulation's window; JSQ's, whose peak (1.12) passes
-    the capacity of 1, gets none."""
+    """A grid point with a profile and server pools gets the mean field by
+    class over its own simulation's window; jsew's, which routes by the
+    pools' speeds, gets none."""
     from types import SimpleNamespace
 
     from jaxqueue.studies import grid
@@ -234,11 +232,11 @@ def test_a_grid_gives_a_profile_point_with_a_service_law_its_mean_field(tmp_path
     (tmp_path / "day.csv").write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
     spec = parse_spec(GRID, base=tmp_path)
     points = sorted(spec.points, key=lambda p: p.policy)
-    assert [p.policy for p in points] == ["jsq", "pod"]
+    assert [p.policy for p in points] == ["jsew", "pod"]
     fake = SimpleNamespace(settings={"time_warmup": 20.5, "time_measured": 45.25})
-    jsq, pod = grid._theory(points, "mean-field", {}, [fake, fake],
-                            lambda text: spec.arrivals_file(text).source)  # fmt: skip
-    assert jsq is None
-    ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(20.5, 45.25), service="erlang:2")
+    jsew, pod = grid._theory(points, "mean-field", {}, [fake, fake],
+                             lambda text: spec.arrivals_file(text).source)  # fmt: skip
+    assert jsew is None
+    ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(20.5, 45.25), pools="0.2:2,0.8:1")
     assert pod.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
-    assert pod.settings["service"] == ref.settings["service"]
+    assert pod.settings["pools"] == ref.settings["pools"]

@@ -157,13 +157,113 @@ def test_finite_buffer_overload_against_simulation():
             assert abs(est.mean - value) <= tol, (name, metric, est, value)
 
 
-def test_phase_type_mean_field_refuses_jsq_like_routing_above_capacity():
-    """The phase-type ODE does not slide along a full level: it says so, naming
-    the load and the capacity, instead of dropping arrivals (below capacity it
-    runs as before)."""
-    with pytest.raises(NotImplementedError, match=r"load=1\.2 >= the capacity 1"):
-        theory.mean_field("jsq", 1.2, buffer=3, service="erlang:2")
-    with pytest.raises(NotImplementedError, match="slide"):
-        theory.phases.transient("i1f", 1.2, "erlang:2", buffer=3, times=[1.0])
-    assert theory.mean_field("jsq", 0.9, buffer=3, service="erlang:2").mean_response_time == \
-        pytest.approx(1.0, abs=1e-9)
+# -- by class: a service law or server pools (jaxqueue.theory.phases.sliding) ---------------
+
+
+def _erlang_cdf(t: float, k: int, rate: float) -> float:
+    return 1.0 - sum(math.exp(-rate * t) * (rate * t) ** i / math.factorial(i) for i in range(k))
+
+
+@pytest.mark.parametrize("lam", [1.2, 2.0])
+def test_by_class_finite_buffer_overload_by_hand(lam):
+    """JSQ with Erlang-2 service and buffer 3 above capacity: every server is
+    full, the throughput is 1 and the blocking ``1 - 1/lambda``. An accepted
+    arrival joins a server that a completion has just left with two tasks,
+    the next one just started, so it stays three whole services: Erlang(6, 2),
+    T = 3 and that law's quantiles (had it joined the level's in-service mix,
+    the first would be a residual service)."""
+    mf = theory.mean_field("jsq", lam, buffer=3, service="erlang:2")
+    assert mf.blocking_probability == pytest.approx(1.0 - 1.0 / lam, abs=1e-9)
+    np.testing.assert_allclose(mf.tail, 1.0, atol=1e-12)
+    assert mf.mean_response_time == pytest.approx(3.0, abs=1e-9)
+    assert mf.waiting_probability == pytest.approx(1.0, abs=1e-12)
+    for q, t in mf.response_quantiles.items():
+        assert _erlang_cdf(t, 6, 2.0) == pytest.approx(q, abs=1e-9), q
+
+
+@pytest.mark.parametrize("buffer", [1, 3])
+def test_by_class_overload_with_pools_by_hand(buffer):
+    """Pools of speeds 2 and 1 (half the servers each; capacity 1.5) under JSQ
+    at load 2 with ``b = 3``, and a loss system (``b = 1``): every server is
+    full, so each pool takes the arrivals its completions make room for,
+    ``2/3`` and ``1/3``, the blocking is ``1 - 1.5/2``, and a task stays ``b``
+    services of its pool (the refilled server's next task just started):
+    ``b / 2`` and ``b``, T = ``b / 1.5`` (Little's law)."""
+    mf = theory.mean_field("jsq", 2.0, buffer=buffer, pools="0.5:2,0.5:1")
+    assert mf.blocking_probability == pytest.approx(0.25, abs=1e-9)
+    np.testing.assert_allclose(mf.pool_arrival_share, [2.0 / 3.0, 1.0 / 3.0], atol=1e-9)
+    np.testing.assert_allclose(mf.pool_mean_response_time, [buffer / 2.0, buffer], atol=1e-9)
+    np.testing.assert_allclose(mf.pool_utilization, [1.0, 1.0], atol=1e-12)
+    assert mf.mean_response_time == pytest.approx(buffer / 1.5, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["i1f", pytest.param("idle-first", marks=pytest.mark.slow)])
+def test_by_class_pools_all_alike_slide_as_identical_servers(name):
+    """Two pools of exp(1) servers are identical servers: the overload fixed
+    point by class (I1F slides on ``s_2`` and sends the rest at random) is the
+    exponential one."""
+    one = theory.mean_field(name, 1.2, buffer=3)
+    two = theory.mean_field(name, 1.2, buffer=3, pools="0.5:1,0.5:1")
+    np.testing.assert_allclose(two.tail, one.tail, atol=1e-12)
+    for what in ("blocking_probability", "mean_response_time", "waiting_probability"):
+        assert getattr(two, what) == pytest.approx(getattr(one, what), abs=1e-12), what
+    for q in one.response_quantiles:
+        assert two.response_quantiles[q] == pytest.approx(one.response_quantiles[q], abs=1e-9)
+
+
+def test_by_class_jsq_fills_from_empty_above_capacity():
+    """From empty at ``lambda = 1.12`` (buffer 10) with Erlang-2 service: until
+    ``s_1`` reaches 1 every arrival finds an idle server, an M/G/infinity
+    fluid, ``s_1 = lambda int_0^t P(S > u) du = lambda (1 - e^-2t (1 + t))``;
+    then ``s_1`` stays 1 and the excess queues up. With two pools of exp(1)
+    servers the ODE by class is the exponential one's, fill and slide
+    included."""
+    lam, dt = 1.12, 0.02
+    times = dt * np.arange(1, 301)
+    erl = theory.phases.transient("jsq", lam, "erlang:2", buffer=10, times=times, dt=dt)
+    fill = lam * (1.0 - np.exp(-2.0 * times) * (1.0 + times))
+    np.testing.assert_allclose(erl.tails[:, 1], np.minimum(fill, 1.0), atol=lam * dt**2)
+    after = fill >= 1.0
+    assert after.sum() > 100 and np.all(np.abs(erl.tails[after, 1] - 1.0) < 1e-12)
+    assert np.all(np.diff(erl.tails[after, 2]) > 0) and erl.tails[-1, 2] > 0.3
+    t, tails, _ = meanfield.transient("jsq", lam, None, buffer=10, t_end=6.0, dt=dt)
+    two = theory.phases.transient("jsq", lam, None, buffer=10, times=t, dt=dt,
+                                  pools="0.5:1,0.5:1")  # fmt: skip
+    np.testing.assert_allclose(two.tails, tails, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_by_class_through_a_peak_above_capacity():
+    """JSQ on :data:`DAY` at load 0.8 (peak 1.12 above the capacity 1): with
+    two pools of exp(1) servers the periodic orbit by class is the
+    exponential one; with Erlang-2 service the mean of the response-time law
+    the arrivals see (where they joined, by class, through the slide) is
+    Little's law over the period, up to the ``h^2`` of locating fill times."""
+    one = theory.mean_field("jsq", 0.8, arrivals=DAY, levels=8)
+    two = theory.mean_field("jsq", 0.8, arrivals=DAY, levels=8, pools="0.5:1,0.5:1")
+    np.testing.assert_allclose(two.tail, one.tail, atol=1e-12)
+    for what in ("mean_response_time", "waiting_probability", "mean_queue_length"):
+        assert getattr(two, what) == pytest.approx(getattr(one, what), abs=1e-12), what
+    erl = theory.mean_field("jsq", 0.8, arrivals=DAY, service="erlang:2")
+    assert erl.mean_response_time == pytest.approx(erl.mean_queue_length / 0.8,
+                                                   abs=periodic.DEFAULT_DT**2 / 10.0)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_by_class_finite_buffer_overload_against_simulation():
+    """JSQ, I1F and idle-first-else-JSQ(2) with Erlang-2 service at lambda =
+    1.2, buffer 3, N = 1000 (I1F and idle-first have no closed form here:
+    I1F slides on ``s_2`` and sends the rest at random, so the classes its
+    random arrivals find come from the ODE): T, P(wait), the blocking
+    probability and p99 within the Student-t tolerance of 16 replicas
+    (family: the twelve comparisons) plus the finite-N allowance, 10 / N
+    relative."""
+    n, lam, names = 1000, 1.2, ("jsq", "i1f", "idle-first")
+    for seed, name in enumerate(names):
+        mf = theory.mean_field(name, lam, buffer=3, service="erlang:2")
+        sim = jq.simulate(name, lam, n, buffer=3, replicas=16, steps=200_000, seed=seed,
+                          service="erlang:2")  # fmt: skip
+        for metric in ("mean_response_time", "waiting_probability", "blocking_probability", "p99"):
+            est, value = sim.metric(metric), mf.metric(metric)
+            tol = tolerance(est, family=4 * len(names), allowance=10.0 / n * abs(value))
+            assert abs(est.mean - value) <= tol, (name, metric, est, value)

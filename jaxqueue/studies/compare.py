@@ -16,7 +16,7 @@ from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.sim.bounds import limit_ratio
-from jaxqueue.theory import mean_field, periodic
+from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]
 
@@ -165,15 +165,10 @@ def compare(
 
 def _periodic_theory(pol, res, limit, source, buffer, service, pools, log) -> Result | None:
     """The periodic mean field of ``res``'s load averaged over its measured
-    window, or None (with the reason on ``log``, default stderr) where it is not covered."""
+    window, or None (with the reason on ``log``, default stderr) where there is none."""
     if not isinstance(source, Profile):
         return None
     lam = res.settings["load"]
-    why = periodic.refusal(pol, lam, source, limit, buffer=buffer, service=service, pools=pools)
-    if why is not None:
-        print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {why}",
-              file=log or sys.stderr, flush=True)  # fmt: skip
-        return None
     window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
     if log is not None:
         print(f"[jaxqueue] periodic mean field of {pol.label()} at load {lam:g} over t in "
@@ -181,7 +176,8 @@ def _periodic_theory(pol, res, limit, source, buffer, service, pools, log) -> Re
     try:
         return mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
                           arrivals=source, window=window)  # fmt: skip
-    except RuntimeError as err:  # the periodic regime was not found
+    # the periodic regime was not found, or a setting its solver does not cover
+    except (RuntimeError, NotImplementedError) as err:
         print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
               file=log or sys.stderr, flush=True)  # fmt: skip
         return None

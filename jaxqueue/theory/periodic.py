@@ -52,10 +52,12 @@ integrate, weighted by ``lambda(t)``, where arrivals find their servers: the
 joint law of the queue length and the class in service, and the pool of an
 idle server joined; :func:`as_result` hands them to
 :func:`jaxqueue.theory.phases.as_result` (the response-time law, its
-quantiles and every pool metric). That drift has no sliding mode, so
-JSQ-like routing is refused where the profile's peak reaches the capacity
-(:func:`refusal`); the RK4 step is also at most the fixed point's step at
-the peak load (:func:`jaxqueue.theory.phases._dt`).
+quantiles and every pool metric). JSQ-like routing slides along a level
+the peak fills as it does with identical exponential servers, by
+:func:`jaxqueue.theory.phases.sliding`, whose arrivals sent just below a
+full level join the classes completions leave there; the averages take
+that too. The RK4 step is also at most the fixed point's step at the peak
+load (:func:`jaxqueue.theory.phases._dt`).
 
 Averages over a window. A simulation measures over a window of its own
 (:attr:`settings["time_warmup"]` to that plus ``settings["time_measured"]``,
@@ -176,11 +178,12 @@ def _p0(x, policy, system):
     return jnp.zeros((), x.dtype)
 
 
-def _integrand(x, lam, rt: Rates, p0, policy, system, law):
+def _integrand(x, lam, rt: Rates, p0, joined, policy, system, law):
     """What the averages integrate: the state, ``lambda * level law``, by class
     where the arrivals go (``lambda * level[k] * share[k, c]`` for ``k = 1..L-1``
-    and ``lambda * level[0] * pick[i]``, :func:`jaxqueue.theory.phases._joined`)
-    and, per unit time, deletes, probes, join probes, joins, ``p0`` and arrivals."""
+    and ``lambda * level[0] * pick[i]``; ``joined = (share, pick)`` from
+    :func:`_stage`) and, per unit time, deletes, probes, join probes, joins,
+    ``p0`` and arrivals."""
     L = system.levels
     if law is None:
         s, _ = meanfield._split(x, system)
@@ -188,7 +191,7 @@ def _integrand(x, lam, rt: Rates, p0, policy, system, law):
         where = []
     else:
         X, _ = _classes(x, system, law)
-        share, pick = phases._joined(X, law)
+        share, pick = joined
         join = X[0] @ -jnp.sum(law.generator, axis=1)  # completions at level 1
         where = [(lam * rt.level[1:L, None] * share[: L - 1]).reshape(-1),
                  lam * rt.level[0] * pick]  # fmt: skip
@@ -218,7 +221,7 @@ def _class_means(law):
     return rest, law.starts @ rest
 
 
-def _observe(x, rt: Rates, p0, system, law, means=None):
+def _observe(x, rt: Rates, p0, joined, system, law, means=None):
     """The orbit's instantaneous values at ``x``: mean queue length, P(wait),
     mean response time of an accepted arrival, ``p0``, the mass at the bounds
     (``s_L``, ``Q_J``) and one level below them (``s_{L-1}``, ``Q_{J-1}``);
@@ -239,7 +242,7 @@ def _observe(x, rt: Rates, p0, system, law, means=None):
         X, q = _classes(x, system, law)
         one = jnp.ones(1, x.dtype)
         s, q = jnp.concatenate([one, phases._tails(X)]), jnp.concatenate([one, q])
-        share, pick = phases._joined(X, law)
+        share, pick = joined
         rest, pool_mean = means  # (classes,), (pools,): _class_means
         per_class = rest[None, :] + k[1:, None] * (law.member @ pool_mean)[None, :]
         response = (seen[0] * (pick @ pool_mean)
@@ -254,20 +257,31 @@ def _observe(x, rt: Rates, p0, system, law, means=None):
 
 
 def _stage(y, lam, ratio, policy, system, law):
-    """``(dx/dt, Rates, p0)`` at ``y``; for a JSQ-like policy the sliding drift
-    (:func:`jaxqueue.theory.meanfield.sliding`), its mixed law and ``p0``. By
-    class (``law`` not None) the drift of :mod:`jaxqueue.theory.phases` (a
-    JSQ-like policy is refused where a peak would fill a level)."""
+    """``(dx/dt, Rates, p0, joined)`` at ``y``; for a JSQ-like policy the sliding
+    drift (:func:`jaxqueue.theory.meanfield.sliding`), its mixed law and ``p0``.
+    By class (``law`` not None) the drift of :mod:`jaxqueue.theory.phases`
+    (:func:`~jaxqueue.theory.phases.sliding` for a JSQ-like policy), and
+    ``joined``: where the server an arrival joins is (``(share, pick)``,
+    :func:`jaxqueue.theory.phases._joined`; None for the exponential state)."""
+    kinked = meanfield.kinked(policy, system)
     if law is not None:
-        f, rt = phases._drift_and_rates(y, lam, ratio, law, policy, system)
-        return f, rt, _p0(phases._flat(*_classes(y, system, law)), policy, system)
-    if meanfield.kinked(policy, system):
+        if kinked:
+            sl = phases.sliding(y, lam, ratio, law, policy, system)
+            p0 = (sl.inside * _p0(sl.below, policy, system)
+                  + (1.0 - sl.inside) * _p0(sl.state, policy, system))  # fmt: skip
+            return sl.drift, sl.rates, p0, (sl.share, sl.pick)
+        X, q = _classes(y, system, law)
+        joined = phases._joined(X, law)
+        rt = meanfield.rates(phases._flat(X, q), policy, system)
+        f = phases._class_drift(X, q, lam, ratio, law, rt, *joined)
+        return f, rt, _p0(phases._flat(X, q), policy, system), joined
+    if kinked:
         sl = meanfield.sliding(y, lam, ratio, policy, system)
         p0 = (sl.inside * _p0(sl.below, policy, system)
               + (1.0 - sl.inside) * _p0(sl.state, policy, system))  # fmt: skip
-        return sl.drift, sl.rates, p0
+        return sl.drift, sl.rates, p0, None
     rt = meanfield.rates(y, policy, system)
-    return meanfield.drift_from_rates(y, lam, ratio, rt, system), rt, _p0(y, policy, system)
+    return meanfield.drift_from_rates(y, lam, ratio, rt, system), rt, _p0(y, policy, system), None
 
 
 #: RK4's stages 2-4: (the step's fraction at which the drift is read, the weight of that drift).
@@ -276,8 +290,9 @@ _LATER_STAGES = ((0.5, 1.0 / 3.0), (0.5, 1.0 / 3.0), (1.0, 1.0 / 6.0))
 
 def _rk4_step(x, lam, h, ratio, law, policy, system, integrate: bool):
     def stage(y):
-        f, rt, p0 = _stage(y, lam, ratio, policy, system, law)
-        return f, (_integrand(y, lam, rt, p0, policy, system, law) if integrate else None), (rt, p0)
+        f, rt, p0, joined = _stage(y, lam, ratio, policy, system, law)
+        area = _integrand(y, lam, rt, p0, joined, policy, system, law) if integrate else None
+        return f, area, (rt, p0, joined)
 
     def step(y, h):
         # stages 2-4 are a loop, so that the drift is compiled twice, not four times
@@ -297,6 +312,11 @@ def _rk4_step(x, lam, h, ratio, law, policy, system, integrate: bool):
     if law is None and meanfield.kinked(policy, system):
         new, area = meanfield.split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area,
                                                slope, system)  # fmt: skip
+    elif meanfield.kinked(policy, system):
+        L, C = system.levels, law.alpha.shape[0]
+        new, area = phases._split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area, slope,
+                                             law, L, C)  # fmt: skip
+        return phases._onto_full(jnp.clip(new, 0.0, 1.0), law, L, C), area, obs
     return jnp.clip(new, 0.0, 1.0), area, obs
 
 
@@ -353,8 +373,9 @@ def _flow_integrals(x, loads, lengths, ratio, law, policy, system):
 
     def body(carry, step):
         x, total = carry
-        new, area, (rt, p0) = _rk4_step(x, step[0], step[1], ratio, law, policy, system, True)
-        return (new, total + area), _observe(x, rt, p0, system, law, means)
+        new, area, (rt, p0, joined) = _rk4_step(x, step[0], step[1], ratio, law, policy, system,
+                                                True)  # fmt: skip
+        return (new, total + area), _observe(x, rt, p0, joined, system, law, means)
 
     means = _class_means(law)
 
@@ -421,8 +442,7 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
             (a policy with the generic mean field or a closed form).
         load: ``lambda``, the time-mean arrivals per server per unit time
             (``< 1`` with infinite buffers, or below the pools' capacity; the
-            peak may pass it, but for JSQ-like routing with a service law or
-            pools).
+            peak may pass it).
         arrivals: a :class:`~jaxqueue.core.arrivals.Profile` or a profile CSV
             file (``time,rate``); its rates are relative (scaled to time mean 1).
         ratio: ``r = N / M``; ``None``: one dispatcher.
@@ -448,9 +468,8 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
 
     Raises:
         ValueError: invalid arguments (naming the parameter and its range).
-        NotImplementedError: a policy without a generic mean field, arrivals
-            that are not a rate profile, or JSQ-like routing by class whose
-            peak passes the capacity.
+        NotImplementedError: a policy without a generic mean field, or
+            arrivals that are not a rate profile.
     """
     profile = _as_profile(arrivals)
     if not (isinstance(dt, (int, float)) and 0.0 < dt <= 1.0):
@@ -468,9 +487,6 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
         classes, lam, cap = None, check_load(load, buffer), MAX_AUTO_LEVELS
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
-    why = _peak_refusal(pol, system, lam, profile, classes) if by_class else None
-    if why is not None:
-        raise NotImplementedError(why)
     while True:
         orbit, decay = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win,
                               classes)  # fmt: skip
@@ -501,43 +517,24 @@ def _by_class(service, pools) -> bool:
     return law is not None and not law.is_unit_exponential
 
 
-def _peak_refusal(pol, system, lam: float, profile: Profile, classes) -> str | None:
-    """Why the ODE by class does not cover JSQ-like routing under this profile
-    (None where it does): at a peak that reaches the capacity the routing would
-    fill a level and slide along it, which only the exponential ODE does
-    (:func:`jaxqueue.theory.meanfield.sliding`)."""
-    peak = lam * profile.peak
-    if meanfield.kinked(pol, system) and peak >= classes.capacity:
-        return (f"no mean field for {pol.label()!r} with a service law or pools under this "
-                f"profile: its peak load {peak:.6g} (load * peak) reaches the capacity "
-                f"{classes.capacity:.6g}, where JSQ-like routing fills a level and the ODE "
-                "must slide along it, which only the exponential mean field does; simulate "
-                "instead, or use a profile whose peak stays below the capacity")  # fmt: skip
-    return None
-
-
 def refusal(policy, load: float, arrivals, ratio: float | None = None, *, d: int | None = None,
             buffer: int | None = None, service=None, pools=None) -> str | None:  # fmt: skip
     """Why :func:`periodic_orbit` does not cover a setting it would be given, or
-    None where it does: a policy without the generic mean field, one that
+    None where it does: a policy without the generic mean field, or one that
     routes by the pools' speeds (``jsew``) with pools of different mean
-    service times, or JSQ-like routing with a service law or pools whose peak
-    load reaches the capacity. It does not check the other arguments
+    service times. It does not check the other arguments
     (:func:`periodic_orbit` does). For callers that run many settings and
     give theory where there is one, such as grids."""
-    profile = _as_profile(arrivals)
+    _as_profile(arrivals)
     pol = make(policy, d=d)
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         return pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
-    if not _by_class(service, pools):
+    if pools is None:
         return None
     classes = phases.server_classes(service, pools)
-    if pools is not None and pol.routes_by_speed and len({lw.mean for lw in classes.laws}) > 1:
+    if pol.routes_by_speed and len({lw.mean for lw in classes.laws}) > 1:
         return f"{pol.name!r} routes by expected wait, which the mean field does not cover"
-    one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
-    _, system = meanfield._policy_and_system(pol, None if one_dispatcher else ratio, d, buffer,
-                                             None, None)  # fmt: skip
-    return _peak_refusal(pol, system, float(load), profile, classes)
+    return None
 
 
 def _grown(bound: int, mass: float, decay: float) -> int:

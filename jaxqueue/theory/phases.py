@@ -102,6 +102,19 @@ speed (tested). ``jsew`` routes by the pools' expected waits and is refused.
 Infinite buffers need ``lambda`` below the capacity ``sum_i f_i v_i /
 mean_i``; Random, whose servers do not share load, also needs every pool
 below its own capacity.
+
+JSQ-like routing above capacity. JSQ, I1F and an idle server first route on
+whether some server has fewer than ``k`` tasks; past the capacity (a finite
+buffer at a higher load, a load step, a profile's peak) the state reaches a
+full level ``s_k = 1`` and slides along it, as in
+:func:`jaxqueue.theory.meanfield.sliding`. By class, :func:`sliding` adds
+where an arrival sent just below the full level goes: to a server that a
+completion at level ``k`` has just left there (its pool, its next task in
+a phase drawn from that pool's ``alpha``; for ``k = 1`` an idle server of
+that pool), so the classes below the full level stand still. The fixed
+point then comes from running the sliding ODE until it settles, as for
+identical servers, and the response-time law from where the arrivals go on
+the slide (``FixedPoint.seen_phase``, ``seen_idle``).
 """
 
 from __future__ import annotations
@@ -131,7 +144,8 @@ from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
     "FixedPoint", "Transient", "ServerClasses", "MAX_STATE", "LEVEL_TOL", "drift", "law_arrays",
-    "server_classes", "fixed_point", "transient", "mph1_tail_decay",
+    "server_classes", "fixed_point", "transient", "mph1_tail_decay", "sliding", "Sliding",
+    "ode_drift",
 ]  # fmt: skip
 
 #: Most state coordinates ``levels * phases`` the adaptive level count grows to.
@@ -286,12 +300,20 @@ def _joined(X, law: _Law):
 
 
 def _drift_and_rates(x, load, ratio, law, policy, system):
-    L, J = system.levels, system.iqueue_levels
+    L = system.levels
     P = law.alpha.shape[0]
     X, q = _split(x, L, P)
     rt = meanfield.rates(_flat(X, q), policy, system)
-    level = rt.level  # (L + 1,): level[k] an arrival joins a server with k tasks
     share, pick = _joined(X, law)
+    return _class_drift(X, q, load, ratio, law, rt, share, pick), rt
+
+
+def _class_drift(X, q, load, ratio, law, rt, share, pick):
+    """``dx/dt`` given the policy's routing law ``rt`` and where the server an
+    arrival joins is (``share``, ``pick``: as :func:`_joined`); affine in ``rt``."""
+    L, P = X.shape
+    J = q.shape[0]
+    level = rt.level  # (L + 1,): level[k] an arrival joins a server with k tasks
     exits = -jnp.sum(law.generator, axis=1)  # s_p
     done = X @ exits  # (L,): completions per unit time at level k = 1..L
     none = jnp.zeros((1, P), X.dtype)
@@ -310,7 +332,150 @@ def _drift_and_rates(x, load, ratio, law, policy, system):
     if J:
         dq = ratio * (done[0] * rt.join[:J] - load * rt.iq_remove[1:])
         dx = jnp.concatenate([dx, dq])
-    return dx, rt
+    return dx
+
+
+#: A level counts as full (``s_k = 1``) within this much: the state by class
+#: holds ``s_k`` as a sum, which rounding keeps from being exactly 1.
+_FULL = 1e-12
+
+
+class Sliding(NamedTuple):
+    """The drift by class at a state where JSQ-like routing may jump (:func:`sliding`).
+
+    Attributes:
+        drift: ``dx/dt``; its levels below a full level it slides on do not move.
+        rates: the :class:`~jaxqueue.theory.meanfield.Rates` of the arrivals (the mix of the two laws).
+        share, pick: where the server an arrival joins is, as :func:`_joined`,
+            with the level just below a full one (or the idle servers below
+            ``s_1 = 1``) read as the servers a completion has just put there.
+        inside: the weight of the law read just below the full level.
+        state, below: the queue-length state ``[s_1..s_L, Q_1..Q_J]`` read
+            on the full level and just below it (as
+            :class:`jaxqueue.theory.meanfield.Sliding`).
+    """
+
+    drift: jax.Array
+    rates: Rates
+    share: jax.Array
+    pick: jax.Array
+    inside: jax.Array
+    state: jax.Array
+    below: jax.Array
+
+
+def sliding(x, load, ratio, law: _Law, policy: Policy, system: System) -> Sliding:
+    """The drift by class of a JSQ-like policy, with the sliding motion along a full level.
+
+    As :func:`jaxqueue.theory.meanfield.sliding` (Filippov's convex
+    combination of the routing law read at ``s_k = 1`` and just below it,
+    weighted to hold ``s_k`` at 1), with one thing the queue lengths alone
+    do not say: which servers sit at level ``k - 1`` while level ``k`` is
+    full. They have just completed a task at level ``k``: in the finite
+    system each is refilled before anything else happens to it, so an
+    arrival sent there finds the class a completion at level ``k`` leaves
+    (the pool of the server that completed, the next task in a phase drawn
+    from that pool's ``alpha``; for ``k = 1`` an idle server of that pool).
+    That class, not the in-service mix of an empty level, is what such an
+    arrival joins, and it makes every class below level ``k`` stand still.
+    Off a full level this is :func:`drift`.
+    """
+    L = system.levels
+    P = law.alpha.shape[0]
+    X, q = _split(x, L, P)
+    s = _tails(X)
+    top = jnp.sum(jnp.cumprod(s >= 1.0 - _FULL))  # s_1 .. s_top are full
+    on = top > 0
+    k = jnp.maximum(top - 1, 0)  # s_top's index, X's row of level top
+    idx = jnp.arange(L)
+    at = jnp.concatenate([jnp.where(idx < top, 1.0, jnp.clip(s, 0.0, 1.0)), q])
+    below = at.at[k].set(jnp.where(on, 1.0 - meanfield._INSIDE, at[k]))
+    r_at, r_below = meanfield.rates(at, policy, system), meanfield.rates(below, policy, system)
+    # JSQ-like routing empties the lowest busy level at a finite rate: an RK4 stage can
+    # overshoot it, and a level's share x[k, c] / n_k of mixed signs would be unbounded
+    share, pick = _joined(jnp.maximum(X, 0.0), law)
+    exits = -jnp.sum(law.generator, axis=1)
+    left = (X[k] * exits) @ law.member  # completions at level top, by pool
+    total = jnp.sum(left)
+    pools = jnp.where(total > _TINY, left / jnp.where(total > _TINY, total, 1.0), law.fractions)
+    refill = (idx == top - 2)[:, None]  # the row of level top - 1 (none for top = 1)
+    share = jnp.where(on & refill, (pools @ law.starts)[None, :], share)
+    pick = jnp.where(on & (top == 1), pools, pick)
+    f_at = _class_drift(X, q, load, ratio, law, r_at, share, pick)
+    f_below = _class_drift(X, q, load, ratio, law, r_below, share, pick)
+    a = _tails(f_below[: L * P].reshape(L, P))[k]
+    b = _tails(f_at[: L * P].reshape(L, P))[k]
+    slide = on & (a > 0.0) & (b < 0.0)
+    alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
+                      jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
+    rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
+    f = alpha * f_below + (1.0 - alpha) * f_at  # the drift is affine in the rates
+    still = jnp.repeat(slide & (idx < k), P)  # the empty levels below the full one
+    f = f.at[: L * P].set(jnp.where(still, 0.0, f[: L * P]))
+    return Sliding(f, rt, share, pick, alpha, at, below)
+
+
+def _fill(x, k, law: _Law, L: int, P: int):
+    """``x`` with ``s_{k+1}`` made exactly full: the servers left at levels
+    ``1..k`` keep their class and join level ``k + 1``, and each pool's idle
+    servers (or its excess, a small negative idle fraction) join it in the
+    phases its ``alpha`` starts (or in the level's own mix of that pool). A
+    step cut where a level fills ends at an error of order ``h**2`` from 1:
+    this moves that much."""
+    X, q = _split(x, L, P)
+    rows = jnp.arange(L)
+    below = rows < k
+    moved = jnp.sum(jnp.where(below[:, None], X, 0.0), axis=0)  # (P,)
+    idle = law.fractions - jnp.sum(X, axis=0) @ law.member  # (I,) signed
+    own = X[k][:, None] * law.member  # (P, I): the level's classes of each pool
+    mass = jnp.sum(own, axis=0)
+    mixes = jnp.where(mass > _TINY, own / jnp.where(mass > _TINY, mass, 1.0), law.starts.T)
+    comp = jnp.where(idle[None, :] >= 0.0, law.starts.T, mixes)  # (P, I)
+    row = X[k] + moved + comp @ idle
+    X = jnp.where(below[:, None], 0.0, X).at[k].set(jnp.maximum(row, 0.0))
+    return jnp.concatenate([X.reshape(-1), q])
+
+
+def _onto_full(x, law: _Law, L: int, P: int):
+    """``x`` with the servers below its highest full level (``s_1 .. s_top``
+    within :data:`_FULL` of 1) moved onto it (:func:`_fill`): the state a
+    step ends in, for JSQ-like routing. Where the levels below are empty
+    (as the sliding drift keeps them) this moves rounding only. A level
+    that empties as JSQ-like routing drains it has a class mix that
+    changes ever faster (arrivals leave it at ``lambda x[k, c] / n_k`` a
+    class), which an RK4 step at its end can overshoot: the clip at 0 then
+    adds a little mass that this takes back."""
+    s = _tails(_split(x, L, P)[0])
+    top = jnp.sum(jnp.cumprod(s >= 1.0 - _FULL))
+    return jnp.where(top > 0, _fill(x, jnp.maximum(top - 1, 0), law, L, P), x)
+
+
+def _split_at_filling(step, x, h, new, extra, slope, law: _Law, L: int, P: int):
+    """An RK4 step by class cut where it fills a level (as
+    :func:`jaxqueue.theory.meanfield.split_at_filling`, with :func:`_fill`
+    making the level exactly full)."""
+    s = _tails(_split(x, L, P)[0])
+    top = jnp.sum(jnp.cumprod(s >= 1.0 - _FULL))
+    k = jnp.minimum(top, L - 1)
+    gap, rise = 1.0 - s[k], h * _tails(_split(slope, L, P)[0])[k]
+    crossed = (top < L) & (rise > gap)
+
+    def split(_):
+        theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
+        mid, first = step(x, theta * h)
+        mid = _fill(jnp.clip(mid, 0.0, 1.0), k, law, L, P)
+        end, second = step(mid, (1.0 - theta) * h)
+        return end, jax.tree_util.tree_map(jnp.add, first, second)
+
+    return jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+
+
+def ode_drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
+    """The right-hand side the ODE by class is integrated with: :func:`sliding`
+    for a JSQ-like policy (:func:`jaxqueue.theory.meanfield.kinked`), else :func:`drift`."""
+    if meanfield.kinked(policy, system):
+        return sliding(x, load, ratio, law, policy, system).drift
+    return drift(x, load, ratio, law, policy, system)
 
 
 def iqueue_gap(x, ratio, L: int, P: int):
@@ -341,19 +506,30 @@ def _advance(x, n_steps, h, load, ratio, law, policy, system):
     """``n_steps`` RK4 steps of size ``h`` (both traced: one compilation for all runs).
 
     The four stages are a loop over :data:`_RK4_STAGES`, so the drift is
-    compiled once rather than four times.
+    compiled once rather than four times. JSQ-like routing integrates the
+    sliding drift and cuts a step where it fills a level (:func:`_split_at_filling`).
     """
     at, weight = (jnp.asarray(v, x.dtype) for v in zip(*_RK4_STAGES))
+    coefs = jnp.stack([at, weight], axis=1)
+    kinked = meanfield.kinked(policy, system)
+    L, P = system.levels, law.alpha.shape[0]
 
-    def stage(carry, coef):
-        y, slope, total = carry
-        k = drift(y + coef[0] * h * slope, load, ratio, law, policy, system)
-        return (y, k, total + coef[1] * k), None
+    def step(y, dt):
+        def stage(carry, coef):
+            slope, total = carry
+            k = ode_drift(y + coef[0] * dt * slope, load, ratio, law, policy, system)
+            return (k, total + coef[1] * k), k
+
+        (_, total), slopes = jax.lax.scan(stage, (jnp.zeros_like(y), jnp.zeros_like(y)), coefs)
+        return y + dt * total, slopes[0]
 
     def body(_, y):
-        (_, _, total), _ = jax.lax.scan(stage, (y, jnp.zeros_like(y), jnp.zeros_like(y)),
-                                        jnp.stack([at, weight], axis=1))  # fmt: skip
-        return jnp.clip(y + h * total, 0.0, 1.0)
+        new, slope = step(y, h)
+        if kinked:
+            new, _ = _split_at_filling(lambda z, dt: (step(z, dt)[0], None), y, h, new, None,
+                                       slope, law, L, P)  # fmt: skip
+            return _onto_full(jnp.clip(new, 0.0, 1.0), law, L, P)
+        return jnp.clip(new, 0.0, 1.0)
 
     return jax.lax.fori_loop(0, n_steps, body, x)
 
@@ -413,7 +589,9 @@ class FixedPoint(NamedTuple):
         seen_phase, seen_idle: where accepted arrivals find their servers,
             when it is not what ``phase_counts`` and ``rates`` give at a fixed
             point (averages over a periodic regime,
-            :mod:`jaxqueue.theory.periodic`): ``seen_phase[k - 1, c]`` the
+            :mod:`jaxqueue.theory.periodic`; a fixed point on a full level,
+            where arrivals sent just below it join what completions leave,
+            :func:`sliding`): ``seen_phase[k - 1, c]`` the
             fraction that join a server with ``k`` tasks (``k = 1..L-1``)
             whose task in service is of class ``c``, ``seen_idle[i]`` the
             fraction that join an idle server of pool ``i``. None: at a fixed
@@ -527,19 +705,6 @@ def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
         if not r > 0:  # also NaN
             raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0 (or None)")
     return classes, pol, lam
-
-
-def _refuse_overload(pol: Policy, system: System, lam: float, classes: ServerClasses):
-    """JSQ-like routing above capacity fills a level and slides along it; the
-    exponential mean field does that (:func:`jaxqueue.theory.meanfield.sliding`),
-    this phase-type ODE does not yet, so it refuses rather than lose arrivals."""
-    if meanfield.kinked(pol, system) and lam >= classes.capacity:
-        raise NotImplementedError(
-            f"no phase-type or pools mean field for {pol.label()!r} at load={lam:.6g} >= the "
-            f"capacity {classes.capacity:.6g}: above capacity its routing fills a level and "
-            "the ODE must slide along it, which only the exponential mean field does "
-            "(theory.mean_field without service or pools); simulate instead"
-        )
 
 
 def _dt(classes: ServerClasses, lam: float, pol: Policy, system: System, ratio) -> float:
@@ -673,20 +838,70 @@ def _newton(x, lam, r, lawa, pol, system, tol, max_newton):
 def _solve(lawa, lam, r, pol, system, ratio, start, warmup_time, dt, tol, max_newton):
     """Newton from ``start``, or from the end of an ODE run from the empty system;
     if Newton fails from there, the ODE runs four times as long again and Newton
-    restarts from its end."""
+    restarts from its end. JSQ-like routing whose run ends on a full level
+    (above capacity, with a finite buffer) has no zero of Newton's drift there:
+    the sliding flow settles on the fixed point instead (:func:`_settle`), as it
+    does where Newton fails."""
     if start is not None:
         return _newton(jnp.asarray(start, jnp.float64), lam, r, lawa, pol, system, tol, max_newton)
     L, P = system.levels, int(lawa.alpha.shape[0])
+    kinked = meanfield.kinked(pol, system)
     x = jnp.asarray(_empty_start(L, P, system, ratio), jnp.float64)
     out = None
     for run in (warmup_time, 4.0 * warmup_time):
         steps = int(math.ceil(run / dt))
         if steps > 0:
             x = _advance(x, steps, jnp.float64(run / steps), lam, r, lawa, pol, system)
+        if kinked and float(jnp.sum(x[: L * P])) >= 1.0 - _FULL:  # on a full level
+            return _settle(x, lam, r, lawa, pol, system, dt, tol)
         out = _newton(x, lam, r, lawa, pol, system, tol, max_newton)
         if out[1] is Status.CONVERGED or steps == 0:
             break
+    if kinked and out[1] is not Status.CONVERGED:
+        return _settle(x, lam, r, lawa, pol, system, dt, tol)
     return out
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _sliding_at(x, load, ratio, law, policy, system):
+    """:func:`sliding` compiled, with the max-norm of its drift."""
+    sl = sliding(x, load, ratio, law, policy, system)
+    return sl, jnp.max(jnp.abs(sl.drift))
+
+
+#: Time units per ODE run of :func:`_settle`, and the most runs.
+_SETTLE_TIME, _SETTLE_RUNS = 100.0, 20
+
+
+def _settle(x, lam, r, lawa, pol, system, dt, tol):
+    """Run the sliding ODE until its drift is below ``tol``: what :func:`_newton`
+    returns (``MAX_ITERATIONS`` if it does not settle; the count is of runs)."""
+    steps = int(math.ceil(_SETTLE_TIME / dt))
+    res, status, it = math.inf, Status.MAX_ITERATIONS, 0
+    for it in range(1, _SETTLE_RUNS + 1):
+        x = _advance(x, steps, jnp.float64(_SETTLE_TIME / steps), lam, r, lawa, pol, system)
+        sl, res = _sliding_at(x, lam, r, lawa, pol, system)
+        res = float(res)
+        if res < tol:
+            status = Status.CONVERGED
+            break
+    return np.asarray(x, np.float64), status, it, res, Rates(*(np.asarray(v, np.float64)
+                                                              for v in sl.rates))  # fmt: skip
+
+
+def _seen_on_level(x, lam, r, lawa, pol, system):
+    """``(seen_phase, seen_idle)`` of :class:`FixedPoint` for JSQ-like routing on a
+    full level, where the arrivals sent just below it join the classes completions
+    leave there (:func:`sliding`), not those of the level's (empty) state; None
+    off a full level (or for other policies), where the state says."""
+    L, P = system.levels, int(lawa.alpha.shape[0])
+    if not meanfield.kinked(pol, system) or float(np.sum(x[: L * P])) < 1.0 - _FULL:
+        return None, None
+    sl, _ = _sliding_at(jnp.asarray(x, jnp.float64), lam, r, lawa, pol, system)
+    level = np.asarray(sl.rates.level, np.float64)
+    seen = level[:L] / level[:L].sum()
+    share, pick = np.asarray(sl.share, np.float64), np.asarray(sl.pick, np.float64)
+    return seen[1:, None] * share[: L - 1], seen[0] * pick
 
 
 def fixed_point(policy, load: float, service, ratio: float | None = None, *,
@@ -742,7 +957,6 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
         levels = _initial_levels(pol, lam, classes, level_tol)
         levels = max(1, min(levels, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
-    _refuse_overload(pol, system, lam, classes)
     one_r = float(ratio) if system.iqueue_levels else 1.0
     start = None
     with jax.enable_x64(True):
@@ -771,7 +985,8 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
             start = _extend(np.asarray(x), L, grown, P, system.iqueue_levels)
             pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
         q = np.asarray(x[L * P :], np.float64)
-    return _summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it)
+        seen = _seen_on_level(np.asarray(x, np.float64), lam64, r64, lawa, pol, system)
+    return _summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it, seen)
 
 
 def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, system: System,
@@ -784,17 +999,19 @@ def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, syst
     with jax.enable_x64(True):
         lawa = law_arrays(classes)
         step = _dt(classes, lam, pol, system, one_r)
-        x, status, it, res, rt = _solve(lawa, jnp.float64(lam), jnp.float64(one_r), pol, system,
-                                        ratio, None, warmup_time, step, tol, max_newton)  # fmt: skip
+        lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
+        x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None, warmup_time,
+                                        step, tol, max_newton)  # fmt: skip
         x = np.asarray(x, np.float64)
+        seen = _seen_on_level(x, lam64, r64, lawa, pol, system)
     X = x[: L * P].reshape(L, P)
     tail = tail_of(X)
     return _summarize(pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status,
-                      res, it)  # fmt: skip
+                      res, it, seen)  # fmt: skip
 
 
 def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer, status, res,
-               it) -> FixedPoint:  # fmt: skip
+               it, seen=(None, None)) -> FixedPoint:  # fmt: skip
     L, J = system.levels, system.iqueue_levels
     counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
     iq_tail = np.concatenate([[1.0], q]) if J else None
@@ -811,7 +1028,7 @@ def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer,
     truncated = (float(tail[L]) if buffer is None else 0.0, float(q[-1]) if J else 0.0)
     return FixedPoint(tail, counts, iq_tail, mql, mrt, p0, blocked, Status(status), float(res),
                       int(it), truncated, L, rt, classes.laws[0] if not classes.given else None,
-                      classes if classes.given else None)  # fmt: skip
+                      classes if classes.given else None, *seen)  # fmt: skip
 
 
 def transient(policy, load: float, service, ratio: float | None = None, *, times,
@@ -849,7 +1066,6 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     if levels is None and buffer is None:
         levels = min(_initial_levels(pol, lam, classes, LEVEL_TOL), max(1, MAX_STATE // P))
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
-    _refuse_overload(pol, system, lam, classes)
     L, J = system.levels, system.iqueue_levels
     one_r = float(ratio) if J else 1.0
     dim = L * P + J
