@@ -651,8 +651,10 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     join = idle_rate if pol.uses_iqueues else 0.0
     if iq:
         p0 = float(1.0 - q[1])
-    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
-        p0 = float(s[1] >= 1.0)
+    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle,
+        # so p0 is the share of arrivals that join no idle server (on a full level s_1 = 1 the
+        # servers a completion leaves idle are refilled: 1 - level[0] there, not 1)
+        p0 = float(1.0 - rt.level[0])
     else:
         p0 = None
     return build(

@@ -1021,8 +1021,8 @@ def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer,
     mrt = mql / accepted if accepted > 0 else math.inf
     if J:
         p0 = float(1.0 - q[0])
-    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle
-        p0 = float(tail[1] >= 1.0)
+    elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle,
+        p0 = float(1.0 - rt.level[0])  # so p0 is the share of arrivals that join none
     else:
         p0 = None
     truncated = (float(tail[L]) if buffer is None else 0.0, float(q[-1]) if J else 0.0)
