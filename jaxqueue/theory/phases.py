@@ -401,15 +401,15 @@ def sliding(x, load, ratio, law: _Law, policy: Policy, system: System) -> Slidin
     refill = (idx == top - 2)[:, None]  # the row of level top - 1 (none for top = 1)
     share = jnp.where(on & refill, (pools @ law.starts)[None, :], share)
     pick = jnp.where(on & (top == 1), pools, pick)
-    f_at = _class_drift(X, q, load, ratio, law, r_at, share, pick)
-    f_below = _class_drift(X, q, load, ratio, law, r_below, share, pick)
-    a = _tails(f_below[: L * P].reshape(L, P))[k]
-    b = _tails(f_at[: L * P].reshape(L, P))[k]
+    # s_top moves by the arrivals that join a server with top - 1 tasks and the
+    # completions at level top: its drift under the law below the level and at it
+    done = X[k] @ exits
+    a, b = load * r_below.level[k] - done, load * r_at.level[k] - done
     slide = on & (a > 0.0) & (b < 0.0)
     alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
                       jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
     rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
-    f = alpha * f_below + (1.0 - alpha) * f_at  # the drift is affine in the rates
+    f = _class_drift(X, q, load, ratio, law, rt, share, pick)  # affine in the rates
     still = jnp.repeat(slide & (idx < k), P)  # the empty levels below the full one
     f = f.at[: L * P].set(jnp.where(still, 0.0, f[: L * P]))
     return Sliding(f, rt, share, pick, alpha, at, below)
@@ -453,21 +453,29 @@ def _onto_full(x, law: _Law, L: int, P: int):
 def _split_at_filling(step, x, h, new, extra, slope, law: _Law, L: int, P: int):
     """An RK4 step by class cut where it fills a level (as
     :func:`jaxqueue.theory.meanfield.split_at_filling`, with :func:`_fill`
-    making the level exactly full)."""
+    making the level exactly full). ``extra`` is what the step integrates
+    besides the state (None: nothing). The two parts are one loop over a
+    single ``step``, which compiles it once rather than twice."""
     s = _tails(_split(x, L, P)[0])
     top = jnp.sum(jnp.cumprod(s >= 1.0 - _FULL))
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - s[k], h * _tails(_split(slope, L, P)[0])[k]
     crossed = (top < L) & (rise > gap)
+    theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
+    none = extra is None
+    extra = jnp.zeros((), x.dtype) if none else extra
+
+    def part(carry, first):
+        y, total = carry
+        end, more = step(y, jnp.where(first, theta * h, (1.0 - theta) * h))
+        end = jnp.where(first, _fill(jnp.clip(end, 0.0, 1.0), k, law, L, P), end)
+        return (end, total + (0.0 if none else more)), None
 
     def split(_):
-        theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
-        mid, first = step(x, theta * h)
-        mid = _fill(jnp.clip(mid, 0.0, 1.0), k, law, L, P)
-        end, second = step(mid, (1.0 - theta) * h)
-        return end, jax.tree_util.tree_map(jnp.add, first, second)
+        return jax.lax.scan(part, (x, jnp.zeros_like(extra)), jnp.array([True, False]))[0]
 
-    return jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+    new, extra = jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+    return new, None if none else extra
 
 
 def ode_drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
