@@ -355,22 +355,30 @@ def split_at_filling(step, x, h, new, extra, slope, system: System):
     arrivals beyond it (an error of order ``h`` each time a level fills).
     The step is instead cut at the time the level reaches 1 along ``slope``:
     one step up to it, the level set to 1, one step on, their ``extra``
-    summed (an error of order ``h**2``).
+    summed (an error of order ``h**2``). The two parts are one loop over a
+    single ``step``, which compiles it once rather than twice.
     """
     L = system.levels
     top = jnp.sum(jnp.cumprod(x[:L] >= 1.0))  # s_1 .. s_top are 1
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - x[k], h * slope[k]
     crossed = (top < L) & (rise > gap)
+    theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
+    none = extra is None
+    extra = jnp.zeros((), x.dtype) if none else extra
+
+    def part(carry, first):
+        y, total = carry
+        end, more = step(y, jnp.where(first, theta * h, (1.0 - theta) * h))
+        end = jnp.where(first, jnp.clip(end, 0.0, 1.0).at[k].set(1.0), end)
+        return (end, jax.tree_util.tree_map(jnp.add, total, 0.0 if none else more)), None
 
     def split(_):
-        theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
-        mid, first = step(x, theta * h)
-        mid = jnp.clip(mid, 0.0, 1.0).at[k].set(1.0)
-        end, second = step(mid, (1.0 - theta) * h)
-        return end, jax.tree_util.tree_map(jnp.add, first, second)
+        return jax.lax.scan(part, (x, jax.tree_util.tree_map(jnp.zeros_like, extra)),
+                            jnp.array([True, False]))[0]  # fmt: skip
 
-    return jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+    new, extra = jax.lax.cond(crossed, split, lambda _: (new, extra), None)
+    return new, None if none else extra
 
 
 def ode_drift(x, load, ratio, policy: Policy, system: System) -> jax.Array:
