@@ -245,20 +245,18 @@ def test_by_class_jsq_fills_from_empty_above_capacity():
 
 @pytest.mark.slow
 def test_by_class_finite_buffer_overload_against_simulation():
-    """I1F and idle-first-else-JSQ(2) with Erlang-2 service at lambda = 1.2,
-    buffer 3, N = 1000 (no closed form here, unlike JSQ's above: I1F slides
-    on ``s_2`` and sends the rest at random, so the classes its random
-    arrivals find come from the ODE): T, P(wait), the blocking probability,
-    p99 and idle-first's p0 within the Student-t tolerance of 16 replicas
-    (family: the nine comparisons) plus the finite-N allowance, 10 / N
-    relative."""
-    n, lam, names = 1000, 1.2, ("i1f", "idle-first")
-    for seed, name in enumerate(names, start=1):
-        mf = theory.mean_field(name, lam, buffer=3, service="erlang:2")
-        sim = jq.simulate(name, lam, n, buffer=3, replicas=16, steps=200_000, seed=seed,
-                          service="erlang:2")  # fmt: skip
-        metrics = ("mean_response_time", "waiting_probability", "blocking_probability", "p99")
-        for metric in metrics + (("p0",) if name == "idle-first" else ()):
-            est, value = sim.metric(metric), mf.metric(metric)
-            tol = tolerance(est, family=4 * len(names) + 1, allowance=10.0 / n * abs(value))
-            assert abs(est.mean - value) <= tol, (name, metric, est, value)
+    """I1F with Erlang-2 service at lambda = 1.2, buffer 3, N = 1000 (no
+    closed form here, unlike JSQ's above: I1F slides on ``s_2`` and sends the
+    rest at random, so the classes its random arrivals find come from the
+    ODE): T, P(wait), the blocking probability and p99 within the Student-t
+    tolerance of 16 replicas (family: the four comparisons) plus the finite-N
+    allowance, 10 / N relative. (idle-first-else-JSQ(2) measured the same
+    way: docs/theory.md.)"""
+    n, lam = 1000, 1.2
+    mf = theory.mean_field("i1f", lam, buffer=3, service="erlang:2")
+    sim = jq.simulate("i1f", lam, n, buffer=3, replicas=16, steps=200_000, seed=1,
+                      service="erlang:2")  # fmt: skip
+    for metric in ("mean_response_time", "waiting_probability", "blocking_probability", "p99"):
+        est, value = sim.metric(metric), mf.metric(metric)
+        tol = tolerance(est, family=4, allowance=10.0 / n * abs(value))
+        assert abs(est.mean - value) <= tol, (metric, est, value)
