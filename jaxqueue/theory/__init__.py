@@ -16,7 +16,8 @@ Modules (each depends only on those above it):
   policies' own rules: ``meanfield.fixed_point``, ``meanfield.transient``;
 * :mod:`~jaxqueue.theory.phases` -- the same generic mean field by server
   class: phase-type service and server pools (:mod:`jaxqueue.core.service`):
-  ``phases.fixed_point``, ``phases.transient``;
+  ``phases.fixed_point``, ``phases.transient`` (JSQ-like routing past the
+  capacity slides along a full level: ``phases.sliding``);
 * :mod:`~jaxqueue.theory.periodic` -- the periodic regime of the generic
   mean field under a rate profile: ``periodic.periodic_orbit``;
 * :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
