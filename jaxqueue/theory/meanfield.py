@@ -363,14 +363,25 @@ def split_at_filling(step, x, h, new, extra, slope, system: System):
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - x[k], h * slope[k]
     crossed = (top < L) & (rise > gap)
-    theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
+    return cut_step(step, x, h, new, extra, crossed, gap / jnp.maximum(rise, 1e-300),
+                    lambda y: jnp.clip(y, 0.0, 1.0).at[k].set(1.0))  # fmt: skip
+
+
+def cut_step(step, x, h, new, extra, crossed, theta, fill):
+    """``(new, extra)``, or where ``crossed`` the step from ``x`` cut at
+    ``theta * h`` (clipped to [0, 1]): ``step`` up to there, ``fill`` of the
+    state it reaches (the level set full), ``step`` on to ``h``, their
+    ``extra`` summed (:func:`split_at_filling`; ``extra`` None: nothing
+    integrated besides the state). The two parts are one loop over a single
+    ``step``, which compiles it once rather than twice."""
+    theta = jnp.clip(theta, 0.0, 1.0)
     none = extra is None
     extra = jnp.zeros((), x.dtype) if none else extra
 
     def part(carry, first):
         y, total = carry
         end, more = step(y, jnp.where(first, theta * h, (1.0 - theta) * h))
-        end = jnp.where(first, jnp.clip(end, 0.0, 1.0).at[k].set(1.0), end)
+        end = jnp.where(first, fill(end), end)
         return (end, jax.tree_util.tree_map(jnp.add, total, 0.0 if none else more)), None
 
     def split(_):

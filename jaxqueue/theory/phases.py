@@ -453,29 +453,14 @@ def _onto_full(x, law: _Law, L: int, P: int):
 def _split_at_filling(step, x, h, new, extra, slope, law: _Law, L: int, P: int):
     """An RK4 step by class cut where it fills a level (as
     :func:`jaxqueue.theory.meanfield.split_at_filling`, with :func:`_fill`
-    making the level exactly full). ``extra`` is what the step integrates
-    besides the state (None: nothing). The two parts are one loop over a
-    single ``step``, which compiles it once rather than twice."""
+    making the level exactly full)."""
     s = _tails(_split(x, L, P)[0])
     top = jnp.sum(jnp.cumprod(s >= 1.0 - _FULL))
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - s[k], h * _tails(_split(slope, L, P)[0])[k]
     crossed = (top < L) & (rise > gap)
-    theta = jnp.clip(gap / jnp.maximum(rise, 1e-300), 0.0, 1.0)
-    none = extra is None
-    extra = jnp.zeros((), x.dtype) if none else extra
-
-    def part(carry, first):
-        y, total = carry
-        end, more = step(y, jnp.where(first, theta * h, (1.0 - theta) * h))
-        end = jnp.where(first, _fill(jnp.clip(end, 0.0, 1.0), k, law, L, P), end)
-        return (end, total + (0.0 if none else more)), None
-
-    def split(_):
-        return jax.lax.scan(part, (x, jnp.zeros_like(extra)), jnp.array([True, False]))[0]
-
-    new, extra = jax.lax.cond(crossed, split, lambda _: (new, extra), None)
-    return new, None if none else extra
+    return meanfield.cut_step(step, x, h, new, extra, crossed, gap / jnp.maximum(rise, 1e-300),
+                              lambda y: _fill(jnp.clip(y, 0.0, 1.0), k, law, L, P))  # fmt: skip
 
 
 def ode_drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
