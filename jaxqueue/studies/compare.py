@@ -156,18 +156,16 @@ def compare(
             arrivals=source, replicas=replicas, time=time_units, warmup_time=warmup_time,
             seed=seed, init="mean-field" if has_mf else "empty", progress=progress,
         )  # fmt: skip
-        if has_mf and source is not None:
-            theory = [_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
-                      for res in results]  # fmt: skip
+        if source is not None:  # the constant-load values were the start only
+            theory = ([_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
+                       for res in results] if has_mf and isinstance(source, Profile) else None)  # fmt: skip
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
 
 
-def _periodic_theory(pol, res, limit, source, buffer, service, pools, log) -> Result | None:
-    """The periodic mean field of ``res``'s load averaged over its measured
-    window, or None (with the reason on ``log``, default stderr) where there is none."""
-    if not isinstance(source, Profile):
-        return None
+def _periodic_theory(pol, res, limit, profile, buffer, service, pools, log) -> Result | None:
+    """The periodic mean field of ``res``'s load under ``profile`` averaged over its
+    measured window, or None (with the reason on ``log``, default stderr) where there is none."""
     lam = res.settings["load"]
     window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
     if log is not None:
@@ -175,7 +173,7 @@ def _periodic_theory(pol, res, limit, source, buffer, service, pools, log) -> Re
               f"[{window[0]:g}, {window[0] + window[1]:g}]", file=log, flush=True)  # fmt: skip
     try:
         return mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
-                          arrivals=source, window=window)  # fmt: skip
+                          arrivals=profile, window=window)  # fmt: skip
     # the periodic regime was not found, or a setting its solver does not cover
     except (RuntimeError, NotImplementedError) as err:
         print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
