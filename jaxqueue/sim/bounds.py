@@ -15,6 +15,7 @@ import math
 import jax
 import numpy as np
 
+from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
@@ -22,7 +23,7 @@ from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
 __all__ = [
     "mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels",
-    "mph1_tail", "phase_levels", "class_mean_field",
+    "mph1_tail", "phase_levels", "class_mean_field", "stress_path", "source_levels",
 ]  # fmt: skip
 
 _MAX_SEARCH = 100_000
@@ -242,3 +243,79 @@ def _mph1_levels(n_servers: int, rate: float, law) -> int:
         if size >= _MAX_SEARCH:
             raise ValueError("the load is too close to 1 for a tracked level bound below 100000")
         size *= 4
+
+
+#: An MMPP's stress path stays in its busiest state for the sojourn exceeded with this chance.
+SOJOURN_QUANTILE = 1e-6
+
+#: A trace's stress path: its arrivals counted in bins of this many time units...
+TRACE_BIN = 0.5
+#: ... and at most this many bins (wider bins for longer traces).
+TRACE_BINS = 1 << 15
+
+#: The I-queue bound of the stress path's ODE (:func:`jaxqueue.theory.periodic.largest_tail`).
+STRESS_IQUEUE_LEVELS = 16
+
+
+def stress_path(source, load: float, n_servers: int) -> list[tuple[float, float]]:
+    """The load path, ``[(load per server, duration), ...]``, whose queues size
+    the default level bound under an arrival source at mean load ``load``.
+
+    A profile: two periods (a run starts at the mean load's fixed point, and
+    the period map contracts fast). An MMPP: its busiest state for the
+    sojourn there exceeded with chance :data:`SOJOURN_QUANTILE`
+    (``-ln(1e-6) / q`` for exit rate ``q``): a long burst. A trace: one pass,
+    its arrivals per server counted in bins of :data:`TRACE_BIN` time units
+    (the trace scaled to ``load * N`` arrivals per time unit, as a run plays it).
+    """
+    if isinstance(source, Profile):
+        return list(zip((load * source.shape).tolist(), source.durations.tolist())) * 2
+    if isinstance(source, MMPP):
+        top = int(np.argmax(source.shape))
+        exit_rate = float(-source.matrix[top, top])
+        stay = -math.log(SOJOURN_QUANTILE) / exit_rate if exit_rate > 0 else 1e4
+        return [(load * float(source.shape[top]), stay)]
+    if isinstance(source, Trace):
+        at = np.cumsum(source.gaps) / (load * n_servers)  # time units
+        width = max(TRACE_BIN, float(at[-1]) / TRACE_BINS)
+        counts = np.bincount((at / width).astype(np.int64))
+        return [(c / (n_servers * width), width) for c in counts.tolist()]
+    raise TypeError(f"arrivals of type {type(source).__name__} have no stress path")
+
+
+def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float, source,
+                  law=None, pools=None) -> int | None:  # fmt: skip
+    """Default level bound under an arrival source: ``N * s_L < 1e-6`` plus a
+    quarter, ``s_L`` the largest tail of the mean-field ODE along the
+    source's :func:`stress_path` from the fixed point at ``load``
+    (:func:`jaxqueue.theory.periodic.largest_tail`), and at least the
+    constant-load default at ``load``.
+
+    None where that mean field does not apply (fewer than
+    :data:`SMALL_SYSTEM` servers, a policy without the generic mean field,
+    ``jsew`` with pools) or its solve fails: the caller falls back to the
+    bound at a raised load (:func:`jaxqueue.sim.runner.bound_load`).
+    """
+    if n_servers < SMALL_SYSTEM or policy.mean_field_kind() not in ("generic", "closed-form"):
+        return None
+    if pools is not None and policy.routes_by_speed:
+        return None
+    from jaxqueue.theory import periodic
+
+    ratio = limit_ratio(policy, n_servers, n_dispatchers)
+    try:
+        tail = periodic.largest_tail(
+            policy, float(load), stress_path(source, float(load), n_servers), ratio,
+            service=law, pools=pools, iqueue_levels=STRESS_IQUEUE_LEVELS if ratio else None)
+    except (ValueError, RuntimeError, NotImplementedError):
+        return None
+    below = np.nonzero(n_servers * tail < 1e-6)[0]
+    if below.size:
+        level = int(below[0])
+    else:  # a large N: on along the tail's decay at its end
+        decay = min(float(tail[-1] / tail[-2]), 0.95) if tail[-2] > 0 else 0.5
+        level = tail.size - 1 + math.ceil(math.log(1e-6 / n_servers / tail[-1]) / math.log(decay))
+    bound = int(4 * math.ceil((level + max(4, level // 4)) / 4))
+    if law is None and pools is None:
+        return max(bound, default_levels(policy, n_servers, n_dispatchers, load))
+    return max(bound, phase_levels(policy, n_servers, n_dispatchers, load, law, pools))

@@ -69,7 +69,8 @@ from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
-from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, phase_levels, required_levels
+from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, phase_levels,
+                                 required_levels, source_levels)
 from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.initial import initial_classes, initial_counts
 from jaxqueue.sim.per_server import Lists
@@ -361,12 +362,18 @@ def plan(
         interval = "replicas"
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {seed!r}")
-    # the policy's options first: the level bounds below may solve (and compile) the mean field
+    # every argument first: the level bounds below may solve (and compile) the mean field
+    if isinstance(init, str) and init not in ("auto", "empty", "mean-field"):
+        raise ValueError(f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array")
+    if not isinstance(init, str) and np.ndim(init) != 1:
+        raise ValueError("init must be a 1-D occupancy (fractions of servers with k tasks)")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
     system = System(n_servers, n_dispatchers, buffer,
                     _levels(pol, n_servers, n_dispatchers, buffer, levels,
                             bound_load(lmax, source, bare.capacity),
-                            law, pool_set),
+                            law, pool_set, source, lmax),
                     _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels,
                                    trough_load(min(loads), source)),
                     law, pool_set, source)  # fmt: skip
@@ -453,7 +460,9 @@ def _pools(pools, n: int, pol) -> tuple | None:
 
 
 def bound_load(lmax: float, source, cap: float) -> float:
-    """The load the default level bounds are computed for.
+    """The load the default level bounds are computed for where the mean
+    field does not size them under a source (:func:`~jaxqueue.sim.bounds.source_levels`:
+    fewer than 100 servers, the per-server policies, ``jsew`` with pools).
 
     With a time-varying or trace source: the peak load (a profile's or an
     MMPP's), but at most halfway from the mean load to the capacity, and a
@@ -484,11 +493,19 @@ def _phase_levels(pol, n, m, levels, lmax, law, pools) -> int:
     return levels
 
 
-def _levels(pol, n, m, buffer, levels, lmax, law=None, pools=None) -> int:
+def _levels(pol, n, m, buffer, levels, lmax, law=None, pools=None, source=None,
+            mean_load=None) -> int:  # fmt: skip
+    """The level bound: ``buffer``; ``levels`` checked; or the default at
+    ``lmax`` (:func:`bound_load`), and under a source where the mean field
+    applies the queues its stress path builds (:func:`~jaxqueue.sim.bounds.source_levels`)."""
     if buffer is not None:
         if levels is not None and levels != buffer:
             raise ValueError(f"levels={levels} must equal buffer={buffer} (or be omitted)")
         return buffer
+    if source is not None and levels is None:
+        found = source_levels(pol, n, m, mean_load, source, law, pools)
+        if found is not None:
+            return found
     if law is not None or pools is not None:
         return _phase_levels(pol, n, m, levels, lmax, law, pools)
     need = required_levels(pol, n, m, lmax)

@@ -36,10 +36,11 @@ from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.sim import runner
-from jaxqueue.sim.bounds import default_iqueue_levels, default_levels, limit_ratio, phase_levels
+from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, limit_ratio, phase_levels,
+                                 source_levels)
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.store import Store, StoreMismatchError
 from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.result import fill_quantiles
 
@@ -99,20 +100,25 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         spec: a validated spec.
         batch_points: points per batch, as for :func:`run_grid`.
         store_path: a store of this spec: its points are left out (a missing
-            file is an empty store, and is not created).
+            file is an empty store, and is not created; a store of another spec
+            or versions is reported as ``store_error``, and nothing is left out).
 
     Returns:
         A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
         (compiled programs), ``batches``, ``replica_steps`` (warm-up included,
         padding replicas included) and per shape group ``groups``: policy label,
-        servers, dispatchers, buffer, points, batches, replica_steps.
+        servers, dispatchers, buffer, points, batches, replica_steps; and
+        ``store_error`` (None, or why a run into ``store_path`` would be refused).
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
-    done = set()
+    done, store_error = set(), None
     if store_path is not None and os.path.exists(store_path):
-        with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
-            done = store.done()
+        try:
+            with Store(store_path, spec.spec_hash(), spec.name, versions()) as store:
+                done = store.done()
+        except StoreMismatchError as err:  # a plan still says what would run
+            store_error = str(err)
     run = spec.run
     groups, total_steps, total_batches, n_done = [], 0, 0, 0
     for points in shape_groups(spec).values():
@@ -130,13 +136,14 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         total_batches += len(batches)
     return {"spec": spec.name, "points": len(spec.points), "done": n_done,
             "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
-            "groups": groups}  # fmt: skip
+            "groups": groups, "store_error": store_error}  # fmt: skip
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     """Level bounds of a shape group: for its largest load (queues) and smallest (I-queues),
-    moved as the runner moves them for an arrival source (towards the capacity for queues,
-    to the source's trough for I-queues)."""
+    sized as the runner sizes them for an arrival source (queues: those the source's stress
+    path builds in the mean field, :func:`~jaxqueue.sim.bounds.source_levels`, or else at a
+    load moved towards the capacity; I-queues: at the source's trough)."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
     n, m = first.servers, first.dispatchers
@@ -144,9 +151,12 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     top = runner.bound_load(max(p.load for p in points), system.arrivals, system.capacity)
     low = runner.trough_load(min(p.load for p in points), system.arrivals)
     levels = None
-    if first.buffer is None and (first.service or first.pools):
+    if first.buffer is None and system.arrivals is not None:  # as the runner sizes them
+        levels = source_levels(pol, n, m, max(p.load for p in points), system.arrivals,
+                               first.law(), first.pool_set())  # fmt: skip
+    if levels is None and first.buffer is None and (first.service or first.pools):
         levels = phase_levels(pol, n, m, top, first.law(), first.pool_set())
-    elif first.buffer is None:
+    elif levels is None and first.buffer is None:
         levels = default_levels(pol, n, m, top)
     iq = None
     if pol.uses_iqueues and (m > 1 or pol.per_server):

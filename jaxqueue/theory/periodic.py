@@ -509,6 +509,106 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
                                                  iqueue_levels if system.iqueue_levels else None)  # fmt: skip
 
 
+def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
+                 d: int | None = None, service=None, pools=None, levels: int | None = None,
+                 iqueue_levels: int | None = None, dt: float = 0.1) -> np.ndarray:  # fmt: skip
+    """The largest queue-length tail along the mean-field ODE through a load path.
+
+    From the fixed point at ``load`` (the mean load: a run's start), the ODE
+    runs through ``segments``, ``((load_1, duration_1), ...)`` (absolute loads
+    per server, any of them past the capacity), by RK4 steps of at most ``dt``.
+    For each ``k`` it keeps the largest ``s_k`` met on the way (by class: the
+    tails summed over the classes). What a simulator's default level bound
+    under a time-varying source is sized from: the queues a peak builds.
+
+    Args:
+        policy, ratio, d, service, pools: as for :func:`periodic_orbit`
+            (infinite buffers).
+        load: the start's load, below the capacity.
+        segments: the path, ``(load, duration)`` pairs (durations > 0).
+        levels: the first bound tried (``None``: the fixed point's default);
+            it grows until the largest ``s_levels`` on the path is below
+            :data:`REMAINDER` (at most :data:`MAX_AUTO_LEVELS`).
+        iqueue_levels: the I-queue bound (``None``: the fixed point's
+            default). The JIQ family's drift costs about the cube of it; a
+            smaller one leaves idle servers past it unlisted, which sends more
+            arrivals to random servers and only lengthens the tails.
+        dt: the longest RK4 step (with a service law or pools at most the
+            step :mod:`jaxqueue.theory.phases` takes at the path's largest load).
+
+    Returns:
+        ``s`` (float64, ``s[0] = 1``): ``s[k]`` the largest ``s_k`` on the path.
+
+    Raises:
+        RuntimeError: the path builds queues past :data:`MAX_AUTO_LEVELS`.
+    """
+    loads = np.array([float(a) for a, _ in segments], np.float64)
+    spans = np.array([float(b) for _, b in segments], np.float64)
+    if loads.size == 0 or not (np.all(loads >= 0) and np.all(spans > 0)):
+        raise ValueError("segments must be (load >= 0, duration > 0) pairs, at least one")
+    if _by_class(service, pools):
+        classes, pol, lam = phases._check(policy, load, service, ratio, d, None, levels, pools)
+        cap = max(1, phases.MAX_STATE // classes.n_classes)
+        if levels is None:
+            levels = min(phases._initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
+    else:
+        classes, lam, cap = None, check_load(load, None), MAX_AUTO_LEVELS
+    pol, system = meanfield._policy_and_system(policy, ratio, d, None, levels, iqueue_levels)
+    r = float(ratio) if system.iqueue_levels else 1.0
+    if classes is not None:
+        dt = min(dt, phases._dt(classes, float(loads.max()), pol, system, r))
+    n = np.maximum(np.ceil(spans / dt - 1e-9), 1).astype(np.int64)
+    step_loads, lengths = np.repeat(loads, n), np.repeat(spans / n, n)
+    size = max(_MIN_STEPS, 1 << max(0, int(step_loads.size) - 1).bit_length())
+    step_loads = np.concatenate([step_loads, np.zeros(size - step_loads.size)])
+    lengths = np.concatenate([lengths, np.zeros(size - lengths.size)])
+    per_level = 1 if classes is None else classes.n_classes
+    start, start_levels = _start(pol, lam, ratio, system, classes, r), system.levels
+    while True:
+        with jax.enable_x64(True):
+            law = None if classes is None else phases.law_arrays(classes)
+            # the start on grown bounds: the mean load's fixed point, empty past its bound
+            at = start_levels * per_level
+            x = np.concatenate([start[:at], np.zeros((system.levels - start_levels) * per_level),
+                                start[at:]])  # fmt: skip
+            x = jnp.asarray(x, jnp.float64)
+            top = np.asarray(_flow_largest(x, jnp.asarray(step_loads), jnp.asarray(lengths),
+                                           jnp.float64(r), law, pol, system))  # fmt: skip
+        tail = np.concatenate([[1.0], top])
+        L = system.levels
+        if tail[L] <= REMAINDER:
+            return tail
+        decay = tail[L] / tail[L - 1] if tail[L - 1] > 0 else math.nan
+        grown = min(_grown(L, tail[L], decay), cap)
+        if grown == L:
+            raise RuntimeError(
+                f"under {pol.label()!r} the load path builds queues past {L} levels "
+                f"(s_{L} = {tail[L]:.3g}): too long to represent"
+            )
+        _, system = meanfield._policy_and_system(pol, ratio, None, None, grown,
+                                                 system.iqueue_levels or None)  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "system"))
+def _flow_largest(x, loads, lengths, ratio, law, policy, system):
+    """The largest ``s_1..s_L`` over the schedule's steps (:func:`largest_tail`)."""
+    L = system.levels
+
+    def tails(y):
+        if law is None:
+            return y[:L]
+        per_level = jnp.sum(y[: L * law.alpha.shape[0]].reshape(L, -1), axis=1)
+        return jnp.cumsum(per_level[::-1])[::-1]
+
+    def body(carry, step):
+        y, top = carry
+        new, _, _ = _rk4_step(y, step[0], step[1], ratio, law, policy, system, False)
+        return (new, jnp.maximum(top, tails(new))), None
+
+    (_, top), _ = jax.lax.scan(body, (x, tails(x)), jnp.stack([loads, lengths], axis=1))
+    return top
+
+
 def _by_class(service, pools) -> bool:
     """Whether the state is by class: pools, or a service law other than exp(1)."""
     if pools is not None:
