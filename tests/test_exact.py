@@ -277,10 +277,12 @@ def test_default_bound_reaches_tolerance():
     assert res.truncated_mass <= 1e-9 and res.truncation_loss <= 1e-9
 
 
-def test_default_bound_warns_when_budget_too_small():
+def test_default_bound_warns_when_budget_too_small_and_refuses_far_too_small():
     with pytest.warns(UserWarning, match="truncated_mass"):
-        res = solve_exact("random", 0.9, 2, 1, default_max_states=100)
-    assert res.n_states <= 200
+        res = solve_exact("random", 0.3, 2, 1, default_max_states=60)
+    assert res.n_states <= 60 and 1e-9 < res.truncated_mass <= 1e-4
+    with pytest.raises(RuntimeError, match=r"truncated_mass=0.0\d+ .* no exact answer"):
+        solve_exact("random", 0.9, 2, 1, default_max_states=100)
 
 
 def test_max_states_is_enforced():

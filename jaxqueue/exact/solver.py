@@ -55,8 +55,9 @@ it is dropped (reported as ``truncation_loss``, not as blocking), and
 ``truncated_mass`` is the stationary probability that some server is at the
 bound. Without ``queue_bound`` the bound is chosen adaptively so that
 ``truncated_mass <= tol`` (1e-9), within ``default_max_states`` states; if
-that budget is not enough a :class:`UserWarning` says so. ``max_states``
-(default 200 000) is a hard cap.
+that budget is not enough a :class:`UserWarning` says so, and past
+``REFUSED_MASS`` (1e-4) the solve is refused (a ``RuntimeError``: that is no
+exact answer). ``max_states`` (default 200 000) is a hard cap.
 
 Cost. With ``N = 4``, ``M = 2`` and queue bound 12: 1820 states (no
 I-queues), about 1900 (JIQ, JIQ-Pod, JIQ-SQ), 2098 (JIQ-Threshold, z = 1),
@@ -419,6 +420,10 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
 # adaptive truncation
 
 
+#: An automatic bound that leaves more than this mass at the bound is refused, not warned of.
+REFUSED_MASS = 1e-4
+
+
 def _search_bound(solve, estimate, tol, budget, z):
     """Grow the queue bound until the mass at the bound is ``<= tol``, within ``budget`` states.
 
@@ -563,10 +568,13 @@ def solve_exact(
             a service that is not None, a PhaseType or a string, pools that
             are not a string or a sequence.
 
+        RuntimeError: the automatic ``queue_bound`` leaves more than
+            :data:`REFUSED_MASS` at the bound within ``default_max_states`` states.
+
     Warns:
         UserWarning: the automatic ``queue_bound`` could not reach ``tol``
-            within ``default_max_states`` states (the result is still returned,
-            with its ``truncated_mass``).
+            within ``default_max_states`` states, but the mass at it is at most
+            :data:`REFUSED_MASS` (the result is returned, with its ``truncated_mass``).
 
     Example:
         >>> res = solve_exact("jiq", 0.6, 4, 2, queue_bound=10)
@@ -608,11 +616,15 @@ def solve_exact(
         tol, budget, rule_z,
     )
     if not reached:
-        warnings.warn(
-            f"solve_exact({policy.label()!r}, load={lam}, N={n}, M={m}): truncated_mass="
-            f"{diag['truncated_mass']:.3g} > tol={tol:g} at queue_bound={bound}, the largest "
-            f"within default_max_states={default_max_states}; pass queue_bound (and "
-            "max_states) explicitly to go further",
-            stacklevel=2,
-        )
+        what = (f"solve_exact({policy.label()!r}, load={lam}, N={n}, M={m}): truncated_mass="
+                f"{diag['truncated_mass']:.3g} > tol={tol:g} at queue_bound={bound}, the largest "
+                f"within default_max_states={default_max_states}")  # fmt: skip
+        if diag["truncated_mass"] > REFUSED_MASS:
+            raise RuntimeError(
+                f"{what}: more than {REFUSED_MASS:g} of the mass is cut off, so this is no exact "
+                "answer; use fewer servers, a finite buffer, or pass queue_bound (and "
+                "max_states) explicitly to solve the truncated chain anyway"
+            )
+        warnings.warn(f"{what}; pass queue_bound (and max_states) explicitly to go further",
+                      stacklevel=2)  # fmt: skip
     return result(bound, metrics, diag)
