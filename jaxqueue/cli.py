@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -41,11 +43,18 @@ def _warmup(text: str):
 def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
     if many:
         p.add_argument("--policies", default="jiq,jiq-pod,pod",
-                       help="comma-separated policy names (default: jiq,jiq-pod,pod)")  # fmt: skip
+                       help="comma-separated policy names, each optionally with its own options "
+                            "as NAME:OPTION=VALUE[:...], e.g. jiq-pod:d=3,jiq-threshold:z=2 "
+                            "(default: jiq,jiq-pod,pod)")  # fmt: skip
     else:
         p.add_argument("--policy", required=True, help="policy name (see `policies`)")
-    p.add_argument("--d", type=int, default=None, help="probes d (pod, jiq-pod, jiq-sq, idle-first)")
-    p.add_argument("--z", type=int, default=None, help="threshold z (jiq-threshold, jiq-original)")
+    shared = (" (to every listed policy that takes it, but those given their own options)"
+              if many else "")
+    p.add_argument("--d", type=int, default=None,
+                   help="probes d (pod, jiq-pod, jiq-sq, idle-first; jiq-original's join-SQ(d) "
+                        f"variant){shared}")  # fmt: skip
+    p.add_argument("--z", type=int, default=None,
+                   help=f"threshold z (jiq-threshold, jiq-original's threshold variant){shared}")
     if not many:
         p.add_argument("--order", default=None, choices=("random", "fifo"),
                        help="I-queue pick order (jiq-original; default random)")  # fmt: skip
@@ -65,7 +74,8 @@ def _add_run(p: argparse.ArgumentParser) -> None:
                         "trace of arrival times (header time[,service]) or an MMPP JSON file "
                         "({\"generator\": [[...]], \"rates\": [...]}); scaled to mean load "
                         "--load")  # fmt: skip
-    p.add_argument("--replicas", type=int, default=32, help="independent replicas (per load)")
+    p.add_argument("--replicas", type=int, default=32,
+                   help="independent replicas (per load; default 32)")  # fmt: skip
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, default=None,
                         help="measured uniformized steps per replica (default 1000000)")
@@ -121,10 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--load", type=float, required=True, help="lambda from time 0 on")
     p.add_argument("--start-load", type=float, default=None,
                    help="a load step: run --warmup-time at this load first (from its mean field)")
-    p.add_argument("--warmup-time", type=float, default=100.0, help="time units at --start-load")
+    p.add_argument("--warmup-time", type=float, default=100.0,
+                   help="time units at --start-load (default 100)")
     p.add_argument("--times", type=_loads, default=[0.5, 1, 2, 4, 8, 16, 32],
                    help="comma-separated times (default 0.5,1,2,4,8,16,32)")
-    p.add_argument("--replicas", type=int, default=32)
+    p.add_argument("--replicas", type=int, default=32, help="independent replicas (>= 2; default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
@@ -174,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="measured time units per replica at the largest load (default 300)")  # fmt: skip
     p.add_argument("--warmup-time", type=float, default=50.0,
                    help="warm-up time units, from the mean-field state (default 50)")  # fmt: skip
-    p.add_argument("--replicas", type=int, default=16, help="replicas per load")
+    p.add_argument("--replicas", type=int, default=16, help="replicas per load (default 16)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--buffer", type=int, default=None, help="places per server b (default: infinite)")
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
@@ -197,7 +208,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a grid experiment (a TOML spec) into a result store")
     p.add_argument("spec", help="the spec file (TOML)")
     p.add_argument("--store", default=None,
-                   help="SQLite result store; the same command resumes (default: NAME.sqlite)")  # fmt: skip
+                   help="SQLite result store; the same command resumes (default: NAME.sqlite, "
+                        "with --quick NAME.quick.sqlite)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="apply the spec's [quick] overrides")
     p.add_argument("--batch-points", type=int, default=None,
                    help="points per batch (default 32)")  # fmt: skip
@@ -225,7 +237,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print the comparison with theory as one JSON object")  # fmt: skip
 
-    sub.add_parser("policies", help="list the policy names")
+    p = sub.add_parser("policies", help="list the policies, their options (defaults) and mean fields")
+    p.add_argument("--json", action="store_true")
     return ap
 
 
@@ -374,18 +387,30 @@ def _cmd_simulate(args) -> int:
 
 
 def _cmd_transient(args) -> int:
-    from jaxqueue.policies import policy_class
+    from jaxqueue.policies import make
     from jaxqueue.sim.transient import transient
     from jaxqueue.studies.transient import plot_transient, transient_study
 
     kw = dict(times=args.times, start_load=args.start_load, warmup_time=args.warmup_time,
               replicas=args.replicas, seed=args.seed, buffer=args.buffer, d=args.d, z=args.z,
               **_order(args))  # fmt: skip
-    if args.pools is None or not policy_class(args.policy).routes_by_speed:
+    pol = make(args.policy, d=args.d, z=args.z, **_order(args))
+    has_mf = pol.mean_field_kind() in ("generic", "closed-form") and not (
+        args.pools is not None and pol.routes_by_speed)  # fmt: skip
+    if args.plot is not None:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not has_mf:
+            raise ValueError(f"--plot draws the simulation against the mean-field ODE, and "
+                             f"{pol.label()} has none here: leave --plot out")  # fmt: skip
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"--plot {args.plot}: no folder {folder}")
+    if has_mf:
         study = transient_study(args.policy, args.load, args.servers, args.dispatchers,
                                 service=args.service, pools=args.pools, **kw)  # fmt: skip
         res, rows = study["result"], study["rows"]
-    else:  # no mean field for routing by speed: the simulation alone
+    else:  # no mean-field ODE (per-server lists, routing by speed): the simulation alone
+        print(f"[jaxqueue] no mean-field ODE for {pol.label()} here: the simulation alone",
+              file=sys.stderr)  # fmt: skip
         res = transient(args.policy, args.load, args.servers, args.dispatchers, init="empty",
                         pools=args.pools, **kw)  # fmt: skip
         rows, study = None, None
@@ -506,6 +531,34 @@ def _cmd_exact(args) -> int:
     return _emit(res, args)
 
 
+def _policy_list(text: str) -> list:
+    """``--policies``: names, or Policies where a name carries its own options
+    (``NAME:OPTION=VALUE[:...]``; integers for ``d`` and ``z``)."""
+    from jaxqueue.policies import make
+
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        name, *given = item.split(":")
+        if not given:
+            out.append(name)
+            continue
+        opts = {}
+        for pair in given:
+            key, eq, value = pair.partition("=")
+            if not eq or not key or not value:
+                raise ValueError(f"--policies: {item!r} is not NAME:OPTION=VALUE[:...] "
+                                 "(e.g. jiq-pod:d=3)")  # fmt: skip
+            try:
+                opts[key] = int(value) if key in ("d", "z") else value
+            except ValueError:
+                raise ValueError(f"--policies: {item!r}: {key} must be an integer, got "
+                                 f"{value!r}") from None  # fmt: skip
+        out.append(make(name, **opts))
+    return out
+
+
 def _cmd_compare(args) -> int:
     from jaxqueue.studies.compare import compare
 
@@ -513,7 +566,7 @@ def _cmd_compare(args) -> int:
         raise ValueError(f"--metric {args.metric} is a metric by server pool: give --pools "
                          "(e.g. 0.2:2,0.8:1)")  # fmt: skip
     rows = compare(
-        [p.strip() for p in args.policies.split(",") if p.strip()], n_servers=args.servers,
+        _policy_list(args.policies), n_servers=args.servers,
         ratio=args.ratio, loads=args.loads, d=args.d, z=args.z, buffer=args.buffer,
         service=args.service, pools=args.pools, arrivals=args.arrivals, time_units=args.time,
         warmup_time=args.warmup_time, replicas=args.replicas, seed=args.seed,
@@ -559,7 +612,8 @@ def _cmd_sweep(args) -> int:
     from jaxqueue.studies.spec import load_spec
 
     spec = load_spec(args.spec, quick=args.quick)
-    store = args.store or f"{spec.name}.sqlite"
+    # the quick mode is another spec (its own hash): its own default store
+    store = args.store or f"{spec.name}{'.quick' if args.quick else ''}.sqlite"
     if args.plan:
         return _print_plan(spec, store, args)
     if args.json:
@@ -579,6 +633,8 @@ def _print_plan(spec, store, args) -> int:
     if args.json:
         print(json.dumps(plan))
         return 0
+    if plan.get("store_error"):
+        print(f"note: {plan['store_error']}; a run into it would be refused", file=sys.stderr)
     print(f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
           f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
           f"{plan['replica_steps']:.3g} replica-steps")  # fmt: skip
@@ -656,14 +712,21 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    with warnings.catch_warnings():  # a warning is one line on stderr, not a source excerpt
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         if args.command == "policies":
-            from jaxqueue.policies.registry import available
-
-            print("\n".join(available()))
-            return 0
+            return _cmd_policies(args)
         commands = {"simulate": _cmd_simulate, "theory": _cmd_theory, "exact": _cmd_exact,
                     "compare": _cmd_compare, "sweep": _cmd_sweep, "export": _cmd_export,
                     "plot": _cmd_plot, "transient": _cmd_transient}  # fmt: skip
@@ -674,6 +737,26 @@ def main(argv=None) -> int:
     except RuntimeError as err:  # LevelOverflowError and friends
         print(f"error: {err}", file=sys.stderr)
         return 3
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 1
+
+
+def _cmd_policies(args) -> int:
+    from jaxqueue.policies.registry import available, make
+
+    rows = []
+    for name in available():
+        pol = make(name)
+        rows.append({"name": name, "options": pol.options(), "mean_field": pol.mean_field_kind(),
+                     "summary": " ".join((type(pol).__doc__ or "").split("\n\n")[0].split())})  # fmt: skip
+    if args.json:
+        print(json.dumps({"policies": rows}))
+        return 0
+    for r in rows:
+        opts = ",".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
+        print(f"{r['name']:14s} {opts:22s} {r['mean_field']:14s} {r['summary']}")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

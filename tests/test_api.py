@@ -239,7 +239,50 @@ def test_module_entry_point_lists_policies():
     out = subprocess.run(
         [sys.executable, "-m", "jaxqueue", "policies"], capture_output=True, text=True, check=True
     )
-    assert set(out.stdout.split()) == set(jq.available())
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(jq.available())
+    assert lines[jq.available().index("pod")].split()[1:3] == ["d=2", "closed-form"]
+
+
+def test_policies_json_gives_options_and_mean_fields(capsys):
+    assert cli_main(["policies", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["policies"]}
+    assert set(rows) == set(jq.available())
+    assert rows["jiq-threshold"]["options"] == {"z": 1}
+    assert rows["jiq-original"]["mean_field"] == "tagged-server"
+    assert rows["jiq"]["summary"].startswith("Distributed JIQ")
+
+
+def test_compare_checks_every_policy_and_its_options_before_running(monkeypatch, capsys):
+    """An unknown name late in the list, a shared option no listed policy takes, a
+    ratio that does not divide N, a malformed own option: errors before any run."""
+    from jaxqueue.studies import compare as compare_module
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("validation must come before any run")
+
+    monkeypatch.setattr(compare_module, "sweep", no_run)
+    cases = [(["--policies", "jiq,pod,foo"], "unknown policy 'foo'"),
+             (["--policies", "jiq,jsq", "--d", "3"], "d=3 applies to the policies"),
+             (["--servers", "105"], "ratio=10 does not split n_servers=105"),
+             (["--policies", "jiq-pod:d"], "is not NAME:OPTION=VALUE"),
+             (["--policies", "jiq-pod:d=x"], "d must be an integer"),
+             (["--policies", "jiq:d=3"], "takes no option d")]  # fmt: skip
+    for argv, message in cases:
+        assert cli_main(["compare", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+
+
+def test_compare_gives_a_policy_its_own_options(monkeypatch):
+    """NAME:OPTION=VALUE makes that policy; shared --d and --z reach only the plain names."""
+    from jaxqueue.studies import compare as compare_module
+
+    seen = []
+    monkeypatch.setattr(compare_module, "sweep", lambda pol, *a, **k: seen.append(pol.label()) or [])
+    monkeypatch.setattr(compare_module, "mean_field", lambda *a, **k: None)
+    assert cli_main(["compare", "--policies", "jiq-original,jiq-pod:d=3,pod,jiq-threshold:z=2",
+                     "--d", "4", "--loads", "0.5"]) == 0  # fmt: skip
+    assert seen == ["jiq-original(d=4)", "jiq-pod(d=3)", "pod(d=4)", "jiq-threshold(z=2)"]
 
 
 def test_heavy_traffic_scalings():
@@ -308,9 +351,9 @@ def test_result_metric_by_name():
 @pytest.mark.slow
 def test_cli_compare_by_pool(capsys):
     """A pool metric puts a row per pool beside the mean field by pool."""
-    args = ["compare", "--policies", "pod", "--servers", "8", "--loads", "0.5,0.8", "--time", "40",
-            "--warmup-time", "5", "--replicas", "4", "--pools", "0.5:2,0.5:1",
-            "--metric", "pool_arrival_share"]  # fmt: skip
+    args = ["compare", "--policies", "pod", "--servers", "8", "--ratio", "8",
+            "--loads", "0.5,0.8", "--time", "40", "--warmup-time", "5", "--replicas", "4",
+            "--pools", "0.5:2,0.5:1", "--metric", "pool_arrival_share"]  # fmt: skip
     assert cli_main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("pool arrival share, simulation (95% CI) vs mean field")
@@ -338,8 +381,9 @@ def test_cli_compare_by_pool(capsys):
 def test_cli_compare_with_a_service_law_and_a_quantile(capsys):
     """compare passes the service law to both the simulation and the mean
     field, and its table shows the metric asked for."""
-    args = ["compare", "--policies", "pod,jsew", "--servers", "8", "--loads", "0.5,0.8",
-            "--time", "40", "--warmup-time", "5", "--replicas", "4", "--service", "erlang:2"]  # fmt: skip
+    args = ["compare", "--policies", "pod,jsew", "--servers", "8", "--ratio", "8",
+            "--loads", "0.5,0.8", "--time", "40", "--warmup-time", "5", "--replicas", "4",
+            "--service", "erlang:2"]  # fmt: skip
     assert cli_main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["policy"], r["load"]) for r in rows] == [("pod", 0.5), ("pod", 0.8), ("jsew", 0.5),

@@ -244,6 +244,9 @@ def transient(
     t = np.asarray(times, np.float64).ravel()
     if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
         raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
+    if not isinstance(replicas, (int, np.integer)) or isinstance(replicas, bool) or replicas < 2:
+        raise ValueError(f"replicas={replicas!r} is out of range: the estimates are across "
+                         "replicas, so need an integer >= 2")  # fmt: skip
     common = dict(d=d, z=z, order=order, buffer=buffer, replicas=replicas, seed=seed,
                   iqueue_levels=iqueue_levels, service=service, pools=pools, devices=devices,
                   backend="xla")  # fmt: skip

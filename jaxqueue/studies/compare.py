@@ -79,6 +79,16 @@ def with_options(name: str | Policy, d: int | None = None, z: int | None = None)
     return make(name, **opts)
 
 
+def dispatchers_of(n_servers: int, ratio: float) -> int:
+    """``M = N / r``, which must be a whole number from 1 to ``N``."""
+    m = round(n_servers / ratio) if ratio >= 1 else 0
+    if m < 1 or abs(n_servers / ratio - m) > 1e-9 * m:
+        raise ValueError(f"ratio={ratio:g} does not split n_servers={n_servers} into a whole "
+                         f"number of dispatchers: need n_servers / ratio = an integer from 1 "
+                         f"to {n_servers}")  # fmt: skip
+    return int(m)
+
+
 def compare(
     policies: Sequence[str | Policy],
     n_servers: int = 1000,
@@ -116,9 +126,11 @@ def compare(
     mean load. An MMPP or a trace has no mean field (rows with None).
 
     Args:
-        policies: policy names or Policies (``d`` and ``z`` apply to those
-            that take them; see :func:`with_options`).
-        n_servers: ``N``; ``M = round(N / ratio)``.
+        policies: policy names or Policies (``d`` and ``z`` apply to the
+            names that take them, see :func:`with_options`, and must apply to
+            one; a Policy keeps its own options). All are checked before
+            anything runs.
+        n_servers: ``N``; ``M = N / ratio``, a whole number (else an error).
         ratio: ``r = N / M``.
         loads: values of ``lambda`` (the mean loads under ``arrivals``).
         buffer, service, pools, arrivals: places per server, the service
@@ -129,12 +141,21 @@ def compare(
     Returns:
         A list of :class:`Comparison` rows.
     """
-    m = max(1, int(round(n_servers / ratio)))
+    m = dispatchers_of(n_servers, ratio)
+    pols = [with_options(name, d, z) for name in policies]  # every name checked before any run
+    if not pols:
+        raise ValueError("policies is empty: give at least one policy")
+    named = [name for name in policies if not isinstance(name, Policy)]
+    for key, value in (("d", d), ("z", z)):
+        if value is not None and not any(key in option_names(name) for name in named):
+            raise ValueError(
+                f"{key}={value} applies to the policies given by name that take {key}, and "
+                f"none of {', '.join(named) or 'them'} does"
+            )
     source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
     out = log or sys.stderr
     rows = []
-    for name in policies:
-        pol = with_options(name, d, z)
+    for pol in pols:
         theory = None
         limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
         if pol.mean_field_kind() != "none":
