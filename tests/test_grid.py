@@ -87,6 +87,29 @@ def test_plan_counts_shapes_batches_and_replica_steps(tmp_path):
         plan_grid(spec, batch_points=0)
 
 
+def test_plan_reports_a_store_of_another_spec_and_quick_mode_has_its_own_store(tmp_path, capsys,
+                                                                              monkeypatch):  # fmt: skip
+    from jaxqueue.core.versions import versions
+
+    spec = parse_spec(SPEC.format(loads=LOADS))
+    with Store(tmp_path / "other.sqlite", "not-this-spec", "other", versions()):
+        pass
+    plan = plan_grid(spec, batch_points=2, store_path=tmp_path / "other.sqlite")
+    assert "holds results of another spec" in plan["store_error"]
+    assert (plan["done"], plan["batches"]) == (0, 6)
+    assert plan_grid(spec, batch_points=2)["store_error"] is None
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC.format(loads=LOADS) + "[quick]\nreplicas = 2\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["sweep", str(path), "--plan", "--store", "other.sqlite"]) == 0
+    assert "a run into it would be refused" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr("jaxqueue.studies.grid.run_grid", lambda spec, store, **kw: seen.append(
+        (spec.run.replicas, str(store))) or 0)  # fmt: skip
+    assert cli_main(["sweep", str(path), "--quick"]) == 0 and cli_main(["sweep", str(path)]) == 0
+    assert seen == [(2, "small.quick.sqlite"), (4, "small.sqlite")]
+
+
 def test_cli_sweep_plan_runs_nothing(tmp_path, capsys):
     path = tmp_path / "spec.toml"
     path.write_text(SPEC.format(loads=LOADS))

@@ -514,3 +514,23 @@ def test_service_with_a_per_server_policy_is_an_error():
     text = edit(text, "servers = [100]", "servers = [100]\nratio = [10]\nservice = \"erlang:2\"")
     with pytest.raises(SpecError, match="exchangeable"):
         parse_spec(text)
+
+
+def test_the_spec_shown_in_the_docs_is_valid(tmp_path):
+    """docs/sweeps.md's example spec, every key at once, parses (its arrival
+    file pointed at a real one) into points with a service law, pools and a
+    rate profile."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "sweeps.md").read_text()
+    block = text.split("## The spec", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    day = (root / "sweeps" / "data" / "daily_profile.csv").as_posix()
+    assert '"data/day.csv"' in block
+    spec = parse_spec(block.replace('"data/day.csv"', f'"{day}"'),
+                      base=tmp_path)  # fmt: skip
+    assert spec.name == "wang_fig4"
+    assert {p.policy for p in spec.points} == {"jiq", "jiq-pod", "pod"}
+    assert {p.service for p in spec.points} == {None, "erlang:4"}  # "exp" is the default
+    assert all(p.pools == "0.2:2,0.8:1" and p.arrivals for p in spec.points)
+    quick = parse_spec(block.replace('"data/day.csv"', f'"{day}"'),
+                       base=tmp_path, quick=True)  # fmt: skip
+    assert {p.servers for p in quick.points} == {500}
