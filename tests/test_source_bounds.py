@@ -71,3 +71,16 @@ def test_a_peak_past_the_capacity_fits_the_default_bound():
     assert np.asarray(res.tail.mean)[plan.system.levels - 4 :].max() == 0.0
     with pytest.raises(jq.LevelOverflowError, match="levels=16"):
         jq.simulate("pod", 0.9, 1000, 1, levels=16, **kw)
+
+
+def test_a_long_trace_keeps_the_window_before_its_backlog_peaks():
+    """Of a trace longer than TRACE_WINDOW: the window that ends where the fluid
+    backlog peaks, here the end of a burst at twice the mean rate."""
+    gaps = np.full(20_000, 1.0)
+    gaps[12_000:13_000] = 0.4  # a burst: 2.5 times the rate over 400 gap units
+    path = bounds.stress_path(Trace(np.cumsum(gaps)), 0.5, 10)
+    assert len(path) == int(bounds.TRACE_WINDOW / bounds.TRACE_BIN)
+    rates = np.array([a for a, _ in path])
+    assert rates[-1] > 1.0 and rates[-int(60 / bounds.TRACE_BIN)] > 1.0  # the burst's end
+    # before it, the mean rate: load 0.5 over gaps of 1 / 0.97 mean gaps
+    assert np.mean(rates[: len(rates) // 2]) == pytest.approx(0.5 * 0.97, rel=0.05)

@@ -250,8 +250,9 @@ SOJOURN_QUANTILE = 1e-6
 
 #: A trace's stress path: its arrivals counted in bins of this many time units...
 TRACE_BIN = 0.5
-#: ... and at most this many bins (wider bins for longer traces).
-TRACE_BINS = 1 << 15
+#: ... over at most this many time units (2^14 steps of the ODE), ending where
+#: the trace's fluid backlog peaks.
+TRACE_WINDOW = 1638.4
 
 #: The I-queue bound of the stress path's ODE (:func:`jaxqueue.theory.periodic.largest_tail`).
 STRESS_IQUEUE_LEVELS = 16
@@ -266,7 +267,10 @@ def stress_path(source, load: float, n_servers: int) -> list[tuple[float, float]
     sojourn there exceeded with chance :data:`SOJOURN_QUANTILE`
     (``-ln(1e-6) / q`` for exit rate ``q``): a long burst. A trace: one pass,
     its arrivals per server counted in bins of :data:`TRACE_BIN` time units
-    (the trace scaled to ``load * N`` arrivals per time unit, as a run plays it).
+    (the trace scaled to ``load * N`` arrivals per time unit, as a run plays it);
+    of a longer trace the :data:`TRACE_WINDOW` time units that end where its
+    fluid backlog ``W`` peaks (``W`` grows by the bins' rate above 1 and stays
+    at least 0; the busiest bin where it never grows).
     """
     if isinstance(source, Profile):
         return list(zip((load * source.shape).tolist(), source.durations.tolist())) * 2
@@ -277,9 +281,16 @@ def stress_path(source, load: float, n_servers: int) -> list[tuple[float, float]
         return [(load * float(source.shape[top]), stay)]
     if isinstance(source, Trace):
         at = np.cumsum(source.gaps) / (load * n_servers)  # time units
-        width = max(TRACE_BIN, float(at[-1]) / TRACE_BINS)
-        counts = np.bincount((at / width).astype(np.int64))
-        return [(c / (n_servers * width), width) for c in counts.tolist()]
+        rates = np.bincount((at / TRACE_BIN).astype(np.int64)) / (n_servers * TRACE_BIN)
+        keep = int(TRACE_WINDOW / TRACE_BIN)
+        if rates.size > keep:
+            backlog, peak, end = 0.0, 0.0, int(np.argmax(rates))
+            for i, excess in enumerate(((rates - 1.0) * TRACE_BIN).tolist()):
+                backlog = max(0.0, backlog + excess)
+                if backlog > peak:
+                    peak, end = backlog, i
+            rates = rates[max(0, end + 1 - keep) : end + 1]
+        return [(float(c), TRACE_BIN) for c in rates]
     raise TypeError(f"arrivals of type {type(source).__name__} have no stress path")
 
 
