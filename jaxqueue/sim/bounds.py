@@ -294,6 +294,7 @@ def stress_path(source, load: float, n_servers: int) -> list[tuple[float, float]
     raise TypeError(f"arrivals of type {type(source).__name__} have no stress path")
 
 
+@functools.lru_cache(maxsize=32)  # a run repeated (other seeds, replicas) solves it once
 def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float, source,
                   law=None, pools=None) -> int | None:  # fmt: skip
     """Default level bound under an arrival source: ``N * s_L < 1e-6`` plus a
