@@ -122,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--load", type=float, help="lambda")
     load.add_argument("--alpha", type=float,
                       help="heavy traffic: lambda = 1 - N**(-alpha) (Liu and Ying)")
+    load.add_argument("--beta", type=float,
+                      help="Halfin-Whitt: lambda = 1 - beta / sqrt(N) (Mukherjee et al.)")
     _add_run(p)
 
     p = sub.add_parser("transient", help="ensemble estimates at given times beside the mean-field ODE")
@@ -369,11 +371,13 @@ def _order(args) -> dict:
 def _cmd_simulate(args) -> int:
     from jaxqueue.api import simulate
 
-    from jaxqueue.core.system import heavy_traffic_load
+    from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
 
     load = args.load
     if args.alpha is not None:
         load = heavy_traffic_load(args.servers, args.alpha)
+    if args.beta is not None:
+        load = halfin_whitt_load(args.servers, args.beta)
     res = simulate(
         args.policy, load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
         buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,

@@ -399,3 +399,14 @@ def test_cli_compare_with_a_service_law_and_a_quantile(capsys):
     p99 = [float(line.split()[2]) for line in out.splitlines()[2:]]
     assert p99 == pytest.approx([r["simulation"]["response_quantiles"]["0.99"]["mean"] for r in rows],
                                 abs=1e-4)  # fmt: skip
+
+
+def test_cli_simulate_takes_a_halfin_whitt_beta(monkeypatch, capsys):
+    """--beta B runs at lambda = 1 - B / sqrt(N), as --alpha at 1 - N^-alpha."""
+    def stub(policy, load, *args, **kwargs):
+        raise ValueError(f"stub load={load!r}")
+
+    monkeypatch.setattr("jaxqueue.api.simulate", stub)
+    for flag, value, load in (("--beta", "2", 0.98), ("--alpha", "0.5", 0.99)):
+        assert cli_main(["simulate", "--policy", "jsq", "--servers", "10000", flag, value]) == 2
+        assert f"stub load={load!r}" in capsys.readouterr().err
