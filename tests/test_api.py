@@ -410,3 +410,23 @@ def test_cli_simulate_takes_a_halfin_whitt_beta(monkeypatch, capsys):
     for flag, value, load in (("--beta", "2", 0.98), ("--alpha", "0.5", 0.99)):
         assert cli_main(["simulate", "--policy", "jsq", "--servers", "10000", flag, value]) == 2
         assert f"stub load={load!r}" in capsys.readouterr().err
+
+
+def test_cli_stops_quietly_when_its_reader_goes_away(monkeypatch, capsys, tmp_path):
+    """`... | head`: a write to a closed pipe ends the command with status 1 and
+    no traceback (stdout is then pointed at os.devnull, so exit flushes nothing)."""
+    with open(tmp_path / "out", "w") as sink:
+
+        class ClosedPipe:
+            def write(self, text):
+                raise BrokenPipeError(32, "Broken pipe")
+
+            def flush(self):
+                pass
+
+            def fileno(self):
+                return sink.fileno()
+
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        assert cli_main(["policies"]) == 1
+    assert capsys.readouterr().err == ""

@@ -187,7 +187,9 @@ def test_simulation_at_large_n_matches_over_its_window():
     large-N comparisons."""
     gamma = 3.0  # uniformization: the largest phase rate (Erlang-2 on the fast pool)
     per_time = N * (LOAD * DAY.peak + gamma)
-    sim = jq.simulate("jiq", LOAD, N, N // 5, arrivals=DAY, replicas=16,
+    # levels given (the default's stress path, 28 levels, costs a by-class solve; an
+    # overflow would fail the run)
+    sim = jq.simulate("jiq", LOAD, N, N // 5, arrivals=DAY, replicas=16, levels=32,
                       steps=int(55 * per_time), warmup=int(40 * per_time), seed=43,
                       interval="replicas", **SETTING)  # fmt: skip
     s = sim.settings
