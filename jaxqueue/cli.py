@@ -399,8 +399,7 @@ def _cmd_transient(args) -> int:
               replicas=args.replicas, seed=args.seed, buffer=args.buffer, d=args.d, z=args.z,
               **_order(args))  # fmt: skip
     pol = make(args.policy, d=args.d, z=args.z, **_order(args))
-    has_mf = pol.mean_field_kind() in ("generic", "closed-form") and not (
-        args.pools is not None and pol.routes_by_speed)  # fmt: skip
+    has_mf = pol.has_queue_length_ode(args.pools)
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not has_mf:

@@ -21,7 +21,7 @@ from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 __all__ = [
     "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
     "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate", "arrival_probability",
-    "steps_per_time_unit", "DEFAULT_WARMUP_TIME",
+    "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
 ]  # fmt: skip
 
 #: Default warm-up of a run, in units of time at its (largest) load.
@@ -203,6 +203,16 @@ def heavy_traffic_load(n_servers: int, alpha: float) -> float:
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha={alpha} is out of range: need 0 < alpha <= 1")
     return 1.0 - n_servers ** (-float(alpha))
+
+
+def dispatchers_for_ratio(n_servers: int, ratio: float, name: str = "n_servers") -> int:
+    """``M = N / r``, which must be a whole number from 1 to ``N`` (``name``: how
+    the caller calls ``N`` in its error)."""
+    m = round(n_servers / ratio) if ratio >= 1 else 0
+    if m < 1 or abs(n_servers / ratio - m) > 1e-9 * m:
+        raise ValueError(f"ratio={ratio:g} does not split {name}={n_servers} into a whole number "
+                         f"of dispatchers: need {name} / ratio = an integer from 1 to {n_servers}")  # fmt: skip
+    return int(m)
 
 
 def halfin_whitt_load(n_servers: int, beta: float) -> float:

@@ -460,6 +460,13 @@ class Policy:
             return "closed-form"
         return "generic" if self.no_mean_field is None else "none"
 
+    def has_queue_length_ode(self, pools=None) -> bool:
+        """Whether the mean-field ODE of queue lengths (generic, or a closed
+        form) covers this policy; with server pools not a policy that routes
+        by the pools' speeds (``jsew``), which that ODE does not see."""
+        kind = self.mean_field_kind()
+        return kind in ("generic", "closed-form") and not (pools is not None and self.routes_by_speed)
+
     def exact_rule(self) -> tuple[str, dict]:
         """``(rule, options)`` of :mod:`jaxqueue.exact` that solves this policy exactly."""
         raise NotImplementedError(f"policy {self.name!r} declares no exact CTMC rule")

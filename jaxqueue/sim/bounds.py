@@ -174,8 +174,7 @@ def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float
     stable there; an overflow says to raise ``levels``).
     """
     base = exponential() if law is None else law
-    if n_servers >= SMALL_SYSTEM and policy.mean_field_kind() in ("generic", "closed-form") \
-            and not (pools is not None and policy.routes_by_speed):  # fmt: skip
+    if n_servers >= SMALL_SYSTEM and policy.has_queue_length_ode(pools):
         # the mean field's tail (Pod's stays doubly exponential)
         tail = _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, base, pools)
         if tail is not None:
@@ -308,9 +307,7 @@ def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: floa
     ``jsew`` with pools) or its solve fails: the caller falls back to the
     bound at a raised load (:func:`jaxqueue.sim.runner.bound_load`).
     """
-    if n_servers < SMALL_SYSTEM or policy.mean_field_kind() not in ("generic", "closed-form"):
-        return None
-    if pools is not None and policy.routes_by_speed:
+    if n_servers < SMALL_SYSTEM or not policy.has_queue_length_ode(pools):
         return None
     from jaxqueue.theory import periodic
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from jaxqueue.api import sweep
 from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.system import dispatchers_for_ratio
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
@@ -79,16 +80,6 @@ def with_options(name: str | Policy, d: int | None = None, z: int | None = None)
     return make(name, **opts)
 
 
-def dispatchers_of(n_servers: int, ratio: float) -> int:
-    """``M = N / r``, which must be a whole number from 1 to ``N``."""
-    m = round(n_servers / ratio) if ratio >= 1 else 0
-    if m < 1 or abs(n_servers / ratio - m) > 1e-9 * m:
-        raise ValueError(f"ratio={ratio:g} does not split n_servers={n_servers} into a whole "
-                         f"number of dispatchers: need n_servers / ratio = an integer from 1 "
-                         f"to {n_servers}")  # fmt: skip
-    return int(m)
-
-
 def compare(
     policies: Sequence[str | Policy],
     n_servers: int = 1000,
@@ -141,7 +132,7 @@ def compare(
     Returns:
         A list of :class:`Comparison` rows.
     """
-    m = dispatchers_of(n_servers, ratio)
+    m = dispatchers_for_ratio(n_servers, ratio)
     pols = [with_options(name, d, z) for name in policies]  # every name checked before any run
     if not pols:
         raise ValueError("policies is empty: give at least one policy")

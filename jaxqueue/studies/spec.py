@@ -57,8 +57,8 @@ from jaxqueue.core.arrivals import parse_arrivals
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
-    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load, halfin_whitt_load,
-    heavy_traffic_load,
+    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
+    dispatchers_for_ratio, halfin_whitt_load, heavy_traffic_load,
 )  # fmt: skip
 from jaxqueue.policies.registry import make, option_names, policy_class
 from jaxqueue.studies.figures import FigureSpec, check_expression, evaluate_expression, parse_figure
@@ -575,12 +575,7 @@ class _Parser:
             return self.axis(key, _int("dispatchers", 1, n))
 
         def from_ratio(ratio):
-            r = _number("ratio", ratio)
-            m = round(n / r) if r >= 1 else 0
-            if m < 1 or abs(n / r - m) > 1e-9 * m:
-                raise ValueError(f"ratio={ratio} does not split servers={n} into a whole number "
-                                 f"of dispatchers: need servers / ratio = an integer from 1 to {n}")
-            return m
+            return dispatchers_for_ratio(n, _number("ratio", ratio), "servers")
         return self.axis(key, from_ratio) if key else [1]
 
     def loads(self, key: str, n: int, buffer, cap: float = 1.0) -> list:

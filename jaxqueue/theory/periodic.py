@@ -477,14 +477,8 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     win = _check_window(window, profile.period)
-    by_class = _by_class(service, pools)
-    if by_class:
-        classes, pol, lam = phases._check(policy, load, service, ratio, d, buffer, levels, pools)
-        cap = max(1, phases.MAX_STATE // classes.n_classes)
-        if levels is None and buffer is None:
-            levels = min(phases._initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
-    else:
-        classes, lam, cap = None, check_load(load, buffer), MAX_AUTO_LEVELS
+    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, buffer,
+                                              levels)  # fmt: skip
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     while True:
@@ -546,13 +540,8 @@ def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
     spans = np.array([float(b) for _, b in segments], np.float64)
     if loads.size == 0 or not (np.all(loads >= 0) and np.all(spans > 0)):
         raise ValueError("segments must be (load >= 0, duration > 0) pairs, at least one")
-    if _by_class(service, pools):
-        classes, pol, lam = phases._check(policy, load, service, ratio, d, None, levels, pools)
-        cap = max(1, phases.MAX_STATE // classes.n_classes)
-        if levels is None:
-            levels = min(phases._initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
-    else:
-        classes, lam, cap = None, check_load(load, None), MAX_AUTO_LEVELS
+    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, None,
+                                              levels)  # fmt: skip
     pol, system = meanfield._policy_and_system(policy, ratio, d, None, levels, iqueue_levels)
     r = float(ratio) if system.iqueue_levels else 1.0
     if classes is not None:
@@ -607,6 +596,20 @@ def _flow_largest(x, loads, lengths, ratio, law, policy, system):
 
     (_, top), _ = jax.lax.scan(body, (x, tails(x)), jnp.stack([loads, lengths], axis=1))
     return top
+
+
+def _first_bounds(policy, load, service, pools, ratio, d, buffer, levels) -> tuple:
+    """``(classes, lam, cap, levels)``: the server classes (None for identical
+    exponential servers), the checked load, the largest level bound allowed, and
+    the first level bound (by class with infinite buffers: the fixed point's
+    first; else ``levels`` as given)."""
+    if not _by_class(service, pools):
+        return None, check_load(load, buffer), MAX_AUTO_LEVELS, levels
+    classes, pol, lam = phases._check(policy, load, service, ratio, d, buffer, levels, pools)
+    cap = max(1, phases.MAX_STATE // classes.n_classes)
+    if levels is None and buffer is None:
+        levels = min(phases._initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
+    return classes, lam, cap, levels
 
 
 def _by_class(service, pools) -> bool:
