@@ -55,7 +55,7 @@ def test_result_forms():
     d = res.to_dict()
     json.dumps(d)
     assert d["source"] == "simulation" and res.source == "simulation"
-    assert set(d["mean_response_time"]) == {"mean", "ci95"}
+    assert set(d["mean_response_time"]) == {"mean", "ci95", "n"}
     assert set(d["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
     assert len(d["tail"]["mean"]) == 49 and d["tail"]["mean"][0] == 1.0
     assert d["settings"]["policy"] == "jiq-pod" and d["settings"]["options"] == {"d": 2}
@@ -112,6 +112,8 @@ def test_sweep_returns_one_result_per_load():
         (dict(warmup_time=-1.0), "warmup_time=-1.0 is out of range: need a finite number >= 0"),
         (dict(warmup=512, warmup_time=1.0), "give warmup or warmup_time, not both"),
         (dict(warmup="auto", warmup_time=1.0), "warmup='auto' starts from the default"),
+        (dict(seed=-1), "seed=-1 is out of range: need 0 <= seed <= 9223372036854775807"),
+        (dict(seed=2**63), "seed=9223372036854775808 is out of range"),
     ],
 )
 def test_bad_input_is_rejected_before_compiling(kwargs, match):
@@ -122,6 +124,37 @@ def test_bad_input_is_rejected_before_compiling(kwargs, match):
     with pytest.raises(ValueError, match=match.replace("(", r"\(")):
         jq.simulate(policy, **base)
     assert run_blocks._cache_size() == compiled  # nothing compiled
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(load="0.5"), "load must be a real number, got '0.5'"),
+    (dict(load=True), "load must be a real number, got True"),
+    (dict(seed=1.0), "seed must be an int, got 1.0"),
+    (dict(replicas=np.float64(2)), "replicas must be an int"),
+])  # fmt: skip
+def test_wrong_types_are_rejected_before_compiling(kwargs, match):
+    base = dict(policy="random", load=0.5, n_servers=8, replicas=2, steps=1000)
+    base.update(kwargs)
+    compiled = run_blocks._cache_size()
+    with pytest.raises(TypeError, match=match):
+        jq.simulate(base.pop("policy"), **base)
+    assert run_blocks._cache_size() == compiled
+
+
+def test_numpy_integers_are_counts_and_land_in_the_settings_as_ints():
+    """Counts taken out of NumPy arrays work as Python ints do, down to the JSON settings."""
+    i = np.int64
+    p = runner.plan("pod", [np.float32(0.5)], i(100), i(2), d=i(3), buffer=i(8), replicas=i(2),
+                    steps=i(1000), warmup=i(0), seed=i(7), iqueue_levels=None)  # fmt: skip
+    assert p == runner.plan("pod", [0.5], 100, 2, d=3, buffer=8, replicas=2, steps=1000,
+                            warmup=0, seed=7)  # fmt: skip
+    for value in (p.system.n_servers, p.system.n_dispatchers, p.system.buffer, p.replicas,
+                  p.seed, p.policy.d):  # fmt: skip
+        assert type(value) is int
+    json.dumps(p.fingerprint())
+    mf = jq.theory.mean_field("pod", 0.5, d=i(3), buffer=i(8))
+    assert type(mf.settings["buffer"]) is int and type(mf.options["d"]) is int
+    json.dumps(mf.to_dict())
 
 
 def test_time_units_set_the_run_length_at_the_largest_load():
@@ -177,7 +210,7 @@ def test_cli_json_stands_alone_on_stdout(capsys):
     out = capsys.readouterr()
     assert code == 0
     data = json.loads(out.out)
-    assert set(data["mean_response_time"]) == {"mean", "ci95"}
+    assert set(data["mean_response_time"]) == {"mean", "ci95", "n"}
     assert isinstance(data["tail"]["mean"], list) and isinstance(data["tail"]["ci95"], list)
     assert data["waiting_probability"]["mean"] > 0
     assert data["settings"]["versions"]["jaxqueue"] == jq.__version__
@@ -211,7 +244,7 @@ def test_cli_simulate_theory_and_exact_print_the_same_keys(capsys):
         "simulation", "mean-field", "exact"]  # fmt: skip
     for cmd in outs:  # the quantile form is the same everywhere
         assert set(outs[cmd]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
-        assert set(outs[cmd]["mean_response_time"]) == {"mean", "ci95"}
+        assert set(outs[cmd]["mean_response_time"]) == {"mean", "ci95", "n"}
         assert outs[cmd]["pool_utilization"] is None and outs[cmd]["pool_occupancy"] is None
         assert outs[cmd]["pool_response_quantiles"] is None
     # an exact JIQ-Pod with M = 2: p0 present; none for Pod

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import jaxqueue.exact.linalg as linalg
+from jaxqueue.core.versions import versions
 from jaxqueue.core.system import SERVICE_RATE
 from jaxqueue.exact import RULES, ExactResult, solve_exact
 from jaxqueue.policies import available, make
@@ -400,6 +401,7 @@ def test_result_types_and_settings():
         "policy": "jiq-threshold", "policy_label": "jiq-threshold(z=0)", "options": {"z": 0},
         "n_servers": 3, "n_dispatchers": 2, "ratio": 1.5, "load": 0.7, "buffer": None,
         "levels": 10, "queue_bound": 10, "symmetry": True, "rule": "jiq-threshold",
+        "versions": versions(),
     }  # fmt: skip
     assert set(res.diagnostics) == {"truncated_mass", "truncation_loss", "n_states"}
     assert res.n_states == res.diagnostics["n_states"] and res.ratio == 1.5
@@ -413,8 +415,10 @@ def test_to_dict_is_json(policy, m):
     assert out["source"] == "exact"
     assert set(out) >= set(METRICS) | {"response_quantiles", "settings", "diagnostics"}
     assert out["tail"]["mean"] == res.tail.tolist() and out["tail"]["ci95"] is None
-    assert out["mean_response_time"] == {"mean": res.mean_response_time, "ci95": None}
+    assert out["mean_response_time"] == {"mean": res.mean_response_time, "ci95": None,
+                                         "n": None}
     assert set(out["response_quantiles"]) == {str(q) for q in QUANTILES}
+    assert out["settings"]["versions"] == versions()
     assert out["settings"]["rule"] == policy and out["diagnostics"]["n_states"] == res.n_states
     if policy == "jsq":
         # None, not NaN, outside the JIQ family

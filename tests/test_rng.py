@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxqueue.core.rng import BLOCK, block_keys, replica_keys, step_words, uniform_index
 
@@ -61,6 +62,21 @@ def test_replica_keys_are_the_positional_fold_ins():
     got = np.asarray(replica_keys(5, np.array([3]), np.array([99])))[0]
     want = jax.random.key_data(jax.random.fold_in(jax.random.fold_in(key, 99), 3))
     np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def test_every_63_bit_seed_has_its_own_key():
+    """Seeds are not reduced mod 2**32: the key's words are the seed's high and low 32 bits,
+    ``jax.random.key(seed)`` with 64-bit integers (and below 2**32 without them)."""
+    seeds = [0, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1]
+    keys = [np.asarray(replica_keys(s, np.array([0, 1]))) for s in seeds]
+    assert len({k.tobytes() for k in keys}) == len(seeds)
+    with jax.enable_x64(True):
+        for seed, got in zip(seeds, keys):
+            want = jax.random.key_data(jax.random.fold_in(jax.random.key(seed), 1))
+            np.testing.assert_array_equal(got[1], np.asarray(want))
+    for bad in (-1, 2**63):
+        with pytest.raises(ValueError, match=f"seed={bad} is out of range"):
+            replica_keys(bad, np.array([0]))
 
 
 def _jax_block_key(replica_key, block, block_hi=None):

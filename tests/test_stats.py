@@ -1,6 +1,7 @@
 """The tolerance helper: Student-t quantiles and family-wise levels."""
 
 import math
+import json
 
 import numpy as np
 import pytest
@@ -64,4 +65,28 @@ def test_coverage_of_the_family_wise_test():
 
 
 def test_estimate_is_exported():
-    assert jq.Estimate(1.0, 0.1, 4).to_json() == {"mean": 1.0, "ci95": 0.1}
+    assert jq.Estimate(1.0, 0.1, 4).to_json() == {"mean": 1.0, "ci95": 0.1, "n": 4}
+
+
+def test_an_estimate_round_trips_through_json_and_tolerance_takes_the_dict():
+    """A result's JSON keeps ``n``: the tolerance of the dict is the Estimate's, entry by entry."""
+    per_entry = jq.Estimate(np.array([1.0, 0.5]), np.array([0.1, math.nan]), np.array([8, 1]))
+    data = json.loads(json.dumps(per_entry.to_json()))
+    assert data == {"mean": [1.0, 0.5], "ci95": [0.1, None], "n": [8, 1]}
+    back = jq.Estimate.from_json(data)
+    np.testing.assert_array_equal(back.mean, per_entry.mean)
+    np.testing.assert_array_equal(back.ci95, per_entry.ci95)  # NaN where None
+    np.testing.assert_array_equal(back.n, per_entry.n)
+    one = jq.Estimate(2.0, 0.3, 8)
+    assert jq.tolerance(one.to_json(), family=3) == jq.tolerance(one, family=3)
+    assert jq.tolerance(one.to_json(), family=3) == pytest.approx(
+        0.3 * student_t_quantile(1 - 1e-3 / 6, 7) / student_t_quantile(0.975, 7), rel=1e-12)
+
+
+def test_tolerance_says_what_it_needs():
+    with pytest.raises(ValueError, match=r"n=None; build it as Estimate\(mean, ci95, n\)"):
+        jq.tolerance(jq.Estimate(1.0, 0.1), family=1)
+    with pytest.raises(TypeError, match="a mean-field or exact value has no sampling error"):
+        jq.tolerance(1.5, family=1)
+    with pytest.raises(TypeError, match="an Estimate's JSON is a dict with mean, ci95 and n"):
+        jq.tolerance({"mean": 1.0}, family=1)

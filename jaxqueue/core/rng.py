@@ -60,7 +60,9 @@ def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     (:func:`threefry2x32`), so a new batch size compiles nothing.
 
     Args:
-        seed: the run's integer seed (``jax.random.key(seed)``).
+        seed: the run's integer seed, ``0 <= seed < 2**63``: the key's two
+            words are its high and low 32 bits (``jax.random.key(seed)``
+            with 64-bit integers on; below ``2**32`` the same with them off).
         replicas: int ``(R,)`` replica indices.
         streams: ``None`` (replica ``i`` gets ``fold_in(key, i)``) or int
             ``(R,)`` stream words (``fold_in(fold_in(key, w), i)``).
@@ -68,7 +70,10 @@ def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     Returns:
         uint32 ``(R, 2)``, the replicas' key data.
     """
-    key = np.asarray(jax.random.key_data(jax.random.key(int(seed))), np.uint32)
+    seed = int(seed)
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed={seed} is out of range: need 0 <= seed < 2**63")
+    key = np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32)
     replicas = np.asarray(replicas).astype(np.uint32)
     zero = np.zeros_like(replicas)
     if streams is None:

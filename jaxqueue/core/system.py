@@ -13,19 +13,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+
+import numpy as np
 
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 
 
 __all__ = [
-    "System", "check_int", "check_load", "heavy_traffic_load", "halfin_whitt_load",
+    "System", "check_int", "as_int", "is_real", "check_load", "MAX_SEED", "heavy_traffic_load", "halfin_whitt_load",
     "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate", "arrival_probability",
     "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
 ]  # fmt: skip
 
 #: Default warm-up of a run, in units of time at its (largest) load.
 DEFAULT_WARMUP_TIME = 100.0
+
+#: The largest seed: seeds are 63-bit, the key's two words its high and low 32 bits.
+MAX_SEED = 2**63 - 1
 
 #: Service rate of every server (tasks per unit time). Loads are per server and
 #: in units of this rate, so ``lambda < 1`` is the stability condition.
@@ -155,12 +161,21 @@ class System:
         return self.n_servers / self.n_dispatchers
 
 
-def check_int(name: str, value, lo: int, hi: int) -> None:
-    """Raise unless ``value`` is an int with ``lo <= value <= hi``; the error names ``name``."""
+def as_int(value):
+    """A NumPy integer as a Python int (counts often come out of NumPy arrays);
+    anything else as it is, for :func:`check_int` to judge."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def check_int(name: str, value, lo: int, hi: int) -> int:
+    """``value`` as a Python int, or an error naming ``name`` unless it is an
+    integer (a Python or NumPy one, not a bool) with ``lo <= value <= hi``."""
+    value = as_int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
     if not lo <= value <= hi:
         raise ValueError(f"{name}={value} is out of range: need {lo} <= {name} <= {hi}")
+    return value
 
 
 def check_load(load: float, buffer: int | None, capacity: float = 1.0) -> float:
@@ -175,10 +190,9 @@ def check_load(load: float, buffer: int | None, capacity: float = 1.0) -> float:
     Returns:
         ``load`` as a Python float.
     """
-    try:
-        value = float(load)
-    except (TypeError, ValueError):
-        raise TypeError(f"load must be a number, got {load!r}") from None
+    if not is_real(load):
+        raise TypeError(f"load must be a real number, got {load!r}")
+    value = float(load)
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"load={load} is out of range: need load > 0")
     if buffer is None and capacity != 1.0 and value >= capacity:
@@ -195,6 +209,18 @@ def check_load(load: float, buffer: int | None, capacity: float = 1.0) -> float:
     if value > 1e6:
         raise ValueError(f"load={load} is out of range: need load <= 1e6")
     return value
+
+
+def is_real(x) -> bool:
+    """A real number: a Python or NumPy one, or a 0-d array of one; not a bool or a string."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        return False
+    if isinstance(x, numbers.Real):
+        return True
+    try:
+        return np.ndim(x) == 0 and np.asarray(x).dtype.kind in "iuf"
+    except (TypeError, ValueError):
+        return False
 
 
 def heavy_traffic_load(n_servers: int, alpha: float) -> float:

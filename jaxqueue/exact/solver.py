@@ -103,6 +103,7 @@ from jaxqueue.core.service import (
     PhaseType, as_law, capacity, exponential, make_pools, pool_laws,
 )  # fmt: skip
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
+from jaxqueue.core.versions import versions
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
     DELETE, JOIN, LOST, N_FIXED_REWARDS, PHASE_RULES, PROBE, RULES, STALE, Chain, PhaseChain,
@@ -399,6 +400,7 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
         queue_bound=None if buffer is not None else cap,
         symmetry=symmetry,
         rule=rule,
+        versions=versions(),
     )
     if law is not None:
         settings["service"] = law.to_dict()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxqueue.core.system import as_int
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import JSEW, JSQ, IdleOneFirst, PowerOfD, Random
 from jaxqueue.policies.jiq import JIQ, JIQSQ, IdleFirst, JIQPod
@@ -66,7 +67,7 @@ def make(name: str | Policy, **options) -> Policy:
         >>> make("jiq")
         JIQ()
     """
-    given = {k: v for k, v in options.items() if v is not None}
+    given = {k: as_int(v) for k, v in options.items() if v is not None}
     if isinstance(name, Policy):
         clash = {k: v for k, v in given.items() if name.options().get(k, object()) != v}
         if clash:

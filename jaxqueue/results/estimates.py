@@ -46,8 +46,29 @@ class Estimate:
     n: Any = None
 
     def to_json(self) -> dict:
-        """``{"mean": ..., "ci95": ...}`` with NaN as ``None``."""
-        return {"mean": json_number(self.mean), "ci95": json_number(self.ci95)}
+        """``{"mean": ..., "ci95": ..., "n": ...}`` with NaN as ``None`` (``n``
+        an int, a list of ints where it is per entry, or ``None``): enough to
+        rebuild the Estimate (:meth:`from_json`) and test it against a value
+        (:func:`jaxqueue.results.stats.tolerance` takes the dict as it is)."""
+        n = self.n
+        if n is not None:
+            n = np.asarray(n).tolist()
+        return {"mean": json_number(self.mean), "ci95": json_number(self.ci95), "n": n}
+
+    @classmethod
+    def from_json(cls, data) -> "Estimate":
+        """The Estimate of :meth:`to_json`'s dict (``None`` entries back to NaN)."""
+        if not (isinstance(data, dict) and {"mean", "ci95"} <= set(data)):
+            raise TypeError(f"an Estimate's JSON is a dict with mean, ci95 and n; got {data!r}")
+
+        def number(x):
+            if isinstance(x, list):
+                return np.array([math.nan if v is None else v for v in x], np.float64)
+            return math.nan if x is None else float(x)
+
+        n = data.get("n")
+        return cls(number(data["mean"]), number(data["ci95"]),
+                   np.asarray(n) if isinstance(n, list) else n)  # fmt: skip
 
 
 def entries(value) -> list:

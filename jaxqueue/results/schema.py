@@ -13,8 +13,10 @@ solver status).
 A simulated metric is an :class:`~jaxqueue.results.estimates.Estimate`
 (mean and 95% half-width); a mean-field or exact metric is a float (or a
 float64 array for vector metrics). :meth:`Result.to_dict` writes both as
-``{"mean": ..., "ci95": ...}`` (``ci95`` is ``None`` for a value with no
-sampling error), so the JSON of the three sources has the same keys.
+``{"mean": ..., "ci95": ..., "n": ...}`` (``ci95`` and ``n``, the samples
+behind the interval, are ``None`` for a value with no sampling error), so
+the JSON of the three sources has the same keys, and a simulated metric's
+dict is what :func:`jaxqueue.results.stats.tolerance` needs.
 
 Settings and diagnostics are also readable as attributes
 (``res.n_servers``, ``mf.ratio``, ``ex.truncated_mass``).
@@ -106,12 +108,13 @@ _ROW_SETTINGS = ("policy", "policy_label", "n_servers", "n_dispatchers", "ratio"
 
 
 def metric_json(value):
-    """``{"mean", "ci95"}`` for an Estimate or a plain value; ``None`` for a missing metric."""
+    """``{"mean", "ci95", "n"}`` for an Estimate or a plain value (``ci95`` and ``n``
+    ``None``); ``None`` for a missing metric."""
     if value is None:
         return None
     if isinstance(value, Estimate):
         return value.to_json()
-    return {"mean": json_number(value), "ci95": None}
+    return {"mean": json_number(value), "ci95": None, "n": None}
 
 
 def _json_setting(x):
@@ -218,8 +221,9 @@ class Result:
     def to_dict(self) -> dict:
         """A JSON-serialisable dict with the same keys for every source.
 
-        Each metric is ``{"mean": ..., "ci95": ...}`` (lists for vector
-        metrics) or ``None`` where it does not apply; ``response_quantiles``
+        Each metric is ``{"mean": ..., "ci95": ..., "n": ...}`` (lists for
+        vector metrics; :meth:`~jaxqueue.results.estimates.Estimate.to_json`)
+        or ``None`` where it does not apply; ``response_quantiles``
         maps ``"0.99"`` etc. to the same form.
         """
         out: dict[str, Any] = {name: metric_json(getattr(self, name))

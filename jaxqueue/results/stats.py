@@ -157,7 +157,9 @@ def tolerance(estimate, family: int, alpha: float = 1e-3, correction: str = "bon
 
     Args:
         estimate: an :class:`~jaxqueue.results.estimates.Estimate` (its ``n``
-            is the number of replicas behind each entry; scalar or per entry).
+            is the number of replicas behind each entry; scalar or per entry),
+            or its JSON dict (``{"mean", "ci95", "n"}``, as a result's
+            ``to_dict()`` writes it).
         family: the number of comparisons sharing the family-wise rate.
         alpha: the family-wise false-alarm rate (default 0.001).
         correction: ``"bonferroni"`` or ``"sidak"``.
@@ -167,6 +169,7 @@ def tolerance(estimate, family: int, alpha: float = 1e-3, correction: str = "bon
     Returns:
         A float, or an array of the estimate's shape.
     """
+    estimate = _as_estimate(estimate)
     n = np.asarray(estimate.n)
     half = np.asarray(estimate.ci95, np.float64)
     if np.any(n < 2) or np.any(np.isnan(half)):
@@ -176,8 +179,29 @@ def tolerance(estimate, family: int, alpha: float = 1e-3, correction: str = "bon
     return float(out) if out.ndim == 0 else out
 
 
+def _as_estimate(value):
+    """An Estimate, from itself or its JSON dict; a clear error for anything else."""
+    from jaxqueue.results.estimates import Estimate
+
+    if isinstance(value, dict):
+        value = Estimate.from_json(value)
+    if not isinstance(value, Estimate):
+        raise TypeError(
+            "tolerance takes a simulated metric (an Estimate, or its to_dict() form "
+            f"{{'mean', 'ci95', 'n'}}), got {value!r}: a mean-field or exact value has no "
+            "sampling error to derive a tolerance from"
+        )
+    if value.n is None:
+        raise ValueError(
+            "tolerance needs the number of samples behind the interval: this Estimate has "
+            "n=None; build it as Estimate(mean, ci95, n)"
+        )
+    return value
+
+
 def within(estimate, value, family: int, alpha: float = 1e-3, correction: str = "bonferroni",
            allowance=0.0) -> bool:  # fmt: skip
     """Whether every entry of ``estimate`` is within :func:`tolerance` of ``value``."""
+    estimate = _as_estimate(estimate)
     err = np.abs(np.asarray(estimate.mean, np.float64) - np.asarray(value, np.float64))
     return bool(np.all(err <= tolerance(estimate, family, alpha, correction, allowance)))

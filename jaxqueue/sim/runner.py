@@ -61,7 +61,7 @@ from jaxqueue.core.arrivals import Trace, as_arrivals
 from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.service import PhaseType, as_law, make_pools, pool_laws
 from jaxqueue.core.system import (
-    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
+    DEFAULT_WARMUP_TIME, MAX_SEED, MAX_SERVERS, MAX_STEPS, System, as_int, check_int, check_load,
 )  # fmt: skip
 from jaxqueue.core.versions import __version__, versions
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
@@ -300,8 +300,11 @@ def plan(
     Arguments as in :func:`jaxqueue.sweep`.
     """
     pol = make(policy, d=d, z=z, order=order)
-    check_int("n_servers", n_servers, 1, MAX_SERVERS)
-    check_int("n_dispatchers", n_dispatchers, 1, n_servers)
+    # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
+    buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
+        as_int(v) for v in (buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches))
+    n_servers = check_int("n_servers", n_servers, 1, MAX_SERVERS)
+    n_dispatchers = check_int("n_dispatchers", n_dispatchers, 1, n_servers)
     law = _service(service, pol)
     pool_set = _pools(pools, n_servers, pol)
     source = as_arrivals(arrivals)
@@ -360,8 +363,7 @@ def plan(
                 f"2 batches (steps >= {2 * BLOCK}) or at least 2 replicas"
             )
         interval = "replicas"
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_int("seed", seed, 0, MAX_SEED)
     # every argument first: the level bounds below may solve (and compile) the mean field
     if isinstance(init, str) and init not in ("auto", "empty", "mean-field"):
         raise ValueError(f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array")
