@@ -16,11 +16,12 @@ from scipy import optimize, special
 from jaxqueue import theory
 from jaxqueue.core import status
 from jaxqueue.core.status import Status
+from jaxqueue.core.versions import versions as jq_versions
 from jaxqueue.policies import make, option_names
 from jaxqueue.results.response import erlang_mixture_cdf
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.studies.headline import headline_ratio
-from jaxqueue.theory import closed_forms
+from jaxqueue.theory import closed_forms, meanfield
 
 CORNER_LOADS = (1e-4, 1 - 1e-6)
 CORNER_RATIOS = (1e-2, 1e4)
@@ -338,6 +339,29 @@ def test_max_load_edge_cases():
         theory.max_load_for_target("jiq", 3.0)
     with pytest.raises(ValueError, match="no closed-form"):
         theory.max_load_for_target("i1f", 3.0)
+    # a target that is no mean response time, and a ratio out of range, are errors
+    for bad in (float("nan"), -1.0, 0.0):
+        with pytest.raises(ValueError, match=f"target={bad} is out of range"):
+            theory.max_load_for_target("jiq", bad, 10.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"ratio={bad} is out of range: need 0 < ratio"):
+            theory.max_load_for_target("jiq", 3.0, bad)
+    endless = theory.max_load_for_target("jiq", float("inf"), 10.0)
+    assert endless.status is Status.UNBOUNDED and endless.load == 1.0
+
+
+def test_closed_forms_are_nan_outside_their_domain():
+    """As ``solve_p0``: points outside ``0 < lambda < 1`` (and ``0 < r < inf``) are NaN,
+    one by one, in every entry (no negative times, no tails above 1)."""
+    loads = jnp.array([-0.5, 0.0, 0.5, 1.0, 1.5])
+    bad = np.array([True, True, False, True, True])
+    for policy, ratio in (("random", None), ("pod", None), ("jsq", None), ("jiq", 10.0)):
+        t = np.asarray(theory.mean_response_time(policy, loads, ratio))
+        assert np.all(np.isnan(t[bad])) and np.all(np.isfinite(t[~bad])), policy
+        s = np.asarray(theory.tail(policy, loads, ratio, levels=4))
+        assert np.all(np.isnan(s[bad])) and np.all((s[~bad] >= 0) & (s[~bad] <= 1)), policy
+    t = np.asarray(theory.mean_response_time("jiq", 0.5, jnp.array([-3.0, 0.0, jnp.inf, 10.0])))
+    assert np.all(np.isnan(t[:3])) and np.isfinite(t[3])
 
 
 def test_to_dict_is_json_and_mirrors_the_result():
@@ -345,7 +369,8 @@ def test_to_dict_is_json_and_mirrors_the_result():
     assert isinstance(mf, theory.MeanFieldResult) and mf.source == "mean-field"
     out = json.loads(json.dumps(mf.to_dict()))
     assert out["source"] == "mean-field"
-    assert out["mean_response_time"] == {"mean": mf.mean_response_time, "ci95": None}
+    assert out["mean_response_time"] == {"mean": mf.mean_response_time, "ci95": None,
+                                         "n": None}
     assert out["p0"]["mean"] == mf.p0 and out["tail"]["mean"] == mf.tail.tolist()
     assert out["response_quantiles"]["0.999"]["mean"] == mf.response_quantiles[0.999]
     assert out["stale_fraction"] is None and out["blocking_probability"]["mean"] == 0.0
@@ -355,6 +380,7 @@ def test_to_dict_is_json_and_mirrors_the_result():
     assert out["diagnostics"]["tail_remainder"] == mf.tail_remainder
     pod = theory.mean_field("pod", 0.9, d=2).to_dict()
     assert pod["p0"] is None and pod["iqueue_distribution"] is None
+    assert out["settings"]["versions"] == jq_versions()
 
 
 def test_mean_field_errors():
@@ -436,27 +462,52 @@ def test_status_codes_are_status_members():
 
 
 @pytest.mark.parametrize(
-    "policy,ratio", [("pod", None), ("jsq", None), pytest.param("jiq", 10.0, marks=pytest.mark.slow)]
-)
-def test_levels_is_the_largest_queue_length(policy, ratio):
+    "policy,ratio,load,n",
+    [("pod", None, 0.6, 4), ("jsq", None, 0.9, 6),
+     pytest.param("jiq", 10.0, 0.9, 20, marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_levels_is_the_largest_queue_length(policy, ratio, load, n):
     # as the simulator's System.levels: arrays over k = 0..levels, levels + 1 entries
-    n = 6
     with jax.enable_x64(True):
-        s = np.asarray(theory.tail(policy, 0.9, ratio, levels=n))
+        s = np.asarray(theory.tail(policy, load, ratio, levels=n))
     assert s.shape == (n + 1,)
-    mf = theory.mean_field(policy, 0.9, ratio, levels=n)
+    mf = theory.mean_field(policy, load, ratio, levels=n)
     for arr in (mf.tail, mf.occupancy, mf.arrival_seen):
         assert arr.shape == (n + 1,)
     assert mf.levels == mf.settings["levels"] == n
     np.testing.assert_allclose(mf.tail, s, rtol=1e-12, atol=1e-300)
     # the remainder is the mass past level n: the auto-sized tail's entries n+1, n+2, ...
-    full = theory.mean_field(policy, 0.9, ratio)
+    full = theory.mean_field(policy, load, ratio)
     if full.tail.size > n + 1:
         rest = full.tail[n + 1 :].sum() + full.tail_remainder
         assert mf.tail_remainder == pytest.approx(rest, rel=1e-12)
         np.testing.assert_array_equal(mf.tail, full.tail[: n + 1])
     with pytest.raises(ValueError, match="levels"):
-        theory.mean_field(policy, 0.9, ratio, levels=0)
+        theory.mean_field(policy, load, ratio, levels=0)
+
+
+def test_a_given_levels_that_cuts_the_tail_is_refused():
+    """A given ``levels`` leaving more than 1e-6 of the tail out (infinite buffers) is an
+    error, for a closed form and the generic fixed point alike: the truncated model's
+    metrics are not the mean field's (JIQ-SQ(2), r = 10, lambda = 0.9: 1.31 at levels 3,
+    1.436 in truth)."""
+    with pytest.raises(ValueError, match=r"levels=3 is too small .*pod\(d=2\).* 0\.245 of"):
+        theory.mean_field("pod", 0.9, levels=3)
+    with pytest.raises(ValueError, match=r"levels=3 is too small .*jiq-sq\(d=2\).* 0\.0474 of"):
+        theory.mean_field("jiq-sq", 0.9, 10.0, levels=3)
+    # a finite buffer is the model, not a cut
+    assert theory.mean_field("pod", 0.9, buffer=3).levels == 3
+
+
+def test_the_generic_fixed_point_grows_its_levels_until_the_tail_is_negligible():
+    """JIQ-SQ(1), r = 10, lambda = 0.95 leaves 4e-9 at the first 40 levels: the adaptive
+    count grows until at most 1e-12 is at the bound, and the answer is that of a count
+    twice as large."""
+    mf = theory.mean_field("jiq-sq", 0.95, 10.0, d=1)
+    assert mf.levels > meanfield.DEFAULT_LEVELS and mf.tail_remainder <= meanfield.LEVEL_TOL
+    wide = theory.mean_field("jiq-sq", 0.95, 10.0, d=1, levels=2 * mf.levels)
+    assert mf.mean_response_time == pytest.approx(wide.mean_response_time, rel=1e-10)
+    np.testing.assert_allclose(mf.tail, wide.tail[: mf.levels + 1], rtol=1e-8, atol=1e-14)
 
 
 @pytest.mark.slow

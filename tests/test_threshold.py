@@ -58,12 +58,16 @@ def test_errors_and_limits():
         theory.mean_field("jiq-threshold", 1.0, 10.0, z=1)
     with pytest.raises(NotImplementedError, match="infinite buffers"):
         theory.mean_field("jiq-threshold", 0.9, 10.0, z=1, buffer=4)
-    mf = theory.mean_field("jiq-threshold", 0.9, 10.0, z=1, levels=8)
+    mf = theory.mean_field("jiq-threshold", 0.9, 10.0, z=1, levels=10)
     whole = theory.mean_field("jiq-threshold", 0.9, 10.0, z=1)
-    assert mf.tail.size == 9 and mf.tail_remainder == pytest.approx(mf.tail[8] - mf.occupancy[8])
-    # what levels = 8 leaves out is the mass the unbounded solution has past 8
-    assert mf.tail_remainder == pytest.approx(whole.occupancy[9:].sum(), rel=1e-9)
-    np.testing.assert_allclose(mf.tail, whole.tail[:9], rtol=1e-12)
+    assert mf.tail.size == 11 and mf.tail_remainder == pytest.approx(mf.tail[10] - mf.occupancy[10])
+    # what levels = 10 leaves out is the mass the unbounded solution has past 10
+    assert mf.tail_remainder == pytest.approx(whole.occupancy[11:].sum(), rel=1e-9)
+    assert mf.tail_remainder < 1e-6
+    np.testing.assert_allclose(mf.tail, whole.tail[:11], rtol=1e-12)
+    # levels = 8 would leave 1.2e-5 out: refused, not a truncated answer
+    with pytest.raises(ValueError, match=r"levels=8 is too small .* 1\.21e-05 of the tail"):
+        theory.mean_field("jiq-threshold", 0.9, 10.0, z=1, levels=8)
 
 
 def test_mean_field_start_lists_every_server_with_at_most_z_tasks():
@@ -127,6 +131,29 @@ def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
                                             r"coarse first chain's decay, about"):
         theory.mean_field("jiq-threshold", 0.9, 4.0, z=3)
     assert built and max(built) < threshold._busy_limit(3)
+
+
+def test_refused_early_where_the_coarse_chain_leaves_1e_6_at_the_limit(monkeypatch):
+    """z = 3, r = 4, load 0.5: the coarse chain's decay puts about 8e-5 at the limit of 13
+    busy members (the full chain, solved, has 1.5e-5 there): refused without building it
+    (it took 20 s to solve before the refusal)."""
+    from jaxqueue.theory import threshold
+
+    built = []
+    chain = threshold._Chain
+    monkeypatch.setattr(threshold, "_Chain", lambda z, j, b: built.append(b) or chain(z, j, b))
+    with pytest.raises(RuntimeError, match=r"z=3 needs .* coarse first chain's decay, about 7.9e-05"):
+        theory.mean_field("jiq-threshold", 0.5, 4.0, z=3)
+    assert max(built) < threshold._busy_limit(3)
+
+
+@pytest.mark.slow
+def test_a_chain_without_fixed_point_is_refused_not_a_linalg_error():
+    """z = 5, r = 10, load 0.5: Newton's method on the coarse chain (at most 4 busy members
+    of about 5) meets a singular system; a RuntimeError says so (the simulation's automatic
+    start catches it and starts empty)."""
+    with pytest.raises(RuntimeError, match=r"z=5 at load=0.5, ratio=10.0 failed: .*singular"):
+        theory.mean_field("jiq-threshold", 0.5, 10.0, z=5)
 
 
 def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch):
@@ -204,6 +231,6 @@ def test_host_side_solves_are_kept_and_each_caller_gets_a_copy(monkeypatch):
     again = theory.mean_field("jiq-threshold", 0.7, 2, z=1)  # the same point
     assert len(calls) == 1
     np.testing.assert_array_equal(again.tail, solved)
-    theory.mean_field("jiq-threshold", 0.7, 2.0, z=1, levels=6)
+    theory.mean_field("jiq-threshold", 0.7, 2.0, z=1, levels=14)
     assert len(calls) == 2
     dispatch._per_server.cache_clear()

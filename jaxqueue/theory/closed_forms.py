@@ -115,6 +115,15 @@ def _need_ratio(pol: Policy, ratio):
 # ---------------------------------------------------------------------------
 
 
+def _in_domain(family: str, load, ratio):
+    """Where the closed form applies: ``0 < lambda < 1`` (and ``0 < r < inf`` for the
+    JIQ family); elsewhere the array functions give NaN, as :func:`solve_p0` does."""
+    ok = (load > 0) & (load < 1)
+    if family == "jiq-pod":
+        ok = ok & (ratio > 0) & jnp.isfinite(ratio)
+    return ok
+
+
 def _tail(family: str, d: int, load, ratio, count: int):
     """``s_0 .. s_{count-1}`` of a closed-form family (``ratio`` used by ``jiq-pod`` only)."""
     if family == "jiq-pod":
@@ -123,33 +132,35 @@ def _tail(family: str, d: int, load, ratio, count: int):
     else:
         (load,) = _as_float_arrays(load)
         log_p0 = jnp.zeros_like(load)
+    ok = _in_domain(family, load, ratio)[..., None]
     if family == "jsq":
         i = jnp.arange(count)
-        return jnp.where(i == 0, 1.0, jnp.where(i == 1, load[..., None], 0.0))
+        s = jnp.where(i == 0, 1.0, jnp.where(i == 1, load[..., None], 0.0))
+        return jnp.where(ok, s, jnp.nan)
     e_lam, e_p0 = _exponents(d, count)
     log_s = jnp.log(load)[..., None] * e_lam + jnp.where(e_p0 > 0, log_p0[..., None] * e_p0, 0.0)
-    return jnp.exp(log_s)
+    return jnp.where(ok, jnp.exp(log_s), jnp.nan)
 
 
 def _mean_response_time(family: str, d: int, load, ratio):
     """``T = sum_{i>=1} s_i / lambda`` of a closed-form family."""
-    if family == "jsq":
-        (load,) = _as_float_arrays(load)
-        return jnp.ones_like(load)
     if family == "jiq-pod":
         load, ratio = _as_float_arrays(load, ratio)
         p0 = solve_p0(load, ratio, d).p0
     else:
         (load,) = _as_float_arrays(load)
         p0 = jnp.ones_like(load)
+    ok = _in_domain(family, load, ratio)
+    if family == "jsq":
+        return jnp.where(ok, 1.0, jnp.nan)
     if d == 1:  # geometric: 1 / (1 - lambda p0), 1 - lambda p0 = (1 - lambda) + lambda (1 - p0)
-        return 1.0 / ((1.0 - load) + load * (1.0 - p0))
+        return jnp.where(ok, 1.0 / ((1.0 - load) + load * (1.0 - p0)), jnp.nan)
     e_lam, e_p0 = _exponents(d, _terms_for(d))
     # s_i / lambda for i >= 1
     log_terms = jnp.log(load)[..., None] * (e_lam[1:] - 1.0) + jnp.where(
         e_p0[1:] > 0, jnp.log(p0)[..., None] * e_p0[1:], 0.0
     )
-    return jnp.sum(jnp.exp(log_terms), axis=-1)
+    return jnp.where(ok, jnp.sum(jnp.exp(log_terms), axis=-1), jnp.nan)
 
 
 def tail(policy, load, ratio=None, *, d: int | None = None, levels: int = 32):
@@ -172,7 +183,10 @@ def tail(policy, load, ratio=None, *, d: int | None = None, levels: int = 32):
             simulator's ``levels``.
 
     Returns:
-        ``[..., levels + 1]`` array over the broadcast shape of ``load`` and ``ratio``.
+        ``[..., levels + 1]`` array over the broadcast shape of ``load`` and
+        ``ratio``; NaN where ``load`` is outside ``(0, 1)`` or ``ratio`` not
+        positive and finite (as :func:`~jaxqueue.theory.p0.solve_p0`: points
+        of a grid, inside ``jit`` and ``vmap`` too, fail one by one).
 
     Raises:
         ValueError: for a policy without a closed form or an option it does not take.
@@ -200,7 +214,8 @@ def mean_response_time(policy, load, ratio=None, *, d: int | None = None):
         d: probes, for the policies that take ``d`` (default: the policy's own).
 
     Returns:
-        Array of the broadcast shape of ``load`` and ``ratio``.
+        Array of the broadcast shape of ``load`` and ``ratio``; NaN where
+        ``load`` is outside ``(0, 1)`` or ``ratio`` not positive and finite.
 
     Raises:
         ValueError: for a policy without a closed form or an option it does not take.

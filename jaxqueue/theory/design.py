@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxqueue.core.status import Status
+from jaxqueue.core.system import is_real, check_int
 from jaxqueue.theory.closed_forms import _mean_response_time, _need_ratio, closed_form_of
 
 __all__ = ["MaxLoadResult", "max_load_for_target"]
@@ -100,9 +101,9 @@ def max_load_for_target(
     Args:
         policy: a policy name or Policy with a closed form (``random``, ``pod``,
             ``jsq``, ``jiq``, ``jiq-pod``).
-        target: the target mean response time, in mean service times (> 1 to
-            be feasible).
-        ratio: ``r`` (JIQ family).
+        target: the target mean response time, in mean service times (> 0;
+            at most 1 is ``INFEASIBLE``, ``inf`` ``UNBOUNDED``).
+        ratio: ``r`` (JIQ family), ``0 < r < inf``.
         d: probes, for the policies that take ``d`` (default: the policy's own,
             2 for ``pod`` and ``jiq-pod``).
         tol: tolerance on ``|log T - log target|``.
@@ -113,16 +114,26 @@ def max_load_for_target(
 
     Raises:
         ValueError: for a policy without a closed form, an option it does not
-            take, or a missing ratio.
+            take, a missing ratio, or a ``target``, ``ratio``, ``tol`` or
+            ``max_steps`` out of range (named, with the range).
     """
     pol, (family, d) = closed_form_of(policy, d)
+    if not is_real(target) or not float(target) > 0:
+        raise ValueError(f"target={target!r} is out of range: need a mean response time > 0 "
+                         "(in mean service times; above 1 to be feasible)")  # fmt: skip
     target = float(target)
     if family == "jiq-pod":
         _need_ratio(pol, ratio)
+        if not is_real(ratio) or not 0 < float(ratio) < math.inf:
+            raise ValueError(f"ratio={ratio!r} is out of range: need 0 < ratio < inf")
+        ratio = float(ratio)
+    if not (is_real(tol) and 0 < float(tol) < 1):
+        raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
+    max_steps = check_int("max_steps", max_steps, 1, 100_000)
     if not target > 1.0:
         return MaxLoadResult(0.0, 1.0, Status.INFEASIBLE, 0)
-    if family == "jsq":
-        return MaxLoadResult(1.0, 1.0, Status.UNBOUNDED, 0)
+    if family == "jsq" or math.isinf(target):
+        return MaxLoadResult(1.0, 1.0 if family == "jsq" else math.inf, Status.UNBOUNDED, 0)
     with jax.enable_x64(True):
         lam, t, steps, res = _max_load_impl(
             jnp.float64(target),

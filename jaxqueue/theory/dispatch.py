@@ -17,14 +17,14 @@ import math
 import numbers
 
 from jaxqueue.core.service import as_law
-from jaxqueue.core.system import check_int, check_load
+from jaxqueue.core.system import as_int, check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.theory import meanfield, tagged_server, threshold
 from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
-from jaxqueue.theory.result import MeanFieldResult
+from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult
 
-__all__ = ["mean_field"]
+__all__ = ["mean_field", "TRUNCATION_LIMIT"]
 
 _MAX_LEVELS = 10**6
 
@@ -88,9 +88,13 @@ def mean_field(
         levels: the largest queue length represented: the arrays have
             ``levels + 1`` entries (as the simulator's ``levels``; equal to
             ``buffer`` for finite buffers). ``None``: closed forms take the
-            fewest with less than ``1e-15`` of tail mass left out, the generic
-            fixed point :data:`~jaxqueue.theory.meanfield.DEFAULT_LEVELS` (or
-            ``buffer``).
+            fewest with less than ``1e-15`` of tail mass left out, the fixed
+            points grow the count until less than ``1e-12`` is left at the
+            bound (periodic regimes ``1e-10``; or ``buffer``). A given
+            ``levels`` with infinite buffers that leaves more than
+            :data:`TRUNCATION_LIMIT` (``1e-6``) of the tail's mass at or past
+            the bound is refused (``ValueError``): the truncated model's
+            metrics would not be the infinite-buffer mean field's.
         with_quantiles: False skips the response-time quantiles (they are
             NaN where they need a root-finder); pass a list of such results to
             :func:`jaxqueue.theory.result.fill_quantiles` to compute them for
@@ -125,8 +129,8 @@ def mean_field(
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
-        ValueError: for unknown names, options the policy does not take, or
-            invalid arguments.
+        ValueError: for unknown names, options the policy does not take,
+            invalid arguments, or a ``levels`` too small (above).
         RuntimeError: if a solver fails (``p0``, or the generic fixed point).
 
     Example:
@@ -136,6 +140,22 @@ def mean_field(
         2.54
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
+    buffer, levels = as_int(buffer), as_int(levels)
+    result = _mean_field(pol, load, ratio, buffer, levels, with_quantiles, service, pools,
+                         arrivals, window)  # fmt: skip
+    left_out = result.tail_remainder
+    if buffer is None and levels is not None and not left_out <= TRUNCATION_LIMIT:
+        raise ValueError(
+            f"levels={levels} is too small for the mean field of {pol.label()} at load={load}: "
+            f"{left_out:.3g} of the tail's mass lies at or past the bound (at most "
+            f"{TRUNCATION_LIMIT:g} may); omit levels for the adaptive count, or pass more"
+        )
+    return result
+
+
+def _mean_field(pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals,
+                window) -> MeanFieldResult:
+    """:func:`mean_field` of a built policy, before the check of a given ``levels``."""
     law = as_law(service)
     if arrivals is not None:
         return _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels,

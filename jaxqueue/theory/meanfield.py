@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -72,9 +73,10 @@ from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "limit_system", "drift",
-    "drift_from_rates", "rates", "arrival_law", "kinked", "sliding", "ode_drift", "fixed_point",
-    "transient", "as_result", "iqueue_gap",
+    "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "LEVEL_TOL", "MAX_AUTO_LEVELS",
+    "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
+    "ode_drift", "fixed_point", "transient", "as_result", "iqueue_gap", "round8", "grown_levels",
+    "extend_levels",
 ]  # fmt: skip
 
 
@@ -525,8 +527,46 @@ class FixedPoint(NamedTuple):
     truncated: tuple
 
 
-#: ``levels`` of the generic mean field with infinite buffers unless given.
+#: The first ``levels`` of the generic mean field's adaptive count (infinite buffers).
 DEFAULT_LEVELS = 40
+#: Default tail mass at the bound below which the adaptive level count stops growing.
+LEVEL_TOL = 1e-12
+#: Most levels the adaptive count of the exponential fixed point grows to.
+MAX_AUTO_LEVELS = 2048
+
+
+def round8(n: float) -> int:
+    """``n`` rounded up to a multiple of 8 (level counts share compiled shapes)."""
+    return int(8 * math.ceil(n / 8))
+
+
+def grown_levels(tail: np.ndarray, L: int, level_tol: float) -> int:
+    """More levels for a solved tail ``s_0..s_L`` whose mass at the bound passes
+    ``level_tol``, from its decay near (not at) the bound."""
+    hi, lo = max(1, L - 4), max(1, L - 12)
+    eta = (tail[hi] / tail[lo]) ** (1.0 / (hi - lo)) if tail[lo] > 0 and hi > lo else 0.0
+    if not 0.0 < eta < 1.0:
+        return 2 * L
+    more = math.log(level_tol / max(tail[L], 1e-300)) / math.log(eta)
+    return round8(L + max(8.0, 1.25 * more + 8))
+
+
+def extend_levels(x, L_old: int, L_new: int, P: int, J: int) -> np.ndarray:
+    """A state ``[x[1..L_old, :P].ravel(), Q_1..Q_J]`` at ``L_old`` levels (by
+    class, ``P`` classes; ``P = 1`` is the tails ``s_1..s_L``) extended to
+    ``L_new`` levels by its geometric tail decay: the start of a solve with more levels."""
+    X = np.asarray(x[: L_old * P]).reshape(L_old, P)
+    q = np.asarray(x[L_old * P :])
+    base = max(1, L_old - 3)  # the last levels are distorted by the truncation
+    n = X.sum(axis=1)
+    lo = max(0, base - 1 - 4)
+    eta = (n[base - 1] / n[lo]) ** (1.0 / (base - 1 - lo)) if n[lo] > 0 and base - 1 > lo else 0.5
+    eta = min(max(eta, 0.0), 0.999)
+    out = np.zeros((L_new, P))
+    out[:base] = X[:base]
+    k = np.arange(base, L_new) - (base - 1)
+    out[base:] = X[base - 1][None, :] * (eta ** k)[:, None]
+    return np.concatenate([out.reshape(-1), q[:J]])
 
 
 def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
@@ -551,8 +591,17 @@ def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
 def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
                 buffer: int | None = None, levels: int | None = None,
                 iqueue_levels: int | None = None, tol: float = 1e-12, warmup_time: float = 50.0,
-                dt: float = 0.1, max_newton: int = 50, start=None) -> FixedPoint:  # fmt: skip
+                dt: float = 0.1, max_newton: int = 50, start=None,
+                level_tol: float = LEVEL_TOL) -> FixedPoint:  # fmt: skip
     """Fixed point of the generic mean field (float64: x64 is switched on for the call).
+
+    With infinite buffers and ``levels`` left to it, the level count is
+    adaptive: from :data:`DEFAULT_LEVELS`, grown (the solution extended by
+    its tail's decay as Newton's start) until the mass at the bound
+    ``s_levels`` is at most ``level_tol``, up to :data:`MAX_AUTO_LEVELS`
+    (past that a warning, and ``truncated`` says what is left out). Heavy
+    loads need hundreds of levels: JIQ-SQ(2) at ``lambda = 0.99``, ``r = 1``
+    about 2000.
 
     Args:
         policy: name or Policy (options via ``d``).
@@ -560,23 +609,52 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
         ratio: ``r = N / M`` for the JIQ family; None (or inf) for one dispatcher.
         buffer: places per server, or None (then ``levels`` bounds the tail).
         levels: the largest queue length represented (tails ``s_0..s_levels``);
-            default :data:`DEFAULT_LEVELS`, or ``buffer`` (which it must equal
-            for finite buffers).
+            default adaptive (above), or ``buffer`` (which it must equal for
+            finite buffers). A given ``levels`` with infinite buffers solves
+            the truncated model: arrivals to a server at the bound are left
+            out, and ``truncated`` holds the mass there.
         iqueue_levels: the largest I-queue size represented (default
             ``max(30, 4 r + 10)``); the mass at both bounds is reported.
         tol: residual at which Newton stops.
         warmup_time, dt: the ODE run (RK4) that gives Newton its start.
         start: ``[s_1..s_L, Q_1..Q_J]`` to start Newton from instead of the
-            ODE run (e.g. a closed form's fixed point); its length must match.
+            ODE run (e.g. a closed form's fixed point); its length must match
+            ``levels`` (:data:`DEFAULT_LEVELS` with infinite buffers unless
+            given: no adaptive count then) plus ``iqueue_levels``.
+        level_tol: the adaptive level count's target mass at the bound.
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
     """
+    adaptive = levels is None and buffer is None and start is None
     pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     dim = system.levels + system.iqueue_levels
     if start is not None and np.shape(start) != (dim,):
         raise ValueError(f"start must have shape ({dim},) (levels + iqueue_levels), "
                          f"got {np.shape(start)}")  # fmt: skip
+    while True:
+        fp = _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
+        if start is not None and adaptive and fp.status != Status.CONVERGED:  # the extension failed
+            fp = _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, None)
+        L = system.levels
+        if not adaptive or fp.status != Status.CONVERGED or fp.tail[L] <= level_tol:
+            return fp
+        grown = min(grown_levels(fp.tail, L, level_tol), MAX_AUTO_LEVELS)
+        if grown <= L:
+            warnings.warn(
+                f"meanfield.fixed_point: the tail mass at levels={L} is {fp.tail[L]:.3g} > "
+                f"level_tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
+                f"{MAX_AUTO_LEVELS}; pass levels to choose", stacklevel=2,
+            )  # fmt: skip
+            return fp
+        x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
+        start = extend_levels(x, L, grown, 1, system.iqueue_levels)
+        pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
+
+
+def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start) -> FixedPoint:
+    """The fixed point on ``system``'s bounds: Newton from ``start`` or from an ODE run."""
+    buffer = system.buffer
     with jax.enable_x64(True):
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)

@@ -139,7 +139,8 @@ from jaxqueue.results.response import (
     ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
 )  # fmt: skip
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.meanfield import DEFAULT_LEVELS, Rates, _policy_and_system
+from jaxqueue.theory.meanfield import (DEFAULT_LEVELS, LEVEL_TOL, Rates, _policy_and_system,
+                                       extend_levels, grown_levels, round8)
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
@@ -150,8 +151,6 @@ __all__ = [
 
 #: Most state coordinates ``levels * phases`` the adaptive level count grows to.
 MAX_STATE = 2048
-#: Default tail mass at the bound below which the adaptive level count stops growing.
-LEVEL_TOL = 1e-12
 _MAX_LEVELS = 10**6
 #: Levels holding less mass than this choose the phase of their server from the in-service mix.
 _TINY = 1e-100
@@ -745,16 +744,12 @@ def mph1_tail_decay(load: float, law: PhaseType) -> float:
     return load / (load + theta)
 
 
-def _round8(n: int) -> int:
-    return int(8 * math.ceil(n / 8))
-
-
 def _initial_levels(pol: Policy, lam: float, classes: ServerClasses, level_tol: float) -> int:
     """The first level count of the adaptive search (infinite buffers)."""
     if _random_only(pol):  # Random: M/PH/1 queues (one per pool)
         eta = max(mph1_tail_decay(lam, lw) for lw in classes.laws)
         need = math.log(level_tol) / math.log(eta) + 16 if 0 < eta < 1 else DEFAULT_LEVELS
-        return max(DEFAULT_LEVELS, _round8(need))
+        return max(DEFAULT_LEVELS, round8(need))
     return DEFAULT_LEVELS
 
 
@@ -769,32 +764,6 @@ def _empty_start(L: int, P: int, system: System, ratio) -> np.ndarray:
         if whole < J:
             x[L * P + whole] = r - int(r)
     return x
-
-
-def _extend(x, L_old: int, L_new: int, P: int, J: int) -> np.ndarray:
-    """A solution at ``L_old`` levels extended to ``L_new`` by its geometric tail decay."""
-    X = np.asarray(x[: L_old * P]).reshape(L_old, P)
-    q = np.asarray(x[L_old * P :])
-    base = max(1, L_old - 3)  # the last levels are distorted by the truncation
-    n = X.sum(axis=1)
-    lo = max(0, base - 1 - 4)
-    eta = (n[base - 1] / n[lo]) ** (1.0 / (base - 1 - lo)) if n[lo] > 0 and base - 1 > lo else 0.5
-    eta = min(max(eta, 0.0), 0.999)
-    out = np.zeros((L_new, P))
-    out[:base] = X[:base]
-    k = np.arange(base, L_new) - (base - 1)
-    out[base:] = X[base - 1][None, :] * (eta ** k)[:, None]
-    return np.concatenate([out.reshape(-1), q[:J]])
-
-
-def _grown_levels(tail: np.ndarray, L: int, level_tol: float) -> int:
-    """More levels, from the decay of the solved tail near (not at) the bound."""
-    hi, lo = max(1, L - 4), max(1, L - 12)
-    eta = (tail[hi] / tail[lo]) ** (1.0 / (hi - lo)) if tail[lo] > 0 and hi > lo else 0.0
-    if not 0.0 < eta < 1.0:
-        return 2 * L
-    more = math.log(level_tol / max(tail[L], 1e-300)) / math.log(eta)
-    return _round8(L + max(8.0, 1.25 * more + 8))
 
 
 # -- solving ------------------------------------------------------------------
@@ -967,7 +936,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
             tail = tail_of(X)
             if not adaptive or status is not Status.CONVERGED or tail[L] <= level_tol:
                 break
-            grown = min(_grown_levels(tail, L, level_tol), MAX_STATE // P)
+            grown = min(grown_levels(tail, L, level_tol), MAX_STATE // P)
             if grown <= L:
                 warnings.warn(
                     f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
@@ -975,7 +944,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
                     f"coordinates ({P} classes); pass levels to choose", stacklevel=2,
                 )  # fmt: skip
                 break
-            start = _extend(np.asarray(x), L, grown, P, system.iqueue_levels)
+            start = extend_levels(np.asarray(x), L, grown, P, system.iqueue_levels)
             pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
         q = np.asarray(x[L * P :], np.float64)
         seen = _seen_on_level(np.asarray(x, np.float64), lam64, r64, lawa, pol, system)

@@ -88,11 +88,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.core.status import Status
-from jaxqueue.core.system import MAX_SERVERS, System, check_int, check_load
+from jaxqueue.core.system import MAX_SERVERS, System, as_int, check_int, check_load
 from jaxqueue.policies import Policy, make
 from jaxqueue.results.estimates import json_number
 from jaxqueue.theory import meanfield
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult, build
 
 __all__ = [
     "RefinedMeanField", "RefinedGrid", "Corrections", "GRID_METRICS", "refined_mean_field",
@@ -553,6 +553,8 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
         >>> rf.refined.mean_response_time > rf.mean_field.mean_response_time
         True
     """
+    buffer, n_servers, levels, iqueue_levels = (as_int(v) for v in (buffer, n_servers, levels,
+                                                                     iqueue_levels))  # fmt: skip
     pol, system, lam, r, _ = _setup(policy, load, ratio, d, buffer, n_servers, levels,
                                     iqueue_levels)  # fmt: skip
     fsys = _finite_system(pol, system, n_servers, r, buffer)
@@ -566,6 +568,12 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
                                iqueue_levels=system.iqueue_levels or None, start=start)  # fmt: skip
     converged = fp.status == Status.CONVERGED
+    if converged and buffer is None and fp.truncated[0] > TRUNCATION_LIMIT:
+        raise ValueError(
+            f"levels={system.levels} is too small for the refined mean field of {pol.label()} "
+            f"at load={lam}: the mean field leaves {fp.truncated[0]:.3g} of its tail at the "
+            f"bound (at most {TRUNCATION_LIMIT:g} may); pass more levels"
+        )
     mf = meanfield.as_result(fp, pol, lam, ratio, buffer=buffer) if converged else None
     if kink is not None:  # whether or not Newton converged there
         return RefinedMeanField(mf, None, None, n_servers, Status.NOT_DIFFERENTIABLE, reason=kink)

@@ -21,11 +21,17 @@ from typing import ClassVar
 import numpy as np
 
 from jaxqueue.core.status import Status
+from jaxqueue.core.versions import versions
 from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.policies import Policy
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["MeanFieldResult", "build", "per_server_result", "fill_quantiles"]
+__all__ = ["MeanFieldResult", "build", "per_server_result", "fill_quantiles", "TRUNCATION_LIMIT"]
+
+#: Most tail mass a mean field with infinite buffers may leave at or past its
+#: bound when ``levels`` is given: more is refused (the truncated model's
+#: metrics are not the mean field's); the automatic counts leave far less.
+TRUNCATION_LIMIT = 1e-6
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,7 +52,8 @@ class MeanFieldResult(Result):
         (``None``: not given; unused by policies without I-queues); d: the
         effective probe count (1 for random, jsq, jiq and i1f); buffer: places
         per server or ``None``; levels: the largest queue length represented,
-        ``len(tail) - 1``.
+        ``len(tail) - 1``; versions: of jaxqueue, JAX, jaxlib, NumPy and
+        Python (:func:`jaxqueue.core.versions.versions`).
 
     Diagnostics (also readable as attributes, e.g. ``mf.status``):
         status: a :class:`~jaxqueue.core.status.Status` (``CONVERGED`` for a
@@ -118,6 +125,7 @@ def build(
         "d": int(d),
         "buffer": buffer,
         "levels": int(tail.size - 1),
+        "versions": versions(),
     }
     diagnostics = {
         "status": Status(status),

@@ -84,8 +84,10 @@ MAX_ENTRIES = 2.5e8
 #: sizes the next one, or shows that the limit cannot be met).
 _FIRST_STATES = 150
 #: The coarse chain's law, extrapolated to the limit, above which the solve is
-#: refused at once (the extrapolation overestimates: 1e4 times BUSY_ACCEPT).
-_HOPELESS = 1e-4
+#: refused at once: 100 times BUSY_ACCEPT, as the extrapolation overestimates
+#: (by 2 to 4 times over 6 members, up to 65 times over 18, in the solves of
+#: ``benchmarks/threshold_solve.py``).
+_HOPELESS = 1e-6
 
 
 class _Chain:
@@ -313,7 +315,19 @@ def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | No
     lam = float(load)
     if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
         raise ValueError(f"ratio={ratio!r} is out of range: {policy.name!r} needs ratio > 0")
-    ratio, z = float(ratio), int(policy.z)
+    try:
+        return _solve(policy, lam, float(ratio), levels, with_quantiles)
+    except np.linalg.LinAlgError as err:  # Newton led the chain where it has no stationary law
+        raise RuntimeError(
+            f"the JIQ-Threshold mean field with z={policy.z} at load={lam}, ratio={ratio} "
+            f"failed: Newton's method met a singular system ({err}); its composition chain "
+            "has no fixed point within the busy members it can hold; use a smaller z or ratio"
+        ) from None
+
+
+def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> MeanFieldResult:
+    """:func:`jiq_threshold_mean_field` with its arguments checked."""
+    z = int(policy.z)
     size_max = max(24, int(4 * ratio) + 16)
     # start: JIQ-like p0, joins spread over the queue lengths a join can have
     x = np.array([0.5, lam * ratio]) if z == 0 else np.array([0.5] + [lam * ratio / z] * z)
