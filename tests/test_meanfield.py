@@ -118,6 +118,40 @@ def test_mean_field_with_a_buffer_is_the_generic_fixed_point():
         theory.mean_field("pod", 1.2)  # infinite buffers need load < 1
 
 
+def test_a_buffer_far_above_the_queues_costs_only_the_levels_they_reach():
+    """Pod(2) at load 0.5 with 10^4 places per server (the simulator takes up to 10^6):
+    the fixed point is solved on the levels the queues reach and is zero above them
+    (it took 159 s and, at 10^5 places, more memory than a machine has); T is the
+    infinite buffers' to 1e-12 and nothing is blocked."""
+    mf = theory.mean_field("pod", 0.5, buffer=10**4)
+    assert mf.levels == 10**4 and mf.buffer == 10**4 and mf.status is Status.CONVERGED
+    assert mf.blocking_probability == 0.0 and np.all(mf.tail[meanfield.DEFAULT_LEVELS + 1 :] == 0)
+    whole = theory.mean_field("pod", 0.5)
+    assert mf.mean_response_time == pytest.approx(whole.mean_response_time, rel=1e-12)
+    np.testing.assert_allclose(mf.tail[: whole.tail.size], whole.tail, rtol=1e-9, atol=1e-14)
+
+
+def test_overload_starts_full_and_a_buffer_too_large_to_fill_is_refused():
+    """Past capacity the queues fill the buffer (from empty, 500 time units at b = 100 and
+    load 1.2, where Newton used to give up): the ODE starts from the full system, and the
+    blocking leaves each server its capacity, 1 - 1/1.2. Above 4096 places the dense solve
+    is refused, naming the buffer; a simulation's automatic start then starts empty and
+    says why (nothing compiles)."""
+    mf = theory.mean_field("pod", 1.2, buffer=100)
+    assert mf.status is Status.CONVERGED and mf.levels == 100
+    assert mf.blocking_probability == pytest.approx(1 - 1 / 1.2, rel=1e-9)
+    assert mf.tail[1] == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="buffer=10000 is too large for the mean field at "
+                                         "load=1.2: at a load of 1 or more the queues fill it"):
+        theory.mean_field("pod", 1.2, buffer=10**4)
+    with pytest.raises(ValueError, match="buffer=10000 is out of range for the mean field by "
+                                         "class: .* 20000 coordinates"):
+        theory.mean_field("pod", 0.5, buffer=10**4, service="erlang:2")
+    with pytest.warns(jq.StartWarning, match=r"starts pod\(d=2\) empty: .*buffer=10000"):
+        p = jq.sim.runner.plan("pod", [1.2], 100, buffer=10**4, replicas=2, steps=512)
+    assert p.init == "empty"
+
+
 def test_policies_without_mean_field_fail_in_the_generic_path_too():
     with pytest.raises(NotImplementedError, match="no generic mean field.*composition"):
         meanfield.fixed_point("jiq-threshold", 0.9, 10.0)

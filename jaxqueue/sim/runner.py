@@ -119,10 +119,11 @@ class StartWarning(UserWarning):
 
 def _solvable_start(pol, loads, system) -> str:
     """``"mean-field"`` if the host-side mean field of a per-server policy (or
-    one with pools) solves at every load, else ``"empty"`` with a
-    :class:`StartWarning` that says why (JIQ-Threshold's solve is refused past
-    a size, for ``z >= 2`` at larger ratios; with pools, a load the mean field
-    does not cover). The solutions are cached for the start itself."""
+    one with pools, or a finite buffer) solves at every load, else ``"empty"``
+    with a :class:`StartWarning` that says why (JIQ-Threshold's solve is
+    refused past a size, for ``z >= 2`` at larger ratios; with pools, a load
+    the mean field does not cover; a buffer too large for the dense solve of
+    its overload). The solutions are cached for the start itself."""
     from jaxqueue.sim.initial import _mean_field
 
     try:
@@ -394,7 +395,7 @@ def plan(
             # mean field of queue lengths does not cover)
             has = has and not (system.pools is not None and pol.routes_by_speed)
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
-            if start == "mean-field" and (kind in PER_SERVER_MEAN_FIELDS
+            if start == "mean-field" and (kind in PER_SERVER_MEAN_FIELDS or buffer is not None
                                           or system.pools is not None):  # fmt: skip
                 start = _solvable_start(pol, loads, system)
         elif init == "mean-field" and system.pools is not None and pol.routes_by_speed:

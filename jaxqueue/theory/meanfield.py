@@ -74,6 +74,7 @@ from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
     "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "LEVEL_TOL", "MAX_AUTO_LEVELS",
+    "MAX_DENSE_LEVELS",
     "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
     "ode_drift", "fixed_point", "transient", "as_result", "iqueue_gap", "round8", "grown_levels",
     "extend_levels",
@@ -533,6 +534,10 @@ DEFAULT_LEVELS = 40
 LEVEL_TOL = 1e-12
 #: Most levels the adaptive count of the exponential fixed point grows to.
 MAX_AUTO_LEVELS = 2048
+#: Most levels of a finite buffer's fixed point where the queues fill it (dense
+#: Newton: a Jacobian of this order); below capacity only the levels the queues
+#: reach are solved, whatever the buffer.
+MAX_DENSE_LEVELS = 4096
 
 
 def round8(n: float) -> int:
@@ -601,7 +606,14 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
     ``s_levels`` is at most ``level_tol``, up to :data:`MAX_AUTO_LEVELS`
     (past that a warning, and ``truncated`` says what is left out). Heavy
     loads need hundreds of levels: JIQ-SQ(2) at ``lambda = 0.99``, ``r = 1``
-    about 2000.
+    takes 1168.
+
+    A finite ``buffer`` above :data:`DEFAULT_LEVELS` at a load below 1 is
+    solved the same way, on the levels its queues reach (at most the
+    buffer), and is zero above them (``truncated`` holds the at most
+    ``level_tol`` at the last level solved); where the queues fill more,
+    on all ``buffer`` levels, which must then be at most
+    :data:`MAX_DENSE_LEVELS` (a ``ValueError`` otherwise).
 
     Args:
         policy: name or Policy (options via ``d``).
@@ -616,7 +628,10 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
         iqueue_levels: the largest I-queue size represented (default
             ``max(30, 4 r + 10)``); the mass at both bounds is reported.
         tol: residual at which Newton stops.
-        warmup_time, dt: the ODE run (RK4) that gives Newton its start.
+        warmup_time, dt: the ODE run (RK4) that gives Newton its start: from
+            the empty system, or at a load of 1 or more with a buffer from the
+            full one (overload fills the buffer at ``load - 1`` tasks per unit
+            time: from empty, a buffer of 100 would take 500).
         start: ``[s_1..s_L, Q_1..Q_J]`` to start Newton from instead of the
             ODE run (e.g. a closed form's fixed point); its length must match
             ``levels`` (:data:`DEFAULT_LEVELS` with infinite buffers unless
@@ -626,30 +641,71 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
     """
+    if buffer is not None and start is None and buffer > DEFAULT_LEVELS:
+        check_int("buffer", buffer, 1, 10**6)
+        # a buffer far above the queues the load builds: the fixed point on the levels
+        # the queues reach (at most level_tol at their bound), zero above
+        if float(load) < 1.0:
+            pol, system = _policy_and_system(policy, ratio, d, None, None, iqueue_levels)
+            fp, system = _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time,
+                               dt, max_newton, level_tol, min(buffer, MAX_AUTO_LEVELS))  # fmt: skip
+            if fp.status == Status.CONVERGED and fp.tail[system.levels] <= level_tol:
+                return _padded(fp, buffer)
+        if buffer > MAX_DENSE_LEVELS:
+            why = ("at a load of 1 or more the queues fill it" if float(load) >= 1.0 else
+                   f"the queues reach past {min(buffer, MAX_AUTO_LEVELS)} places")  # fmt: skip
+            raise ValueError(
+                f"buffer={buffer} is too large for the mean field at load={load}: {why}, and a "
+                f"finite buffer's fixed point is solved on at most {MAX_DENSE_LEVELS} levels; "
+                f"give a buffer of at most {MAX_DENSE_LEVELS} (or simulate from init='empty')"
+            )
     adaptive = levels is None and buffer is None and start is None
     pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     dim = system.levels + system.iqueue_levels
     if start is not None and np.shape(start) != (dim,):
         raise ValueError(f"start must have shape ({dim},) (levels + iqueue_levels), "
                          f"got {np.shape(start)}")  # fmt: skip
+    if not adaptive:
+        return _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
+    fp, system = _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt,
+                       max_newton, level_tol, MAX_AUTO_LEVELS)  # fmt: skip
+    L = system.levels
+    if fp.status == Status.CONVERGED and fp.tail[L] > level_tol:
+        warnings.warn(
+            f"meanfield.fixed_point: the tail mass at levels={L} is {fp.tail[L]:.3g} > "
+            f"level_tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
+            f"{MAX_AUTO_LEVELS}; pass levels to choose", stacklevel=2,
+        )  # fmt: skip
+    return fp
+
+
+def _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt, max_newton,
+          level_tol, cap) -> tuple:  # fmt: skip
+    """The adaptive level count (infinite buffers): ``(fixed point, system)`` with at most
+    ``level_tol`` at the bound, or at ``cap`` levels with more (or not converged)."""
+    start = None
     while True:
         fp = _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
-        if start is not None and adaptive and fp.status != Status.CONVERGED:  # the extension failed
+        if start is not None and fp.status != Status.CONVERGED:  # the extension failed
             fp = _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, None)
         L = system.levels
-        if not adaptive or fp.status != Status.CONVERGED or fp.tail[L] <= level_tol:
-            return fp
-        grown = min(grown_levels(fp.tail, L, level_tol), MAX_AUTO_LEVELS)
+        if fp.status != Status.CONVERGED or fp.tail[L] <= level_tol:
+            return fp, system
+        grown = min(grown_levels(fp.tail, L, level_tol), cap)
         if grown <= L:
-            warnings.warn(
-                f"meanfield.fixed_point: the tail mass at levels={L} is {fp.tail[L]:.3g} > "
-                f"level_tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
-                f"{MAX_AUTO_LEVELS}; pass levels to choose", stacklevel=2,
-            )  # fmt: skip
-            return fp
+            return fp, system
         x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
         start = extend_levels(x, L, grown, 1, system.iqueue_levels)
-        pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
+        pol, system = _policy_and_system(pol, ratio, d, None, grown, iqueue_levels)
+
+
+def _padded(fp: FixedPoint, buffer: int) -> FixedPoint:
+    """A fixed point on ``L < buffer`` levels as the finite buffer's: zero above ``L``
+    (nothing is blocked; ``truncated`` keeps the at most ``level_tol`` at ``L``)."""
+    L = fp.tail.size - 1
+    pad = np.zeros(buffer - L)
+    rates = fp.rates._replace(level=np.concatenate([fp.rates.level, pad]))
+    return fp._replace(tail=np.concatenate([fp.tail, pad]), rates=rates)
 
 
 def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start) -> FixedPoint:
@@ -659,7 +715,10 @@ def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)
         if start is None:
-            x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
+            if buffer is not None and float(load) >= 1.0:  # every place taken, none listed
+                x0 = jnp.asarray(np.r_[np.ones(system.levels), np.zeros(system.iqueue_levels)])
+            else:
+                x0 = jnp.asarray(_empty_start(system, ratio or 1.0), jnp.float64)
             steps = int(math.ceil(warmup_time / dt))
             x = _rk4_end(x0, lam, r, jnp.float64(dt), steps, pol, system)
             x0_run = x

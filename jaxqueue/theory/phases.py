@@ -131,7 +131,7 @@ import numpy as np
 
 from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.status import Status
-from jaxqueue.core.system import System, check_int
+from jaxqueue.core.system import System, check_int, is_real
 from jaxqueue.policies import Policy, available, make, policy_class
 from jaxqueue.theory import meanfield
 from jaxqueue.results.pools import pool_metrics, result_fields
@@ -139,8 +139,8 @@ from jaxqueue.results.response import (
     ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
 )  # fmt: skip
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.meanfield import (DEFAULT_LEVELS, LEVEL_TOL, Rates, _policy_and_system,
-                                       extend_levels, grown_levels, round8)
+from jaxqueue.theory.meanfield import (DEFAULT_LEVELS, LEVEL_TOL, MAX_DENSE_LEVELS, Rates,
+                                       _policy_and_system, extend_levels, grown_levels, round8)
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
@@ -666,14 +666,20 @@ def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
             f"no mean field for {pol.name!r} with pools of different mean service times: it "
             "routes by expected wait, which the mean field of queue lengths does not cover"
         )
-    try:
-        lam = float(load)
-    except (TypeError, ValueError):
-        raise TypeError(f"load must be a number, got {load!r}") from None
+    if not is_real(load):
+        raise TypeError(f"load must be a real number, got {load!r}")
+    lam = float(load)
     if not (math.isfinite(lam) and 0.0 < lam <= 1e6):
         raise ValueError(f"load={load!r} is out of range: need 0 < load <= 1e6")
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
+        if buffer * classes.n_classes > MAX_DENSE_LEVELS:
+            raise ValueError(
+                f"buffer={buffer} is out of range for the mean field by class: its state has "
+                f"buffer x classes = {buffer * classes.n_classes} coordinates, solved densely "
+                f"up to {MAX_DENSE_LEVELS}; need buffer <= {MAX_DENSE_LEVELS // classes.n_classes}"
+                " (or simulate from init='empty')"
+            )
     if levels is not None:
         check_int("levels", levels, 1, _MAX_LEVELS)
     if buffer is None and lam >= classes.capacity:  # capacity sum_i f_i / mean_i (one law: 1 / mean)
