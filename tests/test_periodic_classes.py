@@ -60,6 +60,7 @@ def test_random_with_a_service_law_is_the_periodic_mph1_queue():
     assert mf.settings["arrivals"]["kind"] == "profile"
 
 
+@pytest.mark.slow
 def test_random_with_pools_is_each_pools_periodic_queue():
     """Random with a quarter of the servers twice as fast: each pool's servers
     are M_t/M/1 queues at their speed, each sent lambda(t). Every pool metric
@@ -222,6 +223,7 @@ theory = "mean-field"
 """
 
 
+@pytest.mark.slow
 def test_a_grid_gives_a_profile_point_with_a_service_law_its_mean_field(tmp_path):
     """A grid point with a profile and server pools gets the mean field by
     class over its own simulation's window; jsew's, which routes by the
