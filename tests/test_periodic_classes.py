@@ -171,7 +171,7 @@ def test_refusals_name_the_reason():
 
 # -- the simulator at large N over its own measured window --------------------------------
 
-N, LOAD = 10_000, 0.8
+N, LOAD = 5_000, 0.8
 #: JIQ with Erlang-2 service and a fifth of the servers 1.5 times as fast: phases,
 #: pools and I-queues at once. The capacity is 1.1, and the peak 1.12 passes it.
 SETTING = {"service": "erlang:2", "pools": "0.2:1.5,0.8:1"}
@@ -181,7 +181,7 @@ FAMILY = 5 + 6
 
 @pytest.mark.slow
 def test_simulation_at_large_n_matches_over_its_window():
-    """N = 10^4, r = 5 at load 0.8 under DAY, 5.5 periods measured after 4 of
+    """N = 5000, r = 5 at load 0.8 under DAY, 5.5 periods measured after 4 of
     warm-up from the constant-load mean field (the period map contracts by
     about 0.3 a period), the mean field averaged over the simulation's own
     window; the finite-N allowance is 10 / N of the value, as for the other

@@ -116,9 +116,10 @@ def test_second_order_term_is_the_hessian_contraction():
 @slow
 @pytest.mark.parametrize("buffer", [None, 3])
 def test_random_has_no_correction(buffer):
-    """Random routing: independent M/M/1 queues, E[s_k] = lambda**k at every N."""
+    """Random routing: independent M/M/1 queues, E[s_k] = lambda**k at every N (28 levels
+    leave 0.6**28 = 6e-7 of the tail out; fewer are refused)."""
     rf = theory.refined_mean_field("random", 0.6 if buffer is None else 1.3, buffer=buffer,
-                                   n_servers=10, levels=None if buffer else 12)  # fmt: skip
+                                   n_servers=10, levels=None if buffer else 28)  # fmt: skip
     assert rf.status is Status.CONVERGED
     for name in ("tail", "mean_response_time", "waiting_probability", "blocking_probability"):
         assert np.all(np.abs(rf.correction[name]) < 1e-12), name
@@ -136,14 +137,30 @@ def test_random_has_no_correction(buffer):
      pytest.param("jiq", None, 5.0, None, 0.9, 5, marks=slow)],  # fmt: skip
 )
 def test_jsq_like_routing_has_no_refined_value(name, d, ratio, buffer, load, n):
+    # 6 levels hold the JSQ-like tails of one dispatcher; JIQ's at r = 5 needs the adaptive count
     rf = theory.refined_mean_field(name, load, ratio, d=d, buffer=buffer, n_servers=n,
-                                   levels=buffer or 6)  # fmt: skip
+                                   levels=buffer or (6 if ratio is None else None))  # fmt: skip
     assert rf.status is Status.NOT_DIFFERENTIABLE
     assert rf.reason and "JSQ-like" in rf.reason
     assert rf.correction is None and rf.refined is None
     # the mean field itself is still reported, also with a finite buffer and load >= 1
     # (s_1 = 1 exactly, where the drift jumps: the sliding ODE settles on it)
     assert rf.mean_field is not None
+
+
+@slow
+def test_the_level_count_grows_where_the_tail_needs_it():
+    """JIQ-SQ(1) is JIQ; at r = 1 and lambda = 0.8 40 levels leave 2.4e-8 at the bound: the
+    refined mean field takes the fixed point's adaptive count (80), its mean field is JIQ's
+    closed form, and its correction JIQ's (the same drift)."""
+    rf = theory.refined_mean_field("jiq-sq", 0.8, 1.0, d=1, n_servers=100)
+    jiq = theory.refined_mean_field("jiq", 0.8, 1.0, n_servers=100)
+    assert rf.status is jiq.status is Status.CONVERGED
+    assert rf.mean_field.levels == theory.mean_field("jiq-sq", 0.8, 1.0, d=1).levels > 40
+    closed = theory.mean_field("jiq", 0.8, 1.0).mean_response_time
+    assert rf.mean_field.mean_response_time == pytest.approx(closed, rel=1e-12)
+    assert rf.correction["mean_response_time"] == pytest.approx(
+        jiq.correction["mean_response_time"], rel=1e-9)
 
 
 def test_bad_arguments_are_named_before_compiling():

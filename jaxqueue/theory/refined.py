@@ -535,8 +535,10 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
             the policy's own); ``1 <= d <= n_servers`` (``d = N`` is JSQ).
         buffer: places per server (``>= 1``), or ``None`` for infinite buffers.
         n_servers: ``N >= 1``; the refined values are at this ``N``.
-        levels: the largest queue length represented (default
-            :data:`meanfield.DEFAULT_LEVELS`, or ``buffer``).
+        levels: the largest queue length represented (default ``buffer``, or
+            :data:`meanfield.DEFAULT_LEVELS` grown by the fixed point's
+            adaptive count where the tail needs more); a given one that
+            leaves more than ``1e-6`` of the tail at the bound is refused.
         iqueue_levels: the largest I-queue size represented (default ``max(30, 4 r + 10)``).
 
     Returns:
@@ -568,6 +570,12 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
                                iqueue_levels=system.iqueue_levels or None, start=start)  # fmt: skip
     converged = fp.status == Status.CONVERGED
+    if converged and buffer is None and levels is None and fp.truncated[0] > meanfield.LEVEL_TOL:
+        # the load builds longer queues than the first level count holds: the adaptive one
+        fp = meanfield.fixed_point(pol, lam, r, iqueue_levels=system.iqueue_levels or None)
+        pol, system, lam, r, _ = _setup(pol, lam, ratio, d, buffer, n_servers,
+                                        fp.tail.size - 1, iqueue_levels)  # fmt: skip
+        converged = fp.status == Status.CONVERGED
     if converged and buffer is None and fp.truncated[0] > TRUNCATION_LIMIT:
         raise ValueError(
             f"levels={system.levels} is too small for the refined mean field of {pol.label()} "
