@@ -22,9 +22,9 @@ from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 
 
 __all__ = [
-    "System", "check_int", "as_int", "is_real", "check_load", "MAX_SEED", "heavy_traffic_load", "halfin_whitt_load",
-    "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate", "arrival_probability",
-    "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
+    "System", "check_int", "as_int", "is_real", "check_load", "heavy_traffic_load",
+    "halfin_whitt_load", "MAX_SEED", "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate",
+    "arrival_probability", "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
 ]  # fmt: skip
 
 #: Default warm-up of a run, in units of time at its (largest) load.

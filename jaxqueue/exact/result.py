@@ -59,7 +59,8 @@ class ExactResult(Result):
             ``n_dispatchers``, ``ratio``, ``load``, ``buffer``, ``levels``,
             ``queue_bound`` (``None`` for finite buffers), ``symmetry``,
             ``rule`` (the chain rule of :mod:`jaxqueue.exact.chain` solved),
-            ``versions`` (:func:`jaxqueue.core.versions.versions`), and ``service`` (the law's
+            ``versions`` (:func:`jaxqueue.core.versions.versions`), and
+            ``service`` (the law's
             :meth:`~jaxqueue.core.service.PhaseType.to_dict`) when a service
             law was given, and ``pools`` (a list of ``{"servers", "speed",
             "service"}``, ``service`` the pool's own law's ``to_dict()`` or

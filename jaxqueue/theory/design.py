@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxqueue.core.status import Status
-from jaxqueue.core.system import is_real, check_int
+from jaxqueue.core.system import check_int, is_real
 from jaxqueue.theory.closed_forms import _mean_response_time, _need_ratio, closed_form_of
 
 __all__ = ["MaxLoadResult", "max_load_for_target"]

@@ -74,8 +74,7 @@ from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
     "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "LEVEL_TOL", "MAX_AUTO_LEVELS",
-    "MAX_DENSE_LEVELS",
-    "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
+    "MAX_DENSE_LEVELS", "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
     "ode_drift", "fixed_point", "transient", "as_result", "iqueue_gap", "round8", "grown_levels",
     "extend_levels",
 ]  # fmt: skip
