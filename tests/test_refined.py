@@ -29,6 +29,7 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.status import Status
+from jaxqueue.core.status import message as status_message
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import meanfield, refined
@@ -322,6 +323,19 @@ def test_grid_matches_one_point():
                 rf.correction[name], rel=1e-7, abs=1e-10)
             assert grid.refined[name][i, j, 0] == pytest.approx(
                 getattr(rf.refined, name), rel=1e-8, abs=1e-10)
+
+
+def test_a_grid_marks_the_points_whose_tail_its_level_bound_cuts():
+    """Pod(2) with 5 levels: at load 0.5 they leave 0.5**31 = 5e-10 out, at 0.95
+    0.95**31 = 0.2: that point is TRUNCATED, with no mean field or refined value."""
+    grid = refined.refined_grid("pod", np.array([0.5, 0.95]), None, (100,), levels=5)
+    assert Status(int(grid.status[0, 0, 0])) is Status.CONVERGED
+    assert Status(int(grid.status[1, 0, 0])) is Status.TRUNCATED
+    assert np.isnan(grid.mean_field["mean_response_time"][1, 0])
+    assert np.isnan(grid.refined["mean_response_time"][1, 0, 0])
+    assert grid.mean_field["mean_response_time"][0, 0] == pytest.approx(
+        float(theory.mean_response_time("pod", 0.5)), rel=1e-6)
+    assert "give more levels" in status_message(Status.TRUNCATED)
 
 
 SIM_LOAD, SIM_SIZES, SIM_EVENTS = 0.8, (50, 100, 200, 1000), 2e5  # N * time units

@@ -29,6 +29,8 @@ class Status(enum.IntEnum):
     UNBOUNDED = 5
     #: the drift is not differentiable at the fixed point (refined mean field)
     NOT_DIFFERENTIABLE = 6
+    #: the level bound leaves more of the tail out than a result may (a grid's shared bound)
+    TRUNCATED = 7
 
 
 _MESSAGES = {
@@ -39,6 +41,7 @@ _MESSAGES = {
     Status.INFEASIBLE: "infeasible: no point meets the target",
     Status.UNBOUNDED: "every point of the domain meets the target",
     Status.NOT_DIFFERENTIABLE: "the drift is not differentiable at the fixed point",
+    Status.TRUNCATED: "the level bound leaves more than 1e-6 of the tail out: give more levels",
 }
 
 

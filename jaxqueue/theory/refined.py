@@ -668,7 +668,10 @@ class RefinedGrid(NamedTuple):
             (NaN where ``status`` is not ``CONVERGED``).
         status: ``[A, B, K]`` :class:`~jaxqueue.core.status.Status` codes:
             ``NOT_DIFFERENTIABLE`` where the policy routes JSQ-like at that
-            ``(r, N)``, else the fixed point's status, or ``NON_FINITE``.
+            ``(r, N)``; ``TRUNCATED`` where, with infinite buffers, the shared
+            level bound leaves more than ``1e-6`` of the tail at it (the
+            point's mean field is NaN too: give more ``levels``); else the
+            fixed point's status, or ``NON_FINITE``.
         tail: ``[A, B, L + 1]`` the mean-field tails; tail_correction: their
             ``1 / N`` coefficients.
         newton_iterations: ``[A, B]`` Newton steps of the fixed point.
@@ -800,7 +803,7 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
         d, buffer: as for :func:`refined_mean_field`.
         levels, iqueue_levels: the truncation, shared by every point (default
             :data:`meanfield.DEFAULT_LEVELS` or ``buffer``; ``max(30, 4 r + 10)``
-            at the largest ``r``).
+            at the largest ``r``); a point whose tail it cuts is ``TRUNCATED``.
         tol: residual at which Newton stops; max_newton: its step limit.
         chunk: points per vmapped batch (``>= 1``).
 
@@ -860,6 +863,11 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
     if limit_kink:
         status[:] = int(Status.NOT_DIFFERENTIABLE)
     status[:, kinks] = int(Status.NOT_DIFFERENTIABLE)
+    if buffer is None:  # the shared bound cuts these points' tails: no mean field there either
+        cut = tail[..., -1] > TRUNCATION_LIMIT  # [A, B]
+        status[cut] = int(Status.TRUNCATED)
+        mf = {k: np.where(cut.reshape(cut.shape + (1,) * (v.ndim - 2)), np.nan, v)
+              for k, v in mf.items()}  # fmt: skip
     good_any = np.any(status == int(Status.CONVERGED), axis=-1)
     n_arr = np.asarray(ns, np.float64)
     corr = {k: np.where(good_any, v, np.nan) for k, v in corr.items()}
