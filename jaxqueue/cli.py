@@ -253,6 +253,21 @@ def _fmt(value, digits=4) -> str:
     return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+TAIL_LINES = 20  # s_1 .. s_20 at most in a printed table; --json has every level
+
+
+def _tail_levels(tail) -> tuple[int, int]:
+    """``(upto, shown)``: the table's levels are ``1 .. upto - 1``, down to the
+    first at or below ``1e-6`` (at least two), of which ``1 .. shown - 1`` are printed."""
+    upto = int(min(len(tail), max(3, (np.asarray(tail) > 1e-6).sum() + 1)))
+    return upto, min(upto, TAIL_LINES + 1)
+
+
+def _print_tail_rest(upto: int, shown: int) -> None:
+    if upto > shown:
+        print(f"  {f's_{shown} .. s_{upto - 1}':24s} not shown (down to 1e-6; --json lists every level)")
+
+
 def _print_result(res, title: str) -> None:
     print(title)
     print("metric" + (" (mean ± 95% CI half-width)" if res.source == "simulation" else ""))
@@ -263,10 +278,11 @@ def _print_result(res, title: str) -> None:
         print(f"  {'response p' + format(100 * q, 'g'):24s} {_fmt(value, digits)}")
     tail = res.tail.mean if isinstance(res.tail, Estimate) else np.asarray(res.tail)
     half = res.tail.ci95 if isinstance(res.tail, Estimate) else None
-    upto = int(min(len(tail), max(3, (tail > 1e-6).sum() + 1)))
-    for i in range(1, upto):
+    upto, shown = _tail_levels(tail)
+    for i in range(1, shown):
         ci = f" ± {half[i]:.6f}" if half is not None else ""
         print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
+    _print_tail_rest(upto, shown)
     if res.pool_arrival_share is not None:
         _print_pools(res, digits)
 
@@ -516,10 +532,11 @@ def _print_refined(rf) -> None:
         print(f"  {name:24s} {rf.mean_field.response_quantiles[q]:12.6f} "
               f"{rf.correction['response_quantiles'][q]:12.6f} {value:12.6f}")  # fmt: skip
     tail = rf.refined.tail
-    upto = int(min(len(tail), max(3, (rf.mean_field.tail > 1e-6).sum() + 1)))
-    for i in range(1, upto):
+    upto, shown = _tail_levels(np.asarray(rf.mean_field.tail))
+    for i in range(1, shown):
         print(f"  {'s_' + str(i):24s} {rf.mean_field.tail[i]:12.6f} {rf.correction['tail'][i]:12.6f} "
               f"{tail[i]:12.6f}")  # fmt: skip
+    _print_tail_rest(upto, shown)
 
 
 def _cmd_exact(args) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxqueue as jq
+from jaxqueue import theory
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.exact import solve_exact
@@ -224,6 +225,20 @@ def test_cli_theory_json_uses_the_simulator_field_names(capsys):
     assert data["source"] == "mean-field" and data["mean_response_time"]["ci95"] is None
     sim_fields = {"mean_response_time", "waiting_probability", "tail", "p0", "join_rate"}
     assert sim_fields <= set(data)
+
+
+def test_cli_theory_table_prints_twenty_tail_levels_and_says_how_many_more(capsys):
+    """JIQ at load 0.98, r = 10: s_k = 0.98 (0.98 p0)^(k - 1) stays above 1e-6
+    for about 70 levels; the table shows 20 and names the rest, to the first
+    level at or below 1e-6."""
+    assert cli_main(["theory", "--policy", "jiq", "--load", "0.98", "--ratio", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    levels = [ln.split()[0] for ln in lines if ln.strip().startswith("s_")]
+    assert levels[:20] == [f"s_{k}" for k in range(1, 21)]
+    tail = np.asarray(theory.tail("jiq", 0.98, 10.0, levels=400))
+    last = int(np.nonzero(tail > 1e-6)[0][-1]) + 1  # the first at or below 1e-6
+    assert last > 21
+    assert lines[-1].split()[:3] == ["s_21", "..", f"s_{last}"] and "--json" in lines[-1]
 
 
 @pytest.mark.slow
