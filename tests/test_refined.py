@@ -54,7 +54,7 @@ def _random_state(system, ratio, seed):
      ("jiq", None, 2.0, None), ("jiq-pod", 2, 3.0, None), ("jiq-sq", 2, 2.0, 3),
      ("i1f", None, None, None)],  # fmt: skip
 )
-def test_transitions_sum_to_the_drift(name, d, ratio, buffer):
+def test_transitions_sum_to_the_drift_and_their_covariance(name, d, ratio, buffer):
     pol, system = meanfield._policy_and_system(name, ratio, d, buffer, buffer or 6, 5)
     r = ratio if system.iqueue_levels else 1.0
 
@@ -62,12 +62,15 @@ def test_transitions_sum_to_the_drift(name, d, ratio, buffer):
     def both(x):
         jumps, rates = refined.transitions(x, 0.7, r, pol, system)
         return jumps, rates, jnp.sum(jumps * rates[:, None], axis=0), meanfield.drift(
-            x, 0.7, r, pol, system)  # fmt: skip
+            x, 0.7, r, pol, system), refined.jump_covariance(x, 0.7, r, pol, system)  # fmt: skip
 
     with jax.enable_x64(True):
         for seed in range(3):
-            jumps, rates, total, f = both(jnp.asarray(_random_state(system, r, seed)))
+            jumps, rates, total, f, cov = both(jnp.asarray(_random_state(system, r, seed)))
             np.testing.assert_allclose(np.asarray(total), np.asarray(f), rtol=0, atol=1e-12)
+            # the structured covariance of the jumps is the dense sum over them
+            dense = (np.asarray(jumps) * np.asarray(rates)[:, None]).T @ np.asarray(jumps)
+            np.testing.assert_allclose(np.asarray(cov), dense, rtol=0, atol=1e-12)
             assert np.all(np.asarray(rates) >= -1e-15)
             if system.iqueue_levels:  # every jump that occurs keeps sum_j Q_j / r + s_1
                 c = np.zeros(f.size)
@@ -336,6 +339,20 @@ def test_a_grid_marks_the_points_whose_tail_its_level_bound_cuts():
     assert grid.mean_field["mean_response_time"][0, 0] == pytest.approx(
         float(theory.mean_response_time("pod", 0.5)), rel=1e-6)
     assert "give more levels" in status_message(Status.TRUNCATED)
+
+
+def test_a_correction_past_the_memory_bound_is_refused_before_compiling():
+    """The correction's working memory grows like levels^2 * iqueue_levels
+    (``refined.working_bytes``): 3000 levels and 30 I-queue levels, or a grid
+    chunk of 64 points at 300 and 110, pass ``MAX_WORKING_BYTES``."""
+    one = refined.working_bytes(meanfield._policy_and_system("jiq", 1.0, None, None, 3000, 30)[1])
+    assert one > refined.MAX_WORKING_BYTES
+    with pytest.raises(ValueError, match="levels=3000 and iqueue_levels=30.*GiB.*MAX_WORKING"):
+        refined.refined_mean_field("jiq", 0.5, 1.0, n_servers=100, levels=3000,
+                                   iqueue_levels=30)  # fmt: skip
+    loads, ratios = np.linspace(0.5, 0.9, 8), np.linspace(1.0, 20.0, 8)
+    with pytest.raises(ValueError, match="a chunk of 64 points.*smaller chunk"):
+        refined.refined_grid("jiq", loads, ratios, (100,), levels=300, iqueue_levels=110)
 
 
 SIM_LOAD, SIM_SIZES, SIM_EVENTS = 0.8, (50, 100, 200, 1000), 2e5  # N * time units

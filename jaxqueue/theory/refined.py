@@ -96,10 +96,47 @@ from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult, build
 
 __all__ = [
     "RefinedMeanField", "RefinedGrid", "Corrections", "GRID_METRICS", "refined_mean_field",
-    "refined_grid", "transitions", "corrections", "lyapunov",
+    "refined_grid", "transitions", "jump_covariance", "corrections", "lyapunov",
+    "working_bytes", "MAX_WORKING_BYTES",
 ]  # fmt: skip
 
 _MAX_LEVELS = 10**6
+_DIRECTIONS = 64  # derivative directions evaluated at once
+
+#: The most working memory (bytes) the correction of one point, or of one
+#: chunk of a grid, may be estimated to take before it is refused (raise it
+#: on a machine with more). See :func:`working_bytes`.
+MAX_WORKING_BYTES = 16 * 2**30
+
+
+def working_bytes(system: System) -> int:
+    """Estimated working memory of :func:`corrections` at one point, in bytes.
+
+    The derivatives of the outcome-grid sums hold, for each outcome law, the
+    grid's sums keyed by (result, outcome): ``(L + 1)(J + 1)`` results times
+    ``L + 1`` outcomes for the JIQ family's arrival law, so the memory grows
+    as ``L^2 J``; the Schur and Lyapunov steps add ``O((L + J)^2)``.
+    Measured on the CPU (JIQ, ``J = 30``): 0.64 GB at ``L = 600``, 2.4 GB
+    at 1200 and 7.9 GB at 2048, against this estimate's 0.72, 2.9 and 9.2.
+    """
+    L, J = system.levels, system.iqueue_levels
+    return 64 * (L + 1) ** 2 * (J + 1) + 200 * (L + J + 1) ** 2
+
+
+def _check_work(pol, system: System, points: int = 1) -> None:
+    """Refuse, before compiling, a correction estimated past :data:`MAX_WORKING_BYTES`."""
+    need = working_bytes(system) * points
+    if need > MAX_WORKING_BYTES:
+        what = "the correction" if points == 1 else f"a chunk of {points} points"
+        advice = ("give a smaller chunk, or " if points > 1 else "") + (
+            "lower the load (the levels the tail needs grow like 1 / (1 - load)), "
+            "or raise jaxqueue.theory.refined.MAX_WORKING_BYTES on a machine with more memory")
+        raise ValueError(
+            f"the refined mean field of {pol.label()} with levels={system.levels} and "
+            f"iqueue_levels={system.iqueue_levels}: {what} would take about "
+            f"{need / 2**30:.1f} GiB of working memory, more than MAX_WORKING_BYTES = "
+            f"{MAX_WORKING_BYTES / 2**30:.1f} GiB; {advice}"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -161,6 +198,34 @@ def transitions(x, load, ratio, policy: Policy, system: System):
     jumps = jnp.concatenate([arrival_jumps, jnp.asarray(dep, dtype), one_jumps.astype(dtype)])
     rates = jnp.concatenate([arrival_rates, dep_rates, one_rates])
     return jumps.astype(dtype), rates
+
+
+def jump_covariance(x, load, ratio, policy: Policy, system: System):
+    """``sum_l rates[l] jumps[l] jumps[l]^T`` of :func:`transitions`, built from
+    their structure: ``[L + J, L + J]``, in ``O((L + J)^2 + L J)`` memory and
+    work (the dense product over the ``(L + 1)(J + 1)`` arrival transitions
+    would take ``O(L J (L + J))``: gigabytes at a thousand levels).
+
+    Every jump moves one ``s`` coordinate by ``+-1`` and at most one ``Q``
+    coordinate by ``-+r``: an arrival that finds level ``a`` and an I-queue of
+    size ``j`` is ``+e_{s_{a+1}} - r e_{Q_j}``, a completion at level ``k`` is
+    ``-e_{s_k}``, and one at level 1 whose server joins an I-queue of size
+    ``j`` is ``-e_{s_1} + r e_{Q_{j+1}}``.
+    """
+    L, J = system.levels, system.iqueue_levels
+    dtype = x.dtype
+    s = jnp.concatenate([jnp.ones((1,), dtype), x[:L], jnp.zeros((1,), dtype)])  # s_0..s_{L+1}
+    arrivals = load * meanfield.arrival_law(x, policy, system)  # [L + 1, J + 1]
+    s_diag = jnp.sum(arrivals[:L], axis=1)  # arrivals that lift s_{a+1}
+    s_diag = s_diag.at[1:].add(s[2 : L + 1] - s[3 : L + 2])  # completions at levels 2..L
+    idle = s[1] - s[2]
+    s_diag = s_diag.at[0].add(idle)  # completions at level 1, whatever they join
+    if not J:
+        return jnp.diag(s_diag)
+    join = idle * meanfield.rates(x, policy, system).join[:J]  # level-1 completions joining j
+    q_diag = ratio**2 * (jnp.sum(arrivals[:, 1:], axis=0) + join)
+    cross = (-ratio * arrivals[:L, 1:]).at[0].add(-ratio * join)  # [L, J]
+    return jnp.block([[jnp.diag(s_diag), cross], [cross.T, jnp.diag(q_diag)]])
 
 
 def _reduced(policy: Policy, system: System) -> bool:
@@ -293,21 +358,23 @@ def _corrections(x, load, ratio, policy, system, with_covariance=True):
         return _model(y, eps, load, ratio, policy, system)
 
     value = model(y0)
-    jac = jax.jacfwd(model)(y0)
+    eye = jnp.eye(n, dtype=x.dtype)
+    batch = min(n, _DIRECTIONS)  # directions at once: each holds the whole model's tangents
+    jac = jax.lax.map(lambda e: jax.jvp(model, (y0,), (e,))[1], eye, batch_size=batch).T
     a, dh = jac[:n], jac[n:]
     _, by_eps = jax.jvp(lambda e: model(y0, e), (zero,), (jnp.ones((), x.dtype),))
-    jumps, rates = transitions(x, load, ratio, policy, system)
-    q_full = (jumps * rates[:, None]).T @ jumps
+    q_full = jump_covariance(x, load, ratio, policy, system)
     q = jax.vmap(lambda row: _project(row, policy, system))(
         jax.vmap(lambda col: _project(col, policy, system))(q_full).T
     )
     w, eigenvalues = _lyapunov(a, q)
-    eye = jnp.eye(n, dtype=x.dtype)
 
     def second(e, we):  # D^2 F [e, W e]
         return jax.jvp(lambda y: jax.jvp(model, (y,), (we,))[1], (y0,), (e,))[1]
 
-    contraction = jnp.sum(jax.vmap(second)(eye, w.T), axis=0)  # B : W, drift and observables
+    # B : W, drift and observables
+    contraction = jnp.sum(jax.lax.map(lambda ew: second(*ew), (eye, w.T),
+                                      batch_size=batch), axis=0)  # fmt: skip
     v_plane = -jnp.linalg.solve(a, 0.5 * contraction[:n] + by_eps[:n])
     dobs = dh @ v_plane + 0.5 * contraction[n:] + by_eps[n:]
     embed_lin = jax.jacfwd(lambda y: _embed(y, ratio, policy, system))(y0)  # [L + J, n]
@@ -547,7 +614,9 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     Raises:
         NotImplementedError: a policy without an occupancy mean field.
         ValueError, TypeError: an argument out of range (named, with its range),
-            raised before anything is compiled.
+            raised before anything is compiled; ValueError also where the
+            levels the tail needs would take the correction past
+            :data:`MAX_WORKING_BYTES` of memory (:func:`working_bytes`).
 
     Example:
         >>> from jaxqueue import theory
@@ -561,6 +630,7 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
                                     iqueue_levels)  # fmt: skip
     fsys = _finite_system(pol, system, n_servers, r, buffer)
     pol.validate(fsys)  # d against N (and M for jiq-sq)
+    _check_work(pol, system)
     kink = pol.mean_field_kink(fsys)
     start = None
     if _closed_form_starts(pol, buffer):
@@ -576,6 +646,8 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
         pol, system, lam, r, _ = _setup(pol, lam, ratio, d, buffer, n_servers,
                                         fp.tail.size - 1, iqueue_levels)  # fmt: skip
         converged = fp.status == Status.CONVERGED
+        if converged:
+            _check_work(pol, system)
     if converged and buffer is None and fp.truncated[0] > TRUNCATION_LIMIT:
         raise ValueError(
             f"levels={system.levels} is too small for the refined mean field of {pol.label()} "
@@ -812,7 +884,8 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
 
     Raises:
         ValueError, TypeError: an argument out of range (named, with its range),
-            before anything is compiled.
+            or a chunk whose working memory :func:`working_bytes` estimates
+            past :data:`MAX_WORKING_BYTES`, before anything is compiled.
         NotImplementedError: a policy without an occupancy mean field.
     """
     loads = np.asarray(loads, np.float64)
@@ -846,6 +919,7 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
                        for n in ns] for r in ratio_list])  # fmt: skip  # [B, K]
     for r in ratio_list:
         pol.validate(_finite_system(pol, system, min(ns), r, buffer))
+    _check_work(pol, system, min(chunk, loads.size * len(ratio_list)))
     limit_kink = pol.mean_field_kink(system) is not None
     r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r
                          for r in ratio_list])  # fmt: skip
