@@ -177,6 +177,31 @@ def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch)
     assert threshold._entries(2, 56, 33) * 8 < 0.4 * 2**30  # z = 2 at r = 10: well inside
 
 
+def test_a_size_bound_the_next_chain_cannot_pass_is_kept_below_size_accept(monkeypatch):
+    """z = 1, r = 10, load 0.5: the coarse chain (56 sizes, 13 busy members) leaves
+    5e-5 of the size law at its bound, and the next (194 and 39) would take 1.1e6
+    entries. With MAX_ENTRIES at 5e5 that is refused; with SIZE_ACCEPT (and
+    BUSY_ACCEPT) above what sits at the bounds the coarse chain is kept, its
+    remainders reported. (Unpatched, z = 2 at r = 10 and load 0.5 meets this: 191
+    sizes, 2e-11 at the bound, where 243 would pass the memory bound.)"""
+    from jaxqueue.theory import threshold
+
+    full = jiq_threshold_mean_field(jq.make("jiq-threshold", z=1), 0.5, 10.0)
+    assert full.diagnostics["iqueue_sizes"] == 194
+    monkeypatch.setattr(threshold, "MAX_ENTRIES", 5e5)
+    with pytest.raises(RuntimeError, match=r"needs I-queue sizes up to 194 .* GiB"):
+        jiq_threshold_mean_field(jq.make("jiq-threshold", z=1), 0.5, 10.0)
+    monkeypatch.setattr(threshold, "SIZE_ACCEPT", 1e-4)
+    monkeypatch.setattr(threshold, "BUSY_ACCEPT", 1e-3)
+    kept = jiq_threshold_mean_field(jq.make("jiq-threshold", z=1), 0.5, 10.0)
+    d = kept.diagnostics
+    assert (d["iqueue_sizes"], d["busy_members"]) == (56, 13)
+    assert threshold.TAIL_EPS < kept.iqueue_remainder < 1e-4 and d["busy_remainder"] < 1e-3
+    # what the bounds leave out moves the answer by about that much
+    assert abs(kept.mean_response_time - full.mean_response_time) < 1e-3
+    assert abs(kept.p0 - full.p0) < 1e-3
+
+
 #: Statistical comparisons below: three metrics at four points.
 FAMILY = 12
 

@@ -62,7 +62,9 @@ import numpy as np
 
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
-__all__ = ["jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "MAX_ENTRIES"]
+__all__ = [
+    "jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "SIZE_ACCEPT", "MAX_ENTRIES",
+]  # fmt: skip
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
 #: tail mass of the queue lengths left out.
@@ -75,6 +77,11 @@ MAX_STATES = 600
 #: solution keeps errors of about this order and reports the share
 #: (``busy_remainder``).
 BUSY_ACCEPT = 1e-8
+#: Where the next, finer chain would pass :data:`MAX_ENTRIES`, the largest
+#: share of the I-queue size law that may sit at the current size bound for
+#: the current chain to be kept instead of the solve refused (reported as
+#: ``iqueue_remainder``).
+SIZE_ACCEPT = 1e-8
 #: Most float64 entries the generator blocks of a chain may take (``up``,
 #: ``local``, ``down`` and the level reduction's ``R``: about four times the
 #: sum of squared compositions per size); 2.5e8 is 2 GB. A larger chain is
@@ -379,6 +386,9 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
                 if at_limit >= _HOPELESS:
                     refuse(at_limit, estimated=True)
             busy_max = min(want, limit)
+        if (_entries(z, size_max, busy_max) > MAX_ENTRIES and sizes[-1] < SIZE_ACCEPT
+                and (not busy_left or busy[-1] < BUSY_ACCEPT)):
+            break  # the next chain would pass the memory bound, and this one is close enough
         chain = built(size_max, busy_max)
     x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
     f, mean, a = info["f"], info["mean"], info["a"]
