@@ -63,7 +63,8 @@ import numpy as np
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = [
-    "jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "SIZE_ACCEPT", "MAX_ENTRIES",
+    "jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "SIZE_ACCEPT",
+    "MAX_ENTRIES",
 ]  # fmt: skip
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
