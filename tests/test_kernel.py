@@ -143,3 +143,45 @@ def test_every_exchangeable_policy_is_covered_by_the_kernel():
         assert (reason is None) == (not policy.per_server), (name, reason)
         covered |= {name} if reason is None else set()
     assert {c[0] for c in CASES} == covered  # and each is checked bit for bit above
+
+
+def _eqns(jaxpr):
+    """Every equation of a jaxpr, those of its sub-jaxprs (loops, calls) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def test_kernel_loads_and_stores_each_state_matrix_once():
+    """Triton's coalescing pass walks the whole kernel once per load or store,
+    so loading the state level by level (about 260 rows for JIQ at 32 I-queue
+    levels) took minutes to compile on a GPU. The kernel loads and stores its
+    two state matrices (uint32 and int32 rows) once each, outside the step
+    loop, whatever the levels, and their rows are of odd length (see
+    kernel._pack)."""
+    from jaxqueue.core.system import System
+    from jaxqueue.sim.kernel import _zero_core
+
+    policy, replicas = jq.make("jiq"), 16
+    for iq in (6, 40):
+        system = System(60, 10, None, 8, iq)
+        run = functools.partial(advance_kernel, system=system, policy=policy, interpret=True,
+                                tile=8, key_blocks=2)  # fmt: skip
+        jaxpr = jax.make_jaxpr(run)(
+            _zero_core(system, policy, replicas), jnp.zeros((replicas, 2), jnp.uint32),
+            jnp.zeros(2, jnp.uint32), jnp.int32(3), jnp.zeros(replicas, jnp.float32),
+        )  # fmt: skip
+        (call,) = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        body = call.params["jaxpr"]
+        names = [e.primitive.name for e in _eqns(body)]
+        # count, keys, p and the two state matrices read once; the matrices written once
+        assert names.count("get") == 5 and names.count("swap") == 2, iq
+        loops = [e for e in body.eqns if e.primitive.name == "while"]
+        assert loops and not {"get", "swap"} & {e.primitive.name for lp in loops
+                                                for e in _eqns(lp.params["body_jaxpr"].jaxpr)}
+        assert [a.dtype for a in call.params["out_avals"]] == [jnp.uint32, jnp.int32]
+        assert all(a.shape[1] % 2 == 1 for a in call.params["out_avals"])

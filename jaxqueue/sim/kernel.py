@@ -1,10 +1,12 @@
 """The Pallas kernel: the register layout on a GPU, one thread per replica.
 
 Each program of the kernel owns a tile of :data:`TILE` replicas. It loads
-their state and sums into a Python tuple of per-level vectors (the register
-layout of :mod:`jaxqueue.sim.registers`), runs up to :data:`KEY_BLOCKS`
-blocks of ``BLOCK`` steps with the state held in registers, and stores it
-back once. The step is :func:`jaxqueue.sim.step.occupancy_step`, the same
+their state and sums (two matrices, one row a level) and takes them apart
+into a Python tuple of per-level vectors (the register layout of
+:mod:`jaxqueue.sim.registers`), runs up to :data:`KEY_BLOCKS` blocks of
+``BLOCK`` steps with the state held in registers, and stores it back once.
+One load and one store a matrix keep Triton's compile short (see
+:func:`_launch`). The step is :func:`jaxqueue.sim.step.occupancy_step`, the same
 function the engine vmaps, and :func:`jaxqueue.sim.registers.run_block` adds
 the same exact integer sums, so the kernel's results are bit-identical to the
 engine's; the per-block random keys (Threefry-2x32) are computed outside the
@@ -27,7 +29,10 @@ and writes the state in device memory once a launch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import re
 import warnings
 
 import jax
@@ -42,7 +47,8 @@ from jaxqueue.sim.registers import (
 )  # fmt: skip
 from jaxqueue.sim.state import Core, Stats
 
-__all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops"]
+__all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops",
+           "triton_module", "GROUP_ROWS"]
 
 #: Replicas per program (one per GPU thread: 4 warps of 32).
 TILE = 128
@@ -50,6 +56,11 @@ TILE = 128
 KEY_BLOCKS = 16
 #: Warps per program.
 NUM_WARPS = 4
+#: Rows a group holds when the kernel takes a state matrix apart (and puts it
+#: together): first a group, then a row of it, each by masked sums, so the
+#: work (and the compile time) grows as rows * (GROUP_ROWS + height /
+#: GROUP_ROWS), not as rows * height.
+GROUP_ROWS = 32
 
 
 def _triton_params():
@@ -66,76 +77,137 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _split(leaves: list) -> tuple[list, list]:
-    """Indices of the uint32 leaves and of the int32 leaves."""
-    u = [i for i, x in enumerate(leaves) if x.dtype == jnp.uint32]
-    return u, [i for i, x in enumerate(leaves) if x.dtype != jnp.uint32]
+def _groups(leaves: list) -> list[tuple[list[int], jnp.dtype]]:
+    """The leaves' indices by dtype (uint32, int32): one matrix of rows each."""
+    is_u = [x.dtype == jnp.uint32 for x in leaves]
+    return [([i for i, u in enumerate(is_u) if u == want], dtype)
+            for want, dtype in ((True, jnp.uint32), (False, jnp.int32)) if want in is_u]  # fmt: skip
 
 
 def _pack(rows: list, dtype) -> jax.Array:
-    """Rows of ``(R,)`` vectors as a ``(rows padded to a power of two, R)`` matrix."""
-    mat = jnp.stack([r.astype(dtype) for r in rows]) if rows else jnp.zeros((1, 0), dtype)
-    return jnp.pad(mat, ((0, _pow2(mat.shape[0]) - mat.shape[0]), (0, 0)))
+    """Rows of ``(R,)`` vectors as a ``(rows padded to a power of two, R + 1)`` matrix.
+
+    The one extra column is never read (the grid covers the first ``R``). It
+    makes the rows' length odd, so that no row but the first starts on a
+    16-byte boundary: Triton's coalescing then lays a ``(rows, tile)`` block
+    out one column, one replica, per thread, and the rows taken from it keep
+    that layout through the step loop. With aligned rows it picks four columns
+    a thread and replicates them over the warps, which makes each thread do
+    the work of four replicas four times over.
+    """
+    mat = jnp.stack([r.astype(dtype) for r in rows])
+    return jnp.pad(mat, ((0, _pow2(mat.shape[0]) - mat.shape[0]), (0, 1)))
 
 
-def _launch(count, keys, p, u_mat, i_mat, treedef, u_idx, i_idx, system, policy, tile,
-            interpret):  # fmt: skip
-    """One launch: ``count`` blocks (at most ``keys.shape[0] // 2``) for every replica."""
-    n_leaves = len(u_idx) + len(i_idx)
-    replicas = p.shape[1]
+def _unpack(mat: jax.Array, rows: int, first=0) -> tuple:
+    """The first ``rows`` rows (from row ``first``, which may be traced) of a
+    ``(rows', tile)`` block as ``(tile,)`` vectors: each a masked sum over the
+    row axis."""
+    row = jax.lax.broadcasted_iota(jnp.int32, mat.shape, 0)
+    zero = jnp.zeros_like(mat)
+    return tuple(jnp.sum(jnp.where(row == first + r, mat, zero), axis=0) for r in range(rows))
 
-    def kernel(count_ref, keys_ref, p_ref, u_ref, i_ref, u_out, i_out):
+
+def _unpack_rows(mat: jax.Array, rows: int) -> tuple:
+    """:func:`_unpack` in two steps: groups of :data:`GROUP_ROWS` rows, then their rows."""
+    height, width = mat.shape
+    size = min(GROUP_ROWS, height)
+    groups = mat.reshape(height // size, size, width)
+    index = jax.lax.broadcasted_iota(jnp.int32, groups.shape, 0)
+    out = []
+    for g in range(-(-rows // size)):
+        group = jnp.sum(jnp.where(index == g, groups, jnp.zeros_like(groups)), axis=0)
+        out += _unpack(group, min(size, rows - g * size))
+    return tuple(out)
+
+
+def _stack_rows(vectors: list, shape, dtype) -> jax.Array:
+    """``(tile,)`` vectors as the first rows of a ``shape`` block (zeros below)."""
+    row = jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+    mat = jnp.zeros(shape, dtype)
+    for r, v in enumerate(vectors):
+        mat = jnp.where(row == r, jnp.broadcast_to(v.astype(dtype)[None, :], shape), mat)
+    return mat
+
+
+def _pack_rows(vectors: list, shape, dtype) -> jax.Array:
+    """The inverse of :func:`_unpack_rows`: the rows into groups, the groups into a block."""
+    height, width = shape
+    size = min(GROUP_ROWS, height)
+    grouped = (height // size, size, width)
+    index = jax.lax.broadcasted_iota(jnp.int32, grouped, 0)
+    mat = jnp.zeros(grouped, dtype)
+    for g in range(0, len(vectors), size):
+        group = _stack_rows(vectors[g:g + size], (size, width), dtype)
+        mat = jnp.where(index == g // size, jnp.broadcast_to(group[None], grouped), mat)
+    return mat.reshape(shape)
+
+
+def _launch(count, keys, p, mats, treedef, groups, system, policy, tile, interpret,
+            debug=False):  # fmt: skip
+    """One launch: ``count`` blocks (at most ``keys.shape[0] // 2``) for every replica.
+
+    The state is two matrices (uint32 and int32 rows), each read with one
+    load and written with one store; their rows are taken apart and put
+    together by masked sums and ``where`` (:func:`_unpack_rows`,
+    :func:`_pack_rows`; once a launch, a small cost beside the ``KEY_BLOCKS *
+    BLOCK`` steps). Triton's coalescing pass walks, for every load and store,
+    everything connected to it, which here is the whole kernel: loading the
+    state row by row (about 260 rows for JIQ at 32 I-queue levels) took it
+    more than 2 minutes (measured with ``benchmarks/kernel_compile.py``).
+    """
+    n_leaves = sum(len(idx) for idx, _ in groups)
+    replicas = p.shape[1] - 1  # without the odd column (see _pack)
+    n_mats = len(mats)
+
+    def kernel(count_ref, keys_ref, p_ref, *refs):
+        ins, outs = refs[:n_mats], refs[n_mats:]
         leaves = [None] * n_leaves
-        for r, i in enumerate(u_idx):
-            leaves[i] = u_ref[r, :]
-        for r, i in enumerate(i_idx):
-            leaves[i] = i_ref[r, :]
+        for (idx, _), ref in zip(groups, ins):
+            for i, v in zip(idx, _unpack_rows(ref[...], len(idx))):
+                leaves[i] = v
         regs, stats = jax.tree.unflatten(treedef, leaves)
-        p_arrival = p_ref[0, :]
+        (p_arrival,) = _unpack(p_ref[...], 1)
+        key_mat = keys_ref[...]
 
         def block(b, carry):
-            return run_block(*carry, keys_ref[2 * b, :], keys_ref[2 * b + 1, :], p_arrival,
-                             system, policy)  # fmt: skip
+            k0, k1 = _unpack(key_mat, 2, 2 * b)
+            return run_block(*carry, k0, k1, p_arrival, system, policy)
 
         regs, stats = jax.lax.fori_loop(0, count_ref[0], block, (regs, stats))
         leaves = jax.tree.leaves((regs, stats))
-        for r, i in enumerate(u_idx):
-            u_out[r, :] = leaves[i]
-        for r, i in enumerate(i_idx):
-            i_out[r, :] = leaves[i]
-        # rows past the last leaf (padding) are carried through unchanged
-        for r in range(len(u_idx), u_ref.shape[0]):
-            u_out[r, :] = u_ref[r, :]
-        for r in range(len(i_idx), i_ref.shape[0]):
-            i_out[r, :] = i_ref[r, :]
+        for (idx, _), ref in zip(groups, outs):
+            ref[...] = _pack_rows([leaves[i] for i in idx], ref.shape, ref.dtype)
 
     def tiled(rows):
         return pl.BlockSpec((rows, tile), lambda j: (0, j))
 
     return pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct(u_mat.shape, u_mat.dtype),
-                   jax.ShapeDtypeStruct(i_mat.shape, i_mat.dtype)),  # fmt: skip
+        out_shape=tuple(jax.ShapeDtypeStruct(m.shape, m.dtype) for m in mats),
         grid=(replicas // tile,),
         in_specs=[pl.BlockSpec((1,), lambda j: (0,)), tiled(keys.shape[0]), tiled(1),
-                  tiled(u_mat.shape[0]), tiled(i_mat.shape[0])],  # fmt: skip
-        out_specs=(tiled(u_mat.shape[0]), tiled(i_mat.shape[0])),
-        input_output_aliases={3: 0, 4: 1},
+                  *(tiled(m.shape[0]) for m in mats)],  # fmt: skip
+        out_specs=tuple(tiled(m.shape[0]) for m in mats),
+        input_output_aliases={3 + g: g for g in range(n_mats)},
         interpret=interpret,
+        debug=debug,
         compiler_params=None if interpret else _triton_params(),
         name=f"jaxqueue_{policy.name.replace('-', '_')}",
-    )(count, keys, p, u_mat, i_mat)
+    )(count, keys, p, *mats)
 
 
 def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System,
                    policy: Policy, *, interpret: bool = False, tile: int = TILE,
-                   key_blocks: int = KEY_BLOCKS):  # fmt: skip
+                   key_blocks: int = KEY_BLOCKS, debug: bool = False):  # fmt: skip
     """:func:`jaxqueue.sim.blocks.advance_blocks` as the Pallas kernel.
 
     Same arguments and bit-identical results. ``tile`` (a power of two)
     replicas run per program (fewer for a smaller batch); the batch is padded
     to a multiple of it.
-    ``key_blocks`` (a power of two) blocks run per launch.
+    ``key_blocks`` (a power of two) blocks run per launch. ``debug`` prints the
+    kernel's jaxpr and, as it lowers for a GPU, its Triton module (Pallas's
+    debug output, on stdout).
     """
     reason = unsupported(system, policy)
     if reason is not None:
@@ -147,10 +219,10 @@ def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System
     core, keys, load = jax.tree.map(pad, (core, keys, load))
     regs, stats = to_rows(core, zero_rows(system, policy, padded))
     leaves, treedef = jax.tree.flatten((regs, stats))
-    u_idx, i_idx = _split(leaves)
-    u_mat = _pack([leaves[i] for i in u_idx], jnp.uint32)
-    i_mat = _pack([leaves[i] for i in i_idx], jnp.int32)
-    p = arrival_probability(load)[None, :]
+    leaves_dtypes = [x.dtype for x in leaves]
+    groups = _groups(leaves)
+    mats = tuple(_pack([leaves[i] for i in idx], dtype) for idx, dtype in groups)
+    p = _pack([arrival_probability(load)], jnp.float32)
     lo0, hi0 = first_block[0], first_block[1]
     n_launch = (n_blocks + key_blocks - 1) // key_blocks
 
@@ -160,17 +232,17 @@ def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System
             jnp.arange(key_blocks, dtype=jnp.int32)
         )
         # rows 2b, 2b + 1: the two words of block b's keys
-        key_rows = jnp.stack([k0, k1], axis=1).reshape(2 * key_blocks, padded)
+        key_rows = jnp.pad(jnp.stack([k0, k1], axis=1).reshape(2 * key_blocks, padded),
+                           ((0, 0), (0, 1)))  # fmt: skip
         count = jnp.minimum(key_blocks, n_blocks - start).astype(jnp.int32)[None]
-        return _launch(count, key_rows, p, *mats, treedef, u_idx, i_idx, system, policy,
-                       tile, interpret)  # fmt: skip
+        return _launch(count, key_rows, p, mats, treedef, groups, system, policy, tile,
+                       interpret, debug)  # fmt: skip
 
-    u_mat, i_mat = jax.lax.fori_loop(0, n_launch, launch, (u_mat, i_mat))
+    mats = jax.lax.fori_loop(0, n_launch, launch, mats)
     leaves = [None] * len(leaves)
-    for r, i in enumerate(u_idx):
-        leaves[i] = u_mat[r]
-    for r, i in enumerate(i_idx):
-        leaves[i] = i_mat[r]
+    for (idx, _), mat in zip(groups, mats):
+        for r, i in enumerate(idx):
+            leaves[i] = mat[r, :padded].astype(leaves_dtypes[i])
     regs, stats = jax.tree.unflatten(treedef, leaves)
     core, stats = from_rows(Regs(*regs), Stats(*stats))
     return jax.tree.map(lambda x: x[:replicas], (core, stats))
@@ -205,6 +277,32 @@ def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE):
             jax.ShapeDtypeStruct((replicas,), jnp.float32))  # fmt: skip
     fn = functools.partial(advance_kernel, system=system, policy=policy)
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+
+
+def triton_module(system: System, policy: Policy) -> str:
+    """The kernel's Triton module (text) as Pallas hands it to the Triton
+    compiler, lowered for CUDA on any machine (from Pallas's debug output).
+
+    ``benchmarks/kernel_compile.py`` compiles it with a stand-alone Triton to
+    time the compile without a GPU.
+    """
+    core = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        _zero_core(system, policy, 2 * TILE))  # fmt: skip
+    args = (core, jax.ShapeDtypeStruct((2 * TILE, 2), jnp.uint32),
+            jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
+            jax.ShapeDtypeStruct((2 * TILE,), jnp.float32))  # fmt: skip
+    fn = functools.partial(advance_kernel, system=system, policy=policy, debug=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    text = out.getvalue()
+    start = text.find("\nmodule")
+    if "The Triton module" not in text or start < 0:
+        raise RuntimeError("Pallas printed no Triton module (its debug output has changed)")
+    # drop the printed locations (not valid MLIR in this pretty form)
+    lines = [re.sub(r' (\[unknown\]|"[^"]*"\(#loc\d*\))', "", ln)
+             for ln in text[start + 1:].splitlines()]  # fmt: skip
+    return "\n".join(lines[:lines.index("}") + 1]) + "\n"  # without the location table after it
 
 
 def _count_eqns(jaxpr) -> int:

@@ -1,0 +1,116 @@
+"""The Pallas kernel's Triton compile time, measured on the CPU (no GPU needed).
+
+    pip install triton          # a stand-alone Triton, only for this script
+    python benchmarks/kernel_compile.py [--json]
+
+On a GPU, XLA compiles the kernel's Triton module as part of the program, and
+a slow Triton compile there eats minutes of a short GPU session. This script
+takes the module as Pallas hands it to Triton
+(:func:`jaxqueue.sim.kernel.triton_module`) and runs Triton's own compile
+stages for an H100/H200 (sm_90) on the CPU, timing each: ``ttir`` and
+``ttgir`` (Triton's passes; its memory coalescing lives here), ``llir``,
+``ptx`` and ``cubin`` (ptxas). The stand-alone Triton is not the one inside
+jaxlib, so the figures are a proxy for the compile on the GPU machine, not the
+same number; the kernel is the same.
+
+The cases are those of ``benchmarks/gpu_check.py``: its exactness cases and its
+throughput kernels (Pod(2), and JIQ with r = 10 and 32 I-queue levels, at 16,
+32 and 64 levels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jaxqueue as jq  # noqa: E402
+from jaxqueue.core.system import System  # noqa: E402
+from jaxqueue.sim.kernel import NUM_WARPS, triton_module  # noqa: E402
+
+N = 1000
+# (policy, options, dispatchers, I-queue levels, levels, buffer)
+CASES = [
+    ("pod", {"d": 2}, 1, 0, 16, None), ("jiq", {}, 100, 32, 16, None),
+    ("jiq-sq", {"d": 2}, 50, 24, 4, 4), ("i1f", {}, 1, 0, 16, None),
+    ("pod", {"d": 2}, 1, 0, 32, None), ("pod", {"d": 2}, 1, 0, 64, None),
+    ("jiq", {}, 100, 32, 32, None), ("jiq", {}, 100, 32, 64, None),
+]  # fmt: skip
+
+
+def compile_stages(path: str, capability: int = 90) -> dict[str, float]:
+    """Seconds of each of Triton's compile stages for the module in ``path``."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns without it
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget, Language
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    backend = CUDABackend(GPUTarget("cuda", capability, 32))
+    options = backend.parse_options({"num_warps": NUM_WARPS, "num_stages": 1})
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    backend.load_dialects(ctx)
+    module = ir.parse_mlir_module(path, ctx)
+    module.context = ctx
+    stages: dict = {}
+    backend.add_stages(stages, options, Language.TRITON)
+    seconds, metadata, current = {}, {}, module
+    for name, stage in stages.items():
+        t0 = time.perf_counter()
+        current = stage(current, metadata)
+        seconds[name] = time.perf_counter() - t0
+    return seconds
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="the JSON record alone on stdout")
+    ap.add_argument("--quick", action="store_true", help="the exactness cases only")
+    args = ap.parse_args(argv)
+    try:
+        import triton
+    except ImportError:
+        print("this benchmark needs a stand-alone Triton: pip install triton", file=sys.stderr)
+        return 2
+    rows = []
+    for name, opts, m, iq, levels, buffer in CASES[:4] if args.quick else CASES:
+        policy = jq.make(name, **opts)
+        system = System(N, m, buffer, buffer or levels, iq)
+        t0 = time.perf_counter()
+        text = triton_module(system, policy)
+        lower_s = time.perf_counter() - t0
+        with tempfile.NamedTemporaryFile("w", suffix=".ttir", delete=False) as f:
+            f.write(text)
+        try:
+            stages = compile_stages(f.name)
+        finally:
+            os.unlink(f.name)
+        row = {"policy": policy.label(), "n_dispatchers": m, "iqueue_levels": iq,
+               "levels": system.levels, "buffer": buffer, "lower_seconds": lower_s,
+               "stages": stages, "triton_seconds": sum(stages.values())}  # fmt: skip
+        rows.append(row)
+        print(f"{row['policy']:12s} M={m:<4d} L={system.levels:<3d} iq={iq:<3d} "
+              f"Triton {row['triton_seconds']:6.1f} s ("
+              + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()) + ")",
+              file=sys.stderr, flush=True)  # fmt: skip
+    record = {"triton": triton.__version__, "jaxqueue": jq.__version__, "target": "sm_90",
+              "rows": rows}  # fmt: skip
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    print(f"Triton {triton.__version__} compile of the kernel for sm_90, on the CPU:\n")
+    print("| policy | M | levels | I-queue levels | buffer | Triton seconds |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['policy']} | {r['n_dispatchers']} | {r['levels']} | {r['iqueue_levels']} | "
+              f"{r['buffer']} | {r['triton_seconds']:.1f} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
