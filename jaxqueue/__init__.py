@@ -46,6 +46,7 @@ from jaxqueue.core.versions import __version__  # noqa: E402
 from jaxqueue.core.system import (  # noqa: E402
     SERVICE_RATE, System, halfin_whitt_load, heavy_traffic_load, steps_per_time_unit,
 )  # fmt: skip
+from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
 from jaxqueue.sim.runner import (  # noqa: E402
@@ -73,6 +74,7 @@ __all__ = [
     "CheckpointMismatch",
     "BackendWarning",
     "StartWarning",
+    "PoolRoundingWarning",
     "simulate",
     "sweep",
     "transient",

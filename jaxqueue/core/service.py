@@ -32,13 +32,14 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 
 import numpy as np
 
 __all__ = [
     "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "pool_shares",
-    "make_pools", "pool_laws", "as_law", "exponential", "erlang", "hyperexponential",
-    "fit_two_moments", "parse_service", "mph1_mean_response_time",
+    "make_pools", "realized_pools", "PoolRoundingWarning", "pool_laws", "as_law", "exponential",
+    "erlang", "hyperexponential", "fit_two_moments", "parse_service", "mph1_mean_response_time",
 ]  # fmt: skip
 
 #: Most phases a service law may have (the state holds ``levels x phases`` counts).
@@ -413,6 +414,41 @@ def make_pools(pools, n_servers: int) -> tuple | None:
             f"pools: fractions {fracs.tolist()} of n_servers={n_servers} leave a pool without servers"
         )
     return tuple(Pool(int(c), v) for c, (_, v, _) in zip(counts, shares))
+
+
+class PoolRoundingWarning(UserWarning):
+    """Pools given as fractions of ``N`` that are not whole numbers of servers:
+    the system of ``N`` servers (and the theory put beside it) has the rounded
+    fractions, not the nominal ones."""
+
+
+def realized_pools(pools, n_servers: int, *, warn: bool = True, stacklevel: int = 2) -> tuple | None:
+    """The pools a system of ``n_servers`` has: :func:`make_pools`, whose
+    rounding to whole servers the simulator applies, as :class:`Pool` objects.
+
+    Theory put beside a simulation of ``N`` servers takes these (their
+    fractions are ``count / N``), not the nominal fractions, which are those
+    of the limit ``N -> infinity``. With ``warn``, a
+    :class:`PoolRoundingWarning` names the nominal and the realized fractions
+    where the rounding moves one.
+    """
+    if pools is not None and not isinstance(pools, str):
+        pools = tuple(pools)
+    made = make_pools(pools, n_servers)
+    if made is None or not warn:
+        return made
+    nominal = [f for f, _, _ in pool_shares(pools)]
+    realized = [p.count / n_servers for p in made]
+    if any(abs(a - b) > 1e-9 for a, b in zip(nominal, realized)):
+        fmt = lambda xs: ", ".join(format(x, ".6g") for x in xs)  # noqa: E731
+        warnings.warn(
+            f"pools: the fractions {fmt(nominal)} of n_servers={n_servers} are not whole "
+            f"servers; rounded to {', '.join(str(p.count) for p in made)} servers, the "
+            f"fractions {fmt(realized)} are simulated and the theory beside the simulation "
+            "is for those",
+            PoolRoundingWarning, stacklevel=stacklevel + 1,
+        )  # fmt: skip
+    return made
 
 
 def as_law(service) -> PhaseType | None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from jaxqueue.api import sweep
 from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.service import pool_shares, realized_pools
 from jaxqueue.core.system import dispatchers_for_ratio
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
@@ -127,7 +128,13 @@ def compare(
         buffer, service, pools, arrivals: places per server, the service
             law, the server pools and the arrival source, as in
             :func:`jaxqueue.simulate` and :func:`jaxqueue.theory.mean_field`
-            (both get them).
+            (both get them). Pools given as fractions of ``N`` are rounded
+            to whole servers once (:func:`~jaxqueue.core.service.realized_pools`),
+            and both get the rounded pools: the mean field is solved at the
+            fractions simulated (``settings["pools"][i]["fraction"]``; the
+            fraction given is ``"nominal_fraction"``), with a
+            :class:`~jaxqueue.core.service.PoolRoundingWarning` where the
+            rounding moves a fraction.
 
     Returns:
         A list of :class:`Comparison` rows.
@@ -144,6 +151,10 @@ def compare(
                 f"none of {', '.join(named) or 'them'} does"
             )
     source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
+    pools = pools if pools is None or isinstance(pools, str) else tuple(pools)
+    nominal = pool_shares(pools)
+    # the whole servers the simulator runs: the theory beside it is for these, not the limit's
+    pools = realized_pools(pools, n_servers, stacklevel=2)
     out = log or sys.stderr
     rows = []
     for pol in pols:
@@ -171,8 +182,18 @@ def compare(
         if source is not None:  # the constant-load values were the start only
             theory = ([_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
                        for res in results] if has_mf and isinstance(source, Profile) else None)  # fmt: skip
+        for mf in theory or ():
+            _record_nominal(mf, nominal)
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
+
+
+def _record_nominal(mf: Result | None, nominal) -> None:
+    """Each pool of ``mf``'s settings with the fraction given beside the one solved at."""
+    if mf is None or nominal is None:
+        return
+    for entry, (fraction, _, _) in zip(mf.settings.get("pools") or (), nominal):
+        entry["nominal_fraction"] = fraction
 
 
 def _periodic_theory(pol, res, limit, profile, buffer, service, pools, log) -> Result | None:

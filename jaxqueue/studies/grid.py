@@ -30,6 +30,7 @@ import jax
 
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.service import pool_shares, realized_pools
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
@@ -171,12 +172,20 @@ def _limit_ratio(point: Point) -> float | None:
 
 
 def _theory_key(point: Point, kind: str) -> tuple:
-    """What a theory value depends on: a mean field not on N (nor M beyond ``r``)."""
+    """What a theory value depends on: a mean field not on N (nor M beyond ``r``), but
+    on the fractions of N's whole servers that its pools hold (:func:`_mean_field_pools`)."""
     if kind == "mean-field":
         return (kind, point.policy, point.options, point.load, _limit_ratio(point),
-                point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
+                point.buffer, point.service, pool_shares(_mean_field_pools(point)),
+                point.arrivals)  # fmt: skip
     return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
             point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
+
+
+def _mean_field_pools(point: Point):
+    """The pools of the point's mean field: those its N servers have (whole servers,
+    as simulated, :meth:`~jaxqueue.studies.spec.Point.pool_set`), not the nominal fractions."""
+    return point.pool_set()
 
 
 def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=None) -> list:
@@ -191,7 +200,8 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
     order of ``points``), with its service law and pools where that mean
     field covers them (:func:`jaxqueue.theory.periodic.refusal`); other
     arrival sources have none: the mean field and the exact chain are
-    written for Poisson arrivals.
+    written for Poisson arrivals. With pools the mean field is solved at the
+    fractions of the point's whole servers (:func:`_mean_field_pools`).
     """
     if kind == "none":
         return [None] * len(points)
@@ -216,11 +226,12 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             pol = make(point.policy, **opts)
             if window is not None and periodic.refusal(
                     pol, point.load, sources(point.arrivals), _limit_ratio(point),
-                    buffer=point.buffer, service=point.service, pools=point.pools) is None:  # fmt: skip
+                    buffer=point.buffer, service=point.service,
+                    pools=_mean_field_pools(point)) is None:  # fmt: skip
                 new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
                                       arrivals=sources(point.arrivals), window=window,
-                                      service=point.service, pools=point.pools)  # fmt: skip
+                                      service=point.service, pools=_mean_field_pools(point))  # fmt: skip
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
@@ -230,7 +241,7 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             ):  # fmt: skip
                 new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
-                                      service=point.service, pools=point.pools)  # fmt: skip
+                                      service=point.service, pools=_mean_field_pools(point))  # fmt: skip
         else:
             new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
                                    buffer=point.buffer, service=point.service, pools=point.pools,
@@ -332,6 +343,9 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
             )
         if points[0].source is not None:  # a profile's segments against the step rate
             check_source(points[0].system(), [p.load for p in points])
+    rounded = {(p.servers, p.pools) for p in spec.points if p.pools is not None}
+    for n, pools in sorted(rounded):  # fractions that are not whole servers: said once each
+        realized_pools(pools, n, stacklevel=2)
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with (Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text) as store,
           ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store") as writer):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxqueue.core.service import make_pools
+from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.sim.bounds import limit_ratio
 from jaxqueue.sim.transient import TransientResult, transient
@@ -51,17 +51,19 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
             f"transient_study compares with the mean field, and {pol.name!r} with pools has "
             "none (it routes by expected wait): use jaxqueue.sim.transient.transient"
         )
+    pools = kwargs.get("pools")
+    if pools is not None:  # the pools as simulated, whole servers each (said if rounded)
+        pools = kwargs["pools"] = realized_pools(pools, n_servers, stacklevel=2)
     init = "mean-field" if start_load is not None else "empty"
     res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
                                      start_load=start_load, init=init, **kwargs)  # fmt: skip
     ratio = limit_ratio(pol, n_servers, n_dispatchers)
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
-    pools = kwargs.get("pools")
     busy = None
     if kwargs.get("service") is not None or pools is not None:
-        if pools is not None:  # the pools as simulated: whole servers each
-            opts["pools"] = make_pools(pools, n_servers)
+        if pools is not None:
+            opts["pools"] = pools
         tt, tails, iq, busy = _phase_ode(pol, load, kwargs.get("service"), ratio, res,
                                          start_load, dt, opts)  # fmt: skip
     else:
