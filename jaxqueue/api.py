@@ -82,7 +82,10 @@ def sweep(
             (``lambda + 1`` for exponential service; the peak rate of a
             profile or an MMPP). Smaller loads step at the same count, so
             their windows are a little longer; each result's
-            ``settings["time_measured"]`` records its own.
+            ``settings["time_measured"]`` records its own. Rounded up to
+            whole blocks like ``steps``: a
+            :class:`~jaxqueue.sim.runner.WindowWarning` when that simulates
+            more than 10% beyond ``time`` at the largest load.
         warmup_time: the warm-up in time units instead of ``warmup`` (same
             conversion; not with ``warmup="auto"``).
         warmup: discarded uniformized steps per replica before measuring;
@@ -159,8 +162,9 @@ def sweep(
             ``pool_waiting_probability``, ``pool_occupancy``,
             ``pool_response_quantiles``; docs/simulation.md).
         arrivals: ``None`` (Poisson arrivals at rate ``load * N``), a file
-            (a CSV rate profile ``time,rate``, a CSV trace ``time[,service]``
-            or an MMPP JSON file) or a :class:`~jaxqueue.core.arrivals.Profile`,
+            (a CSV rate profile ``time,rate``, a CSV trace ``time[,service]``,
+            whose service column is not simulated, only recorded as
+            ``mean_service``, or an MMPP JSON file) or a :class:`~jaxqueue.core.arrivals.Profile`,
             :class:`~jaxqueue.core.arrivals.MMPP` or
             :class:`~jaxqueue.core.arrivals.Trace`; its rates are scaled so
             that the mean arrival rate is ``load * N`` (``load`` is the mean

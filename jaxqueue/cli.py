@@ -71,7 +71,9 @@ def _add_run(p: argparse.ArgumentParser) -> None:
                    help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
     p.add_argument("--arrivals", default=None,
                    help="time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
-                        "trace of arrival times (header time[,service]) or an MMPP JSON file "
+                        "trace of arrival times (header time[,service]; a service column is "
+                        "not simulated: the servers stay exponential, and it is only "
+                        "recorded, as mean_service) or an MMPP JSON file "
                         "({\"generator\": [[...]], \"rates\": [...]}); scaled to mean load "
                         "--load")  # fmt: skip
     p.add_argument("--replicas", type=int, default=32,
@@ -81,7 +83,9 @@ def _add_run(p: argparse.ArgumentParser) -> None:
                         help="measured uniformized steps per replica (default 1000000)")
     length.add_argument("--time", type=float, default=None,
                         help="measured time units per replica instead of --steps (steps = "
-                             "time x N x the step rate per server at the load)")  # fmt: skip
+                             "time x N x the step rate per server at the load, rounded up to "
+                             "whole blocks of 256 steps; a warning when that simulates more "
+                             "than 10%% beyond --time)")  # fmt: skip
     warm = p.add_mutually_exclusive_group()
     warm.add_argument("--warmup", type=_warmup, default=None,
                       help="discarded warm-up steps per replica (default: 100 time units), or "
@@ -96,7 +100,9 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", default="auto", choices=("auto", "replicas", "batch-means"),
                    help="95%% intervals across replicas or from batch means (default auto: "
                         "batch means with at most 10 replicas)")  # fmt: skip
-    p.add_argument("--batches", type=int, default=20, help="batches of the measured window")
+    p.add_argument("--batches", type=int, default=20,
+                   help="batches of the measured window (1 to 10000, default 20; intervals "
+                        "from batch means need at least 2)")  # fmt: skip
     p.add_argument("--checkpoint", default=None,
                    help="save the run to this file and resume from it when it exists and "
                         "matches (a run stopped part-way resumes where it was saved)")  # fmt: skip
@@ -116,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="simulate one policy at one load")
     _add_policy(p)
-    p.add_argument("--servers", type=int, required=True, help="N (up to 2**31 - 1)")
+    p.add_argument("--servers", type=int, required=True,
+                   help="N (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)")
     p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--load", type=float, help="lambda")
@@ -223,7 +230,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a result store (CSV, Parquet, netCDF)")
     p.add_argument("store", help="the SQLite result store")
-    p.add_argument("--csv", default=None, help="write one row per point and metric to this CSV")
+    p.add_argument("--csv", default=None,
+                   help="write one row per point and metric to this CSV ('-': stdout)")
     p.add_argument("--parquet", default=None, help="the same rows as Parquet (extra: parquet)")
     p.add_argument("--netcdf", default=None,
                    help="an xarray Dataset, grid axes as dimensions (extra: xarray)")  # fmt: skip
@@ -605,6 +613,7 @@ def _cmd_compare(args) -> int:
     by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
     pool = f" {'pool':>9s}" if by_pool else ""
     print(f"{'policy':18s} {'load':>6s}{pool} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}")
+    notes = set()
     for r in rows:
         t = r.simulation.metric(args.metric)
         pred = None if r.mean_field is None else r.mean_field.metric(args.metric)
@@ -618,13 +627,31 @@ def _cmd_compare(args) -> int:
             pred = [None] * len(labels) if pred is None else list(pred)
             z = np.broadcast_to(z, (len(labels),))
         for est, value, score, label in zip(t, pred, z, labels):
-            sim = "-" if est is None else f"{est.mean:.4f} ± {est.ci95:.4f}"
+            sim = "-" if est is None else f"{_num(est.mean)} ± {_num(est.ci95)}"
             if value is None:
                 print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} {'-':>11s} {'-':>8s}")
                 continue
+            cell = f"{score:.2f}"
+            if est is None:
+                cell = "-"
+            elif math.isnan(score):  # no interval to scale the difference by
+                notes.add("zero" if est.ci95 == 0 else "none")
+                cell = "n/a"
             print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} "
-                  f"{value:11.4f} {score:8.2f}")  # fmt: skip
+                  f"{_num(float(value)):>11s} {cell:>8s}")  # fmt: skip
+    for note in sorted(notes, reverse=True):
+        print("  n/a: " + {
+            "zero": "the 95% CI has width 0 (every replica gave the same value, e.g. no "
+                    "blocked or waiting task at all), so diff/CI is undefined: run longer or "
+                    "more replicas",
+            "none": "no 95% CI (too few replicas or batches for one)"}[note])  # fmt: skip
     return 0
+
+
+def _num(x: float) -> str:
+    """A table entry: 4 decimals, or 3 significant digits below 0.001 (a
+    small CI or probability is not printed as 0)."""
+    return f"{x:.3g}" if x != 0 and abs(x) < 1e-3 else f"{x:.4f}"
 
 
 def _cmd_sweep(args) -> int:
@@ -634,6 +661,7 @@ def _cmd_sweep(args) -> int:
     spec = load_spec(args.spec, quick=args.quick)
     # the quick mode is another spec (its own hash): its own default store
     store = args.store or f"{spec.name}{'.quick' if args.quick else ''}.sqlite"
+    args.store = store  # (named if the sweep is interrupted)
     if args.plan:
         return _print_plan(spec, store, args)
     if args.json:
@@ -673,11 +701,16 @@ def _cmd_export(args) -> int:
 
     if not (args.csv or args.parquet or args.netcdf):
         raise ValueError("export needs at least one of --csv, --parquet, --netcdf")
+    for flag, path in (("--parquet", args.parquet), ("--netcdf", args.netcdf)):
+        if path == "-":
+            raise ValueError(f"{flag} - : only --csv writes to stdout; give {flag} a file name")
     with Store.open_existing(args.store) as store:
         rows, meta = store.rows(), store.meta()
         if args.csv:
-            n = store.export_csv(args.csv)
-            print(f"[jaxqueue] wrote {n} rows to {args.csv}", file=sys.stderr)
+            to_stdout = args.csv == "-"
+            n = store.export_csv(sys.stdout if to_stdout else args.csv)
+            where = "stdout" if to_stdout else args.csv
+            print(f"[jaxqueue] wrote {n} rows to {where}", file=sys.stderr)
     if args.parquet:
         n = export.export_parquet(rows, args.parquet)
         print(f"[jaxqueue] wrote {n} rows to {args.parquet}", file=sys.stderr)
@@ -760,6 +793,21 @@ def _run(args) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's 128 + SIGINT
+        print(f"interrupted{_resume_note(args)}", file=sys.stderr)
+        return 130
+
+
+def _resume_note(args) -> str:
+    """Where an interrupted command keeps what it had done, if anywhere."""
+    if args.command == "sweep" and not args.plan and args.store:
+        return (f": the batches committed so far are in {args.store}; the same command "
+                "resumes from there")  # fmt: skip
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint:
+        return (f": the run resumes from its last save in {checkpoint} (if one was written) "
+                "with the same command")  # fmt: skip
+    return ""
 
 
 def _cmd_policies(args) -> int:

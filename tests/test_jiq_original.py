@@ -91,7 +91,7 @@ def test_defaults_passed_explicitly_change_nothing():
     [
         ({"order": "lifo"}, r"order='lifo' is not valid: use 'random' or 'fifo'"),
         ({"z": -1}, r"z=-1 is out of range: need 0 <= z <= 1000000"),
-        ({"d": 0}, r"d=0 is out of range: need 1 <= d <= 2"),
+        ({"d": 0}, r"d=0 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)"),
         ({"d": 3}, r"d=3 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)"),
     ],
 )

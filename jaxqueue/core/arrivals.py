@@ -34,7 +34,9 @@ over them (:func:`jaxqueue.sim.blocks.time_sum_scale`).
 Files (:func:`parse_arrivals`): a CSV whose header has ``time`` and ``rate``
 is a profile; one with ``time`` (or ``timestamp``) and no ``rate`` is a
 trace (an optional ``service`` column gives each task's service time, from
-which :meth:`Trace.natural_load` reports the trace's own load); a JSON file
+which :meth:`Trace.natural_load` reports the trace's own load; the
+simulation does not use it: its servers keep their exponential law, and a
+result records only the column's mean, ``mean_service``); a JSON file
 ``{"generator": [[...]], "rates": [...]}`` is an MMPP.
 
 Example:

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.system import System, check_int
+from jaxqueue.core.system import System, as_int
 from jaxqueue.core.rng import uniform_index
 
 __all__ = [
@@ -512,18 +512,23 @@ def server_draw(d: int, system: System) -> Servers:
 
 
 def check_d(d, system: System, what: str = "servers") -> None:
-    """Check ``d`` distinct probes of servers (or of dispatchers) against ``system``."""
+    """Check ``d`` distinct probes of servers (or of dispatchers) against ``system``.
+
+    Valid: ``1 <= d <= min(n, MAX_PROBES)`` (``n`` the servers or the
+    dispatchers probed), and for servers also ``d = n_servers`` (JSQ). Every
+    refusal states that whole range in one form.
+    """
     upper = system.n_servers if what == "servers" else system.n_dispatchers
-    if isinstance(d, int) and not isinstance(d, bool) and d > upper:
-        raise ValueError(f"d={d} is out of range: it probes {what}, need 1 <= d <= n_{what} "
-                         f"({upper})")  # fmt: skip
-    check_int("d", d, 1, upper)
-    if what == "servers" and MAX_PROBES < d < upper:
-        raise ValueError(
-            f"d={d} is out of range: distinct probes are drawn exactly for "
-            f"1 <= d <= {MAX_PROBES} or d = n_servers ({upper}, which is JSQ)"
-        )
-    if what == "dispatchers" and d > MAX_PROBES:
-        raise ValueError(f"d={d} is out of range: need 1 <= d <= min(n_dispatchers, {MAX_PROBES})")
+    d = as_int(d)
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise TypeError(f"d must be an int, got {d!r}")
+    if upper <= MAX_PROBES:
+        valid = f"1 <= d <= n_{what} ({upper})"
+    elif what == "servers":
+        valid = f"1 <= d <= {MAX_PROBES} or d = n_servers ({upper}, which is JSQ)"
+    else:
+        valid = f"1 <= d <= {MAX_PROBES} (the most distinct probes; n_dispatchers is {upper})"
+    if not (1 <= d <= min(upper, MAX_PROBES) or (what == "servers" and d == upper)):
+        raise ValueError(f"d={d} is out of range: it probes {what}, need {valid}")
 
 

@@ -82,6 +82,7 @@ from jaxqueue.sim.totals import Totals
 __all__ = [
     "Plan", "plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch",
     "BATCHES", "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS", "BACKENDS", "BackendWarning", "StartWarning",
+    "WindowWarning", "WINDOW_TOLERANCE",
 ]  # fmt: skip
 
 #: The paths that step the replicas: ``"xla"`` (the vmapped engine,
@@ -115,6 +116,17 @@ class BackendWarning(UserWarning):
 
 class StartWarning(UserWarning):
     """``init="auto"``: the mean field cannot be solved here, so the run starts empty."""
+
+
+class WindowWarning(UserWarning):
+    """``time=``: whole blocks of :data:`~jaxqueue.core.rng.BLOCK` steps make the
+    measured window longer than asked, by more than :data:`WINDOW_TOLERANCE`."""
+
+
+#: ``time=``: a :class:`WindowWarning` when the whole blocks simulate more than
+#: this fraction beyond the time asked for (at the largest load; the window
+#: simulated is ``settings["time_measured"]``).
+WINDOW_TOLERANCE = 0.1
 
 
 def _solvable_start(pol, loads, system) -> str:
@@ -358,6 +370,11 @@ def plan(
     if interval == "auto":
         interval = "batch-means" if replicas <= BATCH_MEANS_REPLICAS else "replicas"
     if interval == "batch-means" and n_batches < 2:
+        if replicas < 2 and batches < 2:
+            raise ValueError(
+                f"batches={batches} is out of range for one replica: intervals from batch "
+                f"means need 2 <= batches <= 10000 (or at least 2 replicas)"
+            )
         if replicas < 2:
             raise ValueError(
                 f"steps={steps} is one block of {BLOCK} steps: an interval needs at least "
@@ -415,6 +432,14 @@ def plan(
                 f"streams must give one word in [0, 2**32) per load: {len(loads)} loads, "
                 f"got {len(streams)} words"
             )
+    if time is not None:
+        simulated = measure_blocks * BLOCK / per_unit
+        if simulated > float(time) * (1 + WINDOW_TOLERANCE):
+            warnings.warn(
+                f"time={time:g} is {steps} steps per replica at N={n_servers} and load "
+                f"{lmax:g}, run as whole blocks of {BLOCK} steps: {measure_blocks * BLOCK} steps, "
+                f"{simulated:.4g} time units simulated (settings['time_measured'])",
+                WindowWarning, stacklevel=3)  # fmt: skip
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     used, note = _backend(backend, system, pol, devs)
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
@@ -821,7 +846,8 @@ class Run:
         theirs, ours = meta["fingerprint"], json.loads(json.dumps(p.fingerprint()))
         if theirs != ours:
             keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            detail = ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in keys)
+            detail = ", ".join(f"{k}: {_shown(theirs.get(k))!r} there, {_shown(ours.get(k))!r} here"
+                               for k in keys)  # fmt: skip
             raise CheckpointMismatch(
                 f"checkpoint {path} was written by another run ({detail}); delete it or "
                 "give another path"
@@ -952,18 +978,33 @@ def _core_from_fields(fields: dict, p: Plan) -> Core:
     return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock)
 
 
+def _shown(value):
+    """A fingerprint entry as printed: the exact hex floats (loads, an init
+    occupancy) as decimals (``repr``, which round-trips); the comparison stays
+    on the hex strings."""
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        try:
+            return [float.fromhex(v) for v in value]
+        except ValueError:
+            return value
+    return value
+
+
 def _overflow_advice(overflow, p: Plan) -> str:
     over, iq_over = int(overflow[0]), int(overflow[1])
     system, parts = p.system, []
     if over:
         parts.append(
             f"{over} arrivals found a queue at the level bound levels={system.levels} "
-            f"under {p.policy.label()}; rerun with a larger levels= (e.g. {2 * system.levels})"
+            f"under {p.policy.label()}; rerun with a larger levels= (e.g. "
+            f"{min(2 * system.levels, 10**6)})"
         )
-    if iq_over:
+    if iq_over:  # an I-queue lists at most N servers: iqueue_levels <= n_servers
+        more = min(2 * system.iqueue_levels, system.n_servers)
         parts.append(
             f"{iq_over} idle servers found their I-queue at iqueue_levels={system.iqueue_levels}; "
-            f"rerun with a larger iqueue_levels= (e.g. {2 * system.iqueue_levels})"
+            f"rerun with a larger iqueue_levels= (e.g. {more}, at most n_servers="
+            f"{system.n_servers})"
         )
     return "; ".join(parts) + " (or pass on_overflow='report' to keep the counts in the result)"
 

@@ -108,7 +108,8 @@ def check_source(system: System, loads) -> None:
     if isinstance(src, Trace) and system.n_servers * BLOCK >= 2**31:
         raise ValueError(
             f"arrivals: a trace run adds (service candidates of a block) x (servers) in 32-bit "
-            f"integers, so n_servers must be below {2**31 // BLOCK}, got {system.n_servers}"
+            f"integers: n_servers={system.n_servers} is out of range, need 1 <= n_servers <= "
+            f"{(2**31 - 1) // BLOCK}"
         )
     if isinstance(src, Profile):
         need = crossings(system)

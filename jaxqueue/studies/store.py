@@ -183,14 +183,22 @@ class Store:
         return [dict(zip(COLUMNS, r)) for r in cur]
 
     def export_csv(self, path) -> int:
-        """Write :meth:`rows` as CSV (a header of :data:`COLUMNS`); returns the row count."""
+        """Write :meth:`rows` as CSV (a header of :data:`COLUMNS`) to ``path``, a
+        file name or an open text stream (``sys.stdout``); returns the row count."""
         rows = self.rows()
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            for r in rows:
-                writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+        if hasattr(path, "write"):
+            self._write_csv(path, rows)
+        else:
+            with open(path, "w", newline="") as f:
+                self._write_csv(f, rows)
         return len(rows)
+
+    @staticmethod
+    def _write_csv(f, rows) -> None:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
 
     @staticmethod
     def open_existing(path) -> "Store":

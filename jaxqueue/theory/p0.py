@@ -102,9 +102,14 @@ def _float_dtype():
     return jnp.result_type(float)
 
 
+#: Largest ``d`` of the mean field (N -> infinity: no bound but
+#: :data:`jaxqueue.core.system.MAX_SERVERS`, as the generic mean field checks).
+_MAX_D = 2**31 - 1
+
+
 def _check_d(d) -> int:
-    if isinstance(d, bool) or int(d) != d or int(d) < 1:
-        raise ValueError(f"d must be an integer >= 1; got {d!r}")
+    if isinstance(d, bool) or int(d) != d or not 1 <= int(d) <= _MAX_D:
+        raise ValueError(f"d={d!r} is out of range: need 1 <= d <= {_MAX_D}")
     return int(d)
 
 
