@@ -50,7 +50,7 @@ from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
 from jaxqueue.sim.runner import (  # noqa: E402
-    BackendWarning, CheckpointMismatch, LevelOverflowError, StartWarning,
+    BackendWarning, CheckpointMismatch, LevelOverflowError, StartWarning, WindowWarning,
 )
 from jaxqueue.api import simulate, sweep  # noqa: E402
 from jaxqueue.sim.transient import TransientResult, transient  # noqa: E402
@@ -74,6 +74,7 @@ __all__ = [
     "CheckpointMismatch",
     "BackendWarning",
     "StartWarning",
+    "WindowWarning",
     "PoolRoundingWarning",
     "simulate",
     "sweep",
