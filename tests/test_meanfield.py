@@ -187,3 +187,81 @@ def test_outcomes_a_function_ignores_are_summed_out_first():
             values = (a + 1.0) * (b == 1)  # ignores the third outcome too
             np.testing.assert_allclose(meanfield._expect(jl, values),
                                        (full * values).sum(), rtol=1e-13)  # fmt: skip
+
+
+def _no_solve(*args, **kwargs):
+    raise AssertionError("a solve was started")
+
+
+def test_jiq_sq_at_a_large_ratio_is_refused_before_compiling(monkeypatch):
+    """JIQ-SQ(2) at r = 1e4: the outcome grid of an arrival (a server's queue length, the
+    dispatcher's I-queue size, the I-queue a delete request hits) has (L + 1)(J + 1)^2
+    entries, and XLA asked for 788 GB at once. Refused from an estimate, nothing compiled,
+    with the parameters, the estimate, the bound and what to do instead."""
+    monkeypatch.setattr(meanfield, "_solve_on", _no_solve)
+    bound = f"{meanfield.MAX_WORKING_BYTES / 2**30:.1f}"
+    with pytest.raises(ValueError, match=(
+            r"^the mean field of jiq-sq\(d=2\) at ratio=10000 with levels=40 and "
+            r"iqueue_levels=10030 would take about 148.3 GiB of working memory \(its outcome "
+            r"grid has 4.13e\+09 entries; .* ratio\^2\), more than MAX_WORKING_BYTES = "
+            rf"{bound} GiB; use a smaller ratio \(r = N / M\), simulate from init='empty'")):  # fmt: skip
+        theory.mean_field("jiq-sq", 0.9, 1e4, d=2)
+    for call in (meanfield.fixed_point, meanfield.transient):
+        with pytest.raises(ValueError, match="148.3 GiB"):
+            call("jiq-sq", 0.9, 1e4, d=2)
+    # the generic path of the closed-form policies too (r = 1000: J = 4 r + 10 = 4010)
+    with pytest.raises(ValueError, match=r"jiq at ratio=1000 .*iqueue_levels=4010 .*23.7 GiB"):
+        meanfield.fixed_point("jiq", 0.9, 1000.0)
+    assert meanfield.check_work("jiq-sq", 100.0) < 32 * 2**20  # 26 MiB: J = 130
+    # a queue-length bound past the dense Newton's memory: fewer levels, not a smaller ratio
+    with pytest.raises(ValueError, match=r"pod\(d=2\) at ratio=None with levels=20000 .* "
+                                         r"GiB; give fewer levels"):
+        meanfield.fixed_point("pod", 0.5, levels=20_000)
+
+
+def test_jiq_sq_balanced_joins_need_few_iqueue_levels():
+    """Idle servers joining the shortest of d >= 2 I-queues keep the sizes within a few
+    of the r each holds at the empty start: r + 30 I-queue levels, not 4 r + 10 (the
+    same fixed point to 1e-15 at r = 100, ten times faster)."""
+    sq, jiq = make("jiq-sq", d=2), make("jiq")
+    assert meanfield.default_iqueue_levels(sq, 100.0) == 130
+    assert meanfield.default_iqueue_levels(make("jiq-sq", d=1), 100.0) == 410  # JIQ
+    assert meanfield.default_iqueue_levels(jiq, 100.0) == 410
+    assert meanfield.default_iqueue_levels(sq, 2.0) == 32
+    assert meanfield.default_iqueue_levels(sq, float("inf")) == 30  # one dispatcher
+
+
+def test_a_run_at_a_ratio_the_mean_field_refuses_starts_empty(monkeypatch):
+    """N = 10000, M = 3: init='auto' asks the estimate (nothing is solved) and starts
+    JIQ-SQ empty with a StartWarning; a closed form (JIQ) still starts at its mean field."""
+    monkeypatch.setattr(meanfield, "_solve_on", _no_solve)
+    with pytest.warns(jq.StartWarning, match=r"starts jiq-sq\(d=2\) empty: .*ratio=3333.33 .* "
+                                             r"GiB .*init='empty'"):
+        p = jq.sim.runner.plan("jiq-sq", [0.9], 10_000, 3, replicas=2, steps=512)
+    assert p.init == "empty"
+    assert jq.sim.runner.plan("jiq", [0.9], 10_000, 3, replicas=2, steps=512).init == "mean-field"
+    assert jq.sim.runner.plan("jiq-sq", [0.9], 1000, 10, replicas=2, steps=512).init == "mean-field"
+
+
+def test_jiq_sq_with_one_dispatcher_is_refused_as_the_simulator_does():
+    """ratio=None is one dispatcher; JIQ-SQ(d) probes d distinct I-queues, so d = 2 needs
+    M >= 2: refused with the simulator's own words (it used to give T = 1, p0 = 0).
+    JIQ-Pod(2) with one dispatcher is idle-first, and JIQ-SQ(1) is JIQ: both valid."""
+    from jaxqueue.core.system import System
+
+    with pytest.raises(ValueError) as sim:
+        make("jiq-sq", d=2).validate(System(10, 1, None, 1, 0))
+    for ratio in (None, float("inf")):
+        with pytest.raises(ValueError, match=r"^jiq-sq\(d=2\) with ratio=(None|inf) is not "
+                                             r"valid: ratio=None \(or inf\) is one dispatcher"):
+            theory.mean_field("jiq-sq", 0.9, ratio)
+    with pytest.raises(ValueError) as mf:
+        meanfield.fixed_point("jiq-sq", 0.9, None, d=3)
+    assert "d=3 is out of range: it probes dispatchers" in str(mf.value)
+    assert str(sim.value).replace("d=2", "d=3") in str(mf.value)
+    with pytest.raises(ValueError, match=r"d=2 is out of range: it probes dispatchers"):
+        theory.mean_field("jiq-sq", 0.9, None, service="erlang:2")
+    meanfield.check_work("jiq-pod", None, d=2)
+    meanfield.check_work("jiq-sq", None, d=1)
+    meanfield.check_work("jiq-sq", float("inf"), d=1)  # (it used to overflow)
+    meanfield.check_work("jiq-sq", 10.0, d=2)

@@ -379,3 +379,27 @@ def test_simulation_minus_mean_field_is_the_correction():
             tol = tolerance(est, SIM_FAMILY, allowance=10.0 / n**2 * abs(predicted))
             # simulated minus mean field is V / N
             assert abs((est.mean - base) - v / n) <= tol, (n, est, base, v / n, tol)
+
+
+def test_a_ratio_that_does_not_divide_n_is_refused_before_compiling(monkeypatch, capsys):
+    """N = 15 at r = 10 would be M = 1.5 dispatchers: refused, naming both, with the
+    nearest ratios that divide N; in the API and the CLI, before any solve. (A grid,
+    refined_grid, takes r as a continuous parameter: its corrections are coefficients
+    of 1 / N at fixed r, whatever the N listed.)"""
+    def no_solve(*args, **kwargs):
+        raise AssertionError("a solve was started")
+
+    monkeypatch.setattr(meanfield, "fixed_point", no_solve)
+    want = (r"n_servers=15 and ratio=10 give N / ratio = 1.5 dispatchers: .* must be a whole "
+            r"number; give a ratio that divides n_servers, e.g. ratio=15 \(M = 1\) or "
+            r"ratio=7.5 \(M = 2\)")
+    with pytest.raises(ValueError, match=want):
+        theory.refined_mean_field("jiq", 0.9, 10.0, n_servers=15)
+    with pytest.raises(ValueError, match=r"n_servers=1000 and ratio=3 give N / ratio = 333.333"):
+        theory.refined_mean_field("jiq-sq", 0.9, 3.0, n_servers=1000)
+    assert cli_main(["theory", "--policy", "jiq", "--load", "0.9", "--ratio", "10",
+                     "--servers", "15"]) == 2  # fmt: skip
+    assert "n_servers=15 and ratio=10 give N / ratio = 1.5" in capsys.readouterr().err
+    # a ratio N / M of a real system (1000 / 3) is whole up to rounding
+    refined._check_whole(2000, 1000 / 3)
+    refined._check_whole(15, None)

@@ -69,8 +69,8 @@ from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
-from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, phase_levels,
-                                 required_levels, source_levels)
+from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, limit_ratio,
+                                 phase_levels, required_levels, source_levels)
 from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.initial import initial_classes, initial_counts
 from jaxqueue.sim.per_server import Lists
@@ -142,6 +142,23 @@ def _solvable_start(pol, loads, system) -> str:
         for lam in loads:
             _mean_field(pol, float(lam), system)
     except (RuntimeError, ValueError) as err:
+        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
+                      f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
+        return "empty"
+    return "mean-field"
+
+
+def _sized_start(pol, system) -> str:
+    """``"mean-field"`` if the generic mean field a start follows fits its working-memory
+    bound (:func:`jaxqueue.theory.meanfield.check_work`: an estimate, nothing solved or
+    compiled), else ``"empty"`` with a :class:`StartWarning` that says why (the JIQ
+    family's outcome grid grows as ``(N / M)^2``: JIQ-SQ with few dispatchers)."""
+    from jaxqueue.theory import meanfield
+
+    try:
+        meanfield.check_work(pol, limit_ratio(pol, system.n_servers, system.n_dispatchers),
+                             buffer=system.buffer)  # fmt: skip
+    except ValueError as err:
         warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
                       f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
         return "empty"
@@ -415,6 +432,8 @@ def plan(
             if start == "mean-field" and (kind in PER_SERVER_MEAN_FIELDS or buffer is not None
                                           or system.pools is not None):  # fmt: skip
                 start = _solvable_start(pol, loads, system)
+            elif start == "mean-field" and (kind == "generic" or system.service is not None):
+                start = _sized_start(pol, system)  # (a closed form needs no grid)
         elif init == "mean-field" and system.pools is not None and pol.routes_by_speed:
             raise ValueError(
                 f"init='mean-field' needs a mean field, and there is none for {pol.name!r} "

@@ -67,7 +67,7 @@ from jaxqueue.core.system import MAX_SERVERS, System, check_int
 
 #: The stand-in N of the limit's System: it only has to make M = N / r valid.
 _LIMIT_SERVERS = (2**31 - 1) // 256
-from jaxqueue.policies import Policy, View, make
+from jaxqueue.policies import Dispatchers, Policy, View, make
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
@@ -76,7 +76,7 @@ __all__ = [
     "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "LEVEL_TOL", "MAX_AUTO_LEVELS",
     "MAX_DENSE_LEVELS", "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
     "ode_drift", "fixed_point", "transient", "as_result", "iqueue_gap", "round8", "grown_levels",
-    "extend_levels",
+    "extend_levels", "default_iqueue_levels", "working_bytes", "check_work", "MAX_WORKING_BYTES",
 ]  # fmt: skip
 
 
@@ -574,7 +574,13 @@ def extend_levels(x, L_old: int, L_new: int, P: int, J: int) -> np.ndarray:
 
 
 def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
-    """The policy (``make(policy, d=d)``, with a mean field) and the limit System."""
+    """The policy (``make(policy, d=d)``, with a mean field) and the limit System.
+
+    Raises ValueError, before anything is compiled, for a policy that is not
+    valid with the limit's one dispatcher (``ratio=None``: JIQ-SQ(d) with
+    ``d >= 2``) and for a System whose working memory :func:`working_bytes`
+    estimates past :data:`MAX_WORKING_BYTES`.
+    """
     pol = make(policy, d=d)
     if pol.no_mean_field is not None:
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
@@ -588,8 +594,128 @@ def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
     elif buffer is not None and levels != buffer:
         raise ValueError(f"levels={levels} must equal buffer={buffer} for finite buffers")
     if iqueue_levels is None:
-        iqueue_levels = max(30, int(4 * (ratio or 0)) + 10)
-    return pol, limit_system(pol, ratio, levels, iqueue_levels, buffer)
+        iqueue_levels = default_iqueue_levels(pol, ratio)
+    system = limit_system(pol, ratio, levels, iqueue_levels, buffer)
+    if pol.uses_iqueues and system.n_dispatchers == 1:
+        _check_one_dispatcher(pol, ratio, buffer)
+    _check_work(pol, system, ratio)
+    return pol, system
+
+
+def _check_one_dispatcher(pol: Policy, ratio, buffer) -> None:
+    """Refuse a policy of the JIQ family that is not valid with one dispatcher (the limit
+    of ``ratio=None``) with the simulator's own message: JIQ-SQ(d) probes ``d`` distinct
+    I-queues, so ``d >= 2`` needs ``M >= d`` (JIQ-Pod(d) with ``M = 1`` is idle-first)."""
+    # d servers and one dispatcher: any bound on probes of servers holds (d <= N, or
+    # d = N, JSQ), so only a bound on the dispatchers can fail
+    n = max(1, int(pol.options().get("d", 1)))
+    try:
+        pol.validate(System(n, 1, buffer, buffer if buffer is not None else 1, 0))
+    except ValueError as err:
+        raise ValueError(
+            f"{pol.label()} with ratio={ratio!r} is not valid: ratio=None (or inf) is one "
+            f"dispatcher (M = 1), and {err}; give a ratio r = N / M for several dispatchers, "
+            f"or d=1"
+        ) from None
+
+
+def default_iqueue_levels(policy: Policy, ratio) -> int:
+    """The largest I-queue size represented when none is given.
+
+    ``max(30, 4 r + 10)``: a JIQ I-queue's size is about geometric with mean
+    ``r (1 - lambda)``. Where a newly idle server joins the shortest of
+    ``d >= 2`` I-queues (JIQ-SQ(d), the policy's own join draws say so) the
+    sizes are balanced: none passes the ``r`` each I-queue holds at the
+    empty start by more than a few, and above the mean the tail falls
+    doubly exponentially, so ``max(30, r + 30)`` (the same fixed point to
+    1e-15 at ``r = 100``, ten times faster: the outcome grid grows as
+    ``J^2``). The mass at the bound is reported either way (``truncated``).
+    """
+    if ratio is None or math.isinf(float(ratio)):
+        return 30  # one dispatcher: no I-queue levels (limit_system)
+    r = float(ratio)
+    balanced = False
+    if policy.uses_iqueues:
+        joins = policy.join_draws(limit_system(policy, r, 1, 1))
+        balanced = bool(joins) and all(isinstance(j, Dispatchers) and j.d >= 2 for j in joins)
+    return max(30, int(r) + 30) if balanced else max(30, int(4 * r) + 10)
+
+
+#: The most working memory (bytes) a generic mean-field solve may be estimated
+#: to take before it is refused, before anything is compiled (raise it on a
+#: machine with more). See :func:`working_bytes`. JIQ-SQ(2) at ``lambda = 0.9``
+#: (40 levels) passes it up to ``r`` of about 790; measured on 2 CPU cores,
+#: ``r = 500`` solves in 2.5 min (0.76 GB peak), while ``r = 800`` and ``1000``
+#: (1.0 and 1.6 GiB estimated) ran 6 and 9 min and Newton did not converge.
+MAX_WORKING_BYTES = 2**30
+
+
+def _grid_entries(policy: Policy, system: System) -> int:
+    """The most entries of an outcome grid :func:`rates` walks: the product of the
+    law sizes of the arrival's draws, or of the join's (shapes only: nothing runs)."""
+    n = system.levels + system.iqueue_levels
+    x = jax.ShapeDtypeStruct((n,), jnp.float32)
+    most = 1
+    for draws in (policy.draws(system), policy.join_draws(system)):
+        entries = 1
+        for draw in draws:
+            shape = jax.eval_shape(lambda y, draw=draw: draw.law(_view(y, system), system), x)
+            entries *= max(1, math.prod(shape.shape))
+        most = max(most, entries)
+    return most
+
+
+def working_bytes(policy: Policy, system: System) -> int:
+    """Estimated working memory of the generic mean field on ``system``, in bytes.
+
+    Every drift evaluation sums the policy's decision over the grid of its
+    draws' outcomes (:func:`rates`): for the JIQ family ``(L + 1)(J + 1)^2``
+    entries (a random server's queue length, the dispatcher's I-queue size,
+    the I-queue of the idle server a delete request hits), so with ``J``
+    growing with the ratio the memory grows as ``L r^2``. A Newton step
+    takes about 38 bytes an entry (the grid's float64 weights and int32 keys,
+    and the derivative's pass keyed by outcome), the ODE's steps 12, and the
+    dense Jacobian and its solve ``24 (L + J + 1)^2``: XLA's own count for
+    the compiled Newton step (``memory_analysis``) is 37.4 to 37.9 bytes an
+    entry for JIQ-SQ(2) at ``(L, J) = (40, 130), (40, 330), (200, 130)``, and
+    24.0 ``(L + 1)^2`` for Pod(2) at ``L = 2000``. Peak RSS of JIQ-SQ(2) at
+    ``r = 1000`` (``J = 1030``): 1.9 GB, against 1.6 GiB here (plus the
+    interpreter's 0.3 GB). At ``J = 40010`` (``r = 10^4`` with ``J = 4 r +
+    10``) XLA asked for one buffer of 788 GB.
+    """
+    L, J = system.levels, system.iqueue_levels
+    return 38 * _grid_entries(policy, system) + 24 * (L + J + 1) ** 2
+
+
+def _check_work(pol: Policy, system: System, ratio) -> None:
+    """Refuse, before compiling, a solve estimated past :data:`MAX_WORKING_BYTES`."""
+    need = working_bytes(pol, system)
+    if need > MAX_WORKING_BYTES:
+        if system.iqueue_levels:
+            grows = "; the I-queue levels grow with the ratio, the grid as ratio^2"
+            advice = "use a smaller ratio (r = N / M)"
+        else:
+            grows, advice = "", "give fewer levels"
+        shown = "None" if ratio is None else f"{float(ratio):g}"
+        raise ValueError(
+            f"the mean field of {pol.label()} at ratio={shown} with levels={system.levels} "
+            f"and iqueue_levels={system.iqueue_levels} would take about {need / 2**30:.1f} GiB "
+            f"of working memory (its outcome grid has {_grid_entries(pol, system):.3g} "
+            f"entries{grows}), more than MAX_WORKING_BYTES = {MAX_WORKING_BYTES / 2**30:.1f} "
+            f"GiB; {advice}, simulate from init='empty', or raise "
+            f"jaxqueue.theory.meanfield.MAX_WORKING_BYTES on a machine with more memory"
+        )
+
+
+def check_work(policy, ratio: float | None = None, *, d: int | None = None,
+               buffer: int | None = None, levels: int | None = None,
+               iqueue_levels: int | None = None) -> int:  # fmt: skip
+    """The working memory (bytes) :func:`fixed_point` is estimated to take at its first
+    level count (:func:`working_bytes`), or a ValueError past :data:`MAX_WORKING_BYTES`
+    (also one for a policy not valid with one dispatcher at ``ratio=None``), without
+    compiling or solving anything: a simulation's ``init='auto'`` asks it first."""
+    pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
+    return working_bytes(pol, system)
 
 
 def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
@@ -625,7 +751,9 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
             the truncated model: arrivals to a server at the bound are left
             out, and ``truncated`` holds the mass there.
         iqueue_levels: the largest I-queue size represented (default
-            ``max(30, 4 r + 10)``); the mass at both bounds is reported.
+            :func:`default_iqueue_levels`: ``max(30, 4 r + 10)``, or
+            ``max(30, r + 30)`` where idle servers join the shortest of
+            ``d >= 2`` I-queues); the mass at both bounds is reported.
         tol: residual at which Newton stops.
         warmup_time, dt: the ODE run (RK4) that gives Newton its start: from
             the empty system, or at a load of 1 or more with a buffer from the
@@ -639,6 +767,10 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
+        ValueError: before anything is compiled, for JIQ-SQ(d >= 2) at ``ratio=None``
+            (one dispatcher; it probes ``d`` I-queues), and where the working memory
+            :func:`working_bytes` estimates passes :data:`MAX_WORKING_BYTES` (the
+            JIQ family's outcome grid grows as ``r^2``: JIQ-SQ at large ratios).
     """
     if buffer is not None and start is None and buffer > DEFAULT_LEVELS:
         check_int("buffer", buffer, 1, 10**6)

@@ -897,7 +897,8 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
             docstring): grown until ``s_levels <= level_tol`` or the state
             would pass :data:`MAX_STATE` coordinates (then a warning).
         iqueue_levels: the largest I-queue size represented (default
-            ``max(30, 4 r + 10)``); its mass ``Q_J`` is reported in ``truncated``.
+            :func:`jaxqueue.theory.meanfield.default_iqueue_levels`); its mass ``Q_J``
+            is reported in ``truncated``.
         tol: residual at which Newton stops.
         level_tol: the tail mass at the bound the adaptive level count aims below.
         warmup_time, dt: the ODE run (RK4) that gives Newton its start (if

@@ -517,6 +517,8 @@ class RefinedMeanField:
         check_int("n_servers", n_servers, 1, MAX_SERVERS)
         mf = self.mean_field
         pol = make(mf.settings["policy"], **mf.settings["options"])
+        if pol.uses_iqueues and not pol.single_dispatcher:
+            _check_whole(n_servers, _check_ratio(mf.settings["ratio"], None))
         return _refined_result(mf, self.correction, pol, mf.settings["load"],
                                mf.settings["ratio"], mf.settings["buffer"], n_servers)  # fmt: skip
 
@@ -574,6 +576,23 @@ def _setup(policy, load, ratio, d, buffer, n_servers, levels, iqueue_levels):
     return pol, system, lam, r, n_min
 
 
+def _check_whole(n_servers: int, ratio) -> None:
+    """Refuse ``N`` servers at a ratio that does not make ``M = N / r`` whole: the
+    refined value is that of a system of ``N`` servers and ``N / r`` dispatchers."""
+    if ratio is None:
+        return
+    m = n_servers / ratio
+    if math.isclose(m, round(m), rel_tol=1e-9):
+        return
+    near = sorted({k for k in (math.floor(m), math.ceil(m)) if 1 <= k <= n_servers})
+    advice = " or ".join(f"ratio={n_servers / k:g} (M = {k})" for k in near)
+    raise ValueError(
+        f"n_servers={n_servers} and ratio={ratio:g} give N / ratio = {m:g} dispatchers: the "
+        f"refined mean field is at N servers and M = N / ratio dispatchers, which must be a "
+        f"whole number; give a ratio that divides n_servers, e.g. {advice}"
+    )
+
+
 def _finite_system(pol, system, n_servers, ratio, buffer) -> System:
     """The finite system ``N`` servers, ``M = round(N / r)`` dispatchers (1 for one dispatcher)."""
     m = 1 if ratio is None else min(n_servers, max(1, round(n_servers / ratio)))
@@ -595,8 +614,9 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
         policy: a policy name or :class:`~jaxqueue.policies.Policy` with an
             occupancy mean field (not ``jiq-original``, ``jiq-threshold``).
         load: ``lambda > 0`` (``< 1`` unless ``buffer`` is given).
-        ratio: ``r = N / M`` (``0 < r <= n_servers``) for the JIQ family with
-            several dispatchers; ``None`` (or inf) for one dispatcher, which is
+        ratio: ``r = N / M`` (``0 < r <= n_servers``, with ``n_servers / r``
+            a whole number of dispatchers) for the JIQ family with several
+            dispatchers; ``None`` (or inf) for one dispatcher, which is
             JSQ-like (``NOT_DIFFERENTIABLE``). Ignored by policies without I-queues.
         d: probes of ``pod``, ``jiq-pod``, ``idle-first``, ``jiq-sq`` (default:
             the policy's own); ``1 <= d <= n_servers`` (``d = N`` is JSQ).
@@ -606,7 +626,8 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
             :data:`meanfield.DEFAULT_LEVELS` grown by the fixed point's
             adaptive count where the tail needs more); a given one that
             leaves more than ``1e-6`` of the tail at the bound is refused.
-        iqueue_levels: the largest I-queue size represented (default ``max(30, 4 r + 10)``).
+        iqueue_levels: the largest I-queue size represented (default
+            :func:`jaxqueue.theory.meanfield.default_iqueue_levels`).
 
     Returns:
         :class:`RefinedMeanField`.
@@ -628,6 +649,7 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
                                                                      iqueue_levels))  # fmt: skip
     pol, system, lam, r, _ = _setup(policy, load, ratio, d, buffer, n_servers, levels,
                                     iqueue_levels)  # fmt: skip
+    _check_whole(n_servers, r)
     fsys = _finite_system(pol, system, n_servers, r, buffer)
     pol.validate(fsys)  # d against N (and M for jiq-sq)
     _check_work(pol, system)
@@ -874,8 +896,9 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
         n_servers: the ``N`` values (ints ``>= 1``).
         d, buffer: as for :func:`refined_mean_field`.
         levels, iqueue_levels: the truncation, shared by every point (default
-            :data:`meanfield.DEFAULT_LEVELS` or ``buffer``; ``max(30, 4 r + 10)``
-            at the largest ``r``); a point whose tail it cuts is ``TRUNCATED``.
+            :data:`meanfield.DEFAULT_LEVELS` or ``buffer``;
+            :func:`meanfield.default_iqueue_levels` at the largest ``r``); a
+            point whose tail it cuts is ``TRUNCATED``.
         tol: residual at which Newton stops; max_newton: its step limit.
         chunk: points per vmapped batch (``>= 1``).
 
