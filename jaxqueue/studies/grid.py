@@ -173,19 +173,13 @@ def _limit_ratio(point: Point) -> float | None:
 
 def _theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``), but
-    on the fractions of N's whole servers that its pools hold (:func:`_mean_field_pools`)."""
+    on the fractions of N's whole servers that its pools hold (``Point.pool_set``, as simulated)."""
     if kind == "mean-field":
         return (kind, point.policy, point.options, point.load, _limit_ratio(point),
-                point.buffer, point.service, pool_shares(_mean_field_pools(point)),
+                point.buffer, point.service, pool_shares(point.pool_set()),
                 point.arrivals)  # fmt: skip
     return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
             point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
-
-
-def _mean_field_pools(point: Point):
-    """The pools of the point's mean field: those its N servers have (whole servers,
-    as simulated, :meth:`~jaxqueue.studies.spec.Point.pool_set`), not the nominal fractions."""
-    return point.pool_set()
 
 
 def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=None) -> list:
@@ -201,7 +195,7 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
     field covers them (:func:`jaxqueue.theory.periodic.refusal`); other
     arrival sources have none: the mean field and the exact chain are
     written for Poisson arrivals. With pools the mean field is solved at the
-    fractions of the point's whole servers (:func:`_mean_field_pools`).
+    fractions of the point's whole servers (``Point.pool_set``, as simulated).
     """
     if kind == "none":
         return [None] * len(points)
@@ -227,11 +221,11 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             if window is not None and periodic.refusal(
                     pol, point.load, sources(point.arrivals), _limit_ratio(point),
                     buffer=point.buffer, service=point.service,
-                    pools=_mean_field_pools(point)) is None:  # fmt: skip
+                    pools=point.pool_set()) is None:  # fmt: skip
                 new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
                                       arrivals=sources(point.arrivals), window=window,
-                                      service=point.service, pools=_mean_field_pools(point))  # fmt: skip
+                                      service=point.service, pools=point.pool_set())  # fmt: skip
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
@@ -241,7 +235,7 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
             ):  # fmt: skip
                 new[key] = mean_field(pol, point.load, _limit_ratio(point),
                                       buffer=point.buffer, with_quantiles=False,
-                                      service=point.service, pools=_mean_field_pools(point))  # fmt: skip
+                                      service=point.service, pools=point.pool_set())  # fmt: skip
         else:
             new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
                                    buffer=point.buffer, service=point.service, pools=point.pools,
