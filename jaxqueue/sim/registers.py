@@ -47,6 +47,10 @@ __all__ = [
 #: Largest ``d`` whose distinct probes are drawn by unrolled compares (above
 #: it the engine loops over an array of picks, which this layout does not do).
 UNROLLED_PROBES = 8
+#: Bits of one count in the packed response-time histogram of a block: a block
+#: counts at most ``BLOCK`` arrivals at a level, and three counts share a word.
+SEEN_BITS = 10
+assert BLOCK < 2**SEEN_BITS and 3 * SEEN_BITS <= 31
 #: Largest ``levels`` (and ``iqueue_levels``) the layout holds: every level is
 #: a register of each GPU thread (about six a level with the sums), and the
 #: compile time grows with the number of levels.
@@ -136,22 +140,36 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
             return (zero + 1, (idle > 0).astype(jnp.int32))
         return iq_tail
 
+    # accepted arrivals find at most levels - 1 tasks: seen[levels] stays 0. The
+    # block's counts of levels 3j, 3j + 1, 3j + 2 share word j (SEEN_BITS each),
+    # a third of the registers of one count a level
+    n_seen = len(stats.seen) - 1
+    field = jnp.int32(SEEN_BITS)
+
     def body(t, carry):
-        regs, acc_tail, acc_iq, seen, cnt = carry
+        regs, acc_tail, acc_iq, packed, cnt = carry
         words = step_word_rows(k0, k1, t, nw)
         tail, iq_tail, iq_listed, ev = occupancy_step(*regs, words, p_arrival, system, policy)
         acc_tail = acc_tail[:1] + tuple(a + x for a, x in zip(acc_tail[1:], tail[1:]))
         acc_iq = tuple(a + x for a, x in zip(acc_iq, iq_now(tail, iq_tail)))
-        # accepted arrivals find at most levels - 1 tasks: seen[levels] stays 0
-        found = ev["seen"]
-        seen = tuple(c + (found == k).astype(jnp.int32) for k, c in enumerate(seen[:-1])) + seen[-1:]
+        shift = ev["seen"] * field  # levels + 1 (none) falls past every word
+        one = jnp.ones_like(shift)
+        packed = tuple(
+            w + jnp.where((shift - 3 * j * field).astype(jnp.uint32) < 3 * SEEN_BITS,
+                          jnp.left_shift(one, shift - 3 * j * field), 0)
+            for j, w in enumerate(packed)
+        )  # fmt: skip
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
-        return Regs(tail, iq_tail, iq_listed), acc_tail, acc_iq, seen, cnt
+        return Regs(tail, iq_tail, iq_listed), acc_tail, acc_iq, packed, cnt
 
     acc_iq0 = tuple(zero for _ in iq_now(regs.tail, regs.iq_tail))
-    carry = (regs, tuple(zero for _ in regs.tail), acc_iq0, stats.seen,
+    carry = (regs, tuple(zero for _ in regs.tail), acc_iq0,
+             tuple(zero for _ in range(-(-n_seen // 3))),
              tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
-    new, acc_tail, acc_iq, seen, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
+    new, acc_tail, acc_iq, packed, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
+    mask = jnp.int32(2**SEEN_BITS - 1)
+    seen = tuple(c + (jnp.right_shift(packed[k // 3], (k % 3) * SEEN_BITS) & mask)
+                 for k, c in enumerate(stats.seen[:-1])) + stats.seen[-1:]  # fmt: skip
 
     tail_lo, tail_hi = _add64(stats.tail_lo, stats.tail_hi, regs.tail)
     # level 0 holds N servers at every step: its delta is 0
