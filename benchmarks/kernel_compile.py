@@ -36,19 +36,18 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jaxqueue as jq  # noqa: E402
 from jaxqueue.core.system import System  # noqa: E402
 from jaxqueue.sim.kernel import NUM_WARPS, triton_module  # noqa: E402
 
-N = 1000
-# (policy, options, dispatchers, I-queue levels, levels, buffer)
-CASES = [
-    ("pod", {"d": 2}, 1, 0, 16, None), ("jiq", {}, 100, 32, 16, None),
-    ("jiq-sq", {"d": 2}, 50, 24, 4, 4), ("i1f", {}, 1, 0, 16, None),
-    ("pod", {"d": 2}, 1, 0, 32, None), ("pod", {"d": 2}, 1, 0, 64, None),
-    ("jiq", {}, 100, 32, 32, None), ("jiq", {}, 100, 32, 64, None),
-]  # fmt: skip
+from gpu_check import EXACT_CASES, N, POLICIES  # noqa: E402  (same folder)
+
+# (policy, options, dispatchers, I-queue levels, levels, buffer): the GPU
+# check's exactness cases, then its throughput kernels at 32 and 64 levels
+CASES = list(EXACT_CASES) + [(POLICIES[p][0], POLICIES[p][1], POLICIES[p][2], POLICIES[p][3],
+                              lv, None) for p in ("pod", "jiq") for lv in (32, 64)]  # fmt: skip
 
 
 def compile_stages(path: str, capability: int = 90) -> tuple[dict[str, float], bytes]:
@@ -121,7 +120,7 @@ def main(argv=None) -> int:
         print("this benchmark needs a stand-alone Triton: pip install triton", file=sys.stderr)
         return 2
     rows = []
-    for name, opts, m, iq, levels, buffer in CASES[:4] if args.quick else CASES:
+    for name, opts, m, iq, levels, buffer in EXACT_CASES if args.quick else CASES:
         policy = jq.make(name, **opts)
         system = System(N, m, buffer, buffer or levels, iq)
         t0 = time.perf_counter()

@@ -18,7 +18,7 @@ import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, run_blocks
-from jaxqueue.sim.kernel import advance_kernel, lower_for_cuda
+from jaxqueue.sim.kernel import advance_kernel, eqns, lower_for_cuda
 from jaxqueue.sim.registers import MAX_LEVELS, run_registers
 
 ONE = jax.devices()[:1]
@@ -145,17 +145,6 @@ def test_every_exchangeable_policy_is_covered_by_the_kernel():
     assert {c[0] for c in CASES} == covered  # and each is checked bit for bit above
 
 
-def _eqns(jaxpr):
-    """Every equation of a jaxpr, those of its sub-jaxprs (loops, calls) included."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for v in eqn.params.values():
-            for sub in v if isinstance(v, (tuple, list)) else (v,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _eqns(inner)
-
-
 def test_kernel_loads_and_stores_each_state_matrix_once():
     """Triton's coalescing pass walks the whole kernel once per load or store,
     so loading the state level by level (about 260 rows for JIQ at 32 I-queue
@@ -175,13 +164,13 @@ def test_kernel_loads_and_stores_each_state_matrix_once():
             _zero_core(system, policy, replicas), jnp.zeros((replicas, 2), jnp.uint32),
             jnp.zeros(2, jnp.uint32), jnp.int32(3), jnp.zeros(replicas, jnp.float32),
         )  # fmt: skip
-        (call,) = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+        (call,) = [e for e in eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
         body = call.params["jaxpr"]
-        names = [e.primitive.name for e in _eqns(body)]
+        names = [e.primitive.name for e in eqns(body)]
         # count, keys, p and the two state matrices read once; the matrices written once
         assert names.count("get") == 5 and names.count("swap") == 2, iq
         loops = [e for e in body.eqns if e.primitive.name == "while"]
         assert loops and not {"get", "swap"} & {e.primitive.name for lp in loops
-                                                for e in _eqns(lp.params["body_jaxpr"].jaxpr)}
+                                                for e in eqns(lp.params["body_jaxpr"].jaxpr)}
         assert [a.dtype for a in call.params["out_avals"]] == [jnp.uint32, jnp.int32]
         assert all(a.shape[1] % 2 == 1 for a in call.params["out_avals"])

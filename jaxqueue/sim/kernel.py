@@ -48,7 +48,7 @@ from jaxqueue.sim.registers import (
 from jaxqueue.sim.state import Core, Stats
 
 __all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops",
-           "triton_module", "GROUP_ROWS"]
+           "triton_module", "GROUP_ROWS", "eqns"]
 
 #: Replicas per program (one per GPU thread: 4 warps of 32).
 TILE = 128
@@ -265,17 +265,19 @@ def _zero_core(system: System, policy: Policy, replicas: int) -> Core:
     return Core(z(system.levels + 1), z(width), z(width))
 
 
-def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE):
+def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE, *,
+                   debug: bool = False):  # fmt: skip
     """Lower the kernel for CUDA (no GPU needed) and return the lowered program.
 
     A construct the Triton lowering rejects fails here, on any machine.
+    ``debug`` prints the kernel's Triton module (:func:`triton_module`).
     """
     core = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                         _zero_core(system, policy, replicas))  # fmt: skip
     args = (core, jax.ShapeDtypeStruct((replicas, 2), jnp.uint32),
             jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((replicas,), jnp.float32))  # fmt: skip
-    fn = functools.partial(advance_kernel, system=system, policy=policy)
+    fn = functools.partial(advance_kernel, system=system, policy=policy, debug=debug)
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
 
 
@@ -284,17 +286,11 @@ def triton_module(system: System, policy: Policy) -> str:
     compiler, lowered for CUDA on any machine (from Pallas's debug output).
 
     ``benchmarks/kernel_compile.py`` compiles it with a stand-alone Triton to
-    time the compile without a GPU.
+    time the compile without a GPU. Locations are left out.
     """
-    core = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        _zero_core(system, policy, 2 * TILE))  # fmt: skip
-    args = (core, jax.ShapeDtypeStruct((2 * TILE, 2), jnp.uint32),
-            jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
-            jax.ShapeDtypeStruct((2 * TILE,), jnp.float32))  # fmt: skip
-    fn = functools.partial(advance_kernel, system=system, policy=policy, debug=True)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        lower_for_cuda(system, policy, debug=True)
     text = out.getvalue()
     start = text.find("\nmodule")
     if "The Triton module" not in text or start < 0:
@@ -305,18 +301,24 @@ def triton_module(system: System, policy: Policy) -> str:
     return "\n".join(lines[:lines.index("}") + 1]) + "\n"  # without the location table after it
 
 
-def _count_eqns(jaxpr) -> int:
-    """Equations of a jaxpr, those of its sub-jaxprs (calls, loops, branches) included."""
-    total = 0
+def eqns(jaxpr):
+    """Every equation of a jaxpr, those of its sub-jaxprs (calls, loops,
+    branches) after the equation that holds them."""
     for eqn in jaxpr.eqns:
-        subs = [v for v in eqn.params.values() if hasattr(v, "jaxpr") or hasattr(v, "eqns")]
-        subs += [b for v in eqn.params.values() if isinstance(v, tuple) for b in v
-                 if hasattr(b, "jaxpr") or hasattr(b, "eqns")]  # fmt: skip
-        if subs:
-            total += sum(_count_eqns(getattr(s, "jaxpr", s)) for s in subs)
-        else:
-            total += 1
-    return total
+        yield eqn
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from eqns(inner)
+
+
+def _count_eqns(jaxpr) -> int:
+    """Equations of a jaxpr that hold no sub-jaxpr, those of its sub-jaxprs included."""
+    return sum(1 for e in eqns(jaxpr)
+               if not any(hasattr(getattr(sub, "jaxpr", sub), "eqns")
+                          for v in e.params.values()
+                          for sub in (v if isinstance(v, (tuple, list)) else (v,))))  # fmt: skip
 
 
 def step_ops(system: System, policy: Policy) -> int:

@@ -129,40 +129,39 @@ class WindowWarning(UserWarning):
 WINDOW_TOLERANCE = 0.1
 
 
+def _start_or_empty(pol, attempt) -> str:
+    """``"mean-field"`` if ``attempt()`` (the host-side check or solve of the
+    start's mean field) passes, else ``"empty"`` with a :class:`StartWarning`
+    that says why."""
+    try:
+        attempt()
+    except (RuntimeError, ValueError) as err:
+        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
+                      f"here ({err})", StartWarning, stacklevel=5)  # fmt: skip
+        return "empty"
+    return "mean-field"
+
+
 def _solvable_start(pol, loads, system) -> str:
-    """``"mean-field"`` if the host-side mean field of a per-server policy (or
-    one with pools, or a finite buffer) solves at every load, else ``"empty"``
-    with a :class:`StartWarning` that says why (JIQ-Threshold's solve is
+    """Whether the host-side mean field of a per-server policy (or one with
+    pools, or a finite buffer) solves at every load (JIQ-Threshold's solve is
     refused past a size, for ``z >= 2`` at larger ratios; with pools, a load
     the mean field does not cover; a buffer too large for the dense solve of
     its overload). The solutions are cached for the start itself."""
     from jaxqueue.sim.initial import _mean_field
 
-    try:
-        for lam in loads:
-            _mean_field(pol, float(lam), system)
-    except (RuntimeError, ValueError) as err:
-        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
-                      f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
-        return "empty"
-    return "mean-field"
+    return _start_or_empty(pol, lambda: [_mean_field(pol, float(lam), system) for lam in loads])
 
 
 def _sized_start(pol, system) -> str:
-    """``"mean-field"`` if the generic mean field a start follows fits its working-memory
-    bound (:func:`jaxqueue.theory.meanfield.check_work`: an estimate, nothing solved or
-    compiled), else ``"empty"`` with a :class:`StartWarning` that says why (the JIQ
-    family's outcome grid grows as ``(N / M)^2``: JIQ-SQ with few dispatchers)."""
+    """Whether the generic mean field a start follows fits its working-memory
+    bound (:func:`jaxqueue.theory.meanfield.check_work`: an estimate, nothing
+    solved or compiled; the JIQ family's outcome grid grows as ``(N / M)^2``:
+    JIQ-SQ with few dispatchers)."""
     from jaxqueue.theory import meanfield
 
-    try:
-        meanfield.check_work(pol, limit_ratio(pol, system.n_servers, system.n_dispatchers),
-                             buffer=system.buffer)  # fmt: skip
-    except ValueError as err:
-        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
-                      f"here ({err})", StartWarning, stacklevel=4)  # fmt: skip
-        return "empty"
-    return "mean-field"
+    ratio = limit_ratio(pol, system.n_servers, system.n_dispatchers)
+    return _start_or_empty(pol, lambda: meanfield.check_work(pol, ratio, buffer=system.buffer))
 
 
 class LevelOverflowError(RuntimeError):
