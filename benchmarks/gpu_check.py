@@ -185,8 +185,17 @@ def main(argv=None) -> int:
     ap.add_argument("--exact-budget", type=float, default=90.0,
                     help="seconds for the exactness cases (default 90)")
     ap.add_argument("--quick", action="store_true", help="smallest size only (automatic off a GPU)")
+    ap.add_argument("--policies", default="pod,jiq",
+                    help="throughput rows for these (comma-separated; default pod,jiq)")
+    ap.add_argument("--backends", default="pallas,xla",
+                    help="throughput rows for these (comma-separated; default pallas,xla)")
     ap.add_argument("--json", action="store_true", help="the JSON record alone on stdout")
     args = ap.parse_args(argv)
+    policies, backends = args.policies.split(","), args.backends.split(",")
+    for value, valid, flag in ((policies, POLICIES, "--policies"),
+                               (backends, ("pallas", "xla"), "--backends")):
+        if not value or any(v not in valid for v in value):
+            ap.error(f"{flag} takes a comma-separated list of {', '.join(valid)}")
     start = time.perf_counter()
     dev = jax.devices()[0]
     interpret = dev.platform != "gpu"
@@ -221,7 +230,8 @@ def main(argv=None) -> int:
     # time (JIQ at 64 levels is the slowest)
     kernels = [("pod", 16), ("jiq", 16)] if quick else [
         ("pod", 16), ("pod", 32), ("pod", 64), ("jiq", 16), ("jiq", 32), ("jiq", 64)]
-    order = [(b, p, lv, r) for r in sizes for p, lv in kernels for b in ("pallas", "xla")]
+    order = [(b, p, lv, r) for r in sizes for p, lv in kernels for b in ("pallas", "xla")
+             if p in policies and b in backends]  # fmt: skip
     t_rows = time.perf_counter()
     for b, p, lv, r in order:
         if time.perf_counter() - t_rows > args.budget:

@@ -110,6 +110,21 @@ def _add64(lo: tuple, hi: tuple, x: tuple):
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
+def listed_of(iq_tail: tuple) -> tuple:
+    """``iq_listed`` from ``iq_tail``: the listed servers in I-queues of size at
+    least ``j`` are ``j * iq_tail[j] + sum(iq_tail[j + 1:])`` (an I-queue of
+    size s lists s servers), a suffix sum of about two operations a level.
+
+    The step loop recomputes it instead of carrying it: JIQ with 64 levels and
+    32 I-queue levels carried about 260 values a replica, past the 255
+    registers of a GPU thread, and the compiled kernel spilled in every step."""
+    out, above = [], jnp.zeros_like(iq_tail[0])
+    for j in range(len(iq_tail) - 1, -1, -1):
+        out.append(iq_tail[j] * j + above if j else above)
+        above = above + iq_tail[j]
+    return tuple(reversed(out))
+
+
 def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
     """``delta + acc - BLOCK * start``, level by level (wrapping int32; exact, see above)."""
     return tuple(d + a - jnp.int32(BLOCK) * s for d, a, s in zip(delta, acc, start))
@@ -149,7 +164,11 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
     def body(t, carry):
         regs, acc_tail, acc_iq, packed, cnt = carry
         words = step_word_rows(k0, k1, t, nw)
+        if by_changes:  # iq_listed follows from iq_tail: not carried (fewer registers)
+            regs = regs._replace(iq_listed=listed_of(regs.iq_tail))
         tail, iq_tail, iq_listed, ev = occupancy_step(*regs, words, p_arrival, system, policy)
+        if by_changes:
+            iq_listed = ()
         acc_tail = acc_tail[:1] + tuple(a + x for a, x in zip(acc_tail[1:], tail[1:]))
         acc_iq = tuple(a + x for a, x in zip(acc_iq, iq_now(tail, iq_tail)))
         shift = ev["seen"] * field  # levels + 1 (none) falls past every word
@@ -166,7 +185,11 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
     carry = (regs, tuple(zero for _ in regs.tail), acc_iq0,
              tuple(zero for _ in range(-(-n_seen // 3))),
              tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
+    if by_changes:
+        carry = (carry[0]._replace(iq_listed=()),) + carry[1:]
     new, acc_tail, acc_iq, packed, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
+    if by_changes:
+        new = new._replace(iq_listed=listed_of(new.iq_tail))
     mask = jnp.int32(2**SEEN_BITS - 1)
     seen = tuple(c + (jnp.right_shift(packed[k // 3], (k % 3) * SEEN_BITS) & mask)
                  for k, c in enumerate(stats.seen[:-1])) + stats.seen[-1:]  # fmt: skip
