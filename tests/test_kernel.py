@@ -113,6 +113,34 @@ def test_backend_choice_and_its_errors():
             assert runner.plan(**args).backend == "xla"  # auto: no warning
 
 
+def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
+    """On a GPU, ``auto`` takes the kernel unless its step would carry more than
+    AUTO_MAX_VALUES values a replica (measured: JIQ at 64 levels spills and runs
+    slower than the engine); the note says why and how to get the kernel."""
+    from types import SimpleNamespace
+
+    from jaxqueue.core.system import System
+    from jaxqueue.sim.kernel import AUTO_MAX_VALUES, step_values
+
+    gpu = (SimpleNamespace(platform="gpu"),)
+    pod = jq.make("pod", d=2)
+    jiq = jq.make("jiq")
+    fits = [(System(1000, 1, None, 64, 0), pod), (System(1000, 100, None, 32, 32), jiq),
+            (System(1000, 100, None, 16, 32), jiq)]  # fmt: skip
+    for system, policy in fits:
+        assert step_values(system, policy) <= AUTO_MAX_VALUES
+        assert runner._backend("auto", system, policy, gpu) == ("pallas", None)
+    big = System(1000, 100, None, 64, 32)
+    assert step_values(big, jiq) > AUTO_MAX_VALUES
+    used, note = runner._backend("auto", big, jiq, gpu)
+    assert used == "xla" and f"carry {step_values(big, jiq)} values" in note
+    assert runner._backend("pallas", big, jiq, gpu) == ("pallas", None)  # asked for: runs
+    # the distributed JIQ family does not carry iq_listed (it follows from iq_tail;
+    # carrying it would add its 33 values)
+    no_iq = System(1000, 1, None, 32, 0)
+    assert step_values(System(1000, 100, None, 32, 32), jiq) < step_values(no_iq, pod) + 2 * 33
+
+
 @pytest.mark.slow
 def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
     """Through the runner (chunks, two devices under shard_map, batch means, the

@@ -48,7 +48,7 @@ from jaxqueue.sim.registers import (
 from jaxqueue.sim.state import Core, Stats
 
 __all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops",
-           "triton_module", "GROUP_ROWS", "eqns"]
+           "step_values", "AUTO_MAX_VALUES", "triton_module", "GROUP_ROWS", "eqns"]
 
 #: Replicas per program (one per GPU thread: 4 warps of 32).
 TILE = 128
@@ -56,6 +56,15 @@ TILE = 128
 KEY_BLOCKS = 16
 #: Warps per program.
 NUM_WARPS = 4
+#: ``backend="auto"`` runs the kernel only while the step loop carries at most
+#: this many values a replica (:func:`step_values`), and the XLA engine above.
+#: Measured on an H200 (JAX 0.11.2, N = 1000, load 0.9, 2^17 replicas):
+#: Pod(2) at 64 levels carries 160 values and ran 5.9 times as fast as the
+#: engine, JIQ (M = 100, 32 I-queue levels) at 32 levels 182 (before the step
+#: stopped carrying ``iq_listed``) and ran 8.7 times as fast, and JIQ at 64
+#: levels carries 224 and ran at 0.66 times the engine's speed (1.24e9
+#: against 1.86e9 replica-events a second): its compiled step spills.
+AUTO_MAX_VALUES = 184
 #: Rows a group holds when the kernel takes a state matrix apart (and puts it
 #: together): first a group, then a row of it, each by masked sums, so the
 #: work (and the compile time) grows as rows * (GROUP_ROWS + height /
@@ -321,15 +330,9 @@ def _count_eqns(jaxpr) -> int:
                           for sub in (v if isinstance(v, (tuple, list)) else (v,))))  # fmt: skip
 
 
-def step_ops(system: System, policy: Policy) -> int:
-    """Element-wise operations per replica in one step of the kernel (its block loop's body).
-
-    Each is one vector operation over a tile, one element per GPU thread,
-    so this is the count of operations per replica-step as JAX hands them to
-    the Triton compiler (before its own simplification; about one machine
-    instruction each, more for the 64-bit products of the exact draws). It
-    needs no GPU.
-    """
+@functools.lru_cache(maxsize=64)
+def _step_loop(system: System, policy: Policy):
+    """The jaxpr equation of the block's step loop (traced on a tile of 8, no GPU)."""
     width = 8
     regs, stats = to_rows(_zero_core(system, policy, width), zero_rows(system, policy, width))
     vec = lambda dtype: jnp.zeros((width,), dtype)  # noqa: E731
@@ -339,7 +342,30 @@ def step_ops(system: System, policy: Policy) -> int:
 
     jaxpr = jax.make_jaxpr(one_block)(regs, stats, vec(jnp.uint32), vec(jnp.uint32),
                                       vec(jnp.float32))  # fmt: skip
-    loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("while", "scan")]
-    params = loops[0].params
+    return next(e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("while", "scan"))
+
+
+def step_ops(system: System, policy: Policy) -> int:
+    """Element-wise operations per replica in one step of the kernel (its block loop's body).
+
+    Each is one vector operation over a tile, one element per GPU thread,
+    so this is the count of operations per replica-step as JAX hands them to
+    the Triton compiler (before its own simplification; about one machine
+    instruction each, more for the 64-bit products of the exact draws). It
+    needs no GPU.
+    """
+    params = _step_loop(system, policy).params
     body = params["body_jaxpr"] if "body_jaxpr" in params else params["jaxpr"]
     return _count_eqns(body.jaxpr)
+
+
+def step_values(system: System, policy: Policy) -> int:
+    """Values a replica carries through the kernel's step loop (the loop's
+    carry: state, time sums, packed histogram, counters), each a register of
+    its GPU thread while they fit. Past about 255 (the registers of a
+    thread, less what the step needs besides) the compiled step spills to
+    local memory; see :data:`AUTO_MAX_VALUES`. Needs no GPU."""
+    eqn = _step_loop(system, policy)
+    if eqn.primitive.name == "scan":
+        return int(eqn.params["num_carry"])
+    return len(eqn.outvars) - 1  # a while loop's carry holds its counter too

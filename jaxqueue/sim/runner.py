@@ -201,7 +201,8 @@ class Plan:
         backend: the path that steps the replicas (:data:`BACKENDS`, resolved:
             never ``"auto"``); every path gives bit-identical results, so it
             is not part of :meth:`fingerprint`.
-        backend_note: why the backend asked for was not used, or None.
+        backend_note: why the backend asked for was not used (or, on a GPU,
+            why ``"auto"`` chose ``"xla"`` for a kernel-covered policy), or None.
     """
 
     policy: Policy
@@ -473,7 +474,17 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
         return "xla", None
     reason = unsupported(system, pol)
     if backend == "auto":
-        return ("pallas" if devices[0].platform == "gpu" and reason is None else "xla"), None
+        if devices[0].platform != "gpu" or reason is not None:
+            return "xla", None
+        from jaxqueue.sim.kernel import AUTO_MAX_VALUES, step_values
+
+        values = step_values(system, pol)
+        if values > AUTO_MAX_VALUES:  # the compiled step would spill: the engine is faster
+            return "xla", (f"backend='auto' runs 'xla': the kernel's step would carry {values} "
+                           f"values a replica (more than {AUTO_MAX_VALUES}, past which it spills "
+                           "registers and runs slower than the engine); fewer levels or "
+                           "iqueue_levels bring it back, backend='pallas' forces it")  # fmt: skip
+        return "pallas", None
     if reason is not None:
         note = f"backend={backend!r} does not cover this run ({reason}); it runs on 'xla'"
         warnings.warn(note, BackendWarning, stacklevel=3)
