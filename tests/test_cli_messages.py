@@ -45,6 +45,23 @@ def test_one_batch_names_batches_and_its_range(no_compile, capsys):
     assert "batches=1 is out of range" in capsys.readouterr().err
 
 
+def test_batch_means_asked_for_by_name_is_not_swapped_for_replica_intervals(no_compile, capsys):
+    with pytest.raises(ValueError, match=r"interval='batch-means' needs at least 2 batches, "
+                                         r"and batches=1: pass 2 <= batches <= 10000"):
+        runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1,
+                    interval="batch-means")  # fmt: skip
+    with pytest.raises(ValueError, match=r"and steps=256 is one block of 256 steps"):
+        runner.plan("jsq", [0.5], 1, replicas=4, steps=256, interval="batch-means")
+    # interval='auto' with 4 replicas picks batch means, and replica intervals without batches
+    assert runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1).interval == \
+        "replicas"
+    assert runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256).interval == "batch-means"
+    assert cli_main(["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5",
+                     "--replicas", "4", "--steps", "25600", "--batches", "1",
+                     "--interval", "batch-means"]) == 2  # fmt: skip
+    assert "interval='batch-means' needs at least 2 batches" in capsys.readouterr().err
+
+
 def test_time_rounded_up_to_whole_blocks_warns_with_the_time_simulated(no_compile):
     # N = 1 at 0.5: 1.5 steps a time unit, so time=5 is 8 steps, run as one block of 256
     with pytest.warns(runner.WindowWarning, match=r"time=5 is 8 steps per replica at N=1 and "

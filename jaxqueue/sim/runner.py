@@ -384,6 +384,15 @@ def plan(
         )
     check_int("batches", batches, 1, 10**4)
     n_batches = min(batches, measure_blocks)
+    if interval == "batch-means" and n_batches < 2 and replicas >= 2:
+        # asked for by name: not replaced by replica intervals in silence
+        why = (f"batches={batches}" if batches < 2 else
+               f"steps={steps} is one block of {BLOCK} steps")  # fmt: skip
+        raise ValueError(
+            f"interval='batch-means' needs at least 2 batches, and {why}: pass "
+            f"2 <= batches <= 10000 with steps >= {2 * BLOCK}, or interval='replicas' "
+            "(or 'auto') for intervals across the replicas"
+        )
     if interval == "auto":
         interval = "batch-means" if replicas <= BATCH_MEANS_REPLICAS else "replicas"
     if interval == "batch-means" and n_batches < 2:
