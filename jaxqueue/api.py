@@ -134,7 +134,9 @@ def sweep(
         checkpoint_every: seconds of running between checkpoints.
         backend: what steps the replicas (:data:`~jaxqueue.sim.runner.BACKENDS`):
             ``"auto"`` (default: the Pallas kernel on a GPU where it covers
-            the run, else ``"xla"``), ``"xla"`` (the vmapped engine),
+            the run and its step fits in registers, at most
+            :data:`~jaxqueue.sim.kernel.AUTO_MAX_VALUES` values a replica;
+            else ``"xla"``), ``"xla"`` (the vmapped engine),
             ``"pallas"`` (the kernel; interpreted, slowly, off a GPU, for
             checking) or ``"registers"`` (the kernel's layout in plain XLA).
             Every backend gives bit-identical results; one that does not

@@ -109,7 +109,8 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=float, default=300.0,
                    help="seconds between checkpoints (default 300; 0: every chunk)")
     p.add_argument("--backend", default="auto", choices=("auto", "xla", "registers", "pallas"),
-                   help="what steps the replicas: auto (the Pallas kernel on a GPU, else xla), "
+                   help="what steps the replicas: auto (the Pallas kernel on a GPU where its "
+                        "step fits in registers, else xla), "
                         "xla, pallas (interpreted off a GPU, for checking) or registers "
                         "(the kernel's layout in plain XLA); results are bit-identical")
     p.add_argument("--progress", action="store_true", help="progress on stderr")
@@ -683,6 +684,9 @@ def _print_plan(spec, store, args) -> int:
         return 0
     if plan.get("store_error"):
         print(f"note: {plan['store_error']}; a run into it would be refused", file=sys.stderr)
+    if plan["window_overruns"]:
+        print(f"note: {plan['window_overruns']} points run more than 10% past the spec's time, "
+              "as whole blocks of 256 steps", file=sys.stderr)  # fmt: skip
     print(f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
           f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
           f"{plan['replica_steps']:.3g} replica-steps")  # fmt: skip

@@ -170,8 +170,36 @@ def test_one_compile_for_many_loads(tmp_path):
                        .replace("steps = 2048", "time = 20").replace("warmup = 512", "warmup = 512")
                        .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
     before = run_blocks._cache_size()
-    assert run_grid(timed, tmp_path / "t.sqlite", batch_points=5, devices=jax.devices()[:1]) == 12
-    assert run_blocks._cache_size() - before == 1
+    # time = 20 at N = 6 is 132 to 216 steps: one block of 256 each, said once
+    with pytest.warns(runner.WindowWarning, match="at 12 of 12 points"):
+        ran = run_grid(timed, tmp_path / "t.sqlite", batch_points=5, devices=jax.devices()[:1])
+    assert ran == 12 and run_blocks._cache_size() - before == 1
+
+
+def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_running():
+    """time = 20 at N = 6: ceil(20 * 6 * (load + 1)) steps, run as whole blocks
+    of 256; past 10% over the asked time the sweep warns once, naming the worst
+    point (load 0.3: 156 steps, 256 run, 32.8 time units), and its plan counts them."""
+    import warnings
+
+    from jaxqueue.studies.grid import _warn_overruns, window_overruns
+
+    text = SPEC.format(loads="0.3, 0.8").replace("steps = 2048", "time = 20")
+    spec = parse_spec(text)
+    over = window_overruns(spec)
+    assert len(over) == 4 and all(units == 20 for _, units, _ in over)
+    assert max(sim for _, _, sim in over) == pytest.approx(256 / (6 * 1.3))
+    with pytest.warns(runner.WindowWarning, match=r"time=20 is run .* at 4 of 4 points; most at .*load=0.3: "
+                                                  r"32.82 time units for 20"):
+        _warn_overruns(spec)
+    assert plan_grid(spec)["window_overruns"] == 4
+    # time = 256 / (6 * 1.8) is one block at load 0.8 exactly, and 10% under one at 0.3
+    fits = parse_spec(text.replace("time = 20", "time = 23.7037037").replace("0.3, 0.8", "0.8"))
+    assert window_overruns(fits) == [] and plan_grid(fits)["window_overruns"] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_overruns(fits)
+        _warn_overruns(parse_spec(SPEC.format(loads="0.3")))  # steps: never warned
 
 
 def test_store_refuses_another_spec_or_version(tmp_path):

@@ -313,8 +313,12 @@ def test_cli_theory_with_servers_prints_refined_values(capsys):
 @slow
 def test_grid_matches_one_point():
     loads, ratios = np.array([0.7, 0.9]), np.array([2.0, 5.0])
-    grid = refined.refined_grid("jiq-pod", loads, ratios, (50, 1000), levels=12,
+    grid = refined.refined_grid("jiq-pod", loads, ratios, (50, 1000, 75), levels=12,
                                 iqueue_levels=30)  # fmt: skip
+    # N = 75 at r = 2 is 37.5 dispatchers: no such system, no refined value there
+    assert np.all(grid.status[:, 0, 2] == int(Status.INVALID_INPUT))
+    assert np.all(np.isnan(grid.refined["mean_response_time"][:, 0, 2]))
+    grid.status[:, 0, 2] = 0
     assert np.all(grid.status == 0)
     for i, j in ((0, 0), (1, 1)):  # two of the four points (each a solve of its own)
         rf = theory.refined_mean_field("jiq-pod", loads[i], ratios[j], n_servers=50, levels=12,
@@ -384,8 +388,7 @@ def test_simulation_minus_mean_field_is_the_correction():
 def test_a_ratio_that_does_not_divide_n_is_refused_before_compiling(monkeypatch, capsys):
     """N = 15 at r = 10 would be M = 1.5 dispatchers: refused, naming both, with the
     nearest ratios that divide N; in the API and the CLI, before any solve. (A grid,
-    refined_grid, takes r as a continuous parameter: its corrections are coefficients
-    of 1 / N at fixed r, whatever the N listed.)"""
+    refined_grid, marks such (r, N) INVALID_INPUT and gives the rest.)"""
     def no_solve(*args, **kwargs):
         raise AssertionError("a solve was started")
 

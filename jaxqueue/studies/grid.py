@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,7 +46,7 @@ from jaxqueue.studies.store import Store, StoreMismatchError
 from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.result import fill_quantiles
 
-__all__ = ["run_grid", "plan_grid", "shape_groups", "DEFAULT_BATCH_POINTS"]
+__all__ = ["run_grid", "plan_grid", "shape_groups", "window_overruns", "DEFAULT_BATCH_POINTS"]
 
 #: Points per batch (the replicas of this many points step together).
 DEFAULT_BATCH_POINTS = 32
@@ -78,6 +79,39 @@ def _by_length(points: list[Point], spec: GridSpec) -> "OrderedDict[tuple, list[
     return out
 
 
+def window_overruns(spec: GridSpec) -> list[tuple[Point, float, float]]:
+    """Points whose measured window, run as whole blocks of ``BLOCK`` steps,
+    is longer than the spec's ``time`` by more than
+    :data:`~jaxqueue.sim.runner.WINDOW_TOLERANCE`: ``(point, time, simulated)``
+    each, in time units (none when the spec gives ``steps``)."""
+    if spec.run.steps is not None:
+        return []
+    out = []
+    for point in spec.points:
+        units = spec.run.time_units("time", point)
+        blocks = -(-spec.run.steps_for(point) // BLOCK)
+        simulated = blocks * BLOCK / point.steps_per_time_unit()
+        if simulated > units * (1 + runner.WINDOW_TOLERANCE):
+            out.append((point, units, simulated))
+    return out
+
+
+def _warn_overruns(spec: GridSpec) -> None:
+    """One :class:`~jaxqueue.sim.runner.WindowWarning` for the points of
+    :func:`window_overruns`, naming the worst."""
+    over = window_overruns(spec)
+    if not over:
+        return
+    point, units, simulated = max(over, key=lambda o: o[2] / o[1])
+    asked = spec.run.time if isinstance(spec.run.time, str) else f"{spec.run.time:g}"
+    warnings.warn(
+        f"time={asked} is run as whole blocks of {BLOCK} steps, which simulate more "
+        f"than {runner.WINDOW_TOLERANCE:.0%} past it at {len(over)} of {len(spec.points)} "
+        f"points; most at {point.label()}: {simulated:.4g} time units for {units:.4g} "
+        "(the rows' settings record the steps run)",
+        runner.WindowWarning, stacklevel=3)  # fmt: skip
+
+
 def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None):
     """``(size, batches)`` of one shape group: points of one run length, ``size`` a batch.
 
@@ -108,8 +142,10 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
         (compiled programs), ``batches``, ``replica_steps`` (warm-up included,
         padding replicas included) and per shape group ``groups``: policy label,
-        servers, dispatchers, buffer, points, batches, replica_steps; and
-        ``store_error`` (None, or why a run into ``store_path`` would be refused).
+        servers, dispatchers, buffer, points, batches, replica_steps;
+        ``store_error`` (None, or why a run into ``store_path`` would be refused);
+        and ``window_overruns``, the points whose whole blocks run more than
+        10% past the spec's ``time`` (:func:`window_overruns`).
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
@@ -137,7 +173,8 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         total_batches += len(batches)
     return {"spec": spec.name, "points": len(spec.points), "done": n_done,
             "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
-            "groups": groups, "store_error": store_error}  # fmt: skip
+            "groups": groups, "store_error": store_error,
+            "window_overruns": len(window_overruns(spec))}  # fmt: skip
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
@@ -340,6 +377,7 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
     rounded = {(p.servers, p.pools) for p in spec.points if p.pools is not None}
     for n, pools in sorted(rounded):  # fractions that are not whole servers: said once each
         realized_pools(pools, n, stacklevel=2)
+    _warn_overruns(spec)
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with (Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text) as store,
           ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store") as writer):

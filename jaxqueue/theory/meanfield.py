@@ -67,7 +67,7 @@ from jaxqueue.core.system import MAX_SERVERS, System, check_int
 
 #: The stand-in N of the limit's System: it only has to make M = N / r valid.
 _LIMIT_SERVERS = (2**31 - 1) // 256
-from jaxqueue.policies import Dispatchers, Policy, View, make
+from jaxqueue.policies import JIQSQ, Dispatchers, Policy, View, make
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
@@ -503,6 +503,90 @@ def _empty_start(system: System, ratio) -> np.ndarray:
     return x
 
 
+def _jiq_sq_tails(p0: float, load: float, L: int) -> tuple:
+    """JIQ-SQ's tails ``s_1..s_L`` at a given ``p0`` (the truncated model: arrivals
+    at a server with ``L`` tasks are left out) and ``s_1 - s_2``.
+
+    An arrival takes a listed (idle) server with probability ``1 - p0``, else a
+    random one, so ``s_k - s_{k+1} = (lambda p0)^(k-1) (s_1 - s_2)`` and the
+    arrivals accepted at level 0 give ``s_1 - s_2 = lambda / (1 + lambda p0 S)``,
+    ``S = sum_{k<L} (lambda p0)^k`` (JIQ's ``s_k = lambda^k p0^(k-1)`` as ``L``
+    grows)."""
+    a = float(load) * p0
+    powers = a ** np.arange(L)
+    e1 = float(load) / (1.0 + a * powers.sum())
+    return np.cumsum((e1 * powers)[::-1])[::-1], e1
+
+
+def _jiq_sq_iqueues(p0: float, c: float, ratio: float, d: int, J: int) -> np.ndarray:
+    """JIQ-SQ(d)'s I-queue tails ``Q_0..Q_J`` at a given ``p0 = 1 - Q_1``.
+
+    The flux across each cut ``j - 1 | j`` balances: joins to the shortest of
+    ``d`` at rate ``r (s_1 - s_2) (Q_{j-1}^d - Q_j^d)`` against removals at
+    rate ``r lambda (Q_j - Q_{j+1}) (1 + p0 j / r)`` (an arrival at its own
+    I-queue, or a delete request that hits one of its ``j`` servers). With
+    ``c = (s_1 - s_2) / lambda``, ``delta_j = Q_{j-1} - Q_j`` grows by
+    ``c sum_i Q_{j-1}^i Q_j^(d-1-i) / (1 + p0 j / r)``, about ``d``, per level:
+    summed from ``p0`` up (no cancellation, so ``1 - Q_j`` far below the
+    spacing of float64 near 1 is kept) while ``Q_j`` is large; past the drop
+    the flux summed to infinity, ``Q_j = c Q_{j-1}^d / (1 + p0 j / r)`` (up to
+    ``p0 / r`` times the tail beyond), which the forward sum would lose to
+    cancellation.
+    """
+    Q = np.zeros(J + 1)
+    Q[0], Q[1] = 1.0, 1.0 - p0
+    gone, delta, j = p0, p0, 1
+    while j < J and Q[j] > 0.25:
+        g = sum(Q[j - 1] ** i * Q[j] ** (d - 1 - i) for i in range(d))
+        delta = c * delta * g / (1.0 + p0 * j / ratio)
+        gone += delta
+        j += 1
+        Q[j] = 1.0 - gone
+    for j in range(j + 1, J + 1):
+        Q[j] = c * max(Q[j - 1], 0.0) ** d / (1.0 + p0 * j / ratio)
+    return Q
+
+
+def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None:
+    """Newton's start for JIQ-SQ(d >= 2) with several dispatchers, or None for others.
+
+    The fixed point in one unknown, ``p0``: the tails given ``p0``
+    (:func:`_jiq_sq_tails`, :func:`_jiq_sq_iqueues`) must list exactly the idle
+    servers, ``sum_j Q_j = r (1 - s_1)``; the sum falls as ``p0`` grows (the
+    I-queue sizes drop from near 1 to near 0 about ``log_d(1 / p0)`` levels
+    up), so bisection on ``log p0`` finds it (to about 1e-8 in the state: the
+    tail's ``p0 / r`` term is left out; Newton polishes). Instead of the ODE
+    run: its RK4 steps are unstable where ``dt lambda r`` passes about 2.8
+    (the I-queue equations are ``r`` times faster than the servers'), so past
+    ``r`` of about 30 it ends at an arbitrary state (at ``r = 500``: ``s_1 = 0,
+    s_2 = 1``, alternating ``Q_j`` in {0, 1}), from which Newton wandered
+    (16 steps at ``r = 100``) and, past ``r`` of about 600, did not converge;
+    and at ``r = 500`` it took 150 of the solve's 160 s.
+    """
+    if not (isinstance(pol, JIQSQ) and pol.exact_rule()[0] == "jiq-sq" and system.iqueue_levels
+            and float(load) > 0.0 and not kinked(pol, system)):
+        return None  # fmt: skip
+    lam, r, L, J, d = float(load), float(ratio), system.levels, system.iqueue_levels, pol.d
+
+    def excess(log_p0):
+        p0 = math.exp(log_p0)
+        s, e1 = _jiq_sq_tails(p0, lam, L)
+        q = _jiq_sq_iqueues(p0, e1 / lam, r, d, J)
+        return q[1:].sum() - r * (1.0 - s[0]), s, q
+
+    lo, hi = math.log(1e-300), 0.0
+    if excess(lo)[0] <= 0.0:  # the I-queue levels cannot hold p0 < 1e-300 (r past ~10^4)
+        return None
+    while hi - lo > 1e-14:
+        mid = 0.5 * (lo + hi)
+        if excess(mid)[0] > 0.0:
+            lo = mid
+        else:
+            hi = mid
+    _, s, q = excess(lo)
+    return np.concatenate([s, q[1:]])
+
+
 class FixedPoint(NamedTuple):
     """The generic mean-field fixed point and its metrics (host values).
 
@@ -845,6 +929,8 @@ def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
     with jax.enable_x64(True):
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)
+        if start is None:
+            start = _jiq_sq_start(pol, system, load, ratio)
         if start is None:
             if buffer is not None and float(load) >= 1.0:  # every place taken, none listed
                 x0 = jnp.asarray(np.r_[np.ones(system.levels), np.zeros(system.iqueue_levels)])

@@ -576,14 +576,18 @@ def _setup(policy, load, ratio, d, buffer, n_servers, levels, iqueue_levels):
     return pol, system, lam, r, n_min
 
 
+def _whole(n_servers: int, ratio: float) -> bool:
+    """Whether ``N / ratio`` dispatchers is a whole number."""
+    m = n_servers / ratio
+    return math.isclose(m, round(m), rel_tol=1e-9)
+
+
 def _check_whole(n_servers: int, ratio) -> None:
     """Refuse ``N`` servers at a ratio that does not make ``M = N / r`` whole: the
     refined value is that of a system of ``N`` servers and ``N / r`` dispatchers."""
-    if ratio is None:
+    if ratio is None or _whole(n_servers, ratio):
         return
     m = n_servers / ratio
-    if math.isclose(m, round(m), rel_tol=1e-9):
-        return
     near = sorted({k for k in (math.floor(m), math.ceil(m)) if 1 <= k <= n_servers})
     advice = " or ".join(f"ratio={n_servers / k:g} (M = {k})" for k in near)
     raise ValueError(
@@ -761,6 +765,9 @@ class RefinedGrid(NamedTuple):
         refined: ``{metric: [A, B, K]}``, ``mean field + correction / N``
             (NaN where ``status`` is not ``CONVERGED``).
         status: ``[A, B, K]`` :class:`~jaxqueue.core.status.Status` codes:
+            ``INVALID_INPUT`` where ``N / r`` dispatchers is not a whole
+            number (the JIQ family with several dispatchers: no such
+            system; its mean field and correction are still given);
             ``NOT_DIFFERENTIABLE`` where the policy routes JSQ-like at that
             ``(r, N)``; ``TRUNCATED`` where, with infinite buffers, the shared
             level bound leaves more than ``1e-6`` of the tail at it (the
@@ -960,6 +967,11 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
     if limit_kink:
         status[:] = int(Status.NOT_DIFFERENTIABLE)
     status[:, kinks] = int(Status.NOT_DIFFERENTIABLE)
+    if system.iqueue_levels:  # N servers and N / r dispatchers: a system only where it is whole
+        for b, r in enumerate(ratio_list):
+            for k, n in enumerate(ns):
+                if r is not None and not _whole(int(n), r):
+                    status[:, b, k] = int(Status.INVALID_INPUT)
     if buffer is None:  # the shared bound cuts these points' tails: no mean field there either
         cut = tail[..., -1] > TRUNCATION_LIMIT  # [A, B]
         status[cut] = int(Status.TRUNCATED)
