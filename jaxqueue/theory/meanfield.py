@@ -25,8 +25,12 @@ completes one at rate 1). Per unit time:
 The fixed point is found by damped Newton with ``jax.jacobian`` from the end
 of an ODE run (RK4), with the conservation law of the JIQ family (the
 I-queues list exactly the idle servers, ``sum_j Q_j / r = 1 - s_1``) in place
-of one equation. :func:`transient` integrates the ODE itself. For the closed
-forms of :mod:`jaxqueue.theory.closed_forms` this reproduces them (tested); it
+of one equation. JIQ-SQ(d) with several dispatchers starts Newton instead
+from its fixed point reduced to one unknown, ``p0`` (:func:`_jiq_sq_start`):
+the ODE run is unstable there past ``r`` of about 30, and Newton from its
+end crawled one I-queue level per step (not converging past ``r`` of about
+500 at ``lambda = 0.9``). :func:`transient` integrates the ODE itself. For
+the closed forms of :mod:`jaxqueue.theory.closed_forms` this reproduces them (tested); it
 also gives JIQ-SQ(d) (whose fluid limit Mitzenmacher studies in "Analyzing
 Distributed Join-Idle-Queue: A Fluid Limit Approach", arXiv:1606.01833), I1F,
 idle-first-else-JSQ(d) and finite buffers. :func:`as_result` turns a fixed
@@ -518,8 +522,8 @@ def _jiq_sq_tails(p0: float, load: float, L: int) -> tuple:
     return np.cumsum((e1 * powers)[::-1])[::-1], e1
 
 
-def _jiq_sq_iqueues(p0: float, c: float, ratio: float, d: int, J: int) -> np.ndarray:
-    """JIQ-SQ(d)'s I-queue tails ``Q_0..Q_J`` at a given ``p0 = 1 - Q_1``.
+def _jiq_sq_iqueues(log_p0: float, c: float, ratio: float, d: int, J: int) -> np.ndarray:
+    """JIQ-SQ(d)'s I-queue tails ``Q_0..Q_J`` at ``p0 = 1 - Q_1 = exp(log_p0)``.
 
     The flux across each cut ``j - 1 | j`` balances: joins to the shortest of
     ``d`` at rate ``r (s_1 - s_2) (Q_{j-1}^d - Q_j^d)`` against removals at
@@ -527,19 +531,21 @@ def _jiq_sq_iqueues(p0: float, c: float, ratio: float, d: int, J: int) -> np.nda
     I-queue, or a delete request that hits one of its ``j`` servers). With
     ``c = (s_1 - s_2) / lambda``, ``delta_j = Q_{j-1} - Q_j`` grows by
     ``c sum_i Q_{j-1}^i Q_j^(d-1-i) / (1 + p0 j / r)``, about ``d``, per level:
-    summed from ``p0`` up (no cancellation, so ``1 - Q_j`` far below the
-    spacing of float64 near 1 is kept) while ``Q_j`` is large; past the drop
-    the flux summed to infinity, ``Q_j = c Q_{j-1}^d / (1 + p0 j / r)`` (up to
+    summed from ``p0`` up, in logarithms (no cancellation, and no underflow:
+    ``p0`` is about ``d^-(r (1 - lambda))``, 3e-25 at ``r = 800``, ``lambda =
+    0.9``, far below the spacing of float64 near 1) while ``Q_j`` is large;
+    past the drop the flux summed to infinity, ``Q_j = c Q_{j-1}^d / (1 + p0 j / r)`` (up to
     ``p0 / r`` times the tail beyond), which the forward sum would lose to
     cancellation.
     """
+    p0 = math.exp(log_p0)  # 0 below 1e-308: then 1 - Q_j is too, until delta_j grows
     Q = np.zeros(J + 1)
     Q[0], Q[1] = 1.0, 1.0 - p0
-    gone, delta, j = p0, p0, 1
+    gone, log_delta, j = p0, log_p0, 1
     while j < J and Q[j] > 0.25:
         g = sum(Q[j - 1] ** i * Q[j] ** (d - 1 - i) for i in range(d))
-        delta = c * delta * g / (1.0 + p0 * j / ratio)
-        gone += delta
+        log_delta += math.log(c * g / (1.0 + p0 * j / ratio))
+        gone += math.exp(log_delta)
         j += 1
         Q[j] = 1.0 - gone
     for j in range(j + 1, J + 1):
@@ -548,7 +554,8 @@ def _jiq_sq_iqueues(p0: float, c: float, ratio: float, d: int, J: int) -> np.nda
 
 
 def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None:
-    """Newton's start for JIQ-SQ(d >= 2) with several dispatchers, or None for others.
+    """Newton's start for JIQ-SQ(d) with several dispatchers (any ``d``, load and
+    buffer), or None for other policies and one dispatcher.
 
     The fixed point in one unknown, ``p0``: the tails given ``p0``
     (:func:`_jiq_sq_tails`, :func:`_jiq_sq_iqueues`) must list exactly the idle
@@ -559,9 +566,11 @@ def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None
     run: its RK4 steps are unstable where ``dt lambda r`` passes about 2.8
     (the I-queue equations are ``r`` times faster than the servers'), so past
     ``r`` of about 30 it ends at an arbitrary state (at ``r = 500``: ``s_1 = 0,
-    s_2 = 1``, alternating ``Q_j`` in {0, 1}), from which Newton wandered
-    (16 steps at ``r = 100``) and, past ``r`` of about 600, did not converge;
-    and at ``r = 500`` it took 150 of the solve's 160 s.
+    s_2 = 1``, alternating ``Q_j`` in {0, 1}), from which Newton, its steps
+    clipped to [0, 1], moved the I-queues' drop about one level a step (16
+    steps at ``r = 100``, 49 of the 50 allowed at ``r = 500`` with a residual
+    of ``lambda r`` meanwhile, none converging at ``r = 800`` or 1000); at
+    ``r = 500`` the run also took 156 of the solve's 210 s.
     """
     if not (isinstance(pol, JIQSQ) and pol.exact_rule()[0] == "jiq-sq" and system.iqueue_levels
             and float(load) > 0.0 and not kinked(pol, system)):
@@ -569,15 +578,15 @@ def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None
     lam, r, L, J, d = float(load), float(ratio), system.levels, system.iqueue_levels, pol.d
 
     def excess(log_p0):
-        p0 = math.exp(log_p0)
-        s, e1 = _jiq_sq_tails(p0, lam, L)
-        q = _jiq_sq_iqueues(p0, e1 / lam, r, d, J)
+        s, e1 = _jiq_sq_tails(math.exp(log_p0), lam, L)
+        q = _jiq_sq_iqueues(log_p0, e1 / lam, r, d, J)
         return q[1:].sum() - r * (1.0 - s[0]), s, q
 
-    lo, hi = math.log(1e-300), 0.0
-    if excess(lo)[0] <= 0.0:  # the I-queue levels cannot hold p0 < 1e-300 (r past ~10^4)
+    # 1 - Q_j grows at most d-fold a level: at this p0 the I-queues stay full past J
+    lo, hi = -(J + 2) * math.log(d + 1.0) - 50.0, 0.0
+    if excess(lo)[0] <= 0.0:  # not expected: J levels cannot hold r (1 - s_1) per I-queue
         return None
-    while hi - lo > 1e-14:
+    while hi - lo > 1e-14 * max(1.0, -lo):
         mid = 0.5 * (lo + hi)
         if excess(mid)[0] > 0.0:
             lo = mid
@@ -728,9 +737,11 @@ def default_iqueue_levels(policy: Policy, ratio) -> int:
 #: The most working memory (bytes) a generic mean-field solve may be estimated
 #: to take before it is refused, before anything is compiled (raise it on a
 #: machine with more). See :func:`working_bytes`. JIQ-SQ(2) at ``lambda = 0.9``
-#: (40 levels) passes it up to ``r`` of about 790; measured on 2 CPU cores,
-#: ``r = 500`` solves in 2.5 min (0.76 GB peak), while ``r = 800`` and ``1000``
-#: (1.0 and 1.6 GiB estimated) ran 6 and 9 min and Newton did not converge.
+#: (40 levels) passes it up to ``r`` of about 790; measured on 2 CPU cores
+#: (from :func:`_jiq_sq_start`), ``r = 500`` solves in 4 s, ``r = 780`` in 6 s,
+#: and past the bound ``r = 1000`` in 10 s (1.9 GB peak, 1.6 GiB estimated) and
+#: ``r = 2000`` in 30 s (6.5 GB peak). (From the ODE run, before: 3.5 min at
+#: ``r = 500``, and no convergence at 800 or 1000 after 6 and 9 min.)
 MAX_WORKING_BYTES = 2**30
 
 
@@ -842,7 +853,17 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
         warmup_time, dt: the ODE run (RK4) that gives Newton its start: from
             the empty system, or at a load of 1 or more with a buffer from the
             full one (overload fills the buffer at ``load - 1`` tasks per unit
-            time: from empty, a buffer of 100 would take 500).
+            time: from empty, a buffer of 100 would take 500). Not used for
+            JIQ-SQ(d) with several dispatchers: Newton starts from its fixed
+            point reduced to ``p0`` (:func:`_jiq_sq_start`; the ODE's RK4 steps
+            are unstable past ``r`` of about 30). There ``1 - Q_j`` below
+            about 1e-16 (``p0`` is about ``d^-(r (1 - lambda))``: 3e-25 at
+            ``r = 800``, ``lambda = 0.9``) is 0 in float64, as is ``p0 = 1 -
+            Q_1`` past ``r`` of about 520 there (``s_2``, about ``lambda^2
+            p0``, keeps it), and the residual Newton reaches grows as about
+            ``r`` times 2e-16 (4e-13 at ``r = 2000``): ``tol`` is met up to
+            ``r`` of a few thousand, past the memory bound
+            (:data:`MAX_WORKING_BYTES`).
         start: ``[s_1..s_L, Q_1..Q_J]`` to start Newton from instead of the
             ODE run (e.g. a closed form's fixed point); its length must match
             ``levels`` (:data:`DEFAULT_LEVELS` with infinite buffers unless
