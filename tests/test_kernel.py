@@ -141,6 +141,21 @@ def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
     assert step_values(System(1000, 100, None, 32, 32), jiq) < step_values(no_iq, pod) + 2 * 33
 
 
+def test_listed_servers_follow_from_the_iqueue_tail():
+    """The register layout recomputes iq_listed from iq_tail each step
+    (registers.listed_of): the same as the state the engine carries."""
+    from jaxqueue.core.system import System
+    from jaxqueue.sim.registers import listed_of
+    from jaxqueue.sim.state import core_from_counts
+
+    system, policy = System(40, 5, None, 8, 6), jq.make("jiq")
+    counts = np.array([12, 20, 8, 0, 0, 0, 0, 0, 0])  # 12 idle servers
+    iq_counts = np.array([1, 1, 1, 1, 0, 0, 1])  # 5 I-queues listing 0, 1, 2, 3 and 6: 12
+    core = core_from_counts(counts, iq_counts, system, policy)
+    got = listed_of(tuple(jnp.asarray(core.iq_tail)[j][None] for j in range(7)))
+    assert [int(x[0]) for x in got] == [int(v) for v in core.iq_listed]
+
+
 @pytest.mark.slow
 def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
     """Through the runner (chunks, two devices under shard_map, batch means, the

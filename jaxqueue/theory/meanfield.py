@@ -572,8 +572,8 @@ def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None
     of ``lambda r`` meanwhile, none converging at ``r = 800`` or 1000); at
     ``r = 500`` the run also took 156 of the solve's 210 s.
     """
-    if not (isinstance(pol, JIQSQ) and pol.exact_rule()[0] == "jiq-sq" and system.iqueue_levels
-            and float(load) > 0.0 and not kinked(pol, system)):
+    if not (isinstance(pol, JIQSQ) and system.iqueue_levels and float(load) > 0.0
+            and not kinked(pol, system)):
         return None  # fmt: skip
     lam, r, L, J, d = float(load), float(ratio), system.levels, system.iqueue_levels, pol.d
 
