@@ -113,6 +113,7 @@ def test_backend_choice_and_its_errors():
             assert runner.plan(**args).backend == "xla"  # auto: no warning
 
 
+@pytest.mark.slow  # traces four kernel steps, up to 64 levels (about 3 s)
 def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
     """On a GPU, ``auto`` takes the kernel unless its step would carry more than
     AUTO_MAX_VALUES values a replica (measured: JIQ at 64 levels spills and runs
