@@ -142,6 +142,21 @@ def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
     assert step_values(System(1000, 100, None, 32, 32), jiq) < step_values(no_iq, pod) + 2 * 33
 
 
+@pytest.mark.parametrize("levels", [4, 16, 17])
+def test_step_values_count_what_the_step_loop_carries(levels):
+    """Pod(2)'s step loop carries the loop counter, ``levels`` tail levels
+    (level 0 never changes), as many time sums, one I-queue time sum, the
+    packed histogram (three counts a value) and the counters. Counted from
+    the traced loop without its parameters (JAX 0.11's scan has no
+    ``num_carry``), so the same on every JAX version the package supports."""
+    from jaxqueue.core.system import System
+    from jaxqueue.sim.kernel import step_values
+    from jaxqueue.sim.state import COUNTERS
+
+    want = 1 + 2 * levels + 1 + -(-levels // 3) + len(COUNTERS)
+    assert step_values(System(1000, 1, None, levels, 0), jq.make("pod", d=2)) == want
+
+
 def test_listed_servers_follow_from_the_iqueue_tail():
     """The register layout recomputes iq_listed from iq_tail each step
     (registers.listed_of): the same as the state the engine carries."""

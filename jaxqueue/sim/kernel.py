@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.blocks import spread, zero_rows
@@ -281,13 +282,36 @@ def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE, *,
     A construct the Triton lowering rejects fails here, on any machine.
     ``debug`` prints the kernel's Triton module (:func:`triton_module`).
     """
-    core = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        _zero_core(system, policy, replicas))  # fmt: skip
+    core = jax.eval_shape(lambda: _zero_core(system, policy, replicas))
     args = (core, jax.ShapeDtypeStruct((replicas, 2), jnp.uint32),
             jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
             jax.ShapeDtypeStruct((replicas,), jnp.float32))  # fmt: skip
     fn = functools.partial(advance_kernel, system=system, policy=policy, debug=debug)
-    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    with _cuda_target():
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+
+
+#: The GPU a lowering for CUDA targets where no GPU is attached (the kernel's
+#: Triton lowering reads the target's compute capability from the device).
+CUDA_TARGET = "NVIDIA H200"
+
+
+@contextlib.contextmanager
+def _cuda_target():
+    """Where no GPU is attached, a context that names :data:`CUDA_TARGET` as
+    the device to lower for (JAX 0.11 on: Pallas's Triton lowering asks the
+    device for its compute capability, and lowering without one needs an
+    abstract device); elsewhere, or on a JAX without abstract devices (0.10,
+    whose Triton lowering needs none), nothing."""
+    abstract = getattr(jax.sharding, "AbstractDevice", None)
+    if abstract is None or jax.devices()[0].platform == "gpu":
+        yield
+        return
+    device = abstract(device_kind=CUDA_TARGET, num_cores=132, platform="gpu")
+    mesh = jax.sharding.AbstractMesh((1,), ("replica",), (jax.sharding.AxisType.Explicit,),
+                                     abstract_device=device)  # fmt: skip
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
 
 
 def triton_module(system: System, policy: Policy) -> str:
@@ -361,11 +385,19 @@ def step_ops(system: System, policy: Policy) -> int:
 
 def step_values(system: System, policy: Policy) -> int:
     """Values a replica carries through the kernel's step loop (the loop's
-    carry: state, time sums, packed histogram, counters), each a register of
-    its GPU thread while they fit. Past about 255 (the registers of a
-    thread, less what the step needs besides) the compiled step spills to
-    local memory; see :data:`AUTO_MAX_VALUES`. Needs no GPU."""
+    carry: state, time sums, packed histogram, counters, and the loop's own
+    counter), each a register of its GPU thread while they fit. Past about
+    255 (the registers of a thread, less what the step needs besides) the
+    compiled step spills to local memory; see :data:`AUTO_MAX_VALUES`.
+
+    Counted as JAX traces the loop: the outputs of the block's step loop,
+    which has no per-step outputs, so all of them are carried (JAX drops
+    what the step never changes, such as level 0 of the tail). No loop
+    parameter is read: JAX 0.11's scan has no ``num_carry``. Needs no GPU."""
     eqn = _step_loop(system, policy)
+    if any(getattr(v.aval, "shape", ())[:1] == (BLOCK,) for v in eqn.outvars):
+        raise RuntimeError("the block's step loop has per-step outputs: step_values cannot "
+                           "tell its carry from them")  # fmt: skip
     if eqn.primitive.name == "scan":
-        return int(eqn.params["num_carry"])
-    return len(eqn.outvars) - 1  # a while loop's carry holds its counter too
+        return len(eqn.outvars)
+    return len(eqn.outvars) - 1  # a while loop's carry holds its upper bound too

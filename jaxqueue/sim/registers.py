@@ -40,7 +40,7 @@ from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
 
 __all__ = [
-    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
+    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "block_carry", "advance_registers",
     "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
 ]  # fmt: skip
 
@@ -130,6 +130,24 @@ def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
     return tuple(d + a - jnp.int32(BLOCK) * s for d, a, s in zip(delta, acc, start))
 
 
+def block_carry(regs: Regs, stats: Stats, system: System, policy: Policy) -> tuple:
+    """What :func:`run_block`'s step loop carries from step to step, at the
+    block's start: the state (without ``iq_listed`` where it follows from
+    ``iq_tail``), the block's time sums, its packed response-time histogram
+    and the counters. Each leaf is a vector over the tile: on a GPU, one
+    register of each thread (:func:`jaxqueue.sim.kernel.step_values`)."""
+    by_changes = policy.uses_iqueues and system.n_dispatchers > 1
+    idle_view = policy.uses_iqueues and system.n_dispatchers == 1
+    zero = jnp.zeros_like(regs.tail[0])
+    n_iq = 2 if idle_view else len(regs.iq_tail)
+    n_seen = len(stats.seen) - 1
+    if by_changes:
+        regs = regs._replace(iq_listed=())
+    return (regs, tuple(zero for _ in regs.tail), tuple(zero for _ in range(n_iq)),
+            tuple(zero for _ in range(-(-n_seen // 3))),
+            tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
+
+
 def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, policy: Policy):
     """One block of ``BLOCK`` steps for a tile of replicas in the register layout.
 
@@ -181,12 +199,7 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         return Regs(tail, iq_tail, iq_listed), acc_tail, acc_iq, packed, cnt
 
-    acc_iq0 = tuple(zero for _ in iq_now(regs.tail, regs.iq_tail))
-    carry = (regs, tuple(zero for _ in regs.tail), acc_iq0,
-             tuple(zero for _ in range(-(-n_seen // 3))),
-             tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
-    if by_changes:
-        carry = (carry[0]._replace(iq_listed=()),) + carry[1:]
+    carry = block_carry(regs, stats, system, policy)
     new, acc_tail, acc_iq, packed, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
     if by_changes:
         new = new._replace(iq_listed=listed_of(new.iq_tail))
