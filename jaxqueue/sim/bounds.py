@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
 import numpy as np
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
@@ -110,7 +110,7 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     p0 = _jiq_p0(float(load), ratio, d)
     start = int(math.ceil(ratio)) + 1
     jmax = max(64, int(8 * ratio + 64))
-    with jax.enable_x64(True):
+    with host_float64():
         dist = np.asarray(iqueue_distribution(p0, float(load), ratio, d, jmax), np.float64)
     surv = np.cumsum(dist[::-1])[::-1]
     below = np.nonzero(n_dispatchers * surv < 1e-6)[0]

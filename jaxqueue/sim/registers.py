@@ -175,8 +175,7 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
 
     # accepted arrivals find at most levels - 1 tasks: seen[levels] stays 0. The
     # block's counts of levels 3j, 3j + 1, 3j + 2 share word j (SEEN_BITS each),
-    # a third of the registers of one count a level
-    n_seen = len(stats.seen) - 1
+    # a third of the registers of one count a level (block_carry)
     field = jnp.int32(SEEN_BITS)
 
     def body(t, carry):

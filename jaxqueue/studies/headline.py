@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxqueue import theory
+from jaxqueue.core.host import host_float64
 from jaxqueue.policies import option_names
 
 __all__ = ["HeadlineFit", "headline_ratio"]
@@ -117,7 +118,7 @@ def headline_ratio(load: float = 0.98, d: int = 2, targets: dict | None = None) 
         ``T`` is about 5.39, 2.54 and 4.52.)
     """
     targets = dict(HEADLINE_TARGETS if targets is None else targets)
-    with jax.enable_x64(True):
+    with host_float64():
         ratios = {p: _ratio_for(p, load, d, t) for p, t in targets.items()}
 
         def misfit(x):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_int, is_real
 from jaxqueue.theory.closed_forms import _mean_response_time, _need_ratio, closed_form_of
@@ -134,7 +135,7 @@ def max_load_for_target(
         return MaxLoadResult(0.0, 1.0, Status.INFEASIBLE, 0)
     if family == "jsq" or math.isinf(target):
         return MaxLoadResult(1.0, 1.0 if family == "jsq" else math.inf, Status.UNBOUNDED, 0)
-    with jax.enable_x64(True):
+    with host_float64():
         lam, t, steps, res = _max_load_impl(
             jnp.float64(target),
             jnp.float64(1.0 if ratio is None else ratio),

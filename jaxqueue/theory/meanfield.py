@@ -66,6 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, check_int
 
@@ -947,7 +948,7 @@ def _padded(fp: FixedPoint, buffer: int) -> FixedPoint:
 def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start) -> FixedPoint:
     """The fixed point on ``system``'s bounds: Newton from ``start`` or from an ODE run."""
     buffer = system.buffer
-    with jax.enable_x64(True):
+    with host_float64():
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)
         if start is None:
@@ -1001,7 +1002,7 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
     """
     pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     steps = int(math.ceil(t_end / dt))
-    with jax.enable_x64(True):
+    with host_float64():
         start = _empty_start(system, ratio or 1.0) if x0 is None else np.asarray(x0)
         _, xs = _rk4(jnp.asarray(start, jnp.float64), jnp.float64(load),
                      jnp.float64(ratio if system.iqueue_levels else 1.0), jnp.float64(dt),

@@ -80,6 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 
 __all__ = ["P0Solution", "solve_p0", "host_p0", "p0_grid", "iqueue_distribution"]
@@ -413,7 +414,7 @@ def host_p0(load: float, ratio: float, d: int = 1) -> tuple[float, int]:
     that every host caller (the closed forms, the simulator's default
     bounds) shares one compiled program per ``d``.
     """
-    with jax.enable_x64(True):
+    with host_float64():
         sol = solve_p0(float(load), float(ratio), d)
         return float(sol.p0), int(sol.status)
 

@@ -78,6 +78,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.core.service import as_law
 from jaxqueue.core.status import Status
@@ -554,7 +555,7 @@ def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
     per_level = 1 if classes is None else classes.n_classes
     start, start_levels = _start(pol, lam, ratio, system, classes, r), system.levels
     while True:
-        with jax.enable_x64(True):
+        with host_float64():
             law = None if classes is None else phases.law_arrays(classes)
             # the start on grown bounds: the mean load's fixed point, empty past its bound
             at = start_levels * per_level
@@ -731,7 +732,7 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window, classe
     period = profile.period
     if classes is not None:  # RK4 stable at the peak (phases._dt)
         dt = min(dt, phases._dt(classes, lam * profile.peak, pol, system, r))
-    with jax.enable_x64(True):
+    with host_float64():
         rj = jnp.float64(r)
         law = None if classes is None else phases.law_arrays(classes)
         loads, lengths, n = _schedule(profile, lam, 0.0, period, dt)

@@ -129,6 +129,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int, is_real
@@ -225,7 +226,7 @@ class _Law(NamedTuple):
 
 def law_arrays(law) -> _Law:
     """The arrays :func:`drift` takes for a law (a :class:`~jaxqueue.core.service.PhaseType`)
-    or for :class:`ServerClasses` (call with x64 on: ``with jax.enable_x64(True)``)."""
+    or for :class:`ServerClasses` (call with x64 on: ``with host_float64()``)."""
     classes = law if isinstance(law, ServerClasses) else server_classes(law)
     C, n_pools = classes.n_classes, len(classes.laws)
     starts = np.zeros((n_pools, C))
@@ -928,7 +929,7 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
     pol, system = _policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)
     one_r = float(ratio) if system.iqueue_levels else 1.0
     start = None
-    with jax.enable_x64(True):
+    with host_float64():
         lawa = law_arrays(classes)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
         while True:
@@ -965,7 +966,7 @@ def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, syst
     search): the start of the periodic solver (:mod:`jaxqueue.theory.periodic`)."""
     one_r = float(ratio) if system.iqueue_levels else 1.0
     L, P = system.levels, classes.n_classes
-    with jax.enable_x64(True):
+    with host_float64():
         lawa = law_arrays(classes)
         step = _dt(classes, lam, pol, system, one_r)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
@@ -1055,7 +1056,7 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
                              f"got {x0.shape}")  # fmt: skip
     step = _dt(classes, lam, pol, system, one_r) if dt is None else float(dt)
     out = np.empty((t.size, dim))
-    with jax.enable_x64(True):
+    with host_float64():
         lawa = law_arrays(classes)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
         x, now = jnp.asarray(x0, jnp.float64), 0.0

@@ -87,6 +87,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, as_int, check_int, check_load
 from jaxqueue.policies import Policy, make
@@ -391,7 +392,7 @@ def corrections(x, load, ratio, policy: Policy, system: System,
 
     Args:
         x: the fixed point ``[s_1..s_L, Q_1..Q_J]`` of :func:`meanfield.drift`
-            (float64; call under ``jax.enable_x64(True)``).
+            (float64; call under ``jaxqueue.core.host.host_float64()``).
         load: ``lambda``; ratio: ``r = N / M`` (1.0 without I-queues).
         policy: a smooth policy (see :meth:`~jaxqueue.policies.Policy.mean_field_kink`;
             not checked here); system: its limit System.
@@ -660,7 +661,7 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     kink = pol.mean_field_kink(fsys)
     start = None
     if _closed_form_starts(pol, buffer):
-        with jax.enable_x64(True):  # Newton from the closed form, not from an ODE run
+        with host_float64():  # Newton from the closed form, not from an ODE run
             start = np.asarray(_closed_form_start(pol, system, jnp.asarray([lam]),
                                                   jnp.asarray([r or 1.0]))[0, 0])  # fmt: skip
     fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
@@ -688,7 +689,7 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
                                 reason=f"the mean-field fixed point did not converge: "
                                        f"{Status(fp.status).name} (residual {fp.residual:.3g})")  # fmt: skip
     x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
-    with jax.enable_x64(True):
+    with host_float64():
         c = corrections(jnp.asarray(x, jnp.float64), jnp.float64(lam), jnp.float64(r or 1.0),
                         pol, system)  # fmt: skip
         metrics = _metrics(jnp.asarray(x), c.state, c.observables, c.observables_correction,
@@ -953,7 +954,7 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
     limit_kink = pol.mean_field_kink(system) is not None
     r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r
                          for r in ratio_list])  # fmt: skip
-    with jax.enable_x64(True):
+    with host_float64():
         lam_j, r_j = jnp.asarray(loads), jnp.asarray(r_values)
         if _closed_form_starts(pol, buffer):
             x0 = _closed_form_start(pol, system, lam_j, r_j)
