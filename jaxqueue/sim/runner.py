@@ -28,7 +28,9 @@ process runs the same chunks. Checkpoints are gathered by every process and
 written by process 0 only; the file must be on a file system every process
 sees (all resume from it). With one process nothing of this runs.
 
-The measured window is cut into ``batches`` batches (:attr:`Plan.batch_edges`).
+The measured window is cut into ``batches`` batches (:class:`~jaxqueue.sim.windows.Window`;
+each load keeps its own timeline, which may differ in length from the
+other loads' of the batch: :attr:`Plan.windows`).
 Each batch's mean queue length feeds the warm-up diagnostic
 (:mod:`jaxqueue.results.warmup`); with few replicas (``interval="auto"``
 and at most :data:`BATCH_MEANS_REPLICAS`) each batch's sums are kept and the
@@ -67,7 +69,6 @@ from jaxqueue.core.versions import __version__, versions
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
 from jaxqueue.policies.registry import make
 from jaxqueue.results.simulation import SimulationResult, from_stats
-from jaxqueue.results.warmup import diagnose
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
 from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, limit_ratio,
                                  phase_levels, required_levels, source_levels)
@@ -78,6 +79,7 @@ from jaxqueue.sim.registers import run_registers, unsupported
 from jaxqueue.sim.source import Clock, check_source, init_clock
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
 from jaxqueue.sim.totals import Totals
+from jaxqueue.sim.windows import Window
 
 __all__ = [
     "Plan", "plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch",
@@ -106,8 +108,8 @@ MAX_EXTENSIONS = 4
 #: systems fill in a few units of time, and the mean field is a poor guide there.
 AUTO_MEAN_FIELD_SERVERS = 100
 
-#: Version of the checkpoint file layout.
-CHECKPOINT_FORMAT = 1
+#: Version of the checkpoint file layout (2: each load's window on its own).
+CHECKPOINT_FORMAT = 2
 
 
 class BackendWarning(UserWarning):
@@ -192,7 +194,7 @@ class Plan:
             stream word per load: its replicas ``0 .. replicas - 1`` draw from
             ``fold_in(fold_in(key, word), i)``, which does not depend on the
             other loads of the batch or their order (grid points).
-        batches: batches of the measured window (:attr:`batch_edges`).
+        batches: batches of the measured window (:meth:`load_windows`).
         interval: ``"replicas"`` (intervals across replicas) or
             ``"batch-means"``.
         warmup_auto: ``warmup="auto"``: a window whose warm-up diagnostic
@@ -203,6 +205,12 @@ class Plan:
             is not part of :meth:`fingerprint`.
         backend_note: why the backend asked for was not used (or, on a GPU,
             why ``"auto"`` chose ``"xla"`` for a kernel-covered policy), or None.
+        windows: ``None`` (every load has ``warmup_blocks`` and
+            ``measure_blocks``), or one ``(warmup_blocks, measure_blocks)``
+            per load: the loads of one batch step together to the longest
+            timeline, each measuring its own window (a sweep's points of
+            other run lengths in one lockstep batch); ``warmup_blocks`` and
+            ``measure_blocks`` are then the largest.
     """
 
     policy: Policy
@@ -222,12 +230,14 @@ class Plan:
     max_extensions: int = 0
     backend: str = "xla"
     backend_note: str | None = None
+    windows: tuple | None = None
 
-    @property
-    def batch_edges(self) -> tuple:
-        """Block offsets of the batch boundaries within the window, ``0 .. measure_blocks``."""
-        b, m = self.batches, self.measure_blocks
-        return tuple((i * m) // b for i in range(b + 1))
+    def load_windows(self) -> list[tuple[int, int, int]]:
+        """Each load's ``(warmup_blocks, measure_blocks, batches)``: its own
+        (:attr:`windows`) or the plan's; a window of fewer blocks than
+        :attr:`batches` has one batch a block."""
+        own = self.windows or [(self.warmup_blocks, self.measure_blocks)] * len(self.loads)
+        return [(w, m, min(self.batches, m)) for w, m in own]
 
     @property
     def total_blocks(self) -> int:
@@ -251,6 +261,7 @@ class Plan:
             [float(x).hex() for x in self.init], "streams": list(self.streams or []) or None,
             "batches": self.batches, "interval": self.interval,
             "warmup_auto": self.warmup_auto, "max_extensions": self.max_extensions,
+            **({"windows": [list(w) for w in self.windows]} if self.windows else {}),
         }  # fmt: skip
 
     @property
@@ -294,6 +305,21 @@ def _run_steps(name: str, steps, time_name: str, units, per_unit: float, default
         raise ValueError(f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
                          f"unit), out of range: need at most {MAX_STEPS}; run more replicas")  # fmt: skip
     return max(n, least)
+
+
+def _per_load(name: str, value, n_loads: int, least: int, units) -> list[int] | None:
+    """``value`` as one run length per load when it is a sequence (a list,
+    tuple or array of ints, one per load), else None (a single value, checked
+    later); a sequence with a run length in time units is an error."""
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        return None
+    values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()]
+    if len(values) != n_loads:
+        raise ValueError(f"{name} gives {len(values)} run lengths for {n_loads} loads: give "
+                         f"one per load, or a single {name}")  # fmt: skip
+    if units is not None:
+        raise ValueError(f"give {name} (one per load) or a time in units, not both")
+    return [check_int(name, v, least, MAX_STEPS) for v in values]
 
 
 def plan(
@@ -357,6 +383,12 @@ def plan(
     check_int("replicas", replicas, 1, 10**8)
     lmax = max(loads)
     per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
+    steps_each = _per_load("steps", steps, len(loads), 1, time)
+    warmup_each = _per_load("warmup", warmup, len(loads), 0, warmup_time)
+    if steps_each is not None:
+        steps = max(steps_each)
+    if warmup_each is not None:
+        warmup = max(warmup_each)
     steps = _run_steps("steps", steps, "time", time, per_unit, DEFAULT_STEPS)
     check_int("steps", steps, 1, MAX_STEPS)
     if on_overflow not in ("raise", "report"):
@@ -372,6 +404,12 @@ def plan(
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
+    windows = None
+    if steps_each is not None or warmup_each is not None:  # each load its own timeline
+        windows = tuple(zip([-(-w // BLOCK) for w in warmup_each or [warmup] * len(loads)],
+                            [-(-m // BLOCK) for m in steps_each or [steps] * len(loads)]))  # fmt: skip
+        if len(set(windows)) == 1:  # all alike: the plan of one timeline
+            windows = None
     extensions = MAX_EXTENSIONS if auto_warmup else 0
     if (measure_blocks * (1 + extensions) + warm_blocks) * BLOCK > MAX_STEPS:
         raise ValueError(
@@ -383,11 +421,12 @@ def plan(
             f"interval={interval!r} is not valid: use 'auto', 'replicas' or 'batch-means'"
         )
     check_int("batches", batches, 1, 10**4)
-    n_batches = min(batches, measure_blocks)
+    shortest = min(m for _, m in windows) if windows else measure_blocks
+    n_batches = min(batches, shortest)
     if interval == "batch-means" and n_batches < 2 and replicas >= 2:
         # asked for by name: not replaced by replica intervals in silence
         why = (f"batches={batches}" if batches < 2 else
-               f"steps={steps} is one block of {BLOCK} steps")  # fmt: skip
+               f"steps={shortest * BLOCK} is one block of {BLOCK} steps")  # fmt: skip
         raise ValueError(
             f"interval='batch-means' needs at least 2 batches, and {why}: pass "
             f"2 <= batches <= 10000 with steps >= {2 * BLOCK}, or interval='replicas' "
@@ -403,8 +442,8 @@ def plan(
             )
         if replicas < 2:
             raise ValueError(
-                f"steps={steps} is one block of {BLOCK} steps: an interval needs at least "
-                f"2 batches (steps >= {2 * BLOCK}) or at least 2 replicas"
+                f"steps={shortest * BLOCK} is one block of {BLOCK} steps: an interval needs at "
+                f"least 2 batches (steps >= {2 * BLOCK}) or at least 2 replicas"
             )
         interval = "replicas"
     check_int("seed", seed, 0, MAX_SEED)
@@ -471,8 +510,8 @@ def plan(
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     used, note = _backend(backend, system, pol, devs)
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
-                start, on_overflow, devs, streams, n_batches, interval, auto_warmup,
-                extensions, used, note)  # fmt: skip
+                start, on_overflow, devs, streams, min(batches, measure_blocks), interval,
+                auto_warmup, extensions, used, note, windows)  # fmt: skip
 
 
 def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
@@ -682,6 +721,10 @@ class Run:
 
     Create one with :meth:`start` or :meth:`resume`, advance it with
     :meth:`advance` (saving it with :meth:`save`), read it with :meth:`results`.
+    Each load follows its own timeline (:class:`~jaxqueue.sim.windows.Window`):
+    its warm-up, its measured window and its batches, which may differ in
+    length from the other loads' (:attr:`Plan.windows`); the run ends when
+    every load's window has.
     """
 
     def __init__(self, p: Plan, core: Core):
@@ -690,11 +733,18 @@ class Run:
         put = _put if jax.process_count() > 1 else jax.device_put
         self.core = put(core, sharded)
         self.block = 0  # the next block to run
-        self.extensions = 0  # measured windows turned into warm-up
-        self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, whole run
-        self.done = False
-        self.diagnostics: list[dict] = []  # per load, set when the window ends
-        self._reset_window()
+        self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, its windows
+        self.windows = [
+            Window(warm, measure, n_batches, slice(j * p.replicas, (j + 1) * p.replicas),
+                   p.warmup_auto, p.max_extensions)
+            for j, (warm, measure, n_batches) in enumerate(p.load_windows())
+        ]  # fmt: skip
+        width = iq_width(p.system, p.policy)
+        n_classes = class_table(p.system).n_classes if p.system.classes else 0
+        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
+                                   p.system.n_dispatchers, time_sum_scale(p.system),
+                                   n_classes)  # fmt: skip
+        self.mark = self.totals.copy()  # the totals at each load's last batch boundary
 
     @classmethod
     def start(cls, p: Plan) -> "Run":
@@ -704,31 +754,28 @@ class Run:
     # -- the timeline --------------------------------------------------------
 
     @property
-    def warmup_end(self) -> int:
-        """The block where the current window starts."""
-        return self.plan.warmup_blocks + self.extensions * self.plan.measure_blocks
+    def done(self) -> bool:
+        """Whether every load's window has ended."""
+        return all(w.done for w in self.windows)
 
     @property
     def end(self) -> int:
-        """The block where the current window ends."""
-        return self.warmup_end + self.plan.measure_blocks
+        """The block where the last current window ends."""
+        return max(w.end for w in self.windows)
 
-    def _reset_window(self) -> None:
-        p = self.plan
-        width = iq_width(p.system, p.policy)
-        n_classes = class_table(p.system).n_classes if p.system.classes else 0
-        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
-                                   p.system.n_dispatchers, time_sum_scale(p.system),
-                                   n_classes)  # fmt: skip
-        self.mark = self.totals.copy()  # the totals at the last batch boundary
-        self.batch_queue: list[np.ndarray] = []  # (R,) mean queue length of each batch
-        self.batch_sums: list[dict] = []  # each batch's sums (batch means only)
+    @property
+    def diagnostics(self) -> list:
+        """Each load's warm-up diagnostic (None until its window has ended)."""
+        return [w.diagnostic for w in self.windows]
+
+    def _restart(self, w: Window) -> None:
+        """A new window of load ``w`` starts at this block: its sums from zero."""
+        self.totals.reset(w.rows)
+        self.mark.reset(w.rows)
+        w.restart()
 
     def _next_stop(self) -> int:
-        if self.block < self.warmup_end:
-            return self.warmup_end
-        edges = [self.warmup_end + e for e in self.plan.batch_edges]
-        return next(e for e in edges if e > self.block)
+        return min(stop for w in self.windows if (stop := w.next_stop(self.block)) is not None)
 
     # -- advancing -----------------------------------------------------------
 
@@ -768,17 +815,17 @@ class Run:
                 fields = multihost_utils.process_allgather(fields, tiled=True)
             host = {k: np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
             dt = time.perf_counter() - t0
-            self.overflow += np.stack([host["overflow"], host["iq_overflow"]], axis=1)
-            if self.block >= self.warmup_end:
-                self.totals.add(host)
+            self._add(host)
             self.block += n
             if self.overflow.any() and p.on_overflow == "raise":
                 raise LevelOverflowError(_overflow_advice(self.overflow.sum(axis=0), p))
-            if self.block == boundary:
-                self._boundary()
+            for w in self.windows:
+                if not w.done and self.block == w.next_stop(self.block - n):
+                    self._boundary(w)
             if progress:
                 rate = n * BLOCK * p.padded / max(dt, 1e-9)
-                phase = "measure" if self.block > self.warmup_end else "warm-up"
+                phase = "measure" if any(w.measuring(self.block - 1) for w in self.windows) \
+                    else "warm-up"  # fmt: skip
                 print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
                       f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
             now = time.perf_counter()
@@ -795,38 +842,37 @@ class Run:
                           file=sys.stderr, flush=True)  # fmt: skip
         return self
 
-    def _boundary(self) -> None:
-        """Bookkeeping at a warm-up end or a batch boundary (``self.block`` is on it)."""
-        p = self.plan
-        if self.block == self.warmup_end:
-            self._reset_window()
-            return
-        window = self.totals.sums(since=self.mark)
-        self.batch_queue.append(window["tail"][:, 1:].sum(axis=1) / window["steps"])
-        if p.interval == "batch-means":
-            self.batch_sums.append(window)
-        self.mark = self.totals.copy()
-        if self.block < self.end:
-            return
-        self.diagnostics = self._diagnose()
-        failed = any(d["passed"] is False for d in self.diagnostics)
-        if p.warmup_auto and failed and self.extensions < p.max_extensions:
-            self.extensions += 1  # the window becomes warm-up; measure a new one
-            self._reset_window()
+    def _add(self, host: dict) -> None:
+        """Add a chunk's sums (from ``self.block`` on) to the loads it measured,
+        and its overflow counts to the loads not yet done (a chunk never
+        crosses a load's boundary: every boundary is a stop)."""
+        live = [w for w in self.windows if not w.done]
+        over = np.stack([host["overflow"], host["iq_overflow"]], axis=1)
+        if len(live) == len(self.windows):
+            self.overflow += over
         else:
-            self.done = True
+            for w in live:
+                self.overflow[w.rows] += over[w.rows]
+        measuring = [w for w in self.windows if w.measuring(self.block)]
+        if len(measuring) == len(self.windows):
+            self.totals.add(host)
+            return
+        for w in measuring:
+            self.totals.add({k: v[w.rows] for k, v in host.items()}, rows=w.rows)
 
-    def _diagnose(self) -> list[dict]:
-        p = self.plan
-        series = np.stack(self.batch_queue, axis=1)  # (R, B)
-        out = []
-        for j in range(len(p.loads)):
-            sl = slice(j * p.replicas, (j + 1) * p.replicas)
-            diag = diagnose(series[sl].mean(axis=0))
-            diag.update(auto=p.warmup_auto, extensions=self.extensions,
-                        warmup=self.warmup_end * BLOCK)  # fmt: skip
-            out.append(diag)
-        return out
+    def _boundary(self, w: Window) -> None:
+        """Bookkeeping of load ``w`` at its warm-up end or a batch boundary
+        (``self.block`` is on it)."""
+        if self.block == w.warmup_end:
+            self._restart(w)
+            return
+        w.finish_batch(self.totals.sums(since=self.mark, rows=w.rows),
+                       keep_sums=self.plan.interval == "batch-means")  # fmt: skip
+        self.mark.assign(self.totals, w.rows)
+        if self.block < w.end:
+            return
+        if w.finish_window():  # the window becomes warm-up; a new one starts here
+            self._restart(w)
 
     # -- checkpoints ----------------------------------------------------------
 
@@ -853,14 +899,13 @@ class Run:
         for name, totals in (("totals", self.totals), ("mark", self.mark)):
             arrays.update({f"{name}/{k}": v for k, v in totals.arrays.items()})
         arrays["overflow"] = self.overflow
-        if self.batch_queue:
-            arrays["batch_queue"] = np.stack(self.batch_queue, axis=1)
-        for i, window in enumerate(self.batch_sums):
-            arrays.update({f"batch/{i}/{k}": v for k, v in window.items()})
+        for j, w in enumerate(self.windows):
+            if w.queue:
+                arrays[f"queue/{j}"] = np.stack(w.queue, axis=1)
+            for i, window in enumerate(w.sums):
+                arrays.update({f"batch/{j}/{i}/{k}": v for k, v in window.items()})
         meta = {"fingerprint": p.fingerprint(), "block": self.block,
-                "extensions": self.extensions,
-                "done": self.done, "diagnostics": self.diagnostics,
-                "batches_done": len(self.batch_queue)}  # fmt: skip
+                "windows": [w.meta() for w in self.windows]}  # fmt: skip
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "wb") as f:
@@ -901,19 +946,19 @@ class Run:
             {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p
         )
         run = cls(p, core)
-        run.block, run.extensions = meta["block"], meta["extensions"]
+        run.block = meta["block"]
         run.overflow = arrays["overflow"]
-        run.done, run.diagnostics = meta["done"], meta["diagnostics"]
         for name in ("totals", "mark"):
             getattr(run, name).arrays = {k[len(name) + 1 :]: v for k, v in arrays.items()
                                          if k.startswith(name + "/")}  # fmt: skip
-        if meta["batches_done"]:
-            run.batch_queue = list(arrays["batch_queue"].T)
-        if p.interval == "batch-means":
-            run.batch_sums = [
-                {k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith(f"batch/{i}/")}
-                for i in range(meta["batches_done"])
-            ]
+        for j, (w, saved) in enumerate(zip(run.windows, meta["windows"])):
+            w.extensions, w.done, w.diagnostic = saved["extensions"], saved["done"], saved["diagnostic"]
+            if saved["batches_done"]:
+                w.queue = list(arrays[f"queue/{j}"].T)
+            if p.interval == "batch-means":
+                w.sums = [{k.split("/", 3)[3]: v for k, v in arrays.items()
+                           if k.startswith(f"batch/{j}/{i}/")}
+                          for i in range(saved["batches_done"])]  # fmt: skip
         return run
 
     # -- results ---------------------------------------------------------------
@@ -925,10 +970,6 @@ class Run:
             raise RuntimeError(f"the run is at block {self.block} of {self.end}: not finished")
         sums = self.totals.sums()
         sums["overflow"], sums["iq_overflow"] = self.overflow[:, 0], self.overflow[:, 1]
-        batches = None
-        if p.interval == "batch-means":
-            batches = {k: np.stack([w[k] for w in self.batch_sums], axis=1)
-                       for k in self.batch_sums[0]}  # fmt: skip
         load_vec = p.load_vector()
         system, pol = p.system, p.policy
         recorded = versions()
@@ -939,10 +980,10 @@ class Run:
         if system.pools is not None:  # each pool's share of the servers
             fractions = tuple(q.count / system.n_servers for q in system.pools)
         results = []
-        for j, lam in enumerate(p.loads):
-            sl = slice(j * p.replicas, (j + 1) * p.replicas)
+        for j, (lam, w) in enumerate(zip(p.loads, self.windows)):
+            sl = w.rows
             per_time = system.n_servers * system.step_rate(lam)
-            warm = self.warmup_end
+            warm = w.warmup_end
             settings = {
                 "policy": pol.name,
                 "policy_label": pol.label(),
@@ -960,14 +1001,14 @@ class Run:
                      "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
                 "arrivals": None if system.arrivals is None else system.arrivals.to_dict(),
                 "replicas": p.replicas,
-                "steps": p.measure_blocks * BLOCK,
+                "steps": w.measure_blocks * BLOCK,
                 "warmup": warm * BLOCK,
-                "time_measured": p.measure_blocks * BLOCK / per_time,
+                "time_measured": w.measure_blocks * BLOCK / per_time,
                 "time_warmup": warm * BLOCK / per_time,
                 "seed": p.seed,
                 "init": p.init if isinstance(p.init, str) else "array",
                 "interval": p.interval,
-                "batches": p.batches,
+                "batches": w.batches,
                 "devices": len(p.devices),
                 "platform": p.devices[0].platform,
                 "backend": p.backend,
@@ -977,13 +1018,15 @@ class Run:
             }
             part = {k: v[sl] for k, v in sums.items()}
             single = system.n_dispatchers == 1 and not pol.per_server
-            bpart = None if batches is None else {k: v[sl] for k, v in batches.items()}
+            bpart = None
+            if p.interval == "batch-means":
+                bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,
                                       step_rate=_sample_rate(system, lam), laws=laws,
                                       fractions=fractions,
-                                      diagnostics={"warmup_diagnostic": self.diagnostics[j]}))  # fmt: skip
+                                      diagnostics={"warmup_diagnostic": w.diagnostic}))  # fmt: skip
         return results
 
 

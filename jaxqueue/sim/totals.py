@@ -77,33 +77,44 @@ class Totals:
         return Totals({k: v.copy() for k, v in self.arrays.items()}, self.n_servers,
                       self.n_dispatchers, self.scale)  # fmt: skip
 
-    def add(self, chunk: dict) -> None:
-        """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading replica axis)."""
+    def add(self, chunk: dict, rows: slice = slice(None)) -> None:
+        """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading
+        replica axis) to the replicas ``rows`` (the chunk holds those rows only)."""
         a = self.arrays
         for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
             base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(np.int64)
             exact = self.scale * base + chunk[f"{name}_delta"].astype(np.int64)
-            r = a[f"{name}_r"] + exact
-            a[f"{name}_q"] += r // div
-            a[f"{name}_r"] = r % div
+            r = a[f"{name}_r"][rows] + exact
+            a[f"{name}_q"][rows] += r // div
+            a[f"{name}_r"][rows] = r % div
         for name in COUNTS:
-            a[name] += np.asarray(chunk[name], np.int64).reshape(a[name].shape)
+            a[name][rows] += np.asarray(chunk[name], np.int64).reshape(a[name][rows].shape)
         if "seen_class" in a:  # by_class: the arrivals' finds, then the candidates' draws
-            r, levels, n_classes = a["seen_class"].shape
+            r, levels, n_classes = a["seen_class"][rows].shape
             by_class = np.asarray(chunk["by_class"], np.int64).reshape(r, 2, levels, n_classes)
             for j, name in enumerate(CLASS_COUNTS):
-                a[name] += by_class[:, j]
+                a[name][rows] += by_class[:, j]
 
-    def sums(self, since: "Totals | None" = None) -> dict:
-        """The window's sums since ``since`` (default: since the reset).
+    def reset(self, rows: slice = slice(None)) -> None:
+        """Zero the replicas ``rows``."""
+        for v in self.arrays.values():
+            v[rows] = 0
+
+    def assign(self, other: "Totals", rows: slice = slice(None)) -> None:
+        """Copy the replicas ``rows`` of ``other`` into these."""
+        for k, v in self.arrays.items():
+            v[rows] = other.arrays[k][rows]
+
+    def sums(self, since: "Totals | None" = None, rows: slice = slice(None)) -> dict:
+        """The window's sums since ``since`` (default: since the reset), of the replicas ``rows``.
 
         Returns:
             ``tail`` and ``iq``: float64 ``sum_t tail_t / N`` and ``sum_t
             iq_tail_t / M``; the counts (:data:`COUNTS`, and
             :data:`CLASS_COUNTS` with server classes) as int64.
         """
-        a = self.arrays
-        b = since.arrays if since is not None else None
+        a = {k: v[rows] for k, v in self.arrays.items()}
+        b = {k: v[rows] for k, v in since.arrays.items()} if since is not None else None
         out = {}
         for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
             q, r = a[f"{name}_q"], a[f"{name}_r"]

@@ -1,0 +1,91 @@
+"""Loads of other run lengths in one lockstep batch: each keeps its own window.
+
+A sweep's points of one compiled shape step together whatever their run
+lengths (:attr:`jaxqueue.sim.runner.Plan.windows`); a load's result must be
+the one it gets alone, bit for bit, and a checkpoint taken between two loads'
+boundaries must resume to the same results.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.sim import runner
+
+#: Pod(2) on 20 servers, two loads of other lengths: 4 and 9 measured blocks
+#: after 1 and 3 blocks of warm-up (one compiled shape for every test here).
+COMMON = dict(d=2, replicas=3, levels=12, init="empty", interval="replicas", batches=4, seed=4)
+LOADS, STREAMS = [0.5, 0.8], [11, 22]
+STEPS, WARMUP = [4 * BLOCK, 9 * BLOCK], [BLOCK, 3 * BLOCK]
+
+
+def _batch():
+    return runner.plan("pod", LOADS, 20, steps=STEPS, warmup=WARMUP, streams=STREAMS, **COMMON)
+
+
+def _alone(j):
+    return runner.plan("pod", [LOADS[j]], 20, steps=STEPS[j], warmup=WARMUP[j],
+                       streams=[STREAMS[j]], **COMMON)  # fmt: skip
+
+
+def _same(a, b):
+    da, db = a.to_dict(), b.to_dict()
+    da["settings"].pop("wall_seconds"), db["settings"].pop("wall_seconds")
+    assert json.dumps(da, sort_keys=True) == json.dumps(db, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def together():
+    return runner.run(_batch())
+
+
+def test_each_load_gets_what_it_gets_alone(together):
+    p = _batch()
+    assert p.windows == ((1, 4), (3, 9)) and (p.warmup_blocks, p.measure_blocks) == (3, 9)
+    assert p.load_windows() == [(1, 4, 4), (3, 9, 4)]
+    for j in range(2):
+        alone = runner.run(_alone(j))[0]
+        _same(together[j], alone)
+        assert together[j].settings["steps"] == STEPS[j]
+        assert together[j].settings["warmup"] == WARMUP[j]
+        assert together[j].diagnostics["warmup_diagnostic"]["batches"] == 4
+
+
+def test_a_checkpoint_between_two_loads_boundaries_resumes_bit_for_bit(tmp_path, together):
+    path = str(tmp_path / "windows.npz")
+    p = _batch()
+    part = runner.Run.start(p).advance(6)  # the first load is done, the second measures
+    assert [w.done for w in part.windows] == [True, False] and not part.done
+    part.save(path)
+    resumed = runner.Run.resume(p, path)
+    assert [w.done for w in resumed.windows] == [True, False]
+    for a, b in zip(resumed.advance().results(), together):
+        _same(a, b)
+
+
+def test_equal_windows_make_the_plan_of_one_timeline():
+    """Per-load lengths that are all alike give the plan a single length gives
+    (same fingerprint: a checkpoint of either resumes the other)."""
+    per_load = runner.plan("pod", LOADS, 20, steps=[4 * BLOCK] * 2, warmup=[BLOCK] * 2, **COMMON)
+    single = runner.plan("pod", LOADS, 20, steps=4 * BLOCK, warmup=BLOCK, **COMMON)
+    assert per_load == single and per_load.windows is None
+
+
+def test_per_load_lengths_are_checked_before_anything_runs():
+    with pytest.raises(ValueError, match="steps gives 3 run lengths for 2 loads"):
+        runner.plan("pod", LOADS, 20, steps=[BLOCK] * 3, **COMMON)
+    with pytest.raises(ValueError, match=r"steps=0 is out of range"):
+        runner.plan("pod", LOADS, 20, steps=[BLOCK, 0], **COMMON)
+    with pytest.raises(ValueError, match=r"warmup=-1 is out of range"):
+        runner.plan("pod", LOADS, 20, steps=BLOCK, warmup=[0, -1], **COMMON)
+    with pytest.raises(ValueError, match="give steps .one per load. or a time in units"):
+        runner.plan("pod", LOADS, 20, steps=[BLOCK, BLOCK], time=5.0, **COMMON)
+    kw = {**COMMON, "interval": "batch-means", "batches": 20}
+    with pytest.raises(ValueError, match=f"steps={BLOCK} is one block"):
+        runner.plan("pod", LOADS, 20, steps=[BLOCK, 8 * BLOCK], **kw)
+    # an array of lengths is a sequence too; the default warm-up (100 time units
+    # at the largest load, 20 * 1.8 * 100 = 3600 steps) is every load's
+    p = runner.plan("pod", LOADS, 20, steps=np.array([BLOCK, 2 * BLOCK]), **COMMON)
+    assert p.windows == ((15, 1), (15, 2))
