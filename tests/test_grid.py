@@ -165,7 +165,8 @@ def test_one_compile_for_many_loads(tmp_path):
     before = run_blocks._cache_size()
     assert run_grid(spec, tmp_path / "s.sqlite", batch_points=5, devices=jax.devices()[:1]) == 12
     assert run_blocks._cache_size() - before == 1  # 3 batches (the last padded), one program
-    # run lengths in time units: each load has its own length, still one program
+    # run lengths in time units: each load has its own length; they share batches
+    # (each its own window), so the batches are those above and reuse their program
     timed = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')
                        .replace("steps = 2048", "time = 20").replace("warmup = 512", "warmup = 512")
                        .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
@@ -173,7 +174,8 @@ def test_one_compile_for_many_loads(tmp_path):
     # time = 20 at N = 6 is 132 to 216 steps: one block of 256 each, said once
     with pytest.warns(runner.WindowWarning, match="at 12 of 12 points"):
         ran = run_grid(timed, tmp_path / "t.sqlite", batch_points=5, devices=jax.devices()[:1])
-    assert ran == 12 and run_blocks._cache_size() - before == 1
+    assert ran == 12 and run_blocks._cache_size() - before == 0
+    assert plan_grid(timed, batch_points=5)["batches"] == 3
 
 
 def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_running():

@@ -57,6 +57,28 @@ def test_every_reproduction_has_a_spec_that_plans(capsys):
             assert json.loads(capsys.readouterr().out)["points"] == len(spec.points)
 
 
+def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
+    """On a GPU a shape group's points of other run lengths share batches (each
+    its own window): the paper specs plan one batch a shape. On a CPU a batch
+    holds points whose lengths are within CPU_MERGE_RATIO of each other (the
+    shorter ones' replicas step to the longest's end for nothing)."""
+    from types import SimpleNamespace
+
+    from jaxqueue.studies.grid import CPU_MERGE_RATIO, _batches, _length, plan_grid, shape_groups
+
+    gpu = [SimpleNamespace(platform="gpu")]
+    for name in ("wang_fig4", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2",
+                 "liu_ying_alpha1"):  # fmt: skip
+        spec = load_spec(SPECS[[p.stem for p in SPECS].index(name)])
+        on_gpu = plan_grid(spec, devices=gpu)
+        assert on_gpu["batches"] == on_gpu["shapes"] == len(shape_groups(spec)), name
+        assert plan_grid(spec)["batches"] >= on_gpu["batches"], name
+        for points in shape_groups(spec).values():
+            for batch in _batches(points, spec, 32)[1]:
+                lengths = [_length(p, spec) for p in batch]
+                assert max(lengths) <= CPU_MERGE_RATIO * min(lengths), name
+
+
 def _in_suite(path):
     if path.stem in IN_SUITE:
         return path

@@ -2,11 +2,13 @@
 
 Points that differ only in their load share a compiled program (the policy,
 its options, N, M and the buffer fix the shapes; the load and the run length
-are arrays or traced counts). They run as batches of a fixed number of points
-of the same run length, all replicas of a batch stepping together, so a grid
-of many loads compiles once. (With run lengths in time units each load has
-its own length, so its points form batches of their own.) Each
-point's replicas draw from streams derived from the point itself
+are arrays or traced counts). They run as batches of a fixed number of points,
+all replicas of a batch stepping together, so a grid of many loads compiles
+once. Points of other run lengths (run lengths in time units differ by load)
+share a batch: each keeps its own warm-up and window
+(:attr:`jaxqueue.sim.runner.Plan.windows`), the batch steps to the longest,
+and a group's points are taken shortest first so that a batch's lengths are
+close. Each point's replicas draw from streams derived from the point itself
 (:meth:`~jaxqueue.studies.spec.Point.seed_word`), and the level bounds are
 fixed per group of points of one shape over the whole spec, so a point's
 result does not depend on the other points of its batch or on the order of
@@ -20,6 +22,7 @@ load once); rerunning the same spec on the same store skips what is there.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -66,17 +69,9 @@ def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
     return groups
 
 
-def _by_length(points: list[Point], spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
-    """Points of one shape grouped by run length: replicas of one batch step in lockstep.
-
-    With a run length in steps every point has the same; with one in time
-    units each load has its own, and its points run in batches of their own
-    (the same compiled program, fewer points per batch).
-    """
-    out: OrderedDict[tuple, list[Point]] = OrderedDict()
-    for point in points:
-        out.setdefault((spec.run.steps_for(point), spec.run.warmup_for(point)), []).append(point)
-    return out
+def _length(point: Point, spec: GridSpec) -> int:
+    """A point's steps from its start to the end of its window (warm-up included)."""
+    return spec.run.steps_for(point) + spec.run.warmup_for(point)
 
 
 def window_overruns(spec: GridSpec) -> list[tuple[Point, float, float]]:
@@ -112,23 +107,48 @@ def _warn_overruns(spec: GridSpec) -> None:
         runner.WindowWarning, stacklevel=3)  # fmt: skip
 
 
-def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None):
-    """``(size, batches)`` of one shape group: points of one run length, ``size`` a batch.
+#: Points of other run lengths share a batch while the longest is at most this
+#: many times the shortest (on a CPU, where the steps a shorter point's
+#: replicas take past its window cost as much as any; a GPU steps the extra
+#: replicas of a fuller batch nearly for free, so there every point of a shape
+#: group may share: :func:`merge_ratio`).
+CPU_MERGE_RATIO = 1.25
 
-    ``todo(point)`` says whether a point still has to run (default: all do);
-    ``size`` is fixed by the whole group, so a resumed sweep compiles the same shapes.
+
+def merge_ratio(devices=None) -> float:
+    """How much longer than the shortest a batch's longest point may run:
+    :data:`CPU_MERGE_RATIO` on a CPU, no limit on a GPU."""
+    platform = (devices[0] if devices else jax.devices()[0]).platform
+    return math.inf if platform == "gpu" else CPU_MERGE_RATIO
+
+
+def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
+             ratio: float = CPU_MERGE_RATIO):  # fmt: skip
+    """``(size, batches)`` of one shape group: at most ``size`` points a batch.
+
+    The points are taken shortest first; a batch takes the next ones while
+    the longest stays within ``ratio`` times its shortest (each point keeps
+    its own window; the batch steps to the longest) and it holds fewer than
+    ``batch_points``. ``size`` is the largest batch of the whole group, so a
+    resumed sweep compiles the same shapes; ``todo(point)`` says whether a
+    point still has to run (default: all do).
     """
-    lengths = _by_length(points, spec)
-    size = min(batch_points, max(len(v) for v in lengths.values()))
-    batches = []
-    for same in lengths.values():
-        left = [p for p in same if todo is None or todo(p)]
-        batches += [left[i : i + size] for i in range(0, len(left), size)]
-    return size, batches
+    def pack(chosen, most):
+        batches = []
+        for p in sorted(chosen, key=lambda p: _length(p, spec)):
+            last = batches[-1] if batches else None
+            if last and len(last) < most and _length(p, spec) <= ratio * _length(last[0], spec):
+                last.append(p)
+            else:
+                batches.append([p])
+        return batches
+
+    size = max(len(b) for b in pack(points, batch_points))
+    return size, pack([p for p in points if todo is None or todo(p)], size)
 
 
 def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
-              store_path=None) -> dict:  # fmt: skip
+              store_path=None, devices=None) -> dict:  # fmt: skip
     """What :func:`run_grid` would run, without running or compiling anything.
 
     Args:
@@ -137,11 +157,14 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         store_path: a store of this spec: its points are left out (a missing
             file is an empty store, and is not created; a store of another spec
             or versions is reported as ``store_error``, and nothing is left out).
+        devices: the devices it would run on (default: JAX's); on a GPU a
+            shape group's points of other lengths share batches (:func:`merge_ratio`).
 
     Returns:
         A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
-        (compiled programs), ``batches``, ``replica_steps`` (warm-up included,
-        padding replicas included) and per shape group ``groups``: policy label,
+        (compiled programs), ``batches``, ``replica_steps`` (the steps the
+        devices take: warm-up, padding replicas, and the steps a shorter
+        point's replicas take past its window in a batch of longer ones) and per shape group ``groups``: policy label,
         servers, dispatchers, buffer, points, batches, replica_steps;
         ``store_error`` (None, or why a run into ``store_path`` would be refused);
         and ``window_overruns``, the points whose whole blocks run more than
@@ -161,9 +184,9 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
     for points in shape_groups(spec).values():
         ids = {p: p.point_id() for p in points}
         n_done += sum(ids[p] in done for p in points)
-        size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done)
-        steps = sum(size * run.replicas * (run.steps_for(b[0]) + run.warmup_for(b[0]))
-                    for b in batches)  # fmt: skip
+        size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
+                                 merge_ratio(devices))  # fmt: skip
+        steps = sum(size * run.replicas * max(_length(p, spec) for p in b) for b in batches)
         first = points[0]
         groups.append({"policy": make(first.policy, **dict(first.options)).label(),
                        "servers": first.servers, "dispatchers": first.dispatchers,
@@ -389,7 +412,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         pending, cache = None, {}
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
-            size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done)
+            size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
+                                     merge_ratio(devices))  # fmt: skip
             for batch in batches:
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
@@ -397,7 +421,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 plan = runner.plan(
                     first.policy, [p.load for p in batch + pad], first.servers,
                     first.dispatchers, buffer=first.buffer, replicas=run.replicas,
-                    steps=run.steps_for(first), warmup=run.warmup_for(first), seed=run.seed,
+                    steps=[run.steps_for(p) for p in batch + pad],
+                    warmup=[run.warmup_for(p) for p in batch + pad], seed=run.seed,
                     levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
                     interval="replicas", service=first.service, pools=first.pools,
