@@ -178,6 +178,32 @@ def test_one_compile_for_many_loads(tmp_path):
     assert plan_grid(timed, batch_points=5)["batches"] == 3
 
 
+@pytest.mark.slow
+def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
+    """Servers 6, 8 and 10 at two loads under JIQ (2 dispatchers) share one
+    compiled program (N and M are per-replica numbers); each point's rows are
+    those of a grid of its size alone, the level bounds aside."""
+    text = (SPEC.format(loads="0.4, 0.7").replace('["pod", "jiq"]', '["jiq"]')
+            .replace("servers = [6]", "servers = [6, 8, 10]")
+            .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    spec = parse_spec(text)
+    assert len(shape_groups(spec)) == 1 and plan_grid(spec, batch_points=6)["shapes"] == 1
+    before = run_blocks._cache_size()
+    assert run_grid(spec, tmp_path / "all.sqlite", batch_points=6, devices=jax.devices()[:1]) == 6
+    assert run_blocks._cache_size() - before == 1
+    alone = parse_spec(text.replace("servers = [6, 8, 10]", "servers = [8]"))
+    assert run_grid(alone, tmp_path / "8.sqlite", devices=jax.devices()[:1]) == 2
+
+    def values(path):
+        return {(r["load"], r["metric"], r["idx"]): (r["mean"], r["ci95"]) for r in _rows(path)
+                if r["servers"] == 8}  # fmt: skip
+
+    mine, theirs = values(tmp_path / "all.sqlite"), values(tmp_path / "8.sqlite")
+    common = mine.keys() & theirs.keys()  # the I-queue levels differ by the bounds
+    assert len(common) > 0.9 * len(theirs) and {k[1] for k in theirs} <= {k[1] for k in common}
+    assert {k: mine[k] for k in common} == {k: theirs[k] for k in common}
+
+
 def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_running():
     """time = 20 at N = 6: ceil(20 * 6 * (load + 1)) steps, run as whole blocks
     of 256; past 10% over the asked time the sweep warns once, naming the worst

@@ -58,8 +58,9 @@ def test_every_reproduction_has_a_spec_that_plans(capsys):
 
 
 def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
-    """On a GPU a shape group's points of other run lengths share batches (each
-    its own window): the paper specs plan one batch a shape. On a CPU a batch
+    """The paper specs compile one program a policy (N and M are per-replica
+    numbers). On a GPU a shape group's points of other run lengths share
+    batches (each its own window): one batch a shape. On a CPU a batch
     holds points whose lengths are within CPU_MERGE_RATIO of each other (the
     shorter ones' replicas step to the longest's end for nothing)."""
     from types import SimpleNamespace
@@ -72,6 +73,8 @@ def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
         spec = load_spec(SPECS[[p.stem for p in SPECS].index(name)])
         on_gpu = plan_grid(spec, devices=gpu)
         assert on_gpu["batches"] == on_gpu["shapes"] == len(shape_groups(spec)), name
+        # N and M are per-replica numbers: one compiled program a policy
+        assert on_gpu["shapes"] == len({(p.policy, p.options) for p in spec.points}), name
         assert plan_grid(spec)["batches"] >= on_gpu["batches"], name
         for points in shape_groups(spec).values():
             for batch in _batches(points, spec, 32)[1]:

@@ -1,9 +1,10 @@
-"""Loads of other run lengths in one lockstep batch: each keeps its own window.
+"""Loads of other run lengths and sizes in one lockstep batch: each keeps its own window.
 
-A sweep's points of one compiled shape step together whatever their run
-lengths (:attr:`jaxqueue.sim.runner.Plan.windows`); a load's result must be
-the one it gets alone, bit for bit, and a checkpoint taken between two loads'
-boundaries must resume to the same results.
+A sweep's points of one compiled program step together whatever their run
+lengths (:attr:`jaxqueue.sim.runner.Plan.windows`) and their ``N`` and ``M``
+(:attr:`~jaxqueue.sim.runner.Plan.sizes`); a load's result must be the one it
+gets alone, bit for bit, on every backend, and a checkpoint taken between two
+loads' boundaries must resume to the same results.
 """
 
 import json
@@ -14,25 +15,31 @@ import pytest
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.sim import runner
 
-#: Pod(2) on 20 servers, two loads of other lengths: 4 and 9 measured blocks
-#: after 1 and 3 blocks of warm-up (one compiled shape for every test here).
+#: Pod(2), two loads of other lengths and sizes: 20 and 30 servers, 4 and 9
+#: measured blocks after 1 and 3 blocks of warm-up (one compiled program for
+#: the batches here, one for the loads alone).
 COMMON = dict(d=2, replicas=3, levels=12, init="empty", interval="replicas", batches=4, seed=4)
-LOADS, STREAMS = [0.5, 0.8], [11, 22]
+LOADS, SERVERS, STREAMS = [0.5, 0.8], [20, 30], [11, 22]
 STEPS, WARMUP = [4 * BLOCK, 9 * BLOCK], [BLOCK, 3 * BLOCK]
 
 
 def _batch():
-    return runner.plan("pod", LOADS, 20, steps=STEPS, warmup=WARMUP, streams=STREAMS, **COMMON)
+    return runner.plan("pod", LOADS, SERVERS, steps=STEPS, warmup=WARMUP, streams=STREAMS,
+                       **COMMON)  # fmt: skip
 
 
 def _alone(j):
-    return runner.plan("pod", [LOADS[j]], 20, steps=STEPS[j], warmup=WARMUP[j],
+    return runner.plan("pod", [LOADS[j]], SERVERS[j], steps=STEPS[j], warmup=WARMUP[j],
                        streams=[STREAMS[j]], **COMMON)  # fmt: skip
 
 
-def _same(a, b):
+def _same(a, b, backend=False):
+    """Equal results, bit for bit (``backend``: besides the backend's name)."""
     da, db = a.to_dict(), b.to_dict()
-    da["settings"].pop("wall_seconds"), db["settings"].pop("wall_seconds")
+    for d in (da, db):
+        d["settings"].pop("wall_seconds")
+        if backend:
+            d["settings"].pop("backend")
     assert json.dumps(da, sort_keys=True) == json.dumps(db, sort_keys=True)
 
 
@@ -45,12 +52,30 @@ def test_each_load_gets_what_it_gets_alone(together):
     p = _batch()
     assert p.windows == ((1, 4), (3, 9)) and (p.warmup_blocks, p.measure_blocks) == (3, 9)
     assert p.load_windows() == [(1, 4, 4), (3, 9, 4)]
+    assert p.sizes == ((20, 1), (30, 1)) and p.system.n_servers == 30
     for j in range(2):
         alone = runner.run(_alone(j))[0]
         _same(together[j], alone)
         assert together[j].settings["steps"] == STEPS[j]
         assert together[j].settings["warmup"] == WARMUP[j]
+        assert together[j].settings["n_servers"] == SERVERS[j]
         assert together[j].diagnostics["warmup_diagnostic"]["batches"] == 4
+
+
+@pytest.mark.parametrize("backend", ["registers", pytest.param("pallas", marks=pytest.mark.slow)])
+def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
+    """JIQ with 2 and 5 dispatchers over 10 and 25 servers in one batch: the
+    register layout (and the GPU kernel, interpreted) give the engine's results."""
+    kw = dict(replicas=3, steps=[3 * BLOCK, 5 * BLOCK], warmup=[BLOCK, 2 * BLOCK], seed=3,
+              init="empty", interval="replicas", batches=3, levels=10, iqueue_levels=10,
+              streams=[5, 6])  # fmt: skip
+    p = runner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend="xla", **kw)
+    assert p.sizes == ((10, 2), (25, 5))
+    engine = runner.run(p)
+    other = runner.run(runner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend=backend, **kw))
+    for a, b in zip(engine, other):
+        _same(a, b, backend=True)
+        assert a.settings["ratio"] == 5.0
 
 
 def test_a_checkpoint_between_two_loads_boundaries_resumes_bit_for_bit(tmp_path, together):
@@ -71,6 +96,24 @@ def test_equal_windows_make_the_plan_of_one_timeline():
     per_load = runner.plan("pod", LOADS, 20, steps=[4 * BLOCK] * 2, warmup=[BLOCK] * 2, **COMMON)
     single = runner.plan("pod", LOADS, 20, steps=4 * BLOCK, warmup=BLOCK, **COMMON)
     assert per_load == single and per_load.windows is None
+
+
+def test_sizes_that_cannot_share_a_program_are_refused_before_anything_runs():
+    for policy, kw, why in [
+        ("jiq-original", dict(n_dispatchers=[2, 4]), "per-server lists"),
+        ("pod", dict(n_dispatchers=[1, 2]), "one dispatcher and several"),
+        ("pod", dict(n_dispatchers=1, d=20), "d = N is JSQ"),
+        ("pod", dict(n_dispatchers=1, pools="0.5:2,0.5:1"), "server pools"),
+    ]:
+        args = {**COMMON, **kw}
+        with pytest.raises(ValueError, match=why):
+            runner.plan(policy, LOADS, SERVERS, **args)
+    with pytest.raises(ValueError, match="n_servers gives 3 values for 2 loads"):
+        runner.plan("pod", LOADS, [10, 20, 30], **COMMON)
+    with pytest.raises(ValueError, match="n_dispatchers=40 is out of range"):
+        runner.plan("jiq", LOADS, SERVERS, [2, 40], **{**COMMON, "d": None})
+    # one size for all is the plan of one size
+    assert runner.plan("pod", LOADS, [20, 20], **COMMON) == runner.plan("pod", LOADS, 20, **COMMON)
 
 
 def test_per_load_lengths_are_checked_before_anything_runs():

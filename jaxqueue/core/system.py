@@ -111,7 +111,9 @@ class System:
                 )
         else:
             check_int("levels", self.levels, 1, 10**6)
-        check_int("iqueue_levels", self.iqueue_levels, 0, self.n_servers)
+        # (an I-queue lists at most N servers; a larger bound is only wasted room, and
+        # a batch of replicas of several N shares the largest one's bound)
+        check_int("iqueue_levels", self.iqueue_levels, 0, MAX_SERVERS)
         if self.service is not None:
             if not isinstance(self.service, PhaseType):
                 raise TypeError(f"service must be a PhaseType or None, got {self.service!r}")

@@ -88,6 +88,9 @@ class View(NamedTuple):
         classes: int32 ``(levels + 1, C)``, servers by queue length and class
             (pool and phase), with server classes; ``None`` otherwise. Only a
             policy defined on speeds looks at it (``jsew``).
+        n_servers, n_dispatchers: int32 scalars, this replica's ``N`` and
+            ``M`` where they differ across the batch (a sweep's points of
+            other sizes stepping together); ``None``: the System's.
     """
 
     tail: jax.Array
@@ -95,6 +98,16 @@ class View(NamedTuple):
     iq_listed: jax.Array
     idle: jax.Array
     classes: jax.Array | None = None
+    n_servers: jax.Array | None = None
+    n_dispatchers: jax.Array | None = None
+
+    def servers(self, system: System):
+        """``N``: this replica's, or the System's."""
+        return system.n_servers if self.n_servers is None else self.n_servers
+
+    def dispatchers(self, system: System):
+        """``M``: this replica's, or the System's."""
+        return system.n_dispatchers if self.n_dispatchers is None else self.n_dispatchers
 
 
 class Route(NamedTuple):
@@ -259,7 +272,7 @@ class Servers(Draw):
         return 0 if self.exhaustive else 2 * self.d
 
     def sample(self, view, words, system):
-        n = system.n_servers
+        n = view.servers(system)
         index = jnp.int32(n - 1) if self.exhaustive else _max_of_distinct(words, n, self.d)
         return level_of(view.tail, index)
 
@@ -298,7 +311,7 @@ class Dispatchers(Draw):
     def sample(self, view, words, system):
         if system.n_dispatchers == 1:
             return view.idle
-        return level_of(view.iq_tail, _max_of_distinct(words, system.n_dispatchers, self.d))
+        return level_of(view.iq_tail, _max_of_distinct(words, view.dispatchers(system), self.d))
 
     def law(self, view, system):
         if system.n_dispatchers == 1:

@@ -35,9 +35,14 @@ def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
     if not policy.uses_iqueues or policy.per_server:
         return core.iq_tail
     if system.n_dispatchers == 1:
-        idle = jnp.int32(system.n_servers) - core.tail[1]
+        idle = servers_of(core, system) - core.tail[1]
         return jnp.stack([jnp.int32(1), (idle > 0).astype(jnp.int32)])
     return core.iq_tail
+
+
+def servers_of(core: Core, system: System):
+    """``N`` of one replica (int32): its own where the batch's sizes differ, else the System's."""
+    return jnp.int32(system.n_servers) if core.sizes is None else core.sizes[0]
 
 
 def add64(lo: jax.Array, hi: jax.Array, x: jax.Array):
@@ -112,7 +117,7 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
     carry_idle = not policy.per_server
 
     def idle_of(core):
-        return jnp.int32(system.n_servers) - core.tail[1] if carry_idle else jnp.int32(0)
+        return servers_of(core, system) - core.tail[1] if carry_idle else jnp.int32(0)
 
     def body(carry, t):
         core, acc_tail, acc_iq, cnt, cands, idle, by_class = carry

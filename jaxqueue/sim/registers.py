@@ -58,11 +58,14 @@ MAX_LEVELS = 128
 
 
 class Regs(NamedTuple):
-    """A tile of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level."""
+    """A tile of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level
+    (``sizes``: each replica's ``N`` and ``M`` where they differ across the batch,
+    constant through the run; empty otherwise)."""
 
     tail: tuple
     iq_tail: tuple
     iq_listed: tuple
+    sizes: tuple = ()
 
 
 def unsupported(system: System, policy: Policy) -> str | None:
@@ -93,14 +96,16 @@ def _rows(x: jax.Array) -> tuple:
 
 def to_rows(core: Core, stats: Stats) -> tuple[Regs, Stats]:
     """Batched ``Core`` and ``Stats`` (leading replica axis) in the register layout."""
-    regs = Regs(_rows(core.tail), _rows(core.iq_tail), _rows(core.iq_listed))
+    sizes = () if core.sizes is None else _rows(core.sizes)
+    regs = Regs(_rows(core.tail), _rows(core.iq_tail), _rows(core.iq_listed), sizes)
     return regs, Stats(*(_rows(x) if x is not None and x.ndim == 2 else x for x in stats))
 
 
 def from_rows(regs: Regs, stats: Stats) -> tuple[Core, Stats]:
     """The inverse of :func:`to_rows`."""
     stack = lambda rows: jnp.stack(rows, axis=1)  # noqa: E731
-    core = Core(stack(regs.tail), stack(regs.iq_tail), stack(regs.iq_listed))
+    core = Core(stack(regs.tail), stack(regs.iq_tail), stack(regs.iq_listed),
+                sizes=stack(regs.sizes) if regs.sizes else None)  # fmt: skip
     return core, Stats(*(stack(x) if isinstance(x, tuple) else x for x in stats))
 
 
@@ -167,9 +172,11 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
     idle_view = policy.uses_iqueues and system.n_dispatchers == 1
     zero = jnp.zeros_like(regs.tail[0])
 
+    n = regs.sizes[0] if regs.sizes else jnp.int32(system.n_servers)
+
     def iq_now(tail, iq_tail):
         if idle_view:  # the I-queue tail [1, idle > 0] of one dispatcher
-            idle = jnp.int32(system.n_servers) - tail[1]
+            idle = n - tail[1]
             return (zero + 1, (idle > 0).astype(jnp.int32))
         return iq_tail
 
@@ -183,7 +190,9 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         words = step_word_rows(k0, k1, t, nw)
         if by_changes:  # iq_listed follows from iq_tail: not carried (fewer registers)
             regs = regs._replace(iq_listed=listed_of(regs.iq_tail))
-        tail, iq_tail, iq_listed, ev = occupancy_step(*regs, words, p_arrival, system, policy)
+        tail, iq_tail, iq_listed, ev = occupancy_step(
+            regs.tail, regs.iq_tail, regs.iq_listed, words, p_arrival, system, policy,
+            sizes=regs.sizes or None)  # fmt: skip
         if by_changes:
             iq_listed = ()
         acc_tail = acc_tail[:1] + tuple(a + x for a, x in zip(acc_tail[1:], tail[1:]))
@@ -196,7 +205,7 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
             for j, w in enumerate(packed)
         )  # fmt: skip
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
-        return Regs(tail, iq_tail, iq_listed), acc_tail, acc_iq, packed, cnt
+        return Regs(tail, iq_tail, iq_listed, regs.sizes), acc_tail, acc_iq, packed, cnt
 
     carry = block_carry(regs, stats, system, policy)
     new, acc_tail, acc_iq, packed, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)

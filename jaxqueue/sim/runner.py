@@ -211,6 +211,11 @@ class Plan:
             timeline, each measuring its own window (a sweep's points of
             other run lengths in one lockstep batch); ``warmup_blocks`` and
             ``measure_blocks`` are then the largest.
+        sizes: ``None`` (every load has the System's ``N`` and ``M``), or one
+            ``(n_servers, n_dispatchers)`` per load: the loads of one batch
+            differ in size (a sweep's points of other ``N`` in one compiled
+            program); the System then holds the largest ``N`` and ``M`` and
+            level bounds that cover every load.
     """
 
     policy: Policy
@@ -231,6 +236,18 @@ class Plan:
     backend: str = "xla"
     backend_note: str | None = None
     windows: tuple | None = None
+    sizes: tuple | None = None
+
+    def load_sizes(self) -> list[tuple[int, int]]:
+        """Each load's ``(n_servers, n_dispatchers)``."""
+        return list(self.sizes or [(self.system.n_servers, self.system.n_dispatchers)] * len(self.loads))
+
+    def load_system(self, j: int) -> System:
+        """Load ``j``'s System: the plan's, at that load's ``N`` and ``M``."""
+        if self.sizes is None:
+            return self.system
+        n, m = self.sizes[j]
+        return dataclasses.replace(self.system, n_servers=n, n_dispatchers=m)
 
     def load_windows(self) -> list[tuple[int, int, int]]:
         """Each load's ``(warmup_blocks, measure_blocks, batches)``: its own
@@ -262,6 +279,7 @@ class Plan:
             "batches": self.batches, "interval": self.interval,
             "warmup_auto": self.warmup_auto, "max_extensions": self.max_extensions,
             **({"windows": [list(w) for w in self.windows]} if self.windows else {}),
+            **({"sizes": [list(s) for s in self.sizes]} if self.sizes else {}),
         }  # fmt: skip
 
     @property
@@ -305,6 +323,72 @@ def _run_steps(name: str, steps, time_name: str, units, per_unit: float, default
         raise ValueError(f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
                          f"unit), out of range: need at most {MAX_STEPS}; run more replicas")  # fmt: skip
     return max(n, least)
+
+
+def _sizes(n_servers, n_dispatchers, n_loads: int) -> list[tuple[int, int]] | None:
+    """``(N, M)`` of each load when ``n_servers`` or ``n_dispatchers`` is a
+    sequence (one value per load; a single value applies to every load), else None."""
+    seq = lambda x: isinstance(x, (list, tuple, np.ndarray))  # noqa: E731
+    if not (seq(n_servers) or seq(n_dispatchers)):
+        return None
+    out = []
+    for name, value in (("n_servers", n_servers), ("n_dispatchers", n_dispatchers)):
+        values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()] if seq(value) \
+            else [value] * n_loads  # fmt: skip
+        if len(values) != n_loads:
+            raise ValueError(f"{name} gives {len(values)} values for {n_loads} loads: give one "
+                             f"per load, or a single {name}")  # fmt: skip
+        out.append(values)
+    sizes = []
+    for n, m in zip(*out):
+        n = check_int("n_servers", n, 1, MAX_SERVERS)
+        sizes.append((n, check_int("n_dispatchers", m, 1, n)))
+    return sizes
+
+
+def size_key(pol: Policy, n: int, m: int, buffer, bare: System) -> tuple | None:
+    """What loads of other ``N`` and ``M`` must share to step in one compiled
+    program, or None where the size fixes the program. The step reads ``N``
+    and ``M`` as numbers for the exchangeable policies (the per-server lists
+    hold N servers) with exponential servers and Poisson arrivals (``bare``:
+    the servers' laws and the arrivals); one dispatcher and several have other
+    states, and ``d = N`` is JSQ's exhaustive search, another draw."""
+    if pol.per_server or bare.classes or bare.arrivals is not None:
+        return None
+    system = System(n, m, buffer, buffer or 1, 1 if m > 1 else 0)
+    return (m == 1, tuple(pol.draws(system)), tuple(pol.join_draws(system)))
+
+
+def _check_sized(pol, sizes, bare: System, buffer) -> None:
+    """Refuse loads of other sizes that cannot share a program (:func:`size_key`)."""
+    keys = {size_key(pol, n, m, buffer, bare) for n, m in sizes}
+    why = None
+    if pol.per_server:
+        why = f"{pol.label()} keeps per-server lists, whose shapes are N"
+    elif None in keys:
+        why = "phase-type service, server pools and arrival sources fix their shapes by N"
+    elif len({k[0] for k in keys}) > 1:
+        why = "one dispatcher and several have other states"
+    elif len(keys) > 1:
+        why = f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive search)"
+    if why is not None:
+        raise ValueError(f"n_servers and n_dispatchers per load: {why}; run each size on its "
+                         "own (one n_servers and n_dispatchers)")  # fmt: skip
+
+
+def _sized_lengths(sizes, loads, bare: System, steps, time, warmup, warmup_time):
+    """Run lengths per load for loads of other sizes: ``time`` and
+    ``warmup_time`` (and the default warm-up) in time units at each load's own
+    ``N`` and load, as ``(steps, time, warmup, warmup_time)`` for :func:`plan`."""
+    rates = [n * bare.step_rate(lam) for (n, _), lam in zip(sizes, loads)]
+    if time is not None and steps is None:
+        steps = [_run_steps("steps", None, "time", time, r, DEFAULT_STEPS) for r in rates]
+        time = None
+    if warmup is None:
+        units = DEFAULT_WARMUP_TIME if warmup_time is None else warmup_time
+        warmup = [_run_steps("warmup", None, "warmup_time", units, r, 0, least=0) for r in rates]
+        warmup_time = None
+    return steps, time, warmup, warmup_time
 
 
 def _per_load(name: str, value, n_loads: int, least: int, units) -> list[int] | None:
@@ -359,6 +443,10 @@ def plan(
     # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
     buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
         as_int(v) for v in (buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches))
+    sizes = _sizes(n_servers, n_dispatchers, np.size(np.asarray(loads, dtype=object)))
+    if sizes is not None:  # the System holds the largest; each load its own
+        n_servers, n_dispatchers = max(n for n, _ in sizes), max(m for _, m in sizes)
+        sizes = None if len(set(sizes)) == 1 else sizes
     n_servers = check_int("n_servers", n_servers, 1, MAX_SERVERS)
     n_dispatchers = check_int("n_dispatchers", n_dispatchers, 1, n_servers)
     law = _service(service, pol)
@@ -383,6 +471,10 @@ def plan(
     check_int("replicas", replicas, 1, 10**8)
     lmax = max(loads)
     per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
+    if sizes is not None:  # time units at each load's own N and load
+        _check_sized(pol, sizes, bare, buffer)
+        steps, time, warmup, warmup_time = _sized_lengths(sizes, loads, bare, steps, time,
+                                                          warmup, warmup_time)  # fmt: skip
     steps_each = _per_load("steps", steps, len(loads), 1, time)
     warmup_each = _per_load("warmup", warmup, len(loads), 0, warmup_time)
     if steps_each is not None:
@@ -455,12 +547,17 @@ def plan(
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
+    by_size = {}  # the loads of each size (one size without sizes)
+    for size, lam in zip(sizes or [(n_servers, n_dispatchers)] * len(loads), loads):
+        by_size.setdefault(size, []).append(lam)
     system = System(n_servers, n_dispatchers, buffer,
-                    _levels(pol, n_servers, n_dispatchers, buffer, levels,
-                            bound_load(lmax, source, bare.capacity),
-                            law, pool_set, source, lmax),
-                    _iqueue_levels(pol, n_servers, n_dispatchers, iqueue_levels,
-                                   trough_load(min(loads), source)),
+                    max(_levels(pol, n, m, buffer, levels,
+                                bound_load(max(lams), source, bare.capacity),
+                                law, pool_set, source, max(lams))
+                        for (n, m), lams in by_size.items()),
+                    max(_iqueue_levels(pol, n, m, iqueue_levels, trough_load(min(lams), source))
+                        for (n, m), lams in (by_size.items() if iqueue_levels is None else
+                                             [((n_servers, n_dispatchers), loads)])),
                     law, pool_set, source)  # fmt: skip
     pol.validate(system)
     if isinstance(init, str):
@@ -511,7 +608,8 @@ def plan(
     used, note = _backend(backend, system, pol, devs)
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
                 start, on_overflow, devs, streams, min(batches, measure_blocks), interval,
-                auto_warmup, extensions, used, note, windows)  # fmt: skip
+                auto_warmup, extensions, used, note, windows,
+                None if sizes is None else tuple(sizes))  # fmt: skip
 
 
 def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
@@ -700,13 +798,16 @@ def _initial_core(p: Plan) -> Core:
     Each load's replicas start from that load's initial state.
     """
     starts = []
-    for lam in p.loads:
+    for j, lam in enumerate(p.loads):
         init_arg = p.init if isinstance(p.init, str) else np.asarray(p.init)
-        counts = initial_counts(init_arg, p.system, p.policy, lam)
-        classes = initial_classes(init_arg, p.system, p.policy, lam, counts[0])
-        starts.append(core_from_counts(*counts, p.system, p.policy, classes))
+        system = p.load_system(j)
+        counts = initial_counts(init_arg, system, p.policy, lam)
+        classes = initial_classes(init_arg, system, p.policy, lam, counts[0])
+        starts.append(core_from_counts(*counts, system, p.policy, classes))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
     core = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
+    if p.sizes is not None:  # each replica's N and M (read by the step as numbers)
+        core = core._replace(sizes=np.asarray(p.sizes, np.int32)[group])
     if p.system.arrivals is None:
         return core
     # each load's replicas start their arrival clocks alike (padding repeats the last)
@@ -741,9 +842,9 @@ class Run:
         ]  # fmt: skip
         width = iq_width(p.system, p.policy)
         n_classes = class_table(p.system).n_classes if p.system.classes else 0
-        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, p.system.n_servers,
-                                   p.system.n_dispatchers, time_sum_scale(p.system),
-                                   n_classes)  # fmt: skip
+        n, m = np.repeat(np.asarray(p.load_sizes(), np.int64), p.replicas, axis=0).T
+        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, n, m,
+                                   time_sum_scale(p.system), n_classes)  # fmt: skip
         self.mark = self.totals.copy()  # the totals at each load's last batch boundary
 
     @classmethod
@@ -980,17 +1081,17 @@ class Run:
         if system.pools is not None:  # each pool's share of the servers
             fractions = tuple(q.count / system.n_servers for q in system.pools)
         results = []
-        for j, (lam, w) in enumerate(zip(p.loads, self.windows)):
+        for j, (lam, w, (n, m)) in enumerate(zip(p.loads, self.windows, p.load_sizes())):
             sl = w.rows
-            per_time = system.n_servers * system.step_rate(lam)
+            per_time = n * system.step_rate(lam)
             warm = w.warmup_end
             settings = {
                 "policy": pol.name,
                 "policy_label": pol.label(),
                 "options": pol.options(),
-                "n_servers": system.n_servers,
-                "n_dispatchers": system.n_dispatchers,
-                "ratio": system.ratio,
+                "n_servers": n,
+                "n_dispatchers": m,
+                "ratio": n / m,
                 "load": lam,
                 "buffer": system.buffer,
                 "levels": system.levels,
@@ -1056,7 +1157,11 @@ def _core_from_fields(fields: dict, p: Plan) -> Core:
     clock = None
     if "clock.seg" in pad:
         clock = Clock(*(pad[f"clock.{k}"] for k in Clock._fields))
-    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock)
+    sizes = None
+    if p.sizes is not None:  # not saved: the plan's (the fingerprint holds them)
+        sizes = np.asarray(p.sizes, np.int32)[np.minimum(group // p.replicas, len(p.loads) - 1)]
+    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock,
+                sizes)  # fmt: skip
 
 
 def _shown(value):

@@ -46,6 +46,7 @@ class Core(NamedTuple):
     lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
     classes: jax.Array | None = None  # (levels + 1, C): phase-type service or pools only
     clock: Clock | None = None  # arrival sources only (jaxqueue.sim.source)
+    sizes: jax.Array | None = None  # (2,): this replica's N and M, where they differ across a batch
 
 
 class Stats(NamedTuple):

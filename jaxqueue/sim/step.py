@@ -83,9 +83,9 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         return Core(tail, iq_tail, iq_listed, None, classes, clock), event
     tail, iq_tail, iq_listed, event = occupancy_step(
         core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy, serves=serves,
-        idle=idle,
+        idle=idle, sizes=core.sizes,
     )
-    return Core(tail, iq_tail, iq_listed, None, None, clock), event
+    return Core(tail, iq_tail, iq_listed, None, None, clock, core.sizes), event
 
 
 def _shift(tail, up, down):
@@ -119,7 +119,7 @@ def _relist(iq_listed, leave, s_out, join, s_in):
 
 
 def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy,
-                   serves=None, classes=None, idle=None):  # fmt: skip
+                   serves=None, classes=None, idle=None, sizes=None):  # fmt: skip
     """One uniformized step of an exchangeable policy, in either layout.
 
     The same function steps one replica's arrays (vmapped over replicas by
@@ -147,15 +147,19 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
             ``tail``, XLA's CPU compiler copied the whole tail array twice
             a step to keep the update in place (JIQ at 10^4 replicas, N =
             1000: 2.9e7 -> 3.2e7 replica-events/s on 2 cores).
+        sizes: ``(N, M)`` of this replica (int32 scalars, or vectors in the
+            register layout) where they differ across the batch; ``None``:
+            the System's ``n_servers`` and ``n_dispatchers``.
 
     Returns:
         ``(tail, iq_tail, iq_listed, event)``.
     """
-    n = system.n_servers
+    n = system.n_servers if sizes is None else sizes[0]
     levels = system.levels
     if idle is None:
         idle = jnp.int32(n) - tail[1]
-    view = View(tail, iq_tail, iq_listed, idle, classes)
+    view = View(tail, iq_tail, iq_listed, idle, classes,
+                *((None, None) if sizes is None else sizes))  # fmt: skip
     is_arrival = bernoulli(words[0], p_arrival)
 
     # Departure branch: a uniformly random server completes a task if busy.

@@ -41,20 +41,27 @@ class Totals:
         arrays: ``tail_q``, ``tail_r``, ``iq_q``, ``iq_r`` and the counts
             (:data:`COUNTS`, and :data:`CLASS_COUNTS` with server classes),
             int64 with a leading replica axis.
-        n_servers, n_dispatchers: the divisors of the tail and I-queue time sums.
+        n_servers, n_dispatchers: the divisors of the tail and I-queue time sums:
+            ints, or int64 ``(R,)`` arrays, each replica's (a batch of several sizes).
         scale: what a chunk's 64-bit time sums are multiplied by
             (:func:`jaxqueue.sim.blocks.time_sum_scale`: ``BLOCK``, or 1 for a trace).
     """
 
-    def __init__(self, arrays: dict, n_servers: int, n_dispatchers: int, scale: int = BLOCK):
+    def __init__(self, arrays: dict, n_servers, n_dispatchers, scale: int = BLOCK):
         self.arrays = arrays
-        self.n_servers = int(n_servers)
-        self.n_dispatchers = int(n_dispatchers)
+        self.n_servers, self.n_dispatchers = (int(x) if np.ndim(x) == 0 else np.asarray(x, np.int64)
+                                              for x in (n_servers, n_dispatchers))  # fmt: skip
         self.scale = int(scale)
 
+    def _divisor(self, name: str, rows: slice = slice(None)):
+        """The divisor of time sum ``name`` (``tail``: N, ``iq``: M) for the
+        replicas ``rows``, shaped to divide their ``(R, levels)`` sums."""
+        div = self.n_servers if name == "tail" else self.n_dispatchers
+        return div if isinstance(div, int) else div[rows][:, None]
+
     @classmethod
-    def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers: int,
-              n_dispatchers: int, scale: int = BLOCK, n_classes: int = 0) -> "Totals":  # fmt: skip
+    def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers, n_dispatchers,
+              scale: int = BLOCK, n_classes: int = 0) -> "Totals":  # fmt: skip
         """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail
         entries (and, with ``n_classes`` server classes, ``seen_class`` and
         ``sampled_class``: ``(levels + 1, n_classes)`` counts of the level and
@@ -81,7 +88,8 @@ class Totals:
         """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading
         replica axis) to the replicas ``rows`` (the chunk holds those rows only)."""
         a = self.arrays
-        for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
+        for name in TIME_SUMS:
+            div = self._divisor(name, rows)
             base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(np.int64)
             exact = self.scale * base + chunk[f"{name}_delta"].astype(np.int64)
             r = a[f"{name}_r"][rows] + exact
@@ -116,7 +124,8 @@ class Totals:
         a = {k: v[rows] for k, v in self.arrays.items()}
         b = {k: v[rows] for k, v in since.arrays.items()} if since is not None else None
         out = {}
-        for name, div in (("tail", self.n_servers), ("iq", self.n_dispatchers)):
+        for name in TIME_SUMS:
+            div = self._divisor(name, rows)
             q, r = a[f"{name}_q"], a[f"{name}_r"]
             if b is not None:
                 q, r = q - b[f"{name}_q"], r - b[f"{name}_r"]

@@ -56,13 +56,19 @@ DEFAULT_BATCH_POINTS = 32
 
 
 def _shape_key(point: Point):
-    return (point.policy, point.options, point.servers, point.dispatchers, point.buffer,
-            point.service, point.pools, point.arrivals)  # fmt: skip
+    """What fixes a point's compiled program: the policy, its options, the
+    buffer, the service law, the pools and the arrivals; N and M too where
+    the step cannot read them as numbers (:func:`~jaxqueue.sim.runner.size_key`)."""
+    pol = make(point.policy, **dict(point.options))
+    key = runner.size_key(pol, point.servers, point.dispatchers, point.buffer, point.system())
+    size = (point.servers, point.dispatchers) if key is None else key
+    return (point.policy, point.options, size, point.buffer, point.service, point.pools,
+            point.arrivals)  # fmt: skip
 
 
 def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
-    """The spec's points grouped by compiled shape (policy, options, N, M, buffer, service
-    law, pools, arrivals), in order."""
+    """The spec's points grouped by compiled program (policy, options, buffer, service
+    law, pools, arrivals; N and M where the program depends on them), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
         groups.setdefault(_shape_key(point), []).append(point)
@@ -114,24 +120,36 @@ def _warn_overruns(spec: GridSpec) -> None:
 #: group may share: :func:`merge_ratio`).
 CPU_MERGE_RATIO = 1.25
 
+#: Replicas below which a batch's step takes about as long as with this many:
+#: on 2 CPU cores a step of 16 to 64 replicas takes the same time (Pod(2), N =
+#: 1000: 9.6e6, 2.2e7 and 3.6e7 replica-steps/s at 16, 32 and 64 replicas,
+#: 7.6e7 at 256); a GPU wants 2^15 threads in flight.
+LATENCY_REPLICAS = {"cpu": 128, "gpu": 2**15}
+
+
+def _platform(devices=None) -> str:
+    return (devices[0] if devices else jax.devices()[0]).platform
+
 
 def merge_ratio(devices=None) -> float:
     """How much longer than the shortest a batch's longest point may run:
     :data:`CPU_MERGE_RATIO` on a CPU, no limit on a GPU."""
-    platform = (devices[0] if devices else jax.devices()[0]).platform
-    return math.inf if platform == "gpu" else CPU_MERGE_RATIO
+    return math.inf if _platform(devices) == "gpu" else CPU_MERGE_RATIO
 
 
 def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
-             ratio: float = CPU_MERGE_RATIO):  # fmt: skip
+             ratio: float = CPU_MERGE_RATIO, latency: int = LATENCY_REPLICAS["cpu"]):  # fmt: skip
     """``(size, batches)`` of one shape group: at most ``size`` points a batch.
 
     The points are taken shortest first; a batch takes the next ones while
     the longest stays within ``ratio`` times its shortest (each point keeps
     its own window; the batch steps to the longest) and it holds fewer than
-    ``batch_points``. ``size`` is the largest batch of the whole group, so a
-    resumed sweep compiles the same shapes; ``todo(point)`` says whether a
-    point still has to run (default: all do).
+    ``size``. ``size`` (every batch is padded to it, one compiled shape) is
+    the one of ``1 .. batch_points`` that makes the group quickest, a batch
+    taking its longest point's steps times its replicas, or ``latency``
+    replicas if fewer (below it a step costs about the same); it is chosen
+    for the whole group, so a resumed sweep compiles the same shapes.
+    ``todo(point)`` says whether a point still has to run (default: all do).
     """
     def pack(chosen, most):
         batches = []
@@ -143,7 +161,13 @@ def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
                 batches.append([p])
         return batches
 
-    size = max(len(b) for b in pack(points, batch_points))
+    def cost(most):
+        batches = pack(points, most)
+        width = most * spec.run.replicas
+        steps = sum(max(_length(p, spec) for p in b) for b in batches)
+        return steps * max(width, latency), steps * width, len(batches)
+
+    size = min(range(1, min(batch_points, len(points)) + 1), key=cost)
     return size, pack([p for p in points if todo is None or todo(p)], size)
 
 
@@ -185,11 +209,14 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         ids = {p: p.point_id() for p in points}
         n_done += sum(ids[p] in done for p in points)
         size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
-                                 merge_ratio(devices))  # fmt: skip
+                                 merge_ratio(devices), LATENCY_REPLICAS.get(_platform(devices), 1))  # fmt: skip
         steps = sum(size * run.replicas * max(_length(p, spec) for p in b) for b in batches)
         first = points[0]
+        servers = sorted({p.servers for p in points})
+        dispatchers = sorted({p.dispatchers for p in points})
         groups.append({"policy": make(first.policy, **dict(first.options)).label(),
-                       "servers": first.servers, "dispatchers": first.dispatchers,
+                       "servers": servers[0] if len(servers) == 1 else servers,
+                       "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
                        "buffer": first.buffer, "points": len(points), "batches": len(batches),
                        "replica_steps": steps})  # fmt: skip
         total_steps += steps
@@ -201,7 +228,18 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
-    """Level bounds of a shape group: for its largest load (queues) and smallest (I-queues),
+    """Level bounds of a shape group: the largest of its sizes' (:func:`_size_bounds`)."""
+    sizes = OrderedDict()
+    for p in points:
+        sizes.setdefault((p.servers, p.dispatchers), []).append(p)
+    bounds = [_size_bounds(same) for same in sizes.values()]
+    levels, iq = (None if any(b[i] is None for b in bounds) else max(b[i] for b in bounds)
+                  for i in range(2))  # fmt: skip
+    return levels, iq
+
+
+def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
+    """Level bounds of points of one size: for their largest load (queues) and smallest (I-queues),
     sized as the runner sizes them for an arrival source (queues: those the source's stress
     path builds in the mean field, :func:`~jaxqueue.sim.bounds.source_levels`, or else at a
     load moved towards the capacity; I-queues: at the source's trough)."""
@@ -413,14 +451,16 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
             size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
-                                     merge_ratio(devices))  # fmt: skip
+                                     merge_ratio(devices),
+                                     LATENCY_REPLICAS.get(_platform(devices), 1))  # fmt: skip
             for batch in batches:
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
                 t_batch = time.perf_counter()
                 plan = runner.plan(
-                    first.policy, [p.load for p in batch + pad], first.servers,
-                    first.dispatchers, buffer=first.buffer, replicas=run.replicas,
+                    first.policy, [p.load for p in batch + pad],
+                    [p.servers for p in batch + pad], [p.dispatchers for p in batch + pad],
+                    buffer=first.buffer, replicas=run.replicas,
                     steps=[run.steps_for(p) for p in batch + pad],
                     warmup=[run.warmup_for(p) for p in batch + pad], seed=run.seed,
                     levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
