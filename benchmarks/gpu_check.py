@@ -7,7 +7,7 @@ One command on a GPU machine (needs only the project and what JAX brings):
 1. Bit-exactness: the kernel (compiled for the GPU) against the XLA engine on
    the same GPU, for Pod(2), JIQ (M > 1), JIQ-SQ(2) with a buffer and I1F:
    final states and every sum must be identical.
-2. Throughput: replica-events per second (one event is one uniformized step
+2. Throughput of the kernel: replica-events per second (one event is one uniformized step
    of one replica) for Pod(2) and JIQ (r = 10) at lambda = 0.9, N = 1000, at
    2^12, 2^15, 2^17 and 2^20 replicas and 16, 32 and 64 levels, for the XLA
    engine and the kernel, every kernel at 2^17 first, then 2^20, 2^15 and
@@ -15,8 +15,17 @@ One command on a GPU machine (needs only the project and what JAX brings):
    after a compile-and-warm call. The goal on an H200 is 1e10 for Pod(2) at 2^17
    replicas.
 
-The exactness cases stop when ``--exact-budget`` seconds have passed and the
-throughput rows when ``--budget`` seconds have (compiles take most of both),
+3. The product, as a user runs it, each with its wall time: every theory
+   path once with the GPU as the default device (they run on the host's CPU
+   in float64), ``jaxqueue.simulate`` of Pod(2) at 2^17 replicas and 10^6
+   steps (the second call, and what its fixed cost is), the same through
+   the command line, the README's main job (``python -m jaxqueue compare``)
+   and the GPU-sized spec ``sweeps/mukherjee_hw.toml`` in full (cut at the
+   time left; its store resumes).
+
+The exactness cases stop when ``--exact-budget`` seconds have passed, the
+throughput rows when ``--budget`` seconds have and the product part when
+``--product-budget`` seconds have (compiles take most of each),
 so the script ends in time on any GPU; rows not reached are listed as
 skipped. The JSON and the markdown table are rewritten after every case and
 row, so a run cut short still leaves what it measured. Off a GPU it runs the kernel in
@@ -31,7 +40,9 @@ import argparse
 import datetime
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -143,7 +154,106 @@ def throughput(backend, name, levels, replicas, interpret, target_seconds=1.0) -
             "events_per_second": replicas * blocks * BLOCK / best}  # fmt: skip
 
 
-def markdown(meta, exact, rows, skipped) -> str:
+#: Each theory path once (run in a subprocess with the GPU as JAX's default device).
+THEORY_PATHS = {
+    "closed form (JIQ-Pod(2))": 'theory.mean_field("jiq-pod", 0.9, 10.0, d=2)',
+    "generic fixed point (I1F)": 'theory.mean_field("i1f", 0.9)',
+    "phase-type (Pod(2), hyperexp:4)": 'theory.mean_field("pod", 0.9, d=2, service="hyperexp:4")',
+    "periodic (Pod(2), a rate profile)": ('theory.mean_field("pod", 0.8, d=2, '
+                                          'arrivals=Profile((0.0, 5.0), (0.6, 1.4)))'),
+    "refined (JIQ, N = 100)": 'theory.refined_mean_field("jiq", 0.9, 10.0, n_servers=100)',
+    "design (max load for T = 1.5)": 'theory.max_load_for_target("jiq-pod", 1.5, 10.0, d=2)',
+    "exact chain (JIQ-Pod(2), N = 4)": 'solve_exact("jiq-pod", 0.6, 4, 2, d=2)',
+}
+
+
+def _timed(cmd: list[str], timeout: float) -> dict:
+    """Run ``cmd`` (a user's command line) and return its wall time, exit status
+    and the last lines of its output."""
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 1.0))
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return {"seconds": time.perf_counter() - t0, "status": "timeout",
+                "tail": str(out)[-400:]}  # fmt: skip
+    return {"seconds": time.perf_counter() - t0,
+            "status": "ok" if done.returncode == 0 else f"exit {done.returncode}",
+            "tail": (done.stdout + done.stderr)[-400:]}  # fmt: skip
+
+
+_SIMULATE = """
+import json, sys, time
+import jaxqueue as jq
+kw = dict(d=2, replicas={replicas}, steps={steps}, warmup=0, init="empty", seed=1)
+t0 = time.perf_counter(); jq.simulate("pod", 0.9, 1000, **kw); first = time.perf_counter() - t0
+t0 = time.perf_counter(); res = jq.simulate("pod", 0.9, 1000, **kw); second = time.perf_counter() - t0
+small = dict(kw, replicas=16)
+jq.simulate("pod", 0.9, 1000, **small)
+t0 = time.perf_counter(); jq.simulate("pod", 0.9, 1000, **small); base = time.perf_counter() - t0
+print(json.dumps({{"first_s": first, "second_s": second, "sixteen_replicas_s": base,
+                   "backend": res.settings["backend"], "T": res.mean_response_time.mean}}))
+"""
+
+
+def product(quick: bool, budget: float, save) -> list[dict]:
+    """The product as a user runs it (see the module docstring), within ``budget`` seconds."""
+    py, start, out = sys.executable, time.perf_counter(), []
+    left = lambda: budget - (time.perf_counter() - start)  # noqa: E731
+    replicas, steps = (2**10, 25_600) if quick else (2**17, 1_024_000)
+
+    def add(name, row):
+        row = {"what": name, **row}
+        out.append(row)
+        print(f"product: {name}: {row.get('status')} in {row.get('seconds', 0):.1f} s",
+              file=sys.stderr, flush=True)  # fmt: skip
+        save(product_now=out)
+
+    script = ("from jaxqueue import theory\nfrom jaxqueue.exact import solve_exact\n"
+              "from jaxqueue.core.arrivals import Profile\n") + "\n".join(
+        f"import time; t0 = time.perf_counter(); r = {code}; print({name!r}, "
+        "round(time.perf_counter() - t0, 2))" for name, code in THEORY_PATHS.items())
+    res = _timed([py, "-c", script], min(120, left()))
+    for line in res["tail"].splitlines():  # "name seconds" per path
+        name, _, secs = line.rpartition(" ")
+        if name in THEORY_PATHS:
+            res[name] = float(secs)
+    add("theory paths (every one, one process)", res)
+    res = _timed([py, "-c", _SIMULATE.format(replicas=replicas, steps=steps)], min(150, left()))
+    if res["status"] == "ok":
+        res.update(json.loads(res["tail"].strip().splitlines()[-1]))
+    add(f"jq.simulate pod(d=2) N=1000, {replicas} replicas x {steps} steps", res)
+    add(f"CLI simulate, {replicas} replicas x {steps} steps",
+        _timed([py, "-m", "jaxqueue", "simulate", "--policy", "pod", "--d", "2", "--servers",
+                "1000", "--load", "0.9", "--replicas", str(replicas), "--steps", str(steps),
+                "--warmup", "0", "--json"], min(150, left())))  # fmt: skip
+    main_job = [py, "-m", "jaxqueue", "compare"]
+    if quick:
+        main_job += ["--loads", "0.5", "--time", "10", "--replicas", "4"]
+    add("main job: python -m jaxqueue compare" + (" (quick)" if quick else ""),
+        _timed(main_job, min(150, left())))  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "spec.sqlite")
+        spec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "sweeps", "mukherjee_hw.toml")  # fmt: skip
+        cmd = [py, "-m", "jaxqueue", "sweep", spec, "--store", store] + (["--quick"] if quick else [])
+        res = _timed(cmd, left())
+        res["points_stored"] = _points_stored(store)
+        add("sweep sweeps/mukherjee_hw.toml" + (" --quick" if quick else " (full)"), res)
+    return out
+
+
+def _points_stored(path: str) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("SELECT COUNT(*) FROM points").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def markdown(meta, exact, rows, skipped, product_rows=()) -> str:
     lines = [f"GPU check, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
              f"jaxqueue {meta['jaxqueue']}", "",
              "Bit-exactness, kernel against the XLA engine on this device:", "",
@@ -174,14 +284,25 @@ def markdown(meta, exact, rows, skipped) -> str:
                   + ")."]  # fmt: skip
     lines += ["", "Element-wise operations per replica-step in the kernel: "
               + ", ".join(f"{k} {v}" for k, v in meta["step_ops"].items()) + "."]
+    if product_rows:
+        lines += ["", "The product as a user runs it (wall seconds, one process each, "
+                  "compiles included unless said):", "", "| what | status | seconds | notes |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for r in product_rows:
+            notes = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
+                     if k not in ("what", "status", "seconds", "tail")}  # fmt: skip
+            lines.append(f"| {r['what']} | {r['status']} | {r['seconds']:.1f} | "
+                         f"{', '.join(f'{k} {v}' for k, v in notes.items())} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the outputs")
-    ap.add_argument("--budget", type=float, default=330.0,
-                    help="seconds for the throughput rows (default 330)")
+    ap.add_argument("--budget", type=float, default=150.0,
+                    help="seconds for the throughput rows (default 150)")
+    ap.add_argument("--product-budget", type=float, default=200.0,
+                    help="seconds for the product part (default 200)")
     ap.add_argument("--exact-budget", type=float, default=90.0,
                     help="seconds for the exactness cases (default 90)")
     ap.add_argument("--quick", action="store_true", help="smallest size only (automatic off a GPU)")
@@ -208,17 +329,20 @@ def main(argv=None) -> int:
                          for p in POLICIES for lv in (16, 32, 64)}}  # fmt: skip
     print(f"device {meta['device']} ({dev.platform}), jax {jax.__version__}", file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
-    exact, rows, skipped = [], [], []
+    exact, rows, skipped, product_rows = [], [], [], []
 
-    def save(exact_now=None):
+    def save(exact_now=None, product_now=None):
         """Write the JSON and the markdown as they stand."""
         if exact_now is not None:
             exact[:] = exact_now
+        if product_now is not None:
+            product_rows[:] = product_now
         meta["total_seconds"] = time.perf_counter() - start
-        record = {**meta, "exactness": exact, "rows": rows, "skipped": skipped}
+        record = {**meta, "exactness": exact, "rows": rows, "skipped": skipped,
+                  "product": product_rows}  # fmt: skip
         with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
             json.dump(record, f, indent=1)
-        md = markdown(meta, exact, [r for r in rows if "error" not in r], skipped)
+        md = markdown(meta, exact, [r for r in rows if "error" not in r], skipped, product_rows)
         with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
             f.write(md)
         return record, md
@@ -249,6 +373,7 @@ def main(argv=None) -> int:
                   f"(compile {row['compile_seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
         rows.append(row)
         save()
+    product(quick, args.product_budget, save)
     record, md = save()
     print(json.dumps(record) if args.json else md)
     return 0 if all(r.get("identical", False) or r.get("skipped") for r in exact) else 1
