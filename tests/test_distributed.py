@@ -6,7 +6,9 @@ position, so every process of the distributed run must return the
 single-process result bit for bit: a plain run, a run checkpointed midway
 and resumed (the file written by process 0, read by both), and a finished
 checkpoint read back at once. Each process runs on a clock of its own (the
-runner's chunk lengths follow process 0's).
+runner's chunk lengths follow process 0's). A sweep (``run_grid``) run by
+two processes writes, from process 0, the store one process writes, and a
+rerun of it by both finds every point done.
 """
 
 import json
@@ -70,10 +72,34 @@ HELPER = textwrap.dedent(
     record["resumed"] = clean(resumed.results()[0])
     record["finished"] = clean(jq.simulate("pod", 0.9, 100, checkpoint=path, **ARGS))
     record["files"] = sorted(os.listdir(ckdir))
+
+    from jaxqueue.studies.grid import run_grid
+    from jaxqueue.studies.spec import parse_spec
+
+    spec = parse_spec(GRID_SPEC)
+    record["grid_ran"] = run_grid(spec, os.path.join(ckdir, "grid.sqlite"), batch_points=2)
+    record["grid_rerun"] = run_grid(spec, os.path.join(ckdir, "grid.sqlite"), batch_points=2)
+    record["grid_files"] = sorted(os.listdir(ckdir))
     with open(out, "w") as f:
         json.dump(record, f)
     '''
 )
+
+#: A small grid of two sizes and three loads (one program; three batches of
+#: two points, each spread over the processes' devices).
+GRID_SPEC = """
+name = "two_hosts"
+[grid]
+policy = [{ name = "pod", d = 2 }]
+servers = [6, 8]
+load = [0.4, 0.6, 0.8]
+[run]
+replicas = 4
+steps = 2048
+warmup = 512
+seed = 7
+theory = "none"
+"""
 
 
 def _free_port() -> int:
@@ -85,7 +111,7 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path):
     script = tmp_path / "helper.py"
-    script.write_text(HELPER)
+    script.write_text(HELPER.replace("GRID_SPEC", repr(GRID_SPEC)))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)  # no forced device count: one device per process
@@ -136,3 +162,12 @@ def test_two_processes_match_one(tmp_path):
     assert rec["single"]["resumed"] == rec["single"]["finished"] == rec["single"]["plain"]
     # process 0 alone wrote the checkpoint, atomically: no temporary files are left
     assert rec["process 1"]["files"] == ["run.npz"]
+    # the sweep: process 0 wrote the store, with the rows one process writes
+    from jaxqueue.studies.store import Store
+
+    for name in ("process 0", "process 1"):
+        assert (rec[name]["grid_ran"], rec[name]["grid_rerun"]) == (6, 0)
+    assert rec["process 1"]["grid_files"] == ["grid.sqlite", "run.npz"]  # no checkpoint left
+    with Store.open_existing(tmp_path / "shared" / "grid.sqlite") as two, \
+            Store.open_existing(tmp_path / "alone" / "grid.sqlite") as one:
+        assert len(one.rows()) > 6 * 10 and two.rows() == one.rows()

@@ -22,6 +22,7 @@ load once); rerunning the same spec on the same store skips what is there.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -31,6 +32,8 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.rng import BLOCK
@@ -414,17 +417,21 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         progress: report progress on ``log``: points done, replica-steps per
             second and time left; a bar with the ``progress`` extra (tqdm), else
             one line per batch.
-        devices: devices to spread replicas over (default: all).
+        devices: devices to spread replicas over (default: all; with
+            ``jax.distributed``, every device of every process).
         log: where progress goes (stderr by default; never stdout).
+
+    With several processes (``jax.distributed``) every process calls this
+    with the same spec and store path: each batch's replicas are spread over
+    every device of every process, the first process alone opens, reads and
+    writes the store (the others learn from it what is done), and the
+    batch's checkpoint must be on a file system every process sees. Every
+    process returns the same count.
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
-    if jax.process_count() > 1:
-        raise RuntimeError(
-            "run_grid runs in one process (it owns its SQLite store and checkpoint files); "
-            "with jax.distributed, call jaxqueue.sweep in every process instead"
-        )
     run = spec.run
+    lead = jax.process_index() == 0  # with jax.distributed: the process that owns the store
     groups = shape_groups(spec)
     for points in groups.values():  # before anything runs
         pol = make(points[0].policy, **dict(points[0].options))
@@ -440,13 +447,19 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         realized_pools(pools, n, stacklevel=2)
     _warn_overruns(spec)
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
-    with (Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text) as store,
-          ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store") as writer):
-        done = store.done()
+    with contextlib.ExitStack() as stack:
+        store = writer = None
+        if lead:
+            store = stack.enter_context(Store(store_path, spec.spec_hash(), spec.name,
+                                              versions(), spec.source_text))  # fmt: skip
+            writer = stack.enter_context(ThreadPoolExecutor(max_workers=1,
+                                                            thread_name_prefix="jaxqueue-store"))
+        done = _done(spec, ids, store)
         total = len(spec.points)
         finished = sum(ids[p] in done for p in spec.points)
-        ran, events, t0, batch_index = 0, 0, time.perf_counter(), store.next_batch()
-        bar = _Progress(spec.name, total, finished, log) if progress else None
+        ran, events, t0 = 0, 0, time.perf_counter()
+        batch_index = store.next_batch() if lead else 0
+        bar = _Progress(spec.name, total, finished, log) if progress and lead else None
         pending, cache = None, {}
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
@@ -472,6 +485,10 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 )  # fmt: skip
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch
+                ran += len(batch)
+                events += plan.n_replicas * plan.total_blocks * BLOCK
+                if not lead:  # the other processes step their replicas; the first writes
+                    continue
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = [], []
                 kind = "mean-field" if run.theory == "refined" else run.theory
@@ -486,8 +503,6 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                     pending.result()  # the previous batch is committed (or its error raised)
                 pending = writer.submit(store.commit_batch, batch_index, committed, rows)
                 batch_index += 1
-                ran += len(batch)
-                events += plan.n_replicas * plan.total_blocks * BLOCK
                 if bar is not None:
                     bar.update(len(batch), events / max(time.perf_counter() - t0, 1e-9))
         if pending is not None:
@@ -495,6 +510,23 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         if bar is not None:
             bar.close()
     return ran
+
+
+def _done(spec: GridSpec, ids: dict, store: Store | None) -> set:
+    """The ids of the points the store holds; with several processes, the first
+    process's store read, the same in every process (a collective)."""
+    if jax.process_count() == 1:
+        return store.done()
+    held = store.done() if store is not None else set()
+    flags = np.asarray([ids[p] in held for p in spec.points], np.int32)
+    flags = multihost_utils.broadcast_one_to_all(flags)
+    return {ids[p] for p, f in zip(spec.points, np.asarray(flags)) if f}
+
+
+def _sync(what: str) -> None:
+    """Wait for every process (several processes; nothing with one)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(what)
 
 
 #: Seconds of running between checkpoints of a sweep's batch.
@@ -507,10 +539,19 @@ def _run_batch(plan, checkpoint: str):
     try:
         results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
     except runner.CheckpointMismatch:
-        os.remove(checkpoint)
+        _remove(checkpoint)
         results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
-    os.remove(checkpoint)
+    _remove(checkpoint)
     return results
+
+
+def _remove(checkpoint: str) -> None:
+    """Remove a batch's checkpoint (the first process; the others wait for it,
+    so that none sees it at the next batch's start)."""
+    _sync("jaxqueue sweep: before the checkpoint is removed")
+    if jax.process_index() == 0:
+        os.remove(checkpoint)
+    _sync("jaxqueue sweep: checkpoint removed")
 
 
 class _Progress:
