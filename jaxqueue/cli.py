@@ -689,7 +689,8 @@ def _print_plan(spec, store, args) -> int:
               "as whole blocks of 256 steps", file=sys.stderr)  # fmt: skip
     print(f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
           f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
-          f"{plan['replica_steps']:.3g} replica-steps")  # fmt: skip
+          f"{plan['replica_steps']:.3g} replica-steps; on one H200 about "
+          f"{plan['gpu_seconds']:.0f} s (an estimate from the kernel's measured rates)")  # fmt: skip
     print(f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
           f"{'replica-steps':>13s}")  # fmt: skip
     for g in plan["groups"]:

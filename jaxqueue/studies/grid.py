@@ -23,6 +23,7 @@ load once); rerunning the same spec on the same store skips what is there.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -46,6 +47,7 @@ from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.sim import runner
 from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, limit_ratio, phase_levels,
                                  source_levels)
+from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
 from jaxqueue.studies.store import Store, StoreMismatchError
@@ -174,6 +176,37 @@ def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
     return size, pack([p for p in points if todo is None or todo(p)], size)
 
 
+#: What the GPU time estimate of :func:`plan_grid` assumes, measured on one
+#: H200 (JAX 0.11.2, N = 1000, load 0.9, docs/simulation.md): the Pallas
+#: kernel's replica-steps a second once the device is full (2^17 replicas;
+#: Pod(2) 3.5e10 at 32 levels, JIQ with r = 10 2.1e10) and per replica below
+#: 2^15 of them (Pod(2) at 2^12: 6.5e9, 1.6e6 a replica); the XLA engine's
+#: (2.2e9 for JIQ at 2^17 replicas) for what the kernel does not cover
+#: (per-server lists, server classes, arrival sources); and a compile of each
+#: program (3 to 44 s measured).
+GPU_RATES = {"kernel": 3.5e10, "kernel_iqueues": 2.1e10, "engine": 2.2e9,
+             "per_replica": 1.3e6, "compile_s": 20.0}  # fmt: skip
+
+
+def gpu_seconds(points: list[Point], spec: GridSpec, batches: list[list[Point]], size: int) -> float:
+    """Estimated seconds of one shape group's batches on one H200 (see
+    :data:`GPU_RATES`): each batch takes its longest point's steps at the
+    rate of one replica, or its replica-steps at the device's full rate,
+    whichever is longer, plus one compile for the group."""
+    first = points[0]
+    pol = make(first.policy, **dict(first.options))
+    system = dataclasses.replace(first.system(), n_dispatchers=first.dispatchers, levels=32,
+                                 buffer=None, iqueue_levels=32 if first.dispatchers > 1 else 0)  # fmt: skip
+    kernel = unsupported(system, pol) is None
+    full = GPU_RATES["engine"] if not kernel else (
+        GPU_RATES["kernel_iqueues"] if pol.uses_iqueues and first.dispatchers > 1
+        else GPU_RATES["kernel"])  # fmt: skip
+    width = size * spec.run.replicas
+    seconds = sum(max(_length(p, spec) for p in b) * max(1 / GPU_RATES["per_replica"], width / full)
+                  for b in batches)  # fmt: skip
+    return seconds + GPU_RATES["compile_s"]
+
+
 def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
               store_path=None, devices=None) -> dict:  # fmt: skip
     """What :func:`run_grid` would run, without running or compiling anything.
@@ -191,11 +224,14 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         A dict: ``points`` (in the spec), ``done`` (already stored), ``shapes``
         (compiled programs), ``batches``, ``replica_steps`` (the steps the
         devices take: warm-up, padding replicas, and the steps a shorter
-        point's replicas take past its window in a batch of longer ones) and per shape group ``groups``: policy label,
-        servers, dispatchers, buffer, points, batches, replica_steps;
+        point's replicas take past its window in a batch of longer ones) and
+        per shape group ``groups``: policy label, servers, dispatchers,
+        buffer, points, batches, replica_steps, gpu_seconds;
         ``store_error`` (None, or why a run into ``store_path`` would be refused);
-        and ``window_overruns``, the points whose whole blocks run more than
-        10% past the spec's ``time`` (:func:`window_overruns`).
+        ``window_overruns``, the points whose whole blocks run more than
+        10% past the spec's ``time`` (:func:`window_overruns`); and
+        ``gpu_seconds``, an estimate of the time on one H200 (per group too;
+        :func:`gpu_seconds`), batched as on a GPU.
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
@@ -214,6 +250,10 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
                                  merge_ratio(devices), LATENCY_REPLICAS.get(_platform(devices), 1))  # fmt: skip
         steps = sum(size * run.replicas * max(_length(p, spec) for p in b) for b in batches)
+        todo = lambda p: ids[p] not in done  # noqa: E731
+        gpu_size, gpu_batches = _batches(points, spec, batch_points, todo, math.inf,
+                                         LATENCY_REPLICAS["gpu"])  # fmt: skip
+        gpu = gpu_seconds(points, spec, gpu_batches, gpu_size) if gpu_batches else 0.0
         first = points[0]
         servers = sorted({p.servers for p in points})
         dispatchers = sorted({p.dispatchers for p in points})
@@ -221,13 +261,14 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
                        "servers": servers[0] if len(servers) == 1 else servers,
                        "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
                        "buffer": first.buffer, "points": len(points), "batches": len(batches),
-                       "replica_steps": steps})  # fmt: skip
+                       "replica_steps": steps, "gpu_seconds": gpu})  # fmt: skip
         total_steps += steps
         total_batches += len(batches)
     return {"spec": spec.name, "points": len(spec.points), "done": n_done,
             "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
             "groups": groups, "store_error": store_error,
-            "window_overruns": len(window_overruns(spec))}  # fmt: skip
+            "window_overruns": len(window_overruns(spec)),
+            "gpu_seconds": sum(g["gpu_seconds"] for g in groups)}  # fmt: skip
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
