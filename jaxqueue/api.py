@@ -62,8 +62,13 @@ def sweep(
     Args:
         policy: a name from :func:`jaxqueue.available` or a Policy.
         loads: the values of ``lambda`` (each > 0; < 1 for infinite buffers).
-        n_servers: ``N``.
-        n_dispatchers: ``M`` (``r = N / M``).
+        n_servers: ``N``, or one per load (a list): loads of other sizes
+            then step in one compiled program (exchangeable policies with
+            exponential servers and Poisson arrivals; all with one dispatcher
+            or all with several), each with its own ``N``; ``time``,
+            ``warmup_time`` and the default warm-up are then converted at
+            each load's own ``N`` and load.
+        n_dispatchers: ``M`` (``r = N / M``), or one per load.
         d, z: policy options (probes, threshold), where the policy takes them
             (default: the policy's own, ``d = 2`` and ``z = 1``; for
             ``jiq-original`` ``d = 1`` and ``z = 0``); an option the policy
@@ -76,6 +81,9 @@ def sweep(
             blocks of 256; the result records the steps run). Default:
             ``time`` if given, else 1,000,000 (whatever ``N``: about 526
             time units at ``N = 1000``, ``lambda = 0.9``, but 5 at ``N = 10^5``).
+            One per load (a list): each load measures its own window, the
+            batch stepping to the longest (a load's result is the one it
+            gets alone).
         time: the measured window in time units (mean service times) instead
             of ``steps``: ``steps = ceil(time * N * rate)``, ``rate`` the
             uniformized steps per server per time unit at the largest load
@@ -88,7 +96,8 @@ def sweep(
             more than 10% beyond ``time`` at the largest load.
         warmup_time: the warm-up in time units instead of ``warmup`` (same
             conversion; not with ``warmup="auto"``).
-        warmup: discarded uniformized steps per replica before measuring;
+        warmup: discarded uniformized steps per replica before measuring
+            (one per load, a list, as ``steps``);
             default: 100 units of time at the largest load (see
             docs/simulation.md on the bias of a short warm-up). ``"auto"``
             starts with the default and, while the warm-up diagnostic of the
