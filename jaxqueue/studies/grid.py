@@ -1,10 +1,12 @@
 """Grid experiments: run a spec's points in batches that share a compiled shape, into a store.
 
-Points that differ only in their load share a compiled program (the policy,
-its options, N, M and the buffer fix the shapes; the load and the run length
-are arrays or traced counts). They run as batches of a fixed number of points,
-all replicas of a batch stepping together, so a grid of many loads compiles
-once. Points of other run lengths (run lengths in time units differ by load)
+Points that share a policy, its options, the buffer and the service law
+share a compiled program (these fix the shapes; N, M, the load and the run
+length are per-replica numbers or traced counts, except that N and M fix
+the shapes of the per-server policies and of runs with server classes or
+arrival sources). They run as batches of a fixed number of points, all
+replicas of a batch stepping together, so a grid of many loads and sizes
+compiles once a policy. Points of other run lengths (run lengths in time units differ by load)
 share a batch: each keeps its own warm-up and window
 (:attr:`jaxqueue.sim.runner.Plan.windows`), the batch steps to the longest,
 and a group's points are taken shortest first so that a batch's lengths are
