@@ -916,6 +916,7 @@ class Run:
                 fields = multihost_utils.process_allgather(fields, tiled=True)
             host = {k: np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
             dt = time.perf_counter() - t0
+            phase = "measure" if any(w.measuring(self.block) for w in self.windows) else "warm-up"
             self._add(host)
             self.block += n
             if self.overflow.any() and p.on_overflow == "raise":
@@ -925,8 +926,6 @@ class Run:
                     self._boundary(w)
             if progress:
                 rate = n * BLOCK * p.padded / max(dt, 1e-9)
-                phase = "measure" if any(w.measuring(self.block - 1) for w in self.windows) \
-                    else "warm-up"  # fmt: skip
                 print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
                       f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
             now = time.perf_counter()
