@@ -157,6 +157,29 @@ def test_step_values_count_what_the_step_loop_carries(levels):
     assert step_values(System(1000, 1, None, levels, 0), jq.make("pod", d=2)) == want
 
 
+def test_auto_runs_a_small_run_on_the_host_cpu_when_the_default_device_is_a_gpu(monkeypatch):
+    """Compiling the GPU kernel takes seconds to tens of seconds, more than two
+    CPU cores take for a run of fewer than HOST_AUTO_STEPS replica-steps: with
+    no devices given, backend='auto' runs such a run on the host's CPU and says
+    so; a larger run, devices given or another backend keep the GPU."""
+    from types import SimpleNamespace
+
+    from jaxqueue.core.host import host_device
+
+    gpu = SimpleNamespace(platform="gpu")
+    devs, note = runner._small_on_host((gpu,), True, 6.3e7)
+    assert devs == (host_device(),) and "6.3e+07 replica-steps" in note
+    for auto, stepped in ((True, runner.HOST_AUTO_STEPS), (False, 6.3e7)):
+        assert runner._small_on_host((gpu,), auto, stepped) == ((gpu,), None)
+    cpu = jax.devices()[0]
+    assert runner._small_on_host((cpu,), True, 6.3e7) == ((cpu,), None)
+    # through plan(): the main job's size of batch goes to the host
+    monkeypatch.setattr(runner.jax, "devices", lambda *a: [gpu])
+    p = runner.plan("pod", [0.5, 0.9], 100, d=2, replicas=4, steps=4 * 256, warmup=256)
+    assert p.devices == (host_device(),) and p.backend == "xla"
+    assert "runs on the host's CPU" in p.backend_note
+
+
 def test_listed_servers_follow_from_the_iqueue_tail():
     """The register layout recomputes iq_listed from iq_tail each step
     (registers.listed_of): the same as the state the engine carries."""

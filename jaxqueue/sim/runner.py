@@ -60,6 +60,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxqueue.core.arrivals import Trace, as_arrivals
+from jaxqueue.core.host import host_device
 from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.service import PhaseType, as_law, make_pools, pool_laws
 from jaxqueue.core.system import (
@@ -605,11 +606,35 @@ def plan(
                 f"{simulated:.4g} time units simulated (settings['time_measured'])",
                 WindowWarning, stacklevel=3)  # fmt: skip
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
+    stepped = len(loads) * replicas * (warm_blocks + measure_blocks * (1 + extensions)) * BLOCK
+    devs, host_note = _small_on_host(devs, devices is None and backend == "auto", stepped)
     used, note = _backend(backend, system, pol, devs)
+    note = host_note or note
     return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
                 start, on_overflow, devs, streams, min(batches, measure_blocks), interval,
                 auto_warmup, extensions, used, note, windows,
                 None if sizes is None else tuple(sizes))  # fmt: skip
+
+
+#: ``backend="auto"`` on a GPU runs a run of fewer replica-steps than this on
+#: the host's CPU instead: compiling the GPU kernel took 3 to 15 s for Pod(2)
+#: and 9 to 44 s for JIQ on an H200, while two CPU cores step small batches
+#: at 2e7 to 1e8 replica-steps a second, so below this the CPU is done first
+#: (the main job's batches are 6.3e7 each).
+HOST_AUTO_STEPS = 2e8
+
+
+def _small_on_host(devices: tuple, auto: bool, stepped: int) -> tuple[tuple, str | None]:
+    """The devices of a run: the host's CPU instead of JAX's default GPUs for
+    a small run under ``backend="auto"`` with no devices given (one process),
+    and why (or None)."""
+    if not auto or devices[0].platform != "gpu" or stepped >= HOST_AUTO_STEPS \
+            or jax.process_count() > 1:  # fmt: skip
+        return devices, None
+    return (host_device(),), (
+        f"backend='auto' runs on the host's CPU: {stepped:.3g} replica-steps are fewer than "
+        f"{HOST_AUTO_STEPS:.0e}, below which compiling the GPU kernel takes longer than the "
+        "CPU's stepping; pass devices=jax.devices() (or backend='pallas') for the GPU")
 
 
 def _backend(backend, system, pol, devices) -> tuple[str, str | None]:

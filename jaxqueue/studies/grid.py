@@ -475,6 +475,9 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
     run = spec.run
     lead = jax.process_index() == 0  # with jax.distributed: the process that owns the store
+    # JAX's devices: a sweep compiles a program once for many batches, so a small
+    # batch does not go to the host's CPU as a small run of its own would
+    devices = tuple(devices) if devices is not None else tuple(jax.devices())
     groups = shape_groups(spec)
     for points in groups.values():  # before anything runs
         pol = make(points[0].policy, **dict(points[0].options))
