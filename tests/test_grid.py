@@ -178,6 +178,14 @@ def test_one_compile_for_many_loads(tmp_path):
     assert plan_grid(timed, batch_points=5)["batches"] == 3
 
 
+def test_init_auto_keeps_sizes_apart_that_start_otherwise():
+    """Under init = "auto" N < 100 starts empty and larger N at the mean field:
+    such points get programs of their own (a point starts as it would alone)."""
+    text = SPEC.format(loads="0.4").replace("servers = [6]", "servers = [6, 50, 200, 400]")
+    assert len(shape_groups(parse_spec(text))) == 2  # pod, jiq
+    assert len(shape_groups(parse_spec(text.replace("seed = 3", 'seed = 3\ninit = "auto"')))) == 4
+
+
 @pytest.mark.slow
 def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
     """Servers 6, 8 and 10 at two loads under JIQ (2 dispatchers) share one

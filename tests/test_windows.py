@@ -108,6 +108,8 @@ def test_sizes_that_cannot_share_a_program_are_refused_before_anything_runs():
         args = {**COMMON, **kw}
         with pytest.raises(ValueError, match=why):
             runner.plan(policy, LOADS, SERVERS, **args)
+    with pytest.raises(ValueError, match="init='auto' starts N < 100 empty"):
+        runner.plan("pod", LOADS, [50, 200], **{**COMMON, "init": "auto"})
     with pytest.raises(ValueError, match="n_servers gives 3 values for 2 loads"):
         runner.plan("pod", LOADS, [10, 20, 30], **COMMON)
     with pytest.raises(ValueError, match="n_dispatchers=40 is out of range"):

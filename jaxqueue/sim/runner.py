@@ -474,6 +474,13 @@ def plan(
     per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
     if sizes is not None:  # time units at each load's own N and load
         _check_sized(pol, sizes, bare, buffer)
+        if isinstance(init, str) and init == "auto" and \
+                len({n >= AUTO_MEAN_FIELD_SERVERS for n, _ in sizes}) > 1:  # fmt: skip
+            raise ValueError(
+                f"init='auto' starts N < {AUTO_MEAN_FIELD_SERVERS} empty and larger N at the mean "
+                "field, so loads of these sizes would start otherwise together than alone: give "
+                "init='empty' or 'mean-field', or sizes on one side of "
+                f"{AUTO_MEAN_FIELD_SERVERS}")  # fmt: skip
         steps, time, warmup, warmup_time = _sized_lengths(sizes, loads, bare, steps, time,
                                                           warmup, warmup_time)  # fmt: skip
     steps_each = _per_load("steps", steps, len(loads), 1, time)

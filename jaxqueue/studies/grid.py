@@ -62,13 +62,16 @@ __all__ = ["run_grid", "plan_grid", "shape_groups", "window_overruns", "DEFAULT_
 DEFAULT_BATCH_POINTS = 32
 
 
-def _shape_key(point: Point):
+def _shape_key(point: Point, init: str = "empty"):
     """What fixes a point's compiled program: the policy, its options, the
     buffer, the service law, the pools and the arrivals; N and M too where
-    the step cannot read them as numbers (:func:`~jaxqueue.sim.runner.size_key`)."""
+    the step cannot read them as numbers (:func:`~jaxqueue.sim.runner.size_key`),
+    and under ``init = "auto"`` which side of the empty start's size bound N is."""
     pol = make(point.policy, **dict(point.options))
     key = runner.size_key(pol, point.servers, point.dispatchers, point.buffer, point.system())
     size = (point.servers, point.dispatchers) if key is None else key
+    if key is not None and init == "auto":
+        size += (point.servers >= runner.AUTO_MEAN_FIELD_SERVERS,)
     return (point.policy, point.options, size, point.buffer, point.service, point.pools,
             point.arrivals)  # fmt: skip
 
@@ -78,7 +81,7 @@ def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
     law, pools, arrivals; N and M where the program depends on them), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
-        groups.setdefault(_shape_key(point), []).append(point)
+        groups.setdefault(_shape_key(point, spec.run.init), []).append(point)
     return groups
 
 
