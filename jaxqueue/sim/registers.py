@@ -40,7 +40,7 @@ from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
 
 __all__ = [
-    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "block_carry", "advance_registers",
+    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
     "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
 ]  # fmt: skip
 
@@ -135,12 +135,12 @@ def _sum_since(acc: tuple, start: tuple, delta: tuple) -> tuple:
     return tuple(d + a - jnp.int32(BLOCK) * s for d, a, s in zip(delta, acc, start))
 
 
-def block_carry(regs: Regs, stats: Stats, system: System, policy: Policy) -> tuple:
+def _block_carry(regs: Regs, stats: Stats, system: System, policy: Policy) -> tuple:
     """What :func:`run_block`'s step loop carries from step to step, at the
     block's start: the state (without ``iq_listed`` where it follows from
     ``iq_tail``), the block's time sums, its packed response-time histogram
     and the counters. Each leaf is a vector over the tile: on a GPU, one
-    register of each thread (:func:`jaxqueue.sim.kernel.step_values`)."""
+    register of each thread (:func:`jaxqueue.sim.kernel.step_values` counts them)."""
     by_changes = policy.uses_iqueues and system.n_dispatchers > 1
     idle_view = policy.uses_iqueues and system.n_dispatchers == 1
     zero = jnp.zeros_like(regs.tail[0])
@@ -182,7 +182,7 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
 
     # accepted arrivals find at most levels - 1 tasks: seen[levels] stays 0. The
     # block's counts of levels 3j, 3j + 1, 3j + 2 share word j (SEEN_BITS each),
-    # a third of the registers of one count a level (block_carry)
+    # a third of the registers of one count a level (_block_carry)
     field = jnp.int32(SEEN_BITS)
 
     def body(t, carry):
@@ -207,7 +207,7 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         return Regs(tail, iq_tail, iq_listed, regs.sizes), acc_tail, acc_iq, packed, cnt
 
-    carry = block_carry(regs, stats, system, policy)
+    carry = _block_carry(regs, stats, system, policy)
     new, acc_tail, acc_iq, packed, cnt = jax.lax.fori_loop(0, BLOCK, body, carry)
     if by_changes:
         new = new._replace(iq_listed=listed_of(new.iq_tail))

@@ -326,22 +326,27 @@ def _run_steps(name: str, steps, time_name: str, units, per_unit: float, default
     return max(n, least)
 
 
+def _each_load(name: str, value, n_loads: int, noun: str = "values") -> list | None:
+    """``value`` as one entry per load when it is a sequence (a list, tuple or
+    array; NumPy integers as Python ints), else None."""
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        return None
+    values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()]
+    if len(values) != n_loads:
+        raise ValueError(f"{name} gives {len(values)} {noun} for {n_loads} loads: give one "
+                         f"per load, or a single {name}")  # fmt: skip
+    return values
+
+
 def _sizes(n_servers, n_dispatchers, n_loads: int) -> list[tuple[int, int]] | None:
     """``(N, M)`` of each load when ``n_servers`` or ``n_dispatchers`` is a
     sequence (one value per load; a single value applies to every load), else None."""
-    seq = lambda x: isinstance(x, (list, tuple, np.ndarray))  # noqa: E731
-    if not (seq(n_servers) or seq(n_dispatchers)):
+    servers = _each_load("n_servers", n_servers, n_loads)
+    dispatchers = _each_load("n_dispatchers", n_dispatchers, n_loads)
+    if servers is None and dispatchers is None:
         return None
-    out = []
-    for name, value in (("n_servers", n_servers), ("n_dispatchers", n_dispatchers)):
-        values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()] if seq(value) \
-            else [value] * n_loads  # fmt: skip
-        if len(values) != n_loads:
-            raise ValueError(f"{name} gives {len(values)} values for {n_loads} loads: give one "
-                             f"per load, or a single {name}")  # fmt: skip
-        out.append(values)
     sizes = []
-    for n, m in zip(*out):
+    for n, m in zip(servers or [n_servers] * n_loads, dispatchers or [n_dispatchers] * n_loads):
         n = check_int("n_servers", n, 1, MAX_SERVERS)
         sizes.append((n, check_int("n_dispatchers", m, 1, n)))
     return sizes
@@ -393,15 +398,12 @@ def _sized_lengths(sizes, loads, bare: System, steps, time, warmup, warmup_time)
 
 
 def _per_load(name: str, value, n_loads: int, least: int, units) -> list[int] | None:
-    """``value`` as one run length per load when it is a sequence (a list,
-    tuple or array of ints, one per load), else None (a single value, checked
-    later); a sequence with a run length in time units is an error."""
-    if not isinstance(value, (list, tuple, np.ndarray)):
+    """``value`` as one run length per load when it is a sequence, else None
+    (a single value, checked later); a sequence with a run length in time
+    units is an error."""
+    values = _each_load(name, value, n_loads, "run lengths")
+    if values is None:
         return None
-    values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()]
-    if len(values) != n_loads:
-        raise ValueError(f"{name} gives {len(values)} run lengths for {n_loads} loads: give "
-                         f"one per load, or a single {name}")  # fmt: skip
     if units is not None:
         raise ValueError(f"give {name} (one per load) or a time in units, not both")
     return [check_int(name, v, least, MAX_STEPS) for v in values]
