@@ -44,8 +44,8 @@ def test_every_float64_solve_goes_through_host_float64():
 
 
 def test_a_theory_solve_under_another_default_device_gives_the_same_numbers():
-    """The generic mean field (I1F) and the refined mean field solve alike
-    under another default device: the work is placed on the host either way."""
+    """The generic mean field (I1F) solves to the same numbers, bit for bit,
+    under another default device (its work is placed on the host either way)."""
     from jaxqueue import theory
 
     here = theory.mean_field("i1f", 0.9)
