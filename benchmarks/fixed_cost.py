@@ -24,6 +24,7 @@ import jax
 
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.versions import versions
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 
 
@@ -32,7 +33,7 @@ def measure(replicas: int, steps: int, backend: str) -> dict:
               batches=20)  # fmt: skip
     for _ in range(2):  # the first compiles
         t0 = time.perf_counter()
-        p = runner.plan("pod", [0.9], 1000, **kw)
+        p = planner.plan("pod", [0.9], 1000, **kw)
         run = runner.Run.start(p)
         jax.block_until_ready(run.core)
         t1 = time.perf_counter()

@@ -27,12 +27,13 @@ import jax.numpy as jnp
 import jaxqueue as jq
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import heavy_traffic_load
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, run_blocks
 
 
 def measure(policy: str, n: int, load: float, replicas: int, blocks: int, **kw) -> dict:
-    p = runner.plan(policy, [load], n, replicas=replicas, steps=blocks * BLOCK, warmup=0,
+    p = planner.plan(policy, [load], n, replicas=replicas, steps=blocks * BLOCK, warmup=0,
                     interval="replicas", **kw)  # fmt: skip
     mesh, _, keys, lam = runner.placement(p)
     core = runner.Run.start(p).core

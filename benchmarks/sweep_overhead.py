@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxqueue.core.versions import versions
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, _bounds, run_grid
 from jaxqueue.studies.spec import parse_spec
@@ -55,7 +56,7 @@ def direct(spec, batch_points: int) -> float:
     for i in range(0, len(points), batch_points):
         batch = points[i : i + batch_points]
         pad = [batch[-1]] * (batch_points - len(batch))
-        plan = runner.plan(
+        plan = planner.plan(
             "pod", [p.load for p in batch + pad], 100, 1, replicas=run.replicas,
             steps=run.steps_for(batch[0]), warmup=run.warmup_for(batch[0]), seed=run.seed,
             levels=levels, iqueue_levels=iq, streams=[p.seed_word(run.seed) for p in batch]

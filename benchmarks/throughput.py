@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 
 import jaxqueue as jq  # noqa: E402
 from jaxqueue.core.rng import BLOCK  # noqa: E402
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner  # noqa: E402
 from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
 
@@ -68,7 +69,7 @@ def measure(name: str, n: int, ratio: float, load: float, replicas: int,
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
-    plan = runner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0,
+    plan = planner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0,
                        service=service, init="empty" if service or pools else "auto",
                        arrivals=source(arrivals) if arrivals else None, pools=pools)  # fmt: skip
     system = plan.system

@@ -49,11 +49,10 @@ from jaxqueue.core.system import (  # noqa: E402
 from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
-from jaxqueue.sim.runner import (  # noqa: E402
-    BackendWarning, CheckpointMismatch, LevelOverflowError, StartWarning, WindowWarning,
-)
+from jaxqueue.runs.planner import BackendWarning, StartWarning, WindowWarning  # noqa: E402
+from jaxqueue.sim.runner import CheckpointMismatch, LevelOverflowError  # noqa: E402
 from jaxqueue.api import simulate, sweep  # noqa: E402
-from jaxqueue.sim.transient import TransientResult, transient  # noqa: E402
+from jaxqueue.runs.transient import TransientResult, transient  # noqa: E402
 
 __all__ = [
     "__version__",

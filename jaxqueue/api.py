@@ -18,6 +18,7 @@ from typing import Sequence
 
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 
 __all__ = ["simulate", "sweep"]
@@ -92,7 +93,7 @@ def sweep(
             their windows are a little longer; each result's
             ``settings["time_measured"]`` records its own. Rounded up to
             whole blocks like ``steps``: a
-            :class:`~jaxqueue.sim.runner.WindowWarning` when that simulates
+            :class:`~jaxqueue.runs.planner.WindowWarning` when that simulates
             more than 10% beyond ``time`` at the largest load.
         warmup_time: the warm-up in time units instead of ``warmup`` (same
             conversion; not with ``warmup="auto"``).
@@ -185,7 +186,7 @@ def sweep(
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
     """
-    p = runner.plan(
+    p = planner.plan(
         policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
         replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
         iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,

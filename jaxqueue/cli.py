@@ -417,7 +417,7 @@ def _cmd_simulate(args) -> int:
 
 def _cmd_transient(args) -> int:
     from jaxqueue.policies import make
-    from jaxqueue.sim.transient import transient
+    from jaxqueue.runs.transient import transient
     from jaxqueue.studies.transient import plot_transient, transient_study
 
     kw = dict(times=args.times, start_load=args.start_load, warmup_time=args.warmup_time,

@@ -20,7 +20,7 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
-from jaxqueue.sim import runner
+from jaxqueue.runs import planner
 from jaxqueue.sim.blocks import run_blocks
 
 # Shapes reused across the tests of this file: levels=48 for the infinite-buffer runs.
@@ -145,9 +145,9 @@ def test_wrong_types_are_rejected_before_compiling(kwargs, match):
 def test_numpy_integers_are_counts_and_land_in_the_settings_as_ints():
     """Counts taken out of NumPy arrays work as Python ints do, down to the JSON settings."""
     i = np.int64
-    p = runner.plan("pod", [np.float32(0.5)], i(100), i(2), d=i(3), buffer=i(8), replicas=i(2),
+    p = planner.plan("pod", [np.float32(0.5)], i(100), i(2), d=i(3), buffer=i(8), replicas=i(2),
                     steps=i(1000), warmup=i(0), seed=i(7), iqueue_levels=None)  # fmt: skip
-    assert p == runner.plan("pod", [0.5], 100, 2, d=3, buffer=8, replicas=2, steps=1000,
+    assert p == planner.plan("pod", [0.5], 100, 2, d=3, buffer=8, replicas=2, steps=1000,
                             warmup=0, seed=7)  # fmt: skip
     for value in (p.system.n_servers, p.system.n_dispatchers, p.system.buffer, p.replicas,
                   p.seed, p.policy.d):  # fmt: skip
@@ -161,14 +161,14 @@ def test_numpy_integers_are_counts_and_land_in_the_settings_as_ints():
 def test_time_units_set_the_run_length_at_the_largest_load():
     """``time``/``warmup_time``: ``ceil(units * N * (lambda_max + 1))`` steps,
     rounded up to whole blocks of 256 (nothing compiles)."""
-    p = runner.plan("pod", [0.5, 0.9], 100, replicas=2, time=20, warmup_time=5)
+    p = planner.plan("pod", [0.5, 0.9], 100, replicas=2, time=20, warmup_time=5)
     assert p.measure_blocks == math.ceil(math.ceil(20 * 100 * 1.9) / BLOCK)
     assert p.warmup_blocks == math.ceil(math.ceil(5 * 100 * 1.9) / BLOCK)
-    zero = runner.plan("pod", [0.5], 100, replicas=2, time=20, warmup_time=0)
+    zero = planner.plan("pod", [0.5], 100, replicas=2, time=20, warmup_time=0)
     assert zero.warmup_blocks == 0
     # with neither, the defaults: 10^6 steps and 100 time units of warm-up
-    p = runner.plan("pod", [0.5], 100, replicas=2)
-    assert p.measure_blocks == math.ceil(runner.DEFAULT_STEPS / BLOCK)
+    p = planner.plan("pod", [0.5], 100, replicas=2)
+    assert p.measure_blocks == math.ceil(planner.DEFAULT_STEPS / BLOCK)
     assert p.warmup_blocks == math.ceil(math.ceil(100 * 100 * 1.5) / BLOCK)
 
 

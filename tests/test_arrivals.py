@@ -32,6 +32,7 @@ import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace, as_arrivals, parse_arrivals
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import tolerance
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 
 from chains import mmpp_jsq_reference, profile_mm1_reference
@@ -114,14 +115,14 @@ def test_plan_checks_before_compiling(monkeypatch):
     monkeypatch.setattr(runner, "run_blocks", no_run)
     trace = Trace(np.arange(10.0))
     with pytest.raises(ValueError, match="identical exponential servers"):
-        runner.plan("pod", [0.5], 4, arrivals=trace, service="erlang:2")
+        planner.plan("pod", [0.5], 4, arrivals=trace, service="erlang:2")
     short = Profile((0.0, 0.5, 1.0), (1.0, 2.0, None))
     with pytest.raises(ValueError, match="merge short segments"):
-        runner.plan("jsq", [0.5], 1, arrivals=short)
+        planner.plan("jsq", [0.5], 1, arrivals=short)
     with pytest.raises(ValueError, match="load"):
-        runner.plan("pod", [1.2], 4, arrivals=Profile((0.0, 10.0), (1.0, None)))
+        planner.plan("pod", [1.2], 4, arrivals=Profile((0.0, 10.0), (1.0, None)))
     with pytest.warns(jq.BackendWarning, match="clock"):
-        p = runner.plan("pod", [0.5, 0.7], 4, backend="registers",
+        p = planner.plan("pod", [0.5, 0.7], 4, backend="registers",
                         arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)))  # fmt: skip
     assert p.backend == "xla" and "clock" in p.backend_note
     assert p.fingerprint()["system"]["arrivals"]["kind"] == "mmpp"
@@ -230,7 +231,7 @@ def test_checkpoint_resume_with_clock(tmp_path):
     src = Profile((0.0, 3.0, 8.0), (0.5, 1.5, None))
     kw = dict(replicas=4, steps=20_000, warmup=2_560, seed=5, arrivals=src, init="empty")
     whole = jq.simulate("pod", 0.7, 4, **kw)
-    p = runner.plan("pod", [0.7], 4, **kw)
+    p = planner.plan("pod", [0.7], 4, **kw)
     r = runner.Run.start(p)
     r.advance(30)
     path = str(tmp_path / "ck.npz")

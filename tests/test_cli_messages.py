@@ -19,6 +19,7 @@ from jaxqueue import cli, theory
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.arrivals import Trace
 from jaxqueue.results.estimates import Estimate
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.studies.compare import Comparison
 from jaxqueue.studies.store import COLUMNS, Store
@@ -36,10 +37,10 @@ def no_compile(monkeypatch):
 def test_one_batch_names_batches_and_its_range(no_compile, capsys):
     with pytest.raises(ValueError, match=r"batches=1 is out of range for one replica: .*"
                                          r"need 2 <= batches <= 10000"):
-        runner.plan("jsq", [0.5], 1, replicas=1, steps=100 * 256, batches=1)
+        planner.plan("jsq", [0.5], 1, replicas=1, steps=100 * 256, batches=1)
     # a one-block window still blames the steps
     with pytest.raises(ValueError, match=r"steps=256 is one block"):
-        runner.plan("jsq", [0.5], 1, replicas=1, steps=256)
+        planner.plan("jsq", [0.5], 1, replicas=1, steps=256)
     assert cli_main(["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5",
                      "--replicas", "1", "--steps", "25600", "--batches", "1"]) == 2  # fmt: skip
     assert "batches=1 is out of range" in capsys.readouterr().err
@@ -48,14 +49,14 @@ def test_one_batch_names_batches_and_its_range(no_compile, capsys):
 def test_batch_means_asked_for_by_name_is_not_swapped_for_replica_intervals(no_compile, capsys):
     with pytest.raises(ValueError, match=r"interval='batch-means' needs at least 2 batches, "
                                          r"and batches=1: pass 2 <= batches <= 10000"):
-        runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1,
+        planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1,
                     interval="batch-means")  # fmt: skip
     with pytest.raises(ValueError, match=r"and steps=256 is one block of 256 steps"):
-        runner.plan("jsq", [0.5], 1, replicas=4, steps=256, interval="batch-means")
+        planner.plan("jsq", [0.5], 1, replicas=4, steps=256, interval="batch-means")
     # interval='auto' with 4 replicas picks batch means, and replica intervals without batches
-    assert runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1).interval == \
+    assert planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1).interval == \
         "replicas"
-    assert runner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256).interval == "batch-means"
+    assert planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256).interval == "batch-means"
     assert cli_main(["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5",
                      "--replicas", "4", "--steps", "25600", "--batches", "1",
                      "--interval", "batch-means"]) == 2  # fmt: skip
@@ -64,15 +65,15 @@ def test_batch_means_asked_for_by_name_is_not_swapped_for_replica_intervals(no_c
 
 def test_time_rounded_up_to_whole_blocks_warns_with_the_time_simulated(no_compile):
     # N = 1 at 0.5: 1.5 steps a time unit, so time=5 is 8 steps, run as one block of 256
-    with pytest.warns(runner.WindowWarning, match=r"time=5 is 8 steps per replica at N=1 and "
+    with pytest.warns(planner.WindowWarning, match=r"time=5 is 8 steps per replica at N=1 and "
                                                   r"load 0.5.* 256 steps, 170.7 time units"):
-        p = runner.plan("jsq", [0.5], 1, replicas=2, time=5)
+        p = planner.plan("jsq", [0.5], 1, replicas=2, time=5)
     assert p.measure_blocks == 1
     with warnings.catch_warnings():  # within WINDOW_TOLERANCE (10%): no warning
         warnings.simplefilter("error")
-        runner.plan("jsq", [0.5], 1, replicas=2, time=170)  # 0.4% over
-        runner.plan("jsq", [0.5], 1, replicas=2, time=160)  # 240 steps, run as 256: 6.7% over
-        runner.plan("jsq", [0.5], 1, replicas=2, steps=300)  # steps as asked: never warned
+        planner.plan("jsq", [0.5], 1, replicas=2, time=170)  # 0.4% over
+        planner.plan("jsq", [0.5], 1, replicas=2, time=160)  # 240 steps, run as 256: 6.7% over
+        planner.plan("jsq", [0.5], 1, replicas=2, steps=300)  # steps as asked: never warned
 
 
 def test_trace_service_column_is_documented_as_not_simulated(capsys):
@@ -87,7 +88,7 @@ def test_trace_server_bound_states_the_valid_range(no_compile):
     top = 2**23 - 1
     with pytest.raises(ValueError, match=rf"n_servers={2**23} is out of range, need 1 <= "
                                          rf"n_servers <= {top}"):
-        runner.plan("jsq", [0.5], 2**23, arrivals=trace, replicas=2, steps=256)
+        planner.plan("jsq", [0.5], 2**23, arrivals=trace, replicas=2, steps=256)
     from jaxqueue.core.system import System
     from jaxqueue.sim.source import check_source
 
@@ -115,8 +116,8 @@ def test_export_csv_dash_is_stdout(tmp_path, monkeypatch, capsys):
 
 
 def test_checkpoint_mismatch_prints_loads_as_decimals(tmp_path, no_compile):
-    theirs = runner.plan("jsq", [0.1, 0.7], 1, replicas=2, steps=512)
-    ours = runner.plan("jsq", [0.1, 0.75], 1, replicas=2, steps=512)
+    theirs = planner.plan("jsq", [0.1, 0.7], 1, replicas=2, steps=512)
+    ours = planner.plan("jsq", [0.1, 0.75], 1, replicas=2, steps=512)
     path = tmp_path / "run.npz"
     meta = json.dumps({"fingerprint": theirs.fingerprint()}).encode()
     np.savez(path, meta=np.frombuffer(meta, np.uint8))
@@ -127,11 +128,11 @@ def test_checkpoint_mismatch_prints_loads_as_decimals(tmp_path, no_compile):
 
 
 def test_overflow_advice_stays_within_the_valid_bounds(no_compile):
-    p = runner.plan("jiq", [0.1], 20, 4, iqueue_levels=12, replicas=2, steps=256)
+    p = planner.plan("jiq", [0.1], 20, 4, iqueue_levels=12, replicas=2, steps=256)
     advice = runner._overflow_advice(np.array([0, 2]), p)
     assert "iqueue_levels=12; rerun with a larger iqueue_levels= (e.g. 20, at most " \
            "n_servers=20)" in advice  # 2 x 12 = 24 would be refused
-    p = runner.plan("jiq", [0.1], 40, 4, iqueue_levels=12, replicas=2, steps=256)
+    p = planner.plan("jiq", [0.1], 40, 4, iqueue_levels=12, replicas=2, steps=256)
     assert "(e.g. 24, at most n_servers=40)" in runner._overflow_advice(np.array([0, 2]), p)
     levels = p.system.levels
     assert f"(e.g. {2 * levels})" in runner._overflow_advice(np.array([1, 0]), p)

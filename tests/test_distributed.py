@@ -65,7 +65,7 @@ HELPER = textwrap.dedent(
     record = {"processes": jax.process_count(), "devices": len(jax.devices()),
               "local_devices": jax.local_device_count()}
     record["plain"] = clean(jq.simulate("pod", 0.9, 100, **ARGS))
-    p = runner.plan("pod", [0.9], 100, **ARGS)
+    p = planner.plan("pod", [0.9], 100, **ARGS)
     path = os.path.join(ckdir, "run.npz")
     runner.Run.start(p).advance(13).save(path)  # mid-batch of the window
     resumed = runner.Run.resume(p, path).advance(checkpoint=path, checkpoint_every=0)

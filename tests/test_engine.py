@@ -17,9 +17,10 @@ from jaxqueue.core.system import System
 from jaxqueue.policies.base import level_of
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import PACK, run_blocks, unpack
-from jaxqueue.sim.initial import initial_counts
+from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim.state import core_from_counts, n_words
 from jaxqueue.sim.step import step
+from jaxqueue.runs import planner
 
 # One small system per policy; shapes shared across tests to keep compiles few.
 N, M, LEVELS, IQ = 12, 3, 20, 12
@@ -189,7 +190,7 @@ def test_overflow_is_reported_not_clipped():
     kw = dict(n_servers=1, load=0.9, replicas=4, steps=16 * BLOCK, warmup=0, levels=3)
     with pytest.raises(ValueError, match="mean-field start .* puts 0.656 servers past levels=3"):
         jq.simulate("random", init="mean-field", **kw)
-    assert runner.plan("random", [0.9], 1, replicas=4, steps=BLOCK).init == "empty"  # N < 100
+    assert planner.plan("random", [0.9], 1, replicas=4, steps=BLOCK).init == "empty"  # N < 100
     with pytest.raises(jq.LevelOverflowError, match="levels=3"):
         jq.simulate("random", **kw)
     res = jq.simulate("random", on_overflow="report", **kw)
@@ -222,7 +223,7 @@ def test_runs_with_the_same_shapes_do_not_recompile():
 def test_plan_state_and_next_block_are_an_exact_checkpoint():
     """Any split of a run into advance() calls, across the warm-up boundary and the
     batch boundaries, with the state leaving the devices in between, gives the same result."""
-    p = runner.plan("jiq-pod", [0.7, 0.8], 20, 4, replicas=3, steps=5 * BLOCK, warmup=3 * BLOCK,
+    p = planner.plan("jiq-pod", [0.7, 0.8], 20, 4, replicas=3, steps=5 * BLOCK, warmup=3 * BLOCK,
                     levels=12, iqueue_levels=12, seed=4, init="empty")  # fmt: skip
     whole = runner.Run.start(p).advance().results()
     run = runner.Run.start(p)

@@ -19,6 +19,7 @@ from jaxqueue.sim.blocks import run_blocks
 from jaxqueue.studies.grid import plan_grid, run_grid, shape_groups
 from jaxqueue.studies.spec import parse_spec
 from jaxqueue.studies.store import Store, StoreMismatchError
+from jaxqueue.runs import planner
 
 SPEC = """
 name = "small"
@@ -45,14 +46,14 @@ def _rows(path):
 @pytest.mark.slow
 def test_streams_make_a_point_independent_of_its_batch():
     kw = dict(replicas=3, steps=4 * 256, warmup=256, levels=12, seed=2, devices=jax.devices()[:1])
-    both = runner.run(runner.plan("pod", [0.4, 0.7], 6, streams=[11, 22], **kw))
-    alone = runner.run(runner.plan("pod", [0.7], 6, streams=[22], **kw))
-    swapped = runner.run(runner.plan("pod", [0.7, 0.4], 6, streams=[22, 11], **kw))
+    both = runner.run(planner.plan("pod", [0.4, 0.7], 6, streams=[11, 22], **kw))
+    alone = runner.run(planner.plan("pod", [0.7], 6, streams=[22], **kw))
+    swapped = runner.run(planner.plan("pod", [0.7, 0.4], 6, streams=[22, 11], **kw))
     for other in (alone[0], swapped[0]):
         np.testing.assert_array_equal(both[1].tail.mean, other.tail.mean)
         assert both[1].mean_response_time == other.mean_response_time
     with pytest.raises(ValueError, match="one word in"):
-        runner.plan("pod", [0.4, 0.7], 6, streams=[1], **kw)
+        planner.plan("pod", [0.4, 0.7], 6, streams=[1], **kw)
 
 
 @pytest.mark.slow
@@ -172,7 +173,7 @@ def test_one_compile_for_many_loads(tmp_path):
                        .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
     before = run_blocks._cache_size()
     # time = 20 at N = 6 is 132 to 216 steps: one block of 256 each, said once
-    with pytest.warns(runner.WindowWarning, match="at 12 of 12 points"):
+    with pytest.warns(planner.WindowWarning, match="at 12 of 12 points"):
         ran = run_grid(timed, tmp_path / "t.sqlite", batch_points=5, devices=jax.devices()[:1])
     assert ran == 12 and run_blocks._cache_size() - before == 0
     assert plan_grid(timed, batch_points=5)["batches"] == 3
@@ -225,7 +226,7 @@ def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_runn
     over = window_overruns(spec)
     assert len(over) == 4 and all(units == 20 for _, units, _ in over)
     assert max(sim for _, _, sim in over) == pytest.approx(256 / (6 * 1.3))
-    with pytest.warns(runner.WindowWarning, match=r"time=20 is run .* at 4 of 4 points; most at .*load=0.3: "
+    with pytest.warns(planner.WindowWarning, match=r"time=20 is run .* at 4 of 4 points; most at .*load=0.3: "
                                                   r"32.82 time units for 20"):
         _warn_overruns(spec)
     assert plan_grid(spec)["window_overruns"] == 4

@@ -1,4 +1,4 @@
-"""Initial states (jaxqueue.sim.initial): the mean-field start sets the I-queues too.
+"""Initial states (jaxqueue.runs.initial): the mean-field start sets the I-queues too.
 
 Host-side only: nothing here compiles a simulation. How much the start
 shortens the warm-up is measured in docs/simulation.md ("Warm-up"); the
@@ -12,8 +12,9 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue import theory
-from jaxqueue.sim.initial import initial_classes, initial_counts, iqueue_counts, listed_counts
-from jaxqueue.sim.runner import _initial_core, plan
+from jaxqueue.runs.initial import initial_classes, initial_counts, iqueue_counts, listed_counts
+from jaxqueue.runs.planner import plan
+from jaxqueue.sim.runner import _initial_core
 
 N, M = 1000, 100
 
@@ -75,7 +76,7 @@ def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
     """With M = 1 the one I-queue lists every idle server: the start is the
     single-dispatcher limit (ratio None), not the many-dispatcher one at
     r = N, whose ~4N I-queue levels took minutes to solve at N = 1000."""
-    from jaxqueue.sim.initial import _mean_field
+    from jaxqueue.runs.initial import _mean_field
 
     p = plan("jiq", [1.2], N, 1, replicas=2, buffer=3, init="mean-field")
     mf = _mean_field(p.policy, 1.2, p.system)
@@ -92,7 +93,7 @@ def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     finds an idle server in the limit: T = 1 and no server holds two tasks.
     The start, a grid's theory column and ``compare`` all use that limit (the
     closed form at r = N is a different system: T = 1.008 at N = 1000)."""
-    from jaxqueue.sim.initial import _mean_field
+    from jaxqueue.runs.initial import _mean_field
     from jaxqueue.studies import grid
     from jaxqueue.studies.spec import Point
 

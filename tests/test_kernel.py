@@ -20,6 +20,7 @@ from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, run_blocks
 from jaxqueue.sim.kernel import advance_kernel, eqns, lower_for_cuda
 from jaxqueue.sim.registers import MAX_LEVELS, run_registers
+from jaxqueue.runs import planner
 
 ONE = jax.devices()[:1]
 
@@ -42,7 +43,7 @@ REGISTERS = {0}  # the register layout in plain XLA (compiles slowly; the same s
 
 
 def _setup(name, opts, n, m, buffer, levels, iq, replicas=24):
-    p = runner.plan(name, [0.6, 0.9], n, m, buffer=buffer, levels=levels, iqueue_levels=iq,
+    p = planner.plan(name, [0.6, 0.9], n, m, buffer=buffer, levels=levels, iqueue_levels=iq,
                     replicas=replicas // 2, steps=2560, seed=11, devices=ONE, backend="xla",
                     **opts)  # fmt: skip
     core = runner._initial_core(p)
@@ -95,10 +96,10 @@ def test_kernel_lowers_for_cuda_through_triton(case):
 
 def test_backend_choice_and_its_errors():
     pod = dict(policy="pod", loads=[0.8], n_servers=50, d=2, replicas=2, steps=512)
-    assert runner.plan(**pod).backend == "xla"  # auto off a GPU
-    assert runner.plan(**pod, backend="registers").backend == "registers"
+    assert planner.plan(**pod).backend == "xla"  # auto off a GPU
+    assert planner.plan(**pod, backend="registers").backend == "registers"
     with pytest.raises(ValueError, match="backend='gpu' is not valid"):
-        runner.plan(**pod, backend="gpu")
+        planner.plan(**pod, backend="gpu")
     for bad, why in [
         (dict(policy="jiq-original", n_dispatchers=5), "per-server state"),
         (dict(policy="pod", d=10), "d=10 > 8"),
@@ -106,11 +107,11 @@ def test_backend_choice_and_its_errors():
     ]:
         args = {**pod, **bad}
         with pytest.warns(jq.BackendWarning, match=why):
-            p = runner.plan(**args, backend="pallas")
+            p = planner.plan(**args, backend="pallas")
         assert p.backend == "xla" and why in p.backend_note
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert runner.plan(**args).backend == "xla"  # auto: no warning
+            assert planner.plan(**args).backend == "xla"  # auto: no warning
 
 
 @pytest.mark.slow  # traces four kernel steps, up to 64 levels (about 3 s)
@@ -130,12 +131,12 @@ def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
             (System(1000, 100, None, 16, 32), jiq)]  # fmt: skip
     for system, policy in fits:
         assert step_values(system, policy) <= AUTO_MAX_VALUES
-        assert runner._backend("auto", system, policy, gpu) == ("pallas", None)
+        assert planner._backend("auto", system, policy, gpu) == ("pallas", None)
     big = System(1000, 100, None, 64, 32)
     assert step_values(big, jiq) > AUTO_MAX_VALUES
-    used, note = runner._backend("auto", big, jiq, gpu)
+    used, note = planner._backend("auto", big, jiq, gpu)
     assert used == "xla" and f"carry {step_values(big, jiq)} values" in note
-    assert runner._backend("pallas", big, jiq, gpu) == ("pallas", None)  # asked for: runs
+    assert planner._backend("pallas", big, jiq, gpu) == ("pallas", None)  # asked for: runs
     # the distributed JIQ family does not carry iq_listed (it follows from iq_tail;
     # carrying it would add its 33 values)
     no_iq = System(1000, 1, None, 32, 0)
@@ -167,15 +168,15 @@ def test_auto_runs_a_small_run_on_the_host_cpu_when_the_default_device_is_a_gpu(
     from jaxqueue.core.host import host_device
 
     gpu = SimpleNamespace(platform="gpu")
-    devs, note = runner._small_on_host((gpu,), True, 6.3e7)
+    devs, note = planner._small_on_host((gpu,), True, 6.3e7)
     assert devs == (host_device(),) and "6.3e+07 replica-steps" in note
-    for auto, stepped in ((True, runner.HOST_AUTO_STEPS), (False, 6.3e7)):
-        assert runner._small_on_host((gpu,), auto, stepped) == ((gpu,), None)
+    for auto, stepped in ((True, planner.HOST_AUTO_STEPS), (False, 6.3e7)):
+        assert planner._small_on_host((gpu,), auto, stepped) == ((gpu,), None)
     cpu = jax.devices()[0]
-    assert runner._small_on_host((cpu,), True, 6.3e7) == ((cpu,), None)
+    assert planner._small_on_host((cpu,), True, 6.3e7) == ((cpu,), None)
     # through plan(): the main job's size of batch goes to the host
     monkeypatch.setattr(runner.jax, "devices", lambda *a: [gpu])
-    p = runner.plan("pod", [0.5, 0.9], 100, d=2, replicas=4, steps=4 * 256, warmup=256)
+    p = planner.plan("pod", [0.5, 0.9], 100, d=2, replicas=4, steps=4 * 256, warmup=256)
     assert p.devices == (host_device(),) and p.backend == "xla"
     assert "runs on the host's CPU" in p.backend_note
 

@@ -22,9 +22,10 @@ import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.rng import BLOCK, block_keys, replica_keys
 from jaxqueue.results.warmup import diagnose, half_drift, mser_truncation
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
-from jaxqueue.sim.initial import initial_counts
+from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim.state import COUNTERS, core_from_counts
 from jaxqueue.sim.totals import Totals
 
@@ -101,7 +102,7 @@ def test_block_keys_past_2_32_blocks_are_new_and_the_low_range_is_unchanged():
 def test_a_chunk_across_block_2_32_carries_into_the_high_word():
     """One call over blocks 2**32 - 1 and 2**32 equals two calls, one block each."""
     policy = jq.make("pod")
-    p = runner.plan(policy, [0.9], 10, replicas=2, steps=2 * BLOCK, warmup=0, levels=12)
+    p = planner.plan(policy, [0.9], 10, replicas=2, steps=2 * BLOCK, warmup=0, levels=12)
     system = p.system
     core = core_from_counts(*initial_counts("empty", system, policy, 0.9), system, policy)
     batch = jax.tree.map(lambda x: jnp.stack([x, x]), core)
@@ -135,7 +136,7 @@ def test_a_billion_servers():
     assert abs(res.tail.mean[1] - s1) <= 40 * BLOCK / n
     assert res.settings["n_servers"] == n
     with pytest.raises(ValueError, match="n_servers=2147483648 is out of range"):
-        runner.plan("pod", [0.9], 2**31, replicas=1, steps=BLOCK)
+        planner.plan("pod", [0.9], 2**31, replicas=1, steps=BLOCK)
 
 
 def res_system(res):
@@ -169,7 +170,7 @@ def _same(a, b):
 def test_checkpoint_resume_finished_and_refused(tmp_path):
     path = str(tmp_path / "run.npz")
     whole = jq.simulate("jiq", 0.8, **KW)
-    p = runner.plan("jiq", [0.8], **KW)
+    p = planner.plan("jiq", [0.8], **KW)
     part = runner.Run.start(p).advance(11)  # inside the window, between batch boundaries
     part.save(path)
     resumed = jq.simulate("jiq", 0.8, **KW, checkpoint=path)
@@ -216,7 +217,7 @@ def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
         child.stderr.close()
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    p = runner.plan("pod", [0.9], 200, replicas=4, steps=4000 * 256, warmup=256, seed=2,
+    p = planner.plan("pod", [0.9], 200, replicas=4, steps=4000 * 256, warmup=256, seed=2,
                     levels=16, init="empty")  # fmt: skip
     run = runner.Run.resume(p, path)
     assert 0 < run.block < p.total_blocks and not run.done
@@ -289,7 +290,7 @@ def test_warmup_diagnostic_catches_a_transient_and_auto_extends_it():
     assert diag["passed"] is False and diag["batches"] == 20
     assert diag["mser_truncation"] == 10 and diag["half_drift"] > diag["half_drift_ci99"] > 0
     # warmup="auto" starts from the default warm-up; here from none, to see it extend
-    p = dataclasses.replace(runner.plan("pod", [0.95], 100, **kw), warmup_auto=True,
+    p = dataclasses.replace(planner.plan("pod", [0.95], 100, **kw), warmup_auto=True,
                             max_extensions=runner.MAX_EXTENSIONS)  # fmt: skip
     auto = runner.run(p)[0]
     diag = auto.diagnostics["warmup_diagnostic"]
@@ -311,11 +312,11 @@ def test_mser_and_drift_on_known_series():
 
 
 def test_default_start_is_the_mean_field_where_one_exists():
-    assert runner.plan("pod", [0.9], 100, replicas=2, steps=BLOCK).init == "mean-field"
-    assert runner.plan("jiq-original", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
-    assert runner.plan("jiq-original", [0.9], 100, 10, buffer=4, replicas=2,
+    assert planner.plan("pod", [0.9], 100, replicas=2, steps=BLOCK).init == "mean-field"
+    assert planner.plan("jiq-original", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
+    assert planner.plan("jiq-original", [0.9], 100, 10, buffer=4, replicas=2,
                        steps=BLOCK).init == "empty"  # its mean field is for infinite buffers
-    assert runner.plan("jiq-threshold", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
-    assert runner.plan("jiq-threshold", [0.9], 100, 10, buffer=4, replicas=2,
+    assert planner.plan("jiq-threshold", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
+    assert planner.plan("jiq-threshold", [0.9], 100, 10, buffer=4, replicas=2,
                        steps=BLOCK).init == "empty"
-    assert runner.plan("pod", [0.9], 99, replicas=2, steps=BLOCK).init == "empty"
+    assert planner.plan("pod", [0.9], 99, replicas=2, steps=BLOCK).init == "empty"

@@ -148,7 +148,7 @@ def test_overload_starts_full_and_a_buffer_too_large_to_fill_is_refused():
                                          "class: .* 20000 coordinates"):
         theory.mean_field("pod", 0.5, buffer=10**4, service="erlang:2")
     with pytest.warns(jq.StartWarning, match=r"starts pod\(d=2\) empty: .*buffer=10000"):
-        p = jq.sim.runner.plan("pod", [1.2], 100, buffer=10**4, replicas=2, steps=512)
+        p = jq.runs.planner.plan("pod", [1.2], 100, buffer=10**4, replicas=2, steps=512)
     assert p.init == "empty"
 
 
@@ -237,10 +237,10 @@ def test_a_run_at_a_ratio_the_mean_field_refuses_starts_empty(monkeypatch):
     monkeypatch.setattr(meanfield, "_solve_on", _no_solve)
     with pytest.warns(jq.StartWarning, match=r"starts jiq-sq\(d=2\) empty: .*ratio=3333.33 .* "
                                              r"GiB .*init='empty'"):
-        p = jq.sim.runner.plan("jiq-sq", [0.9], 10_000, 3, replicas=2, steps=512)
+        p = jq.runs.planner.plan("jiq-sq", [0.9], 10_000, 3, replicas=2, steps=512)
     assert p.init == "empty"
-    assert jq.sim.runner.plan("jiq", [0.9], 10_000, 3, replicas=2, steps=512).init == "mean-field"
-    assert jq.sim.runner.plan("jiq-sq", [0.9], 1000, 10, replicas=2, steps=512).init == "mean-field"
+    assert jq.runs.planner.plan("jiq", [0.9], 10_000, 3, replicas=2, steps=512).init == "mean-field"
+    assert jq.runs.planner.plan("jiq-sq", [0.9], 1000, 10, replicas=2, steps=512).init == "mean-field"
 
 
 def test_jiq_sq_with_one_dispatcher_is_refused_as_the_simulator_does():

@@ -19,6 +19,7 @@ from jaxqueue import theory
 from jaxqueue.core.service import Pool, erlang, exponential, mph1_mean_response_time
 from jaxqueue.sim import runner
 from jaxqueue.theory import phases
+from jaxqueue.runs import planner
 
 from agreement import assert_near_mean_field
 
@@ -197,7 +198,7 @@ def test_simulation_at_large_n_matches_the_pools_mean_field(pair):
 
 @pytest.mark.slow
 def test_level_bounds_and_start_come_from_the_pools_mean_field():
-    p = runner.plan("pod", [LOAD], 1000, 1, d=2, replicas=2, steps=10, pools=FAST)
+    p = planner.plan("pod", [LOAD], 1000, 1, d=2, replicas=2, steps=10, pools=FAST)
     mf = theory.mean_field("pod", LOAD, pools=FAST)
     # N s_L < 1e-6 plus a quarter: a dozen levels, where Random's M/M/1 tail needed 248
     first = int(np.nonzero(1000 * np.asarray(mf.tail) < 1e-6)[0][0])

@@ -21,6 +21,7 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.schema import POOL_METRICS
 from jaxqueue.results.stats import tolerance
 from jaxqueue.sim import runner
+from jaxqueue.runs import planner
 
 ONE = jax.devices()[:1]
 
@@ -60,7 +61,7 @@ def test_mph1_and_the_phase_counts():
     response-time quantiles of the exact M/E3/1 chain; and the state's phase
     counts split each level's servers exactly."""
     law = erlang(3)
-    p = runner.plan("random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5,
+    p = planner.plan("random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5,
                     service=law, devices=ONE)  # fmt: skip
     assert p.system.service == law and p.backend == "xla"
     r = runner.Run.start(p)
@@ -180,43 +181,43 @@ def test_a_unit_exponential_law_is_the_exponential_engine():
 
 def test_bad_service_inputs_fail_before_compiling():
     with pytest.raises(ValueError, match="service="):
-        runner.plan("pod", [0.5], 10, service="erlang:0")
+        planner.plan("pod", [0.5], 10, service="erlang:0")
     with pytest.raises(ValueError, match="service="):
-        runner.plan("pod", [0.5], 10, service="weibull:2")
+        planner.plan("pod", [0.5], 10, service="weibull:2")
     with pytest.raises(ValueError, match="exchangeable"):
-        runner.plan("jiq-original", [0.5], 10, 2, service="erlang:2")
+        planner.plan("jiq-original", [0.5], 10, 2, service="erlang:2")
     with pytest.raises(ValueError, match="capacity"):
-        runner.plan("pod", [0.6], 10, service=erlang(2, mean=2.0))
+        planner.plan("pod", [0.6], 10, service=erlang(2, mean=2.0))
     with pytest.raises(ValueError, match="init='mean-field'"):  # jsew routes by speed: no mean field
-        runner.plan("jsew", [0.6], 10, pools="0.5:2,0.5:1", init="mean-field")
+        planner.plan("jsew", [0.6], 10, pools="0.5:2,0.5:1", init="mean-field")
     with pytest.raises(TypeError, match="service"):
-        runner.plan("pod", [0.6], 10, service=3)
+        planner.plan("pod", [0.6], 10, service=3)
     with pytest.raises(ValueError, match="sub-generator"):
         PhaseType((1.0,), ((1.0,),))
     with pytest.warns(jq.BackendWarning, match="phase-type"):
-        p = runner.plan("pod", [0.6], 10, service="erlang:2", backend="registers")
+        p = planner.plan("pod", [0.6], 10, service="erlang:2", backend="registers")
     assert p.backend == "xla"
     # a law of mean 2 at load 0.4 is stable (rho = 0.8) and takes twice the time per task
-    p = runner.plan("pod", [0.4], 10, service=erlang(2, mean=2.0))
+    p = planner.plan("pod", [0.4], 10, service=erlang(2, mean=2.0))
     assert p.system.capacity == pytest.approx(0.5) and p.system.service.mean == pytest.approx(2.0)
 
 
 def test_pools_inputs():
-    p = runner.plan("pod", [0.9], 10, pools="0.2:2,0.8:1")
+    p = planner.plan("pod", [0.9], 10, pools="0.2:2,0.8:1")
     assert [(q.count, q.speed) for q in p.system.pools] == [(2, 2.0), (8, 1.0)]
     assert p.system.capacity == pytest.approx(1.2) and p.system.service_rate == 2.0
     with pytest.raises(ValueError, match="capacity"):
-        runner.plan("pod", [0.7], 10, pools=[(0.5, 1.0), (0.5, 0.2)])
+        planner.plan("pod", [0.7], 10, pools=[(0.5, 1.0), (0.5, 0.2)])
     with pytest.raises(ValueError, match="FRACTION:SPEED"):
-        runner.plan("pod", [0.5], 10, pools="0.2,0.8")
+        planner.plan("pod", [0.5], 10, pools="0.2,0.8")
     with pytest.raises(ValueError, match="sum to 1"):
-        runner.plan("pod", [0.5], 10, pools=[(0.2, 2.0), (0.7, 1.0)])
+        planner.plan("pod", [0.5], 10, pools=[(0.2, 2.0), (0.7, 1.0)])
     with pytest.raises(ValueError, match="without servers"):
-        runner.plan("pod", [0.5], 10, pools=[(0.01, 2.0), (0.99, 1.0)])
+        planner.plan("pod", [0.5], 10, pools=[(0.01, 2.0), (0.99, 1.0)])
     with pytest.raises(ValueError, match="speed"):
-        runner.plan("pod", [0.5], 10, pools=[(0.5, 0.0), (0.5, 1.0)])
+        planner.plan("pod", [0.5], 10, pools=[(0.5, 0.0), (0.5, 1.0)])
     with pytest.raises(ValueError, match="exchangeable"):
-        runner.plan("jiq-threshold", [0.5], 10, 2, pools="0.5:2,0.5:1")
+        planner.plan("jiq-threshold", [0.5], 10, 2, pools="0.5:2,0.5:1")
 
 
 # (policy, options, M, service, levels) against the phase-type mean field at
@@ -272,7 +273,7 @@ def test_checkpoint_resume_with_classes(tmp_path):
     kw = dict(service="hyperexp:4", pools="0.5:2,0.5:1", replicas=4, steps=8 * 256, warmup=512,
               seed=12, devices=ONE)  # fmt: skip
     whole = jq.simulate("jiq", 0.8, 20, 4, **kw).to_dict()
-    p = runner.plan("jiq", [0.8], 20, 4, **kw)
+    p = planner.plan("jiq", [0.8], 20, 4, **kw)
     r = runner.Run.start(p)
     r.advance(6)  # part-way: 6 of the 10 blocks (2 warm-up, 8 measured)
     path = str(tmp_path / "run.npz")

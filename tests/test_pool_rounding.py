@@ -121,7 +121,7 @@ def test_a_sweep_compares_each_n_with_the_mean_field_of_its_own_servers(tmp_path
     def stop(*args, **kwargs):
         raise RuntimeError("stopped before running")
 
-    monkeypatch.setattr(grid.runner, "plan", stop)
+    monkeypatch.setattr(grid.planner, "plan", stop)
     with pytest.warns(jq.PoolRoundingWarning, match="n_servers=10 ") as caught:
         with pytest.raises(RuntimeError, match="stopped before running"):
             grid.run_grid(spec, tmp_path / "rounded.sqlite")

@@ -1,5 +1,5 @@
 """Default level bounds under an arrival source: the queues its stress path
-builds in the mean field (jaxqueue.sim.bounds.source_levels)."""
+builds in the mean field (jaxqueue.runs.bounds.source_levels)."""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import make_pools
-from jaxqueue.sim import bounds, runner
+from jaxqueue.runs import bounds, planner
 from jaxqueue.theory import periodic
 
 #: A day of 240 time units whose peak, 1.35 at load 0.9, passes the capacity.
@@ -50,7 +50,7 @@ def test_stress_paths():
 
 def test_where_the_mean_field_does_not_size_them():
     """Fewer than 100 servers, per-server policies and jsew with pools keep the
-    bound at a raised load (runner.bound_load)."""
+    bound at a raised load (planner.bound_load)."""
     assert bounds.source_levels(jq.make("pod"), 50, 1, 0.9, DAY) is None
     assert bounds.source_levels(jq.make("jiq-original"), 1000, 100, 0.9, DAY) is None
     assert bounds.source_levels(jq.make("jsew"), 1000, 1, 0.9, DAY,
@@ -63,7 +63,7 @@ def test_a_peak_past_the_capacity_fits_the_default_bound():
     (the peak's queues included), where the former bound at a load halfway to
     the capacity (16 levels) overflows."""
     kw = dict(arrivals=DAY, replicas=2, time=300, warmup_time=60, seed=1)
-    plan = runner.plan("pod", [0.9], 1000, 1, **kw)
+    plan = planner.plan("pod", [0.9], 1000, 1, **kw)
     tail = periodic.largest_tail("pod", 0.9, bounds.stress_path(DAY, 0.9, 1000))
     need = int(np.nonzero(1000 * tail < 1e-6)[0][0])
     assert plan.system.levels >= need > 16

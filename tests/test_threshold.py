@@ -6,8 +6,8 @@ import pytest
 import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.results.stats import tolerance
-from jaxqueue.sim.initial import initial_counts
-from jaxqueue.sim.runner import plan
+from jaxqueue.runs.initial import initial_counts
+from jaxqueue.runs.planner import plan
 from jaxqueue.theory.threshold import jiq_threshold_mean_field
 
 
@@ -162,7 +162,7 @@ def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch)
     about 2.6 GiB of blocks for the coarse chain and 39 GiB for the next (the
     solve used to be killed for memory). Refused at once, with the reason; a
     run's automatic start then starts empty with a StartWarning."""
-    from jaxqueue.sim.runner import _solvable_start
+    from jaxqueue.runs.planner import _solvable_start
     from jaxqueue.theory import threshold
 
     built = []

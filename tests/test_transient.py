@@ -18,7 +18,8 @@ from scipy.linalg import expm
 import jaxqueue as jq
 from jaxqueue.exact.chain import Chain, PhaseChain, enumerate_states
 from jaxqueue.results.stats import tolerance
-from jaxqueue.sim.transient import _last_step, poisson_weights, transient
+from jaxqueue.runs.transient import transient
+from jaxqueue.sim.transient import _last_step, poisson_weights
 from jaxqueue.studies.transient import transient_study
 
 ONE = jax.devices()[:1]

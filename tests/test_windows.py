@@ -14,6 +14,7 @@ import pytest
 
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.sim import runner
+from jaxqueue.runs import planner
 
 #: Pod(2), two loads of other lengths and sizes: 20 and 30 servers, 4 and 9
 #: measured blocks after 1 and 3 blocks of warm-up (one compiled program for
@@ -24,12 +25,12 @@ STEPS, WARMUP = [4 * BLOCK, 9 * BLOCK], [BLOCK, 3 * BLOCK]
 
 
 def _batch():
-    return runner.plan("pod", LOADS, SERVERS, steps=STEPS, warmup=WARMUP, streams=STREAMS,
+    return planner.plan("pod", LOADS, SERVERS, steps=STEPS, warmup=WARMUP, streams=STREAMS,
                        **COMMON)  # fmt: skip
 
 
 def _alone(j):
-    return runner.plan("pod", [LOADS[j]], SERVERS[j], steps=STEPS[j], warmup=WARMUP[j],
+    return planner.plan("pod", [LOADS[j]], SERVERS[j], steps=STEPS[j], warmup=WARMUP[j],
                        streams=[STREAMS[j]], **COMMON)  # fmt: skip
 
 
@@ -69,10 +70,10 @@ def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
     kw = dict(replicas=3, steps=[3 * BLOCK, 5 * BLOCK], warmup=[BLOCK, 2 * BLOCK], seed=3,
               init="empty", interval="replicas", batches=3, levels=10, iqueue_levels=10,
               streams=[5, 6])  # fmt: skip
-    p = runner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend="xla", **kw)
+    p = planner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend="xla", **kw)
     assert p.sizes == ((10, 2), (25, 5))
     engine = runner.run(p)
-    other = runner.run(runner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend=backend, **kw))
+    other = runner.run(planner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend=backend, **kw))
     for a, b in zip(engine, other):
         _same(a, b, backend=True)
         assert a.settings["ratio"] == 5.0
@@ -93,8 +94,8 @@ def test_a_checkpoint_between_two_loads_boundaries_resumes_bit_for_bit(tmp_path,
 def test_equal_windows_make_the_plan_of_one_timeline():
     """Per-load lengths that are all alike give the plan a single length gives
     (same fingerprint: a checkpoint of either resumes the other)."""
-    per_load = runner.plan("pod", LOADS, 20, steps=[4 * BLOCK] * 2, warmup=[BLOCK] * 2, **COMMON)
-    single = runner.plan("pod", LOADS, 20, steps=4 * BLOCK, warmup=BLOCK, **COMMON)
+    per_load = planner.plan("pod", LOADS, 20, steps=[4 * BLOCK] * 2, warmup=[BLOCK] * 2, **COMMON)
+    single = planner.plan("pod", LOADS, 20, steps=4 * BLOCK, warmup=BLOCK, **COMMON)
     assert per_load == single and per_load.windows is None
 
 
@@ -107,30 +108,30 @@ def test_sizes_that_cannot_share_a_program_are_refused_before_anything_runs():
     ]:
         args = {**COMMON, **kw}
         with pytest.raises(ValueError, match=why):
-            runner.plan(policy, LOADS, SERVERS, **args)
+            planner.plan(policy, LOADS, SERVERS, **args)
     with pytest.raises(ValueError, match="init='auto' starts N < 100 empty"):
-        runner.plan("pod", LOADS, [50, 200], **{**COMMON, "init": "auto"})
+        planner.plan("pod", LOADS, [50, 200], **{**COMMON, "init": "auto"})
     with pytest.raises(ValueError, match="n_servers gives 3 values for 2 loads"):
-        runner.plan("pod", LOADS, [10, 20, 30], **COMMON)
+        planner.plan("pod", LOADS, [10, 20, 30], **COMMON)
     with pytest.raises(ValueError, match="n_dispatchers=40 is out of range"):
-        runner.plan("jiq", LOADS, SERVERS, [2, 40], **{**COMMON, "d": None})
+        planner.plan("jiq", LOADS, SERVERS, [2, 40], **{**COMMON, "d": None})
     # one size for all is the plan of one size
-    assert runner.plan("pod", LOADS, [20, 20], **COMMON) == runner.plan("pod", LOADS, 20, **COMMON)
+    assert planner.plan("pod", LOADS, [20, 20], **COMMON) == planner.plan("pod", LOADS, 20, **COMMON)
 
 
 def test_per_load_lengths_are_checked_before_anything_runs():
     with pytest.raises(ValueError, match="steps gives 3 run lengths for 2 loads"):
-        runner.plan("pod", LOADS, 20, steps=[BLOCK] * 3, **COMMON)
+        planner.plan("pod", LOADS, 20, steps=[BLOCK] * 3, **COMMON)
     with pytest.raises(ValueError, match=r"steps=0 is out of range"):
-        runner.plan("pod", LOADS, 20, steps=[BLOCK, 0], **COMMON)
+        planner.plan("pod", LOADS, 20, steps=[BLOCK, 0], **COMMON)
     with pytest.raises(ValueError, match=r"warmup=-1 is out of range"):
-        runner.plan("pod", LOADS, 20, steps=BLOCK, warmup=[0, -1], **COMMON)
+        planner.plan("pod", LOADS, 20, steps=BLOCK, warmup=[0, -1], **COMMON)
     with pytest.raises(ValueError, match="give steps .one per load. or a time in units"):
-        runner.plan("pod", LOADS, 20, steps=[BLOCK, BLOCK], time=5.0, **COMMON)
+        planner.plan("pod", LOADS, 20, steps=[BLOCK, BLOCK], time=5.0, **COMMON)
     kw = {**COMMON, "interval": "batch-means", "batches": 20}
     with pytest.raises(ValueError, match=f"steps={BLOCK} is one block"):
-        runner.plan("pod", LOADS, 20, steps=[BLOCK, 8 * BLOCK], **kw)
+        planner.plan("pod", LOADS, 20, steps=[BLOCK, 8 * BLOCK], **kw)
     # an array of lengths is a sequence too; the default warm-up (100 time units
     # at the largest load, 20 * 1.8 * 100 = 3600 steps) is every load's
-    p = runner.plan("pod", LOADS, 20, steps=np.array([BLOCK, 2 * BLOCK]), **COMMON)
+    p = planner.plan("pod", LOADS, 20, steps=np.array([BLOCK, 2 * BLOCK]), **COMMON)
     assert p.windows == ((15, 1), (15, 2))

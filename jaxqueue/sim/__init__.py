@@ -8,7 +8,10 @@
 * :mod:`~jaxqueue.sim.blocks`: blocks of steps for a batch of replicas, jit and sharding;
 * :mod:`~jaxqueue.sim.registers`: the register layout (tiles of replicas level by level);
 * :mod:`~jaxqueue.sim.kernel`: the register layout as a Pallas GPU kernel;
-* :mod:`~jaxqueue.sim.bounds`: default level bounds;
-* :mod:`~jaxqueue.sim.initial`: initial states;
-* :mod:`~jaxqueue.sim.runner`: plan, initial state, advance, collect.
+* :mod:`~jaxqueue.sim.windows`: each load's warm-up, measured window and batches;
+* :mod:`~jaxqueue.sim.runner`: a plan's run: initial state, advance, checkpoint, collect;
+* :mod:`~jaxqueue.sim.transient`: ensemble estimates at given times.
+
+The simulator imports no theory: the level bounds and the mean-field start
+of a run come from :mod:`jaxqueue.runs`, which plans it.
 """

@@ -137,7 +137,7 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_co
         iq_counts: int ``(iqueue_levels + 1,)``, dispatchers listing exactly j
             servers (sums to M, and ``sum j * iq_counts[j]`` equals the idle
             servers), or ``None`` when the policy has no I-queues or ``M = 1``.
-            Per-server policies: a :class:`~jaxqueue.sim.initial.ListedStart`
+            Per-server policies: a :class:`~jaxqueue.runs.initial.ListedStart`
             (the listed servers by queue length, the dispatchers by I-queue
             size), or ``None``: every server with at most the policy's
             threshold listed, spread evenly.

@@ -30,24 +30,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
-from jaxqueue.core.system import DEFAULT_WARMUP_TIME, System, check_load
-from jaxqueue.core.versions import versions
+from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
-from jaxqueue.results.estimates import Estimate, estimate
+from jaxqueue.results.estimates import Estimate
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, spread
 from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.state import n_words
 from jaxqueue.sim.step import step
 
-__all__ = ["transient", "TransientResult", "poisson_weights", "MAX_TIMES"]
+__all__ = ["weighted_sums", "TransientResult", "poisson_weights", "MAX_TIMES"]
 
 #: Most times one transient run reports.
 MAX_TIMES = 256
@@ -193,88 +191,18 @@ def _run_weighted(core, keys, first_block, n_blocks, load, weights, *, system, p
     return spread(run, mesh, core, keys, first_block, n_blocks, load, weights)
 
 
-def transient(
-    policy: str | Policy,
-    load: float,
-    n_servers: int,
-    n_dispatchers: int = 1,
-    *,
-    times: Sequence[float],
-    replicas: int = 32,
-    seed: int = 0,
-    init="empty",
-    start_load: float | None = None,
-    warmup_time: float = DEFAULT_WARMUP_TIME,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    service=None,
-    pools=None,
-    devices: Sequence | None = None,
-) -> TransientResult:
-    """Ensemble estimates of the occupancy (and ``p0``) at given times.
+def weighted_sums(p: runner.Plan, core, first_block: int, t: np.ndarray):
+    """Each replica's Poisson-weighted sums at the times ``t``, from ``core`` at block ``first_block``.
 
-    Args:
-        policy, load, n_servers, n_dispatchers: as for :func:`jaxqueue.simulate`;
-            ``load`` is the load from time 0 on.
-        times: the times (``>= 0``, at most :data:`MAX_TIMES`) at which to estimate.
-        replicas: independent replicas (``>= 2``): the estimates' sample.
-        seed: the run's seed (keys by position, as for a simulation).
-        init: the state at the start: ``"empty"`` (default), ``"mean-field"``
-            or an occupancy array (as for :func:`jaxqueue.simulate`), taken at
-            ``start_load`` when given.
-        start_load: a load step: the replicas first run ``warmup_time`` units
-            of time at ``start_load`` from ``init`` (not measured), and time 0
-            is the moment the load changes to ``load``.
-        warmup_time: see ``start_load``.
-        d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
-            as for :func:`jaxqueue.simulate` (``levels`` by default for the
-            larger of the two loads).
-
-    Returns:
-        :class:`TransientResult`.
+    Returns ``(tail, p0, pools, steps, rate)``: float64 ``(replicas, T, levels
+    + 1)``, ``(replicas, T)`` and ``(replicas, T, pools, 2)`` (the plan's
+    replicas, padding dropped), the steps taken and the steps per unit time.
 
     Raises:
-        ValueError: a parameter out of range (before anything compiles).
         LevelOverflowError: a queue or I-queue passed its bound.
     """
-    t = np.asarray(times, np.float64).ravel()
-    if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
-        raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
-    if not isinstance(replicas, (int, np.integer)) or isinstance(replicas, bool) or replicas < 2:
-        raise ValueError(f"replicas={replicas!r} is out of range: the estimates are across "
-                         "replicas, so need an integer >= 2")  # fmt: skip
-    common = dict(d=d, z=z, order=order, buffer=buffer, replicas=replicas, seed=seed,
-                  iqueue_levels=iqueue_levels, service=service, pools=pools, devices=devices,
-                  backend="xla")  # fmt: skip
-    if start_load is not None:
-        check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
-        if not (isinstance(warmup_time, (int, float)) and math.isfinite(warmup_time) and warmup_time >= 0):
-            raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
-    if start_load is not None:  # one System for both loads: bounds from both
-        both = runner.plan(policy, [load, start_load], n_servers, n_dispatchers, steps=BLOCK,
-                           warmup=0, init="empty", levels=levels, **common).system  # fmt: skip
-        levels = None if buffer is not None else both.levels
-        common["iqueue_levels"] = both.iqueue_levels or None
-    p = runner.plan(policy, [load], n_servers, n_dispatchers, steps=BLOCK, warmup=0,
-                    init=init if start_load is None else "empty", levels=levels, **common)  # fmt: skip
-    system, pol = p.system, p.policy
-    first = 0
-    if start_load is not None:
-        per = n_servers * (start_load + system.service_rate)
-        warm = max(BLOCK, int(math.ceil(warmup_time * per)))
-        wp = runner.plan(policy, [start_load], n_servers, n_dispatchers, steps=warm, warmup=0,
-                         init=init, levels=levels, interval="replicas", **common)  # fmt: skip
-        if wp.system != system:
-            raise AssertionError("the warm-up and the transient run must share one System")
-        r = runner.Run.start(wp)
-        r.advance()  # raises on an overflow during the warm-up
-        core, first = r.core, wp.total_blocks
-    else:
-        core = runner.Run.start(p).core
+    system, pol, load = p.system, p.policy, p.loads[0]
+    n_servers = system.n_servers
     mesh, _, keys, lam = runner.placement(p)
 
     rate = n_servers * (load + system.service_rate)  # steps per unit time
@@ -291,7 +219,7 @@ def transient(
         todo = min(CHUNK_BLOCKS, blocks - done)
         n = np.arange(done * BLOCK + 1, (done + CHUNK_BLOCKS) * BLOCK + 1)  # post-step indices
         w = poisson_weights(rate * t, n).T.reshape(CHUNK_BLOCKS, BLOCK, t.size)
-        core, a, a0, ap, o = _run_weighted(core, keys, jnp.asarray(block_words(first + done)),
+        core, a, a0, ap, o = _run_weighted(core, keys, jnp.asarray(block_words(first_block + done)),
                                            jnp.int32(todo), lam, jnp.asarray(w, jnp.float32),
                                            system=system, policy=pol, mesh=mesh)  # fmt: skip
         acc += np.asarray(a, np.float64)
@@ -306,28 +234,6 @@ def transient(
             f"{int(over.sum())} arrivals or joins passed levels={system.levels} or "
             f"iqueue_levels={system.iqueue_levels} during the transient; rerun with larger bounds"
         )
-    p0 = None
-    if pol.uses_iqueues:
-        p0 = estimate(acc_p0)
-    settings = {
-        "policy": pol.name, "policy_label": pol.label(), "options": pol.options(),
-        "n_servers": n_servers, "n_dispatchers": n_dispatchers, "load": float(load),
-        "start_load": start_load, "warmup_time": warmup_time if start_load is not None else None,
-        "init": init if isinstance(init, str) else "array", "buffer": buffer,
-        "levels": system.levels, "iqueue_levels": system.iqueue_levels, "replicas": replicas,
-        "seed": seed, "steps": blocks * BLOCK, "steps_per_time_unit": rate,
-        "service": "exp" if system.service is None else system.service.to_dict(),
-        "pools": None if system.pools is None else [  # as a simulation's settings record them
-            {"servers": q.count, "speed": q.speed,
-             "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
-        "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
-    }  # fmt: skip
-    by_pool = {}
-    if system.pools is not None:
-        by_pool = {"pool_utilization": estimate(acc_pool[:, :, 0]),
-                   "pool_mean_queue_length": estimate(acc_pool[:, :, 1])}  # fmt: skip
-    return TransientResult(
-        times=t, tail=estimate(acc), idle_fraction=estimate(1.0 - acc[:, :, 1]),
-        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)), p0=p0, settings=settings,
-        **by_pool,
-    )  # fmt: skip
+    return acc, acc_p0, acc_pool, blocks * BLOCK, rate
+
+

@@ -17,7 +17,7 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
-from jaxqueue.sim.bounds import limit_ratio
+from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]

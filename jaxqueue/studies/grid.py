@@ -46,8 +46,9 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
-from jaxqueue.sim.bounds import (default_iqueue_levels, default_levels, limit_ratio, phase_levels,
+from jaxqueue.runs.bounds import (default_iqueue_levels, default_levels, limit_ratio, phase_levels,
                                  source_levels)
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.source import check_source
@@ -65,13 +66,13 @@ DEFAULT_BATCH_POINTS = 32
 def _shape_key(point: Point, init: str = "empty"):
     """What fixes a point's compiled program: the policy, its options, the
     buffer, the service law, the pools and the arrivals; N and M too where
-    the step cannot read them as numbers (:func:`~jaxqueue.sim.runner.size_key`),
+    the step cannot read them as numbers (:func:`~jaxqueue.runs.planner.size_key`),
     and under ``init = "auto"`` which side of the empty start's size bound N is."""
     pol = make(point.policy, **dict(point.options))
-    key = runner.size_key(pol, point.servers, point.dispatchers, point.buffer, point.system())
+    key = planner.size_key(pol, point.servers, point.dispatchers, point.buffer, point.system())
     size = (point.servers, point.dispatchers) if key is None else key
     if key is not None and init == "auto":
-        size += (point.servers >= runner.AUTO_MEAN_FIELD_SERVERS,)
+        size += (point.servers >= planner.AUTO_MEAN_FIELD_SERVERS,)
     return (point.policy, point.options, size, point.buffer, point.service, point.pools,
             point.arrivals)  # fmt: skip
 
@@ -93,7 +94,7 @@ def _length(point: Point, spec: GridSpec) -> int:
 def window_overruns(spec: GridSpec) -> list[tuple[Point, float, float]]:
     """Points whose measured window, run as whole blocks of ``BLOCK`` steps,
     is longer than the spec's ``time`` by more than
-    :data:`~jaxqueue.sim.runner.WINDOW_TOLERANCE`: ``(point, time, simulated)``
+    :data:`~jaxqueue.runs.planner.WINDOW_TOLERANCE`: ``(point, time, simulated)``
     each, in time units (none when the spec gives ``steps``)."""
     if spec.run.steps is not None:
         return []
@@ -102,13 +103,13 @@ def window_overruns(spec: GridSpec) -> list[tuple[Point, float, float]]:
         units = spec.run.time_units("time", point)
         blocks = -(-spec.run.steps_for(point) // BLOCK)
         simulated = blocks * BLOCK / point.steps_per_time_unit()
-        if simulated > units * (1 + runner.WINDOW_TOLERANCE):
+        if simulated > units * (1 + planner.WINDOW_TOLERANCE):
             out.append((point, units, simulated))
     return out
 
 
 def _warn_overruns(spec: GridSpec) -> None:
-    """One :class:`~jaxqueue.sim.runner.WindowWarning` for the points of
+    """One :class:`~jaxqueue.runs.planner.WindowWarning` for the points of
     :func:`window_overruns`, naming the worst."""
     over = window_overruns(spec)
     if not over:
@@ -117,10 +118,10 @@ def _warn_overruns(spec: GridSpec) -> None:
     asked = spec.run.time if isinstance(spec.run.time, str) else f"{spec.run.time:g}"
     warnings.warn(
         f"time={asked} is run as whole blocks of {BLOCK} steps, which simulate more "
-        f"than {runner.WINDOW_TOLERANCE:.0%} past it at {len(over)} of {len(spec.points)} "
+        f"than {planner.WINDOW_TOLERANCE:.0%} past it at {len(over)} of {len(spec.points)} "
         f"points; most at {point.label()}: {simulated:.4g} time units for {units:.4g} "
         "(the rows' settings record the steps run)",
-        runner.WindowWarning, stacklevel=3)  # fmt: skip
+        planner.WindowWarning, stacklevel=3)  # fmt: skip
 
 
 #: Points of other run lengths share a batch while the longest is at most this
@@ -290,14 +291,14 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
 def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
     """Level bounds of points of one size: for their largest load (queues) and smallest (I-queues),
     sized as the runner sizes them for an arrival source (queues: those the source's stress
-    path builds in the mean field, :func:`~jaxqueue.sim.bounds.source_levels`, or else at a
+    path builds in the mean field, :func:`~jaxqueue.runs.bounds.source_levels`, or else at a
     load moved towards the capacity; I-queues: at the source's trough)."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
     n, m = first.servers, first.dispatchers
     system = first.system()
-    top = runner.bound_load(max(p.load for p in points), system.arrivals, system.capacity)
-    low = runner.trough_load(min(p.load for p in points), system.arrivals)
+    top = planner.bound_load(max(p.load for p in points), system.arrivals, system.capacity)
+    low = planner.trough_load(min(p.load for p in points), system.arrivals)
     levels = None
     if first.buffer is None and system.arrivals is not None:  # as the runner sizes them
         levels = source_levels(pol, n, m, max(p.load for p in points), system.arrivals,
@@ -519,7 +520,7 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
                 t_batch = time.perf_counter()
-                plan = runner.plan(
+                plan = planner.plan(
                     first.policy, [p.load for p in batch + pad],
                     [p.servers for p in batch + pad], [p.dispatchers for p in batch + pad],
                     buffer=first.buffer, replicas=run.replicas,

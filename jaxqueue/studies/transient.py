@@ -1,6 +1,6 @@
 """Transient experiments: ensemble estimates beside the mean-field ODE.
 
-:func:`transient_study` runs :func:`jaxqueue.sim.transient.transient` (a
+:func:`transient_study` runs :func:`jaxqueue.runs.transient.transient` (a
 start from empty, or a load step from the stationary regime at
 ``start_load``) and integrates the mean-field ODE
 (:func:`jaxqueue.theory.meanfield.transient`, or with a phase-type service
@@ -16,8 +16,8 @@ import numpy as np
 
 from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
-from jaxqueue.sim.bounds import limit_ratio
-from jaxqueue.sim.transient import TransientResult, transient
+from jaxqueue.runs.bounds import limit_ratio
+from jaxqueue.runs.transient import TransientResult, transient
 from jaxqueue.theory import meanfield
 
 __all__ = ["transient_study", "plot_transient"]
@@ -33,10 +33,10 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
 
     Args:
         policy, load, n_servers, n_dispatchers, times, start_load: as for
-            :func:`~jaxqueue.sim.transient.transient` (the simulation starts
+            :func:`~jaxqueue.runs.transient.transient` (the simulation starts
             empty, or from ``warmup_time`` at ``start_load``).
         dt: the ODE's RK4 step.
-        kwargs: more arguments of :func:`~jaxqueue.sim.transient.transient`
+        kwargs: more arguments of :func:`~jaxqueue.runs.transient.transient`
             (``d``, ``replicas``, ``seed``, ``service``, ``pools``, ...).
 
     Returns:
@@ -49,7 +49,7 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     if kwargs.get("pools") is not None and pol.routes_by_speed:  # before anything runs
         raise NotImplementedError(
             f"transient_study compares with the mean field, and {pol.name!r} with pools has "
-            "none (it routes by expected wait): use jaxqueue.sim.transient.transient"
+            "none (it routes by expected wait): use jaxqueue.runs.transient.transient"
         )
     pools = kwargs.get("pools")
     if pools is not None:  # the pools as simulated, whole servers each (said if rounded)

@@ -18,14 +18,14 @@ import numpy as np
 
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
-from jaxqueue.sim.bounds import class_mean_field, limit_ratio
+from jaxqueue.runs.bounds import class_mean_field, limit_ratio
 from jaxqueue.sim.classes import split_classes
 from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
 
 __all__ = [
-    "ListedStart", "initial_counts", "initial_classes", "iqueue_counts", "listed_counts",
-    "round_counts",
+    "ListedStart", "initial_state", "initial_counts", "initial_classes", "iqueue_counts",
+    "listed_counts", "round_counts",
 ]
 
 
@@ -36,11 +36,18 @@ class ListedStart(NamedTuple):
     by_size: np.ndarray  # (iqueue_levels + 1,): dispatchers listing exactly j servers
 
 
+def initial_state(init, system: System, policy: Policy, load: float):
+    """A load's start, ``(counts, classes)``: :func:`initial_counts` and
+    :func:`initial_classes` (the ``start`` of a :class:`~jaxqueue.sim.runner.Plan`)."""
+    counts = initial_counts(init, system, policy, load)
+    return counts, initial_classes(init, system, policy, load, counts[0])
+
+
 def initial_counts(init, system: System, policy: Policy, load: float):
     """Occupancy counts, and the I-queue part where the state has one, of a start.
 
     Args:
-        init: ``"empty"``, ``"mean-field"`` or an occupancy array (see :func:`jaxqueue.sim.runner.plan`).
+        init: ``"empty"``, ``"mean-field"`` or an occupancy array (see :func:`jaxqueue.runs.planner.plan`).
 
     Returns:
         ``(counts, iq_counts)`` for :func:`jaxqueue.sim.state.core_from_counts`:

@@ -305,7 +305,7 @@ def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: floa
     None where that mean field does not apply (fewer than
     :data:`SMALL_SYSTEM` servers, a policy without the generic mean field,
     ``jsew`` with pools) or its solve fails: the caller falls back to the
-    bound at a raised load (:func:`jaxqueue.sim.runner.bound_load`).
+    bound at a raised load (:func:`jaxqueue.runs.planner.bound_load`).
     """
     if n_servers < SMALL_SYSTEM or not policy.has_queue_length_ode(pools):
         return None

@@ -1,0 +1,135 @@
+"""Transient estimates: plan the ensemble, start it, and weigh its steps.
+
+:func:`transient` is the entry: it plans the replicas' run (a load step
+first runs ``warmup_time`` at ``start_load``), starts them from ``init`` and
+hands them to :func:`jaxqueue.sim.transient.weighted_sums`, whose Poisson
+weights make every estimate exact in time (see that module).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.system import DEFAULT_WARMUP_TIME, check_load
+from jaxqueue.core.versions import versions
+from jaxqueue.policies.base import Policy
+from jaxqueue.results.estimates import estimate
+from jaxqueue.runs.planner import plan
+from jaxqueue.sim.runner import Run
+from jaxqueue.sim.transient import MAX_TIMES, TransientResult, weighted_sums
+
+__all__ = ["transient", "TransientResult", "MAX_TIMES"]
+
+
+def transient(
+    policy: str | Policy,
+    load: float,
+    n_servers: int,
+    n_dispatchers: int = 1,
+    *,
+    times: Sequence[float],
+    replicas: int = 32,
+    seed: int = 0,
+    init="empty",
+    start_load: float | None = None,
+    warmup_time: float = DEFAULT_WARMUP_TIME,
+    d: int | None = None,
+    z: int | None = None,
+    order: str | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    service=None,
+    pools=None,
+    devices: Sequence | None = None,
+) -> TransientResult:
+    """Ensemble estimates of the occupancy (and ``p0``) at given times.
+
+    Args:
+        policy, load, n_servers, n_dispatchers: as for :func:`jaxqueue.simulate`;
+            ``load`` is the load from time 0 on.
+        times: the times (``>= 0``, at most :data:`MAX_TIMES`) at which to estimate.
+        replicas: independent replicas (``>= 2``): the estimates' sample.
+        seed: the run's seed (keys by position, as for a simulation).
+        init: the state at the start: ``"empty"`` (default), ``"mean-field"``
+            or an occupancy array (as for :func:`jaxqueue.simulate`), taken at
+            ``start_load`` when given.
+        start_load: a load step: the replicas first run ``warmup_time`` units
+            of time at ``start_load`` from ``init`` (not measured), and time 0
+            is the moment the load changes to ``load``.
+        warmup_time: see ``start_load``.
+        d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
+            as for :func:`jaxqueue.simulate` (``levels`` by default for the
+            larger of the two loads).
+
+    Returns:
+        :class:`TransientResult`.
+
+    Raises:
+        ValueError: a parameter out of range (before anything compiles).
+        LevelOverflowError: a queue or I-queue passed its bound.
+    """
+    t = np.asarray(times, np.float64).ravel()
+    if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
+    if not isinstance(replicas, (int, np.integer)) or isinstance(replicas, bool) or replicas < 2:
+        raise ValueError(f"replicas={replicas!r} is out of range: the estimates are across "
+                         "replicas, so need an integer >= 2")  # fmt: skip
+    common = dict(d=d, z=z, order=order, buffer=buffer, replicas=replicas, seed=seed,
+                  iqueue_levels=iqueue_levels, service=service, pools=pools, devices=devices,
+                  backend="xla")  # fmt: skip
+    if start_load is not None:
+        check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
+        if not (isinstance(warmup_time, (int, float)) and math.isfinite(warmup_time) and warmup_time >= 0):
+            raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
+    if start_load is not None:  # one System for both loads: bounds from both
+        both = plan(policy, [load, start_load], n_servers, n_dispatchers, steps=BLOCK,
+                           warmup=0, init="empty", levels=levels, **common).system  # fmt: skip
+        levels = None if buffer is not None else both.levels
+        common["iqueue_levels"] = both.iqueue_levels or None
+    p = plan(policy, [load], n_servers, n_dispatchers, steps=BLOCK, warmup=0,
+                    init=init if start_load is None else "empty", levels=levels, **common)  # fmt: skip
+    system, pol = p.system, p.policy
+    first = 0
+    if start_load is not None:
+        per = n_servers * (start_load + system.service_rate)
+        warm = max(BLOCK, int(math.ceil(warmup_time * per)))
+        wp = plan(policy, [start_load], n_servers, n_dispatchers, steps=warm, warmup=0,
+                         init=init, levels=levels, interval="replicas", **common)  # fmt: skip
+        if wp.system != system:
+            raise AssertionError("the warm-up and the transient run must share one System")
+        r = Run.start(wp)
+        r.advance()  # raises on an overflow during the warm-up
+        core, first = r.core, wp.total_blocks
+    else:
+        core = Run.start(p).core
+    acc, acc_p0, acc_pool, steps, rate = weighted_sums(p, core, first, t)
+    p0 = None
+    if pol.uses_iqueues:
+        p0 = estimate(acc_p0)
+    settings = {
+        "policy": pol.name, "policy_label": pol.label(), "options": pol.options(),
+        "n_servers": n_servers, "n_dispatchers": n_dispatchers, "load": float(load),
+        "start_load": start_load, "warmup_time": warmup_time if start_load is not None else None,
+        "init": init if isinstance(init, str) else "array", "buffer": buffer,
+        "levels": system.levels, "iqueue_levels": system.iqueue_levels, "replicas": replicas,
+        "seed": seed, "steps": steps, "steps_per_time_unit": rate,
+        "service": "exp" if system.service is None else system.service.to_dict(),
+        "pools": None if system.pools is None else [  # as a simulation's settings record them
+            {"servers": q.count, "speed": q.speed,
+             "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
+        "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
+    }  # fmt: skip
+    by_pool = {}
+    if system.pools is not None:
+        by_pool = {"pool_utilization": estimate(acc_pool[:, :, 0]),
+                   "pool_mean_queue_length": estimate(acc_pool[:, :, 1])}  # fmt: skip
+    return TransientResult(
+        times=t, tail=estimate(acc), idle_fraction=estimate(1.0 - acc[:, :, 1]),
+        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)), p0=p0, settings=settings,
+        **by_pool,
+    )  # fmt: skip
