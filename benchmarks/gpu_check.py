@@ -20,8 +20,9 @@ One command on a GPU machine (needs only the project and what JAX brings):
    in float64), ``jaxqueue.simulate`` of Pod(2) at 2^17 replicas and 10^6
    steps (the second call, and what its fixed cost is), the same through
    the command line, the README's main job (``python -m jaxqueue compare``)
-   and the GPU-sized spec ``sweeps/mukherjee_hw.toml`` in full (cut at the
-   time left; its store resumes).
+   and the GPU-sized spec ``sweeps/mukherjee_hw.toml`` in its [gpu] mode
+   (N to 102400, 1024 replicas a point; cut at the time left, its store
+   resumes).
 
 The exactness cases stop when ``--exact-budget`` seconds have passed, the
 throughput rows when ``--budget`` seconds have and the product part when
@@ -57,7 +58,7 @@ from jaxqueue.core.rng import BLOCK, replica_keys  # noqa: E402
 from jaxqueue.core.system import System  # noqa: E402
 from jaxqueue.core.versions import versions  # noqa: E402
 from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
-from jaxqueue.sim.initial import initial_counts  # noqa: E402
+from jaxqueue.runs.initial import initial_counts  # noqa: E402
 from jaxqueue.sim.kernel import run_kernel, step_ops  # noqa: E402
 from jaxqueue.sim.state import core_from_counts  # noqa: E402
 
@@ -236,10 +237,10 @@ def product(quick: bool, budget: float, save) -> list[dict]:
         store = os.path.join(tmp, "spec.sqlite")
         spec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "sweeps", "mukherjee_hw.toml")  # fmt: skip
-        cmd = [py, "-m", "jaxqueue", "sweep", spec, "--store", store] + (["--quick"] if quick else [])
-        res = _timed(cmd, left())
+        mode = "--quick" if quick else "--gpu"
+        res = _timed([py, "-m", "jaxqueue", "sweep", spec, "--store", store, mode], left())
         res["points_stored"] = _points_stored(store)
-        add("sweep sweeps/mukherjee_hw.toml" + (" --quick" if quick else " (full)"), res)
+        add(f"sweep sweeps/mukherjee_hw.toml {mode}", res)
     return out
 
 

@@ -219,8 +219,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="the spec file (TOML)")
     p.add_argument("--store", default=None,
                    help="SQLite result store; the same command resumes (default: NAME.sqlite, "
-                        "with --quick NAME.quick.sqlite)")  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="apply the spec's [quick] overrides")
+                        "with --quick NAME.quick.sqlite, with --gpu NAME.gpu.sqlite)")  # fmt: skip
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="apply the spec's [quick] overrides (a smaller grid, shorter runs)")
+    mode.add_argument("--gpu", action="store_true",
+                      help="apply the spec's [gpu] overrides (many replicas over short windows "
+                           "from the mean-field start: a lockstep batch that fills a GPU)")
     p.add_argument("--batch-points", type=int, default=None,
                    help="points per batch (default 32)")  # fmt: skip
     p.add_argument("--progress", action="store_true", help="progress on stderr")
@@ -659,9 +664,10 @@ def _cmd_sweep(args) -> int:
     from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, run_grid
     from jaxqueue.studies.spec import load_spec
 
-    spec = load_spec(args.spec, quick=args.quick)
-    # the quick mode is another spec (its own hash): its own default store
-    store = args.store or f"{spec.name}{'.quick' if args.quick else ''}.sqlite"
+    mode = "quick" if args.quick else "gpu" if args.gpu else None
+    spec = load_spec(args.spec, mode=mode)
+    # a mode is another spec (its own hash): its own default store
+    store = args.store or f"{spec.name}{f'.{mode}' if mode else ''}.sqlite"
     args.store = store  # (named if the sweep is interrupted)
     if args.plan:
         return _print_plan(spec, store, args)

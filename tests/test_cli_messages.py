@@ -176,7 +176,7 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(jaxqueue.studies.spec, "load_spec",
-                        lambda path, quick=False: SimpleNamespace(name="tiny", points=[]))
+                        lambda path, quick=False, mode=None: SimpleNamespace(name="tiny", points=[]))
     monkeypatch.setattr(jaxqueue.studies.grid, "run_grid", interrupt)
     assert cli_main(["sweep", "tiny.toml"]) == 130
     assert capsys.readouterr().err == ("interrupted: the batches committed so far are in "

@@ -88,8 +88,8 @@ def test_plan_counts_shapes_batches_and_replica_steps(tmp_path):
         plan_grid(spec, batch_points=0)
 
 
-def test_plan_reports_a_store_of_another_spec_and_quick_mode_has_its_own_store(tmp_path, capsys,
-                                                                              monkeypatch):  # fmt: skip
+def test_plan_reports_a_store_of_another_spec_and_each_mode_has_its_own_store(tmp_path, capsys,
+                                                                             monkeypatch):  # fmt: skip
     from jaxqueue.core.versions import versions
 
     spec = parse_spec(SPEC.format(loads=LOADS))
@@ -100,7 +100,7 @@ def test_plan_reports_a_store_of_another_spec_and_quick_mode_has_its_own_store(t
     assert (plan["done"], plan["batches"]) == (0, 6)
     assert plan_grid(spec, batch_points=2)["store_error"] is None
     path = tmp_path / "spec.toml"
-    path.write_text(SPEC.format(loads=LOADS) + "[quick]\nreplicas = 2\n")
+    path.write_text(SPEC.format(loads=LOADS) + "[quick]\nreplicas = 2\n[gpu]\nreplicas = 8\n")
     monkeypatch.chdir(tmp_path)
     assert cli_main(["sweep", str(path), "--plan", "--store", "other.sqlite"]) == 0
     assert "a run into it would be refused" in capsys.readouterr().err
@@ -108,7 +108,11 @@ def test_plan_reports_a_store_of_another_spec_and_quick_mode_has_its_own_store(t
     monkeypatch.setattr("jaxqueue.studies.grid.run_grid", lambda spec, store, **kw: seen.append(
         (spec.run.replicas, str(store))) or 0)  # fmt: skip
     assert cli_main(["sweep", str(path), "--quick"]) == 0 and cli_main(["sweep", str(path)]) == 0
-    assert seen == [(2, "small.quick.sqlite"), (4, "small.sqlite")]
+    assert cli_main(["sweep", str(path), "--gpu"]) == 0
+    assert seen == [(2, "small.quick.sqlite"), (4, "small.sqlite"), (8, "small.gpu.sqlite")]
+    with pytest.raises(SystemExit) as info:  # one mode at a time
+        cli_main(["sweep", str(path), "--gpu", "--quick"])
+    assert info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
 def test_cli_sweep_plan_runs_nothing(tmp_path, capsys):

@@ -160,6 +160,23 @@ def test_quick_overrides():
     assert got == {(1000, 5, 0.5, 1 - 1000**-0.5)}
 
 
+def test_gpu_mode_is_a_spec_of_its_own():
+    text = EXAMPLE + "[gpu]\nreplicas = 64\ntime = 20\ninit = \"mean-field\"\n"
+    full, quick, gpu = (parse_spec(text, mode=m) for m in (None, "quick", "gpu"))
+    assert (gpu.run.replicas, gpu.run.time, gpu.run.init) == (64, 20.0, "mean-field")
+    assert full.run.replicas == quick.run.replicas != 64 and full.points == gpu.points
+    assert len({full.spec_hash(), quick.spec_hash(), gpu.spec_hash()}) == 3
+    assert parse_spec(text, quick=True).spec_hash() == quick.spec_hash()
+    with pytest.raises(SpecError, match=r"^line 1: --gpu needs a \[gpu\] table"):
+        parse_spec(EXAMPLE, mode="gpu")
+    with pytest.raises(SpecError, match=r"line \d+: unknown key 'name' in \[gpu\]"):
+        parse_spec(EXAMPLE + "[gpu]\nname = 'g'\n")
+    with pytest.raises(ValueError, match="mode='slow' is not valid: use one of quick, gpu"):
+        parse_spec(text, mode="slow")
+    with pytest.raises(ValueError, match="quick=True and mode='gpu': give one mode"):
+        parse_spec(text, quick=True, mode="gpu")
+
+
 def test_load_spec_reads_name_from_stem(tmp_path):
     path = tmp_path / "fig5.toml"
     path.write_text(BASE)

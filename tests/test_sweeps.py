@@ -83,6 +83,42 @@ def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
                 assert max(lengths) <= CPU_MERGE_RATIO * min(lengths), name
 
 
+#: The specs sized for a GPU: each has a [gpu] mode (many replicas over short windows).
+GPU_SIZED = ("wang_fig4", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2", "liu_ying_alpha1")
+
+
+def test_gpu_modes_fill_a_device_with_at_least_twice_the_sample(capsys):
+    """The [gpu] mode of each GPU-sized spec covers the full mode's points
+    (Mukherjee et al.'s to N = 102400), compiles one program a policy, runs
+    one batch a program on a GPU, and at every point takes at least twice
+    the full mode's replicas x measured time, so that its intervals are no
+    wider wherever the windows outlast the correlation time (what
+    ``benchmarks/gpu_modes.py`` measures on the CPU; sweeps/README.md). Its
+    starts are the mean field's."""
+    from types import SimpleNamespace
+
+    from jaxqueue.studies.grid import plan_grid, shape_groups
+
+    gpu = [SimpleNamespace(platform="gpu")]
+    for name in GPU_SIZED:
+        path = SPECS[[p.stem for p in SPECS].index(name)]
+        full, fast = load_spec(path), load_spec(path, mode="gpu")
+        assert fast.run.init == "mean-field", name
+        ids = {p.point_id(): p for p in fast.points}
+        assert {p.point_id() for p in full.points} <= set(ids), name
+        for p in full.points:
+            q = ids[p.point_id()]
+            full_sample = full.run.replicas * full.run.steps_for(p)
+            assert fast.run.replicas * fast.run.steps_for(q) >= 2 * full_sample, (name, p)
+        planned = plan_grid(fast, devices=gpu)
+        assert planned["batches"] == planned["shapes"] == len(shape_groups(fast)), name
+        assert planned["shapes"] == len({(p.policy, p.options) for p in fast.points}), name
+        assert cli_main(["sweep", str(path), "--plan", "--json", "--gpu"]) == 0
+        assert json.loads(capsys.readouterr().out)["points"] == len(fast.points)
+    assert max(p.servers for p in load_spec(SPECS[[p.stem for p in SPECS].index(
+        "mukherjee_hw")], mode="gpu").points) == 102400  # fmt: skip
+
+
 def _in_suite(path):
     if path.stem in IN_SUITE:
         return path

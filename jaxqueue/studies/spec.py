@@ -22,12 +22,18 @@
     theory = "mean-field"       # "mean-field" (where the policy has one), "refined", "exact", "none"
     [quick]                     # overrides for --quick: any key of [grid] or [run]
     servers = [100]
+    [gpu]                       # overrides for --gpu (a mode sized to fill a GPU), likewise
+    replicas = 4096
     [[figure]]                  # any number; see jaxqueue.studies.figures
     name = "response_time"
     metric = "mean_response_time"
 
-A scalar stands for a one-element list. A [quick] key replaces its whole group
-of alternatives (``steps`` there drops ``time``; ``alpha`` drops ``load``).
+A scalar stands for a one-element list. A key of a mode's table ([quick] or
+[gpu], :data:`MODES`) replaces its whole group of alternatives (``steps`` there
+drops ``time``; ``alpha`` drops ``load``); a mode is another spec, with a hash
+of its own. The [gpu] mode of a spec that a GPU suits runs many replicas over
+short windows from the mean-field start (the warm-up diagnostic guards the
+bias), so that a program's lockstep batch fills the device.
 Everything is checked here, before anything compiles: a :class:`SpecError`
 names the line of the offending key and the valid range. A point has a stable
 id and its own random stream (:meth:`Point.seed_word`), so its result does not
@@ -74,7 +80,7 @@ except ModuleNotFoundError:  # Python 3.10
 __all__ = [
     "SpecError", "Point", "RunSettings", "GridSpec", "ArrivalsFile", "load_spec", "parse_spec",
     "GRID_KEYS", "RUN_KEYS", "INITS", "THEORIES", "DEFAULT_WARMUP_TIME", "MAX_WARMUP_RATIO",
-    "EXACT_MAX_STATES",
+    "EXACT_MAX_STATES", "MODES",
 ]  # fmt: skip
 
 GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
@@ -88,7 +94,9 @@ THEORIES = ("mean-field", "refined", "exact", "none")
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
 EXACT_MAX_STATES = 200_000
-_TOP_KEYS = ("name", "grid", "run", "quick", "figure")
+#: The modes a spec may define: a table of overrides each, chosen by ``--quick`` or ``--gpu``.
+MODES = ("quick", "gpu")
+_TOP_KEYS = ("name", "grid", "run", *MODES, "figure")
 _GROUPS = (("ratio", "dispatchers"), ("load", "alpha", "beta"), ("time", "steps"),
            ("warmup_time", "warmup"))  # fmt: skip
 _HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
@@ -437,9 +445,9 @@ def _buffer(value):
 
 
 class _Parser:
-    """The TOML data, the [quick] overrides, and the line of every key in the source text."""
+    """The TOML data, a mode's overrides, and the line of every key in the source text."""
 
-    def __init__(self, text: str, quick: bool):
+    def __init__(self, text: str, mode: str | None):
         self.rows, self.keys, self.starts, table = text.splitlines(), {}, set(), ""
         arrays: dict[str, int] = {}  # [[name]] -> how many so far; the i-th is table "name#i"
         for i, row in enumerate(self.rows, 1):
@@ -466,22 +474,22 @@ class _Parser:
                     self.fail("", key, "figures are tables: write [[figure]] above each")
             elif key != "name" and not isinstance(value, dict):
                 self.fail("", key, f"{key} must be a table ([{key}]), got {value!r}")
-        parts = (("grid", GRID_KEYS), ("run", RUN_KEYS), ("quick", GRID_KEYS + RUN_KEYS))
+        parts = (("grid", GRID_KEYS), ("run", RUN_KEYS), *((m, GRID_KEYS + RUN_KEYS) for m in MODES))
         for part, valid in parts:
-            if part != "quick" and part not in self.data:
+            if part not in MODES and part not in self.data:
                 raise SpecError(f"the spec has no [{part}] table", len(self.rows) or 1)
             for key in self.data.get(part, {}):
                 if key not in valid:
                     self.fail(part, key,
                               f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}")
             self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
-        if quick and "quick" not in self.data:
-            raise SpecError("--quick needs a [quick] table (any key of [grid] or [run])", 1)
-        for key, value in self.data.get("quick", {}).items() if quick else ():
+        if mode is not None and mode not in self.data:
+            raise SpecError(f"--{mode} needs a [{mode}] table (any key of [grid] or [run])", 1)
+        for key, value in self.data.get(mode, {}).items() if mode else ():
             part = self.vals["grid" if key in GRID_KEYS else "run"]
             for other in itertools.chain(*(g for g in _GROUPS if key in g)):
                 part.pop(other, None)
-            part[key] = (value, "quick")
+            part[key] = (value, mode)
 
     def line(self, part: str, key: str) -> int:
         """The line of ``key`` in the table it came from, else of that table, else 1."""
@@ -680,17 +688,19 @@ def _as_list(value) -> list:
 
 
 def parse_spec(text: str, name: str | None = None, quick: bool = False,
-               base=None) -> GridSpec:  # fmt: skip
+               base=None, mode: str | None = None) -> GridSpec:  # fmt: skip
     """Parse and check the text of a spec.
 
     Args:
         text: the TOML text.
         name: the name when the spec has no ``name`` key (default ``"spec"``).
-        quick: apply the [quick] overrides.
+        quick: apply the [quick] overrides (the same as ``mode="quick"``).
         base: the folder that relative ``arrivals`` paths start from (the
             spec file's; :func:`load_spec` passes it). None: ``arrivals`` files
             are not read, which is enough to draw a store's figures (a store
             keeps the spec's text, not its folder) but not to run the spec.
+        mode: apply the overrides of this mode's table, one of :data:`MODES`
+            (None: the spec as its [grid] and [run] tables give it).
 
     Returns:
         The :class:`GridSpec`.
@@ -701,7 +711,7 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
     """
     if _toml is None:
         raise ImportError("reading spec files on Python 3.10 needs tomli: pip install tomli")
-    p = _Parser(text, quick)
+    p = _Parser(text, _mode(mode, quick))
     spec_name = p.data.get("name", name if name is not None else "spec")
     if not isinstance(spec_name, str) or not spec_name.strip() or "/" in spec_name:
         p.fail("", "name", f"name must be a non-empty string without '/', got {spec_name!r}")
@@ -773,7 +783,15 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
     return GridSpec(spec_name, tuple(points), run, text, p.figures(), tuple(sources.values()))
 
 
-def load_spec(path, quick: bool = False) -> GridSpec:
+def _mode(mode: str | None, quick: bool) -> str | None:
+    if quick and mode not in (None, "quick"):
+        raise ValueError(f"quick=True and mode={mode!r}: give one mode")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not valid: use one of {', '.join(MODES)} or None")
+    return "quick" if quick else mode
+
+
+def load_spec(path, quick: bool = False, mode: str | None = None) -> GridSpec:
     """Read and check a spec file (see :func:`parse_spec`); errors start with the path.
 
     ``arrivals`` paths are relative to the file's folder.
@@ -781,7 +799,7 @@ def load_spec(path, quick: bool = False) -> GridSpec:
     path = Path(path)
     try:
         return parse_spec(path.read_text(encoding="utf-8"), name=path.stem, quick=quick,
-                          base=path.parent)  # fmt: skip
+                          base=path.parent, mode=mode)  # fmt: skip
     except SpecError as err:
         new = SpecError(f"{path}: {err}")
         new.line = err.line
