@@ -47,6 +47,7 @@ from jaxqueue.core.system import (  # noqa: E402
     SERVICE_RATE, System, halfin_whitt_load, heavy_traffic_load, steps_per_time_unit,
 )  # fmt: skip
 from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
+from jaxqueue.core.config import Bounds, Model, RunOptions  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
 from jaxqueue.runs.planner import BackendWarning, StartWarning, WindowWarning  # noqa: E402
@@ -56,6 +57,9 @@ from jaxqueue.runs.transient import TransientResult, transient  # noqa: E402
 
 __all__ = [
     "__version__",
+    "Model",
+    "RunOptions",
+    "Bounds",
     "System",
     "SERVICE_RATE",
     "heavy_traffic_load",

@@ -10,12 +10,19 @@ Typical use::
     res = jq.simulate("jiq-pod", 0.9, 1000, 100, d=2, replicas=64,
                       time=1000, warmup_time=200)
     print(res.mean_response_time)
+
+or, with the model and its run options as values (:mod:`jaxqueue.core.config`)::
+
+    model = jq.Model("jiq-pod", 1000, 100, d=2)
+    res = jq.simulate(model, 0.9, run=jq.RunOptions(replicas=64, time=1000, warmup_time=200))
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Sequence
 
+from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.runs import planner
@@ -25,11 +32,13 @@ __all__ = ["simulate", "sweep"]
 
 
 def sweep(
-    policy: str | Policy,
+    policy: str | Policy | Model,
     loads: Sequence[float],
-    n_servers: int,
-    n_dispatchers: int = 1,
+    n_servers: int | Sequence[int] | None = None,
+    n_dispatchers: int | Sequence[int] = 1,
     *,
+    run: RunOptions | None = None,
+    bounds: Bounds | None = None,
     d: int | None = None,
     z: int | None = None,
     order: str | None = None,
@@ -61,8 +70,17 @@ def sweep(
     loads step together. Every argument is checked before anything compiles.
 
     Args:
-        policy: a name from :func:`jaxqueue.available` or a Policy.
+        policy: a name from :func:`jaxqueue.available` or a Policy; or a
+            :class:`~jaxqueue.core.config.Model`, which then holds
+            ``n_servers``, ``n_dispatchers``, ``d``, ``z``, ``order``,
+            ``buffer``, ``service``, ``pools`` and ``arrivals`` (giving one
+            of them beside it is an error).
         loads: the values of ``lambda`` (each > 0; < 1 for infinite buffers).
+        run: a :class:`~jaxqueue.core.config.RunOptions` instead of the run's
+            keywords (``replicas`` to ``on_overflow``; a keyword given beside
+            it, other than at its default, is an error).
+        bounds: a :class:`~jaxqueue.core.config.Bounds` instead of ``levels``
+            and ``iqueue_levels`` (likewise).
         n_servers: ``N``, or one per load (a list): loads of other sizes
             then step in one compiled program (exchangeable policies with
             exponential servers and Poisson arrivals; all with one dispatcher
@@ -186,29 +204,51 @@ def sweep(
     Returns:
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
     """
-    p = planner.plan(
-        policy, loads, n_servers, n_dispatchers, d=d, z=z, order=order, buffer=buffer,
-        replicas=replicas, steps=steps, warmup=warmup, seed=seed, levels=levels,
-        iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow, devices=devices,
-        interval=interval, batches=batches, backend=backend, service=service,
+    given = _given(
+        d=d, z=z, order=order, buffer=buffer, replicas=replicas, steps=steps, warmup=warmup,
+        seed=seed, levels=levels, iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow,
+        devices=devices, interval=interval, batches=batches, backend=backend, service=service,
         pools=pools, arrivals=arrivals, time=time, warmup_time=warmup_time,
     )  # fmt: skip
+    model, options, bound = split_keywords(policy, n_servers, n_dispatchers, given, run, bounds,
+                                           where="sweep")  # fmt: skip
+    p = planner.plan_model(model, loads, options, bound)
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip
 
 
 def simulate(
-    policy: str | Policy,
+    policy: str | Policy | Model,
     load: float,
-    n_servers: int,
+    n_servers: int | None = None,
     n_dispatchers: int = 1,
     **kwargs,
 ) -> SimulationResult:
-    """Simulate one policy at one load. Arguments as in :func:`sweep`.
+    """Simulate one policy at one load. Arguments as in :func:`sweep` (a
+    :class:`~jaxqueue.core.config.Model` with ``run=`` and ``bounds=``, or the
+    keywords).
 
     Examples:
         >>> res = simulate("pod", 0.8, 100, d=2, replicas=8, steps=100_000)
         >>> res.mean_response_time.mean  # doctest: +SKIP
         1.59...
     """
+    for name in kwargs:
+        if name not in _DEFAULTS:
+            raise unexpected_keyword("simulate", name, _DEFAULTS)
     return sweep(policy, [load], n_servers, n_dispatchers, **kwargs)[0]
+
+
+#: :func:`sweep`'s keyword defaults: a keyword at its default is not "given"
+#: (it defers to ``run=`` or ``bounds=``, or to a Model's field).
+_DEFAULTS = {name: par.default for name, par in inspect.signature(sweep).parameters.items()
+             if par.kind is inspect.Parameter.KEYWORD_ONLY}  # fmt: skip
+
+
+def _given(**values) -> dict:
+    """The keywords whose value is not their default."""
+    def at_default(value, default) -> bool:
+        return value is default or (type(value) is type(default)
+                                    and isinstance(value, (int, float, str)) and value == default)  # fmt: skip
+
+    return {k: v for k, v in values.items() if not at_default(v, _DEFAULTS[k])}

@@ -398,8 +398,18 @@ def _order(args) -> dict:
     return {} if args.order is None else {"order": args.order}
 
 
+def _model(args, **more):
+    """The Model of the command's flags (``--policy`` to ``--arrivals``)."""
+    from jaxqueue.core.config import Model
+
+    return Model(args.policy, args.servers, args.dispatchers, d=args.d, z=args.z,
+                 buffer=args.buffer, service=args.service, pools=args.pools, **_order(args),
+                 **more)  # fmt: skip
+
+
 def _cmd_simulate(args) -> int:
     from jaxqueue.api import simulate
+    from jaxqueue.core.config import Bounds, RunOptions
 
     from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
 
@@ -408,15 +418,12 @@ def _cmd_simulate(args) -> int:
         load = heavy_traffic_load(args.servers, args.alpha)
     if args.beta is not None:
         load = halfin_whitt_load(args.servers, args.beta)
-    res = simulate(
-        args.policy, load, args.servers, args.dispatchers, d=args.d, z=args.z, **_order(args),
-        buffer=args.buffer, replicas=args.replicas, steps=args.steps, warmup=args.warmup,
-        time=args.time, warmup_time=args.warmup_time, seed=args.seed, levels=args.levels,
-        iqueue_levels=args.iqueue_levels, init=args.init, progress=args.progress,
-        interval=args.interval, batches=args.batches, checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, backend=args.backend, service=args.service,
-        pools=args.pools, arrivals=args.arrivals,
-    )  # fmt: skip
+    run = RunOptions(replicas=args.replicas, steps=args.steps, time=args.time, warmup=args.warmup,
+                     warmup_time=args.warmup_time, seed=args.seed, init=args.init,
+                     interval=args.interval, batches=args.batches, backend=args.backend)  # fmt: skip
+    res = simulate(_model(args, arrivals=args.arrivals), load, run=run,
+                   bounds=Bounds(args.levels, args.iqueue_levels), progress=args.progress,
+                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)  # fmt: skip
     return _emit(res, args)
 
 
@@ -557,10 +564,7 @@ def _cmd_exact(args) -> int:
     from jaxqueue.core.versions import versions
     from jaxqueue.exact import solve_exact
 
-    res = solve_exact(args.policy, args.load, args.servers, args.dispatchers, d=args.d, z=args.z,
-                      **_order(args),
-                      buffer=args.buffer, queue_bound=args.queue_bound,
-                      service=args.service, pools=args.pools)  # fmt: skip
+    res = solve_exact(_model(args), args.load, queue_bound=args.queue_bound)
     res.settings["versions"] = versions()
     return _emit(res, args)
 

@@ -326,7 +326,8 @@ def test_compare_gives_a_policy_its_own_options(monkeypatch):
     from jaxqueue.studies import compare as compare_module
 
     seen = []
-    monkeypatch.setattr(compare_module, "sweep", lambda pol, *a, **k: seen.append(pol.label()) or [])
+    monkeypatch.setattr(compare_module, "sweep",
+                        lambda model, *a, **k: seen.append(model.policy.label()) or [])  # fmt: skip
     monkeypatch.setattr(compare_module, "mean_field", lambda *a, **k: None)
     assert cli_main(["compare", "--policies", "jiq-original,jiq-pod:d=3,pod,jiq-threshold:z=2",
                      "--d", "4", "--loads", "0.5"]) == 0  # fmt: skip

@@ -260,8 +260,8 @@ def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch)
     windows = {0.6: (22.5, 40.25), 0.8: (20.0, 36.5)}
     seen = []
 
-    def fake_sweep(pol, loads, n, m, **kw):
-        seen.append(kw)
+    def fake_sweep(model, loads, run, **kw):  # the model and run options it was given, flat
+        seen.append({**model.keywords(), **run.keywords()})
         return [SimpleNamespace(settings={"load": lam, "time_warmup": windows[lam][0],
                                           "time_measured": windows[lam][1]}) for lam in loads]  # fmt: skip
 

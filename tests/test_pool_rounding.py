@@ -41,8 +41,8 @@ def test_realized_pools_are_the_simulators_and_say_when_rounded():
 
 
 def _fake_sweep(seen):
-    def sweep(pol, loads, n, m, **kw):
-        seen.append(kw)
+    def sweep(model, loads, run, **kw):  # the model and run options it was given, flat
+        seen.append({**model.keywords(), **run.keywords()})
         return [SimpleNamespace(settings={"load": lam}) for lam in loads]
 
     return sweep
@@ -121,7 +121,7 @@ def test_a_sweep_compares_each_n_with_the_mean_field_of_its_own_servers(tmp_path
     def stop(*args, **kwargs):
         raise RuntimeError("stopped before running")
 
-    monkeypatch.setattr(grid.planner, "plan", stop)
+    monkeypatch.setattr(grid.planner, "plan_model", stop)
     with pytest.warns(jq.PoolRoundingWarning, match="n_servers=10 ") as caught:
         with pytest.raises(RuntimeError, match="stopped before running"):
             grid.run_grid(spec, tmp_path / "rounded.sqlite")

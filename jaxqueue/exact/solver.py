@@ -99,6 +99,7 @@ import warnings
 
 import numpy as np
 
+from jaxqueue.core.config import Model, split_keywords
 from jaxqueue.core.service import (
     PhaseType, as_law, capacity, exponential, make_pools, pool_laws,
 )  # fmt: skip
@@ -485,9 +486,9 @@ def _search_bound(solve, estimate, tol, budget, z):
 
 
 def solve_exact(
-    policy: str | Policy,
+    policy: str | Policy | Model,
     load: float,
-    n_servers: int,
+    n_servers: int | None = None,
     n_dispatchers: int = 1,
     *,
     d: int | None = None,
@@ -508,7 +509,10 @@ def solve_exact(
         policy: a registered policy name (:func:`jaxqueue.policies.available`)
             or a :class:`~jaxqueue.policies.Policy`; resolved with
             ``make(policy, d=d, z=z, order=order)``. Its ``exact_rule()`` names
-            the chain.
+            the chain. Or a :class:`~jaxqueue.core.config.Model`, which then
+            holds the sizes, ``d``, ``z``, ``order``, ``buffer``, ``service``
+            and ``pools`` (Poisson arrivals; giving one of them beside it is
+            an error).
         load: ``lambda > 0``, arrivals per server per unit time; ``< 1`` when
             ``buffer`` is ``None`` (with a service law or pools: below the
             capacity, ``1 / mean`` or :func:`~jaxqueue.core.service.capacity`).
@@ -583,9 +587,17 @@ def solve_exact(
         >>> res.n_states, round(res.p0, 4)
         (1068, 0.4648)
     """
+    given = {k: v for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service,
+                                    pools=pools).items() if v is not None}  # fmt: skip
+    model = split_keywords(policy, n_servers, n_dispatchers, given, where="solve_exact",
+                           run_keys=())[0]  # fmt: skip
+    if model.arrivals is not None:
+        raise ValueError("solve_exact: the model has arrivals, and the exact chain is that of "
+                         "Poisson arrivals; use arrivals=None")  # fmt: skip
     policy, rule, options, lam, n, m, buffer, queue_bound, law, phases, pool_set = _resolve(
-        policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order, service, pools
-    )
+        model.policy, load, model.n_servers, model.n_dispatchers, model.d, model.z, model.buffer,
+        queue_bound, model.order, model.service, model.pools,
+    )  # fmt: skip
     max_states = _check_at_least("max_states", max_states, 1)
     default_max_states = _check_at_least("default_max_states", default_max_states, 1)
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from jaxqueue.core.arrivals import Trace, as_arrivals
+from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords
 from jaxqueue.core.host import host_device
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import PhaseType, as_law, make_pools
@@ -36,11 +37,11 @@ from jaxqueue.runs.bounds import (
 )  # fmt: skip
 from jaxqueue.runs.initial import initial_state
 from jaxqueue.sim.registers import unsupported
-from jaxqueue.sim.runner import BACKENDS, BATCH_MEANS_REPLICAS, BATCHES, MAX_EXTENSIONS, Plan
+from jaxqueue.sim.runner import BACKENDS, BATCH_MEANS_REPLICAS, MAX_EXTENSIONS, Plan
 from jaxqueue.sim.source import check_source
 
 __all__ = [
-    "plan", "BackendWarning", "StartWarning", "WindowWarning", "WINDOW_TOLERANCE",
+    "plan", "plan_model", "BackendWarning", "StartWarning", "WindowWarning", "WINDOW_TOLERANCE",
     "AUTO_MEAN_FIELD_SERVERS", "HOST_AUTO_STEPS", "DEFAULT_STEPS", "bound_load", "trough_load", "size_key",
 ]  # fmt: skip
 
@@ -211,38 +212,46 @@ def _per_load(name: str, value, n_loads: int, least: int, units) -> list[int] | 
 
 
 def plan(
-    policy: str | Policy,
+    policy: str | Policy | Model,
     loads: Sequence[float],
-    n_servers: int,
-    n_dispatchers: int = 1,
+    n_servers: int | Sequence[int] | None = None,
+    n_dispatchers: int | Sequence[int] = 1,
     *,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
-    replicas: int = 32,
-    steps: int | None = None,
-    warmup: int | str | None = None,
-    seed: int = 0,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    init="auto",
-    on_overflow: str = "raise",
-    devices: Sequence | None = None,
+    run: RunOptions | None = None,
+    bounds: Bounds | None = None,
     streams: Sequence[int] | None = None,
-    interval: str = "auto",
-    batches: int = BATCHES,
-    backend: str = "auto",
-    service: str | PhaseType | None = None,
-    pools=None,
-    arrivals=None,
-    time: float | None = None,
-    warmup_time: float | None = None,
+    **keywords,
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
-    Arguments as in :func:`jaxqueue.sweep`.
+    Arguments as in :func:`jaxqueue.sweep`: a :class:`~jaxqueue.core.config.Model`
+    (or a policy with ``n_servers``, ``n_dispatchers`` and the model's
+    keywords), the loads, and :class:`~jaxqueue.core.config.RunOptions` and
+    :class:`~jaxqueue.core.config.Bounds` (or their keywords); see
+    :func:`plan_model`. ``streams``: one stream word per load (grid points;
+    :attr:`~jaxqueue.sim.runner.Plan.streams`).
     """
+    model, opts, bound = split_keywords(policy, n_servers, n_dispatchers, keywords, run, bounds,
+                                        where="plan")  # fmt: skip
+    return plan_model(model, loads, opts, bound, streams=streams)
+
+
+def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOptions(),
+               bounds: Bounds = Bounds(), *, streams: Sequence[int] | None = None) -> Plan:  # fmt: skip
+    """The :class:`~jaxqueue.sim.runner.Plan` of ``model`` at ``loads``, run as
+    ``run`` within ``bounds``: every value checked (a ``ValueError`` names the
+    parameter and its valid range), run lengths in steps, the level bounds,
+    the start, the backend and the devices fixed. Nothing compiles."""
+    if not isinstance(model, Model):
+        raise TypeError(f"plan_model() takes a Model, got {type(model).__name__}")
+    policy, n_servers, n_dispatchers = model.policy, model.n_servers, model.n_dispatchers
+    d, z, order, buffer = model.d, model.z, model.order, model.buffer
+    service, pools, arrivals = model.service, model.pools, model.arrivals
+    replicas, steps, time, warmup, warmup_time = (run.replicas, run.steps, run.time, run.warmup,
+                                                  run.warmup_time)  # fmt: skip
+    seed, init, interval, batches = run.seed, run.init, run.interval, run.batches
+    backend, devices, on_overflow = run.backend, run.devices, run.on_overflow
+    levels, iqueue_levels = bounds.levels, bounds.iqueue_levels
     pol = make(policy, d=d, z=z, order=order)
     # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
     buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches = (

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxqueue.core.config import Bounds, Model, split_keywords
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, check_load
 from jaxqueue.core.versions import versions
@@ -26,9 +27,9 @@ __all__ = ["transient", "TransientResult", "MAX_TIMES"]
 
 
 def transient(
-    policy: str | Policy,
+    policy: str | Policy | Model,
     load: float,
-    n_servers: int,
+    n_servers: int | None = None,
     n_dispatchers: int = 1,
     *,
     times: Sequence[float],
@@ -46,12 +47,15 @@ def transient(
     service=None,
     pools=None,
     devices: Sequence | None = None,
+    bounds: Bounds | None = None,
 ) -> TransientResult:
     """Ensemble estimates of the occupancy (and ``p0``) at given times.
 
     Args:
-        policy, load, n_servers, n_dispatchers: as for :func:`jaxqueue.simulate`;
-            ``load`` is the load from time 0 on.
+        policy, load, n_servers, n_dispatchers: as for :func:`jaxqueue.simulate`
+            (a :class:`~jaxqueue.core.config.Model` as ``policy`` holds the
+            sizes, the options, the buffer, the service law and the pools;
+            Poisson arrivals); ``load`` is the load from time 0 on.
         times: the times (``>= 0``, at most :data:`MAX_TIMES`) at which to estimate.
         replicas: independent replicas (``>= 2``): the estimates' sample.
         seed: the run's seed (keys by position, as for a simulation).
@@ -65,6 +69,8 @@ def transient(
         d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
             as for :func:`jaxqueue.simulate` (``levels`` by default for the
             larger of the two loads).
+        bounds: a :class:`~jaxqueue.core.config.Bounds` instead of ``levels``
+            and ``iqueue_levels``.
 
     Returns:
         :class:`TransientResult`.
@@ -79,27 +85,35 @@ def transient(
     if not isinstance(replicas, (int, np.integer)) or isinstance(replicas, bool) or replicas < 2:
         raise ValueError(f"replicas={replicas!r} is out of range: the estimates are across "
                          "replicas, so need an integer >= 2")  # fmt: skip
-    common = dict(d=d, z=z, order=order, buffer=buffer, replicas=replicas, seed=seed,
-                  iqueue_levels=iqueue_levels, service=service, pools=pools, devices=devices,
-                  backend="xla")  # fmt: skip
+    given = {k: v for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service,
+                                    pools=pools, levels=levels, iqueue_levels=iqueue_levels).items()
+             if v is not None}  # fmt: skip
+    model, _, bound = split_keywords(policy, n_servers, n_dispatchers, given, None, bounds,
+                                     where="transient", run_keys=())  # fmt: skip
+    if model.arrivals is not None:
+        raise ValueError("transient: the model has arrivals, and a transient runs under "
+                         "Poisson arrivals; use arrivals=None")  # fmt: skip
+    n_servers, n_dispatchers, buffer = model.n_servers, model.n_dispatchers, model.buffer
+    levels, iqueue_levels = bound.levels, bound.iqueue_levels
+    common = dict(replicas=replicas, seed=seed, devices=devices, backend="xla")
     if start_load is not None:
         check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
         if not (isinstance(warmup_time, (int, float)) and math.isfinite(warmup_time) and warmup_time >= 0):
             raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
     if start_load is not None:  # one System for both loads: bounds from both
-        both = plan(policy, [load, start_load], n_servers, n_dispatchers, steps=BLOCK,
-                           warmup=0, init="empty", levels=levels, **common).system  # fmt: skip
+        both = plan(model, [load, start_load], steps=BLOCK, warmup=0, init="empty",
+                    bounds=Bounds(levels, iqueue_levels), **common).system  # fmt: skip
         levels = None if buffer is not None else both.levels
-        common["iqueue_levels"] = both.iqueue_levels or None
-    p = plan(policy, [load], n_servers, n_dispatchers, steps=BLOCK, warmup=0,
-                    init=init if start_load is None else "empty", levels=levels, **common)  # fmt: skip
+        iqueue_levels = both.iqueue_levels or None
+    p = plan(model, [load], steps=BLOCK, warmup=0, init=init if start_load is None else "empty",
+             bounds=Bounds(levels, iqueue_levels), **common)  # fmt: skip
     system, pol = p.system, p.policy
     first = 0
     if start_load is not None:
         per = n_servers * (start_load + system.service_rate)
         warm = max(BLOCK, int(math.ceil(warmup_time * per)))
-        wp = plan(policy, [start_load], n_servers, n_dispatchers, steps=warm, warmup=0,
-                         init=init, levels=levels, interval="replicas", **common)  # fmt: skip
+        wp = plan(model, [start_load], steps=warm, warmup=0, init=init, interval="replicas",
+                  bounds=Bounds(levels, iqueue_levels), **common)  # fmt: skip
         if wp.system != system:
             raise AssertionError("the warm-up and the transient run must share one System")
         r = Run.start(wp)

@@ -11,6 +11,7 @@ import numpy as np
 
 from jaxqueue.api import sweep
 from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.config import Model, RunOptions
 from jaxqueue.core.service import pool_shares, realized_pools
 from jaxqueue.core.system import dispatchers_for_ratio
 from jaxqueue.policies.base import Policy
@@ -174,11 +175,11 @@ def compare(
                   "the periodic mean field takes a rate profile", file=out, flush=True)  # fmt: skip
         if log is not None:
             print(f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True)
-        results = sweep(
-            pol, loads, n_servers, m, buffer=buffer, service=service, pools=pools,
-            arrivals=source, replicas=replicas, time=time_units, warmup_time=warmup_time,
-            seed=seed, init="mean-field" if has_mf else "empty", progress=progress,
-        )  # fmt: skip
+        model = Model(pol, n_servers, m, buffer=buffer, service=service, pools=pools,
+                      arrivals=source)  # fmt: skip
+        run = RunOptions(replicas=replicas, time=time_units, warmup_time=warmup_time, seed=seed,
+                         init="mean-field" if has_mf else "empty")  # fmt: skip
+        results = sweep(model, loads, run=run, progress=progress)
         if source is not None:  # the constant-load values were the start only
             theory = ([_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
                        for res in results] if has_mf and isinstance(source, Profile) else None)  # fmt: skip

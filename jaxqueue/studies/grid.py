@@ -39,6 +39,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxqueue.core.arrivals import Profile
+from jaxqueue.core.config import Bounds, Model, RunOptions
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import pool_shares, realized_pools
 from jaxqueue.core.versions import versions
@@ -385,9 +386,9 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
                                       buffer=point.buffer, with_quantiles=False,
                                       service=point.service, pools=point.pool_set())  # fmt: skip
         else:
-            new[key] = solve_exact(point.policy, point.load, point.servers, point.dispatchers,
-                                   buffer=point.buffer, service=point.service, pools=point.pools,
-                                   **opts)  # fmt: skip
+            new[key] = solve_exact(Model(point.policy, point.servers, point.dispatchers,
+                                         buffer=point.buffer, service=point.service,
+                                         pools=point.pools, **opts), point.load)  # fmt: skip
     cache.update(zip(new, fill_quantiles(list(new.values()))))
     return [cache[key] for key in keys]
 
@@ -520,18 +521,17 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
                 t_batch = time.perf_counter()
-                plan = planner.plan(
-                    first.policy, [p.load for p in batch + pad],
-                    [p.servers for p in batch + pad], [p.dispatchers for p in batch + pad],
-                    buffer=first.buffer, replicas=run.replicas,
-                    steps=[run.steps_for(p) for p in batch + pad],
-                    warmup=[run.warmup_for(p) for p in batch + pad], seed=run.seed,
-                    levels=levels, iqueue_levels=iq, init=run.init, devices=devices,
+                everyone = batch + pad
+                model = spec.model(first).replace(n_servers=[p.servers for p in everyone],
+                                                  n_dispatchers=[p.dispatchers for p in everyone])  # fmt: skip
+                options = RunOptions(
+                    replicas=run.replicas, steps=[run.steps_for(p) for p in everyone],
+                    warmup=[run.warmup_for(p) for p in everyone], seed=run.seed, init=run.init,
+                    interval="replicas", devices=devices,
+                )  # fmt: skip
+                plan = planner.plan_model(
+                    model, [p.load for p in everyone], options, Bounds(levels, iq),
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
-                    interval="replicas", service=first.service, pools=first.pools,
-                    arrivals=(None if first.arrivals is None
-                              else spec.arrivals_file(first.arrivals).path),
-                    **dict(first.options),
                 )  # fmt: skip
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch

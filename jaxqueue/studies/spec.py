@@ -60,6 +60,7 @@ import re
 from pathlib import Path
 
 from jaxqueue.core.arrivals import parse_arrivals
+from jaxqueue.core.config import Model
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
@@ -332,6 +333,14 @@ class GridSpec:
     source_text: str = dataclasses.field(default="", repr=False)
     figures: tuple = ()
     arrivals: tuple = ()
+
+    def model(self, point: Point) -> Model:
+        """The :class:`~jaxqueue.core.config.Model` of one of the spec's points
+        (its arrivals file as the path it was found at; see :meth:`arrivals_file`)."""
+        arrivals = None if point.arrivals is None else self.arrivals_file(point.arrivals).path
+        return Model(point.policy, point.servers, point.dispatchers, buffer=point.buffer,
+                     service=point.service, pools=point.pools, arrivals=arrivals,
+                     **dict(point.options))  # fmt: skip
 
     def arrivals_file(self, text: str) -> ArrivalsFile:
         """The :class:`ArrivalsFile` of an ``arrivals`` value of the spec."""

@@ -1,0 +1,195 @@
+"""A run's configuration in three frozen types: the model, its run options, the level bounds.
+
+* :class:`Model`: the system, what a simulation and an exact solve share:
+  the policy and its options, ``N`` and ``M``, the buffer, the service law,
+  the server pools and the arrival source.
+* :class:`RunOptions`: how a simulation runs it: replicas, run lengths,
+  warm-up, seed, start, intervals, backend and devices.
+* :class:`Bounds`: the level bounds of the simulator's state (None: sized
+  from the mean field).
+
+Every entry point takes them (:func:`jaxqueue.simulate`, :func:`jaxqueue.sweep`,
+:func:`jaxqueue.transient`, :func:`jaxqueue.exact.solve_exact`, a sweep spec's
+:meth:`~jaxqueue.studies.spec.Point.model`, the command line), and the
+keyword arguments of those functions are a thin layer over them
+(:func:`split_keywords`)::
+
+    model = jq.Model("jiq-pod", 1000, 100, d=2)
+    res = jq.simulate(model, 0.9, run=jq.RunOptions(replicas=64, time=500))
+
+What fixes a compiled program and what is a number each replica carries:
+the policy and its options, the buffer, the service law, the pools, the
+arrival source, one dispatcher or several, and the level bounds fix the
+program; the load, ``N`` and ``M`` (for the exchangeable policies with
+exponential servers and Poisson arrivals:
+:func:`jaxqueue.runs.planner.size_key`) and the run's window are numbers
+each replica carries, so a sweep's points that differ only in those step
+together in one batch (:func:`jaxqueue.studies.grid.shape_groups`).
+
+The types hold values; the entry points check them (a ``ValueError`` names
+the parameter and its valid range, before anything compiles).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any
+
+__all__ = ["Model", "RunOptions", "Bounds", "MODEL_KEYS", "RUN_KEYS", "BOUND_KEYS",
+           "split_keywords", "unexpected_keyword"]  # fmt: skip
+
+
+def _frozen(value):
+    """Lists (of loads' run lengths, of pools) as tuples, so that the types hash."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+class _Config:
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
+
+    def replace(self, **changes):
+        """A copy with ``changes`` (field names, as for :func:`dataclasses.replace`)."""
+        return dataclasses.replace(self, **changes)
+
+    def keywords(self) -> dict:
+        """The fields as keyword arguments of the entry points."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Model(_Config):
+    """The system: policy, sizes, buffer, service law, pools, arrivals.
+
+    Attributes:
+        policy: a registered policy name or a :class:`~jaxqueue.policies.Policy`.
+        n_servers: ``N``; a simulation may give one per load (a sequence).
+        n_dispatchers: ``M`` (one per load where ``n_servers`` is a sequence).
+        d, z, order: the policy's options (None: its default).
+        buffer: places per server, or None for infinite buffers.
+        service: the service law (None: exponential with mean 1).
+        pools: server pools (None: identical servers).
+        arrivals: an arrival source (None: Poisson).
+    """
+
+    policy: Any
+    n_servers: Any
+    n_dispatchers: Any = 1
+    d: int | None = None
+    z: int | None = None
+    order: str | None = None
+    buffer: int | None = None
+    service: Any = None
+    pools: Any = None
+    arrivals: Any = None
+
+    def options(self) -> dict:
+        """The policy options given (``d``, ``z``, ``order``), for :func:`jaxqueue.make`."""
+        return {k: v for k in ("d", "z", "order") if (v := getattr(self, k)) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions(_Config):
+    """How a simulation runs a model (the arguments of :func:`jaxqueue.sweep`).
+
+    Attributes:
+        replicas: independent replicas per load.
+        steps, time: the measured window per replica, in steps or in time
+            units (one of them; one per load as a sequence).
+        warmup, warmup_time: the warm-up, likewise (``warmup="auto"``:
+            extended while the warm-up diagnostic fails).
+        seed: the run's seed (keys by position).
+        init: ``"auto"``, ``"empty"``, ``"mean-field"`` or an occupancy.
+        interval: ``"auto"``, ``"replicas"`` or ``"batch-means"``.
+        batches: batches of the measured window.
+        backend: ``"auto"``, ``"xla"``, ``"registers"`` or ``"pallas"``.
+        devices: the devices to spread replicas over (None: JAX's).
+        on_overflow: ``"raise"`` or ``"report"``.
+    """
+
+    replicas: int = 32
+    steps: Any = None
+    time: Any = None
+    warmup: Any = None
+    warmup_time: Any = None
+    seed: int = 0
+    init: Any = "auto"
+    interval: str = "auto"
+    batches: int = 20
+    backend: str = "auto"
+    devices: Any = None
+    on_overflow: str = "raise"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds(_Config):
+    """The simulator's level bounds (None: sized from the mean field).
+
+    Attributes:
+        levels: the queue-length bound ``L``: a queue passing it is an overflow.
+        iqueue_levels: the I-queue bound of the JIQ family with ``M > 1``.
+    """
+
+    levels: int | None = None
+    iqueue_levels: int | None = None
+
+
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(Model))
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
+BOUND_KEYS = tuple(f.name for f in dataclasses.fields(Bounds))
+
+
+def split_keywords(policy, n_servers, n_dispatchers, keywords: dict, run=None, bounds=None, *,
+                   where: str, run_keys=RUN_KEYS) -> tuple[Model, RunOptions, Bounds]:  # fmt: skip
+    """The three types from an entry point's arguments: ``policy`` is a name,
+    a Policy or a :class:`Model`; ``keywords`` are model, run and bound
+    fields; ``run`` and ``bounds`` are given types or None.
+
+    A field given twice (a Model and ``n_servers`` or ``d``, ``run=`` and
+    ``replicas``) is a ``TypeError`` that names it, as is an unknown one;
+    ``where`` names the function in the messages. ``run_keys`` are the run
+    fields the entry point takes.
+    """
+    unknown = sorted(set(keywords) - set(MODEL_KEYS) - set(run_keys) - set(BOUND_KEYS))
+    if unknown:
+        raise unexpected_keyword(where, unknown[0], MODEL_KEYS + tuple(run_keys) + BOUND_KEYS)
+    given = {k: v for k, v in keywords.items() if k in MODEL_KEYS}
+    if isinstance(policy, Model):
+        twice = sorted(k for k in given) + (["n_servers"] if n_servers is not None else [])
+        if n_dispatchers not in (None, 1):
+            twice.append("n_dispatchers")
+        if twice:
+            raise TypeError(f"{where}(): {', '.join(twice)} given beside a Model: set "
+                            f"{'it' if len(twice) == 1 else 'them'} in the Model "
+                            f"(model.replace({twice[0]}=...))")  # fmt: skip
+        model = policy
+    else:
+        if n_servers is None:
+            raise TypeError(f"{where}() needs n_servers (or a Model as its first argument)")
+        model = Model(policy, n_servers, 1 if n_dispatchers is None else n_dispatchers, **given)
+    model = model.replace()  # lists as tuples
+    return (model, _merged(RunOptions, run, keywords, run_keys, "run", where),
+            _merged(Bounds, bounds, keywords, BOUND_KEYS, "bounds", where))  # fmt: skip
+
+
+def unexpected_keyword(where: str, name: str, valid) -> TypeError:
+    """The error for an unknown keyword ``name`` of ``where()``, with the closest valid one."""
+    close = difflib.get_close_matches(name, sorted(valid), n=1)
+    return TypeError(f"{where}() got an unexpected keyword argument {name!r}"
+                     + (f"; did you mean {close[0]!r}?" if close else ""))  # fmt: skip
+
+
+def _merged(cls, given, keywords: dict, keys, name: str, where: str):
+    fields = {k: keywords[k] for k in keys if k in keywords}
+    if given is None:
+        return cls(**fields)
+    if not isinstance(given, cls):
+        raise TypeError(f"{where}(): {name}= takes a {cls.__name__}, got {type(given).__name__}")
+    if fields:
+        raise TypeError(f"{where}(): {', '.join(sorted(fields))} given beside {name}=: set "
+                        f"{'it' if len(fields) == 1 else 'them'} in the {cls.__name__}")  # fmt: skip
+    return given
