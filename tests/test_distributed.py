@@ -36,6 +36,7 @@ HELPER = textwrap.dedent(
                                    process_id=pid)
 
     import jaxqueue as jq
+    from jaxqueue.runs import planner
     from jaxqueue.sim import runner
 
     # Each process its own clock, for the runner's chunk lengths and checkpoint times: process
