@@ -23,6 +23,7 @@ import inspect
 from typing import Sequence
 
 from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
+from jaxqueue.core.system import check_distinct
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.runs import planner
@@ -212,6 +213,7 @@ def sweep(
     )  # fmt: skip
     model, options, bound = split_keywords(policy, n_servers, n_dispatchers, given, run, bounds,
                                            where="sweep")  # fmt: skip
+    check_distinct("loads", loads)
     p = planner.plan_model(model, loads, options, bound)
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip
@@ -252,3 +254,4 @@ def _given(**values) -> dict:
                                     and isinstance(value, (int, float, str)) and value == default)  # fmt: skip
 
     return {k: v for k, v in values.items() if not at_default(v, _DEFAULTS[k])}
+

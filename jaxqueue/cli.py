@@ -677,8 +677,8 @@ def _cmd_sweep(args) -> int:
         return _print_plan(spec, store, args)
     if args.json:
         raise ValueError("--json goes with --plan (a sweep writes its results to the store)")
-    ran = run_grid(spec, store, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
-                   progress=args.progress)  # fmt: skip
+    points = DEFAULT_BATCH_POINTS if args.batch_points is None else args.batch_points  # 0: refused
+    ran = run_grid(spec, store, batch_points=points, progress=args.progress)
     print(f"[jaxqueue] {spec.name}: ran {ran} of {len(spec.points)} points into {store}",
           file=sys.stderr)  # fmt: skip
     return 0
@@ -687,8 +687,8 @@ def _cmd_sweep(args) -> int:
 def _print_plan(spec, store, args) -> int:
     from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, plan_grid
 
-    plan = plan_grid(spec, batch_points=args.batch_points or DEFAULT_BATCH_POINTS,
-                     store_path=store)  # fmt: skip
+    points = DEFAULT_BATCH_POINTS if args.batch_points is None else args.batch_points  # 0: refused
+    plan = plan_grid(spec, batch_points=points, store_path=store)
     if args.json:
         print(json.dumps(plan))
         return 0

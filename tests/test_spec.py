@@ -7,6 +7,7 @@ import ast
 import itertools
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,29 @@ def test_quick_overrides():
     assert spec.run.steps == 20000 and spec.run.time is None
     got = {(p.servers, p.dispatchers, p.alpha, p.load) for p in spec.points}
     assert got == {(1000, 5, 0.5, 1 - 1000**-0.5)}
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("load = [0.5, 0.9]", "load = [0.5, 0.50000000000001]  # <-",
+     "load=0.5 and load=0.50000000000001"),
+    ("load = [0.5, 0.9]", "alpha = [0.5, 0.5000000000000004]  # <-",
+     "alpha=0.5 and alpha=0.5000000000000004"),
+])  # fmt: skip
+def test_values_one_id_apart_are_refused_with_both_named(old, new, named):
+    """Values that agree to 12 significant digits would share one point id
+    (the store's key): refused up front, as a duplicate is, both named."""
+    text = edit(BASE, old, new)
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "# <-" in row)
+    with pytest.raises(SpecError, match=rf"^line {line}: {re.escape(named)}.* agree to 12 "
+                                        "significant digits, so they would be one point"):
+        parse_spec(text)
+    with pytest.raises(SpecError, match="load lists 0.5 twice"):  # equal values: the axis says so
+        parse_spec(edit(BASE, old, "load = [0.5, 0.5]"))
+
+
+def test_a_name_with_control_characters_is_refused():
+    with pytest.raises(SpecError, match=r"without '/' or control characters, got 'a\\nb'"):
+        parse_spec('name = "a\\nb"\n' + BASE)
 
 
 def test_gpu_mode_is_a_spec_of_its_own():

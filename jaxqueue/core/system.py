@@ -22,9 +22,9 @@ from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 
 
 __all__ = [
-    "System", "check_int", "as_int", "is_real", "check_load", "heavy_traffic_load",
-    "halfin_whitt_load", "MAX_SEED", "MAX_STEPS", "MAX_SERVERS", "SERVICE_RATE", "event_rate",
-    "arrival_probability", "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
+    "System", "check_int", "as_int", "is_real", "check_load", "check_distinct",
+    "heavy_traffic_load", "halfin_whitt_load", "MAX_SEED", "MAX_STEPS", "MAX_SERVERS",
+    "SERVICE_RATE", "event_rate", "arrival_probability", "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
 ]  # fmt: skip
 
 #: Default warm-up of a run, in units of time at its (largest) load.
@@ -178,6 +178,20 @@ def check_int(name: str, value, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ValueError(f"{name}={value} is out of range: need {lo} <= {name} <= {hi}")
     return value
+
+
+def check_distinct(name: str, values) -> None:
+    """Refuse a value given twice in ``values`` (loads: each load's replicas
+    are the only sample of its result); entries that are not numbers are
+    left to the checks of each value."""
+    seen = set()
+    for x in np.atleast_1d(np.asarray(values, dtype=object)).ravel():
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            continue
+        if float(x) in seen:
+            raise ValueError(f"{name} gives {float(x)!r} twice: give each once (for more of one "
+                             "load, raise replicas; for an independent repeat, another seed)")  # fmt: skip
+        seen.add(float(x))
 
 
 def check_load(load: float, buffer: int | None, capacity: float = 1.0) -> float:

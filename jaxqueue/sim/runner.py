@@ -723,6 +723,10 @@ def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
     file system every process sees.
     """
     t0 = time.perf_counter()
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, float)) \
+            or not math.isfinite(checkpoint_every) or checkpoint_every < 0:  # fmt: skip
+        raise ValueError(f"checkpoint_every={checkpoint_every!r} is out of range: need a finite "
+                         "number of seconds >= 0 (0: a save after every chunk)")  # fmt: skip
     exists = checkpoint is not None and os.path.exists(checkpoint)
     if checkpoint is not None and jax.process_count() > 1:
         seen = multihost_utils.process_allgather(np.asarray(exists, np.int32))

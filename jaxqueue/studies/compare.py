@@ -13,7 +13,7 @@ from jaxqueue.api import sweep
 from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.core.config import Model, RunOptions
 from jaxqueue.core.service import pool_shares, realized_pools
-from jaxqueue.core.system import dispatchers_for_ratio
+from jaxqueue.core.system import check_distinct, dispatchers_for_ratio
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
@@ -141,6 +141,7 @@ def compare(
         A list of :class:`Comparison` rows.
     """
     m = dispatchers_for_ratio(n_servers, ratio)
+    check_distinct("loads", loads)
     pols = [with_options(name, d, z) for name in policies]  # every name checked before any run
     if not pols:
         raise ValueError("policies is empty: give at least one policy")

@@ -692,6 +692,21 @@ class _Parser:
                       f"of range: need at most {MAX_STEPS} per replica; run more replicas instead")
 
 
+def _same_point(point: Point, other: Point, line: int) -> tuple[str, str | None]:
+    """Why ``point`` is refused, and the [grid] key to point at (None: the
+    policy's line): the same as ``other`` (from ``line``), or apart only
+    past the 12 significant digits of a point's id."""
+    if point == other:
+        return f"duplicate point {point.label()} (also from line {line})", None
+    a, b = point.params(), other.params()
+    keys = [k for k in sorted(a) if a[k] != b.get(k)]
+    apart = ", ".join(f"{k}={b[k]!r} and {k}={a[k]!r}" for k in keys)
+    given = next((k for k in keys if k in ("alpha", "beta")), keys[0])  # load follows alpha, beta
+    return (f"{apart} agree to 12 significant digits, so they would be one point "
+            f"({point.label()}, one id): give values apart within 12 digits",
+            given if given in GRID_KEYS else None)  # fmt: skip
+
+
 def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
@@ -722,8 +737,10 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
         raise ImportError("reading spec files on Python 3.10 needs tomli: pip install tomli")
     p = _Parser(text, _mode(mode, quick))
     spec_name = p.data.get("name", name if name is not None else "spec")
-    if not isinstance(spec_name, str) or not spec_name.strip() or "/" in spec_name:
-        p.fail("", "name", f"name must be a non-empty string without '/', got {spec_name!r}")
+    if not isinstance(spec_name, str) or not spec_name.strip() or "/" in spec_name \
+            or not spec_name.isprintable():  # fmt: skip
+        p.fail("", "name", "name must be a non-empty string without '/' or control characters, "
+               f"got {spec_name!r}")
     run = p.run()
     policies = p.policies()
     if not p.has("grid", "servers"):
@@ -778,10 +795,12 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
                     for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:
                         point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools, arr,
                                       src)  # fmt: skip
-                        if point in seen:
-                            raise SpecError(f"duplicate point {point.label()} (also from line "
-                                            f"{seen[point]})", lines["policy"])  # fmt: skip
-                        seen[point] = lines["policy"]
+                        pid = point.point_id()
+                        if pid in seen:
+                            message, key = _same_point(point, *seen[pid])
+                            raise SpecError(message, p.line("grid", key) if key else
+                                            lines["policy"])  # fmt: skip
+                        seen[pid] = (point, lines["policy"])
                         p.check_steps(run, point)
                         points.append(point)
     if run.theory in ("mean-field", "refined") and not with_mean_field:
