@@ -95,7 +95,9 @@ def sweep(
             does not take is an error.
         order: ``jiq-original``'s pick order, ``"random"`` (default) or
             ``"fifo"``; an error for any other policy.
-        buffer: places per server ``b``, or None for infinite buffers.
+        buffer: places per server ``b``, or None for infinite buffers; or one
+            finite buffer per load (a list): each replica blocks at its own,
+            and each result has its own levels (as ``n_servers`` per load).
         replicas: replicas per load.
         steps: measured uniformized steps per replica (rounded up to whole
             blocks of 256; the result records the steps run). Default:

@@ -704,8 +704,8 @@ def _print_plan(spec, store, args) -> int:
     print(f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
           f"{'replica-steps':>13s}")  # fmt: skip
     for g in plan["groups"]:
-        buf = "inf" if g["buffer"] is None else str(g["buffer"])
         span = lambda v: str(v) if isinstance(v, int) else f"{v[0]}-{v[-1]}"  # noqa: E731
+        buf = "inf" if g["buffer"] is None else span(g["buffer"])
         print(f"{g['policy']:18s} {span(g['servers']):>8s} {span(g['dispatchers']):>7s} {buf:>6s} "
               f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}")  # fmt: skip
     return 0

@@ -341,3 +341,25 @@ def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
     assert resumed == [saves[1]] and 0 < saves[1]
     assert _rows(tmp_path / "clean.sqlite") == _rows(path)
     assert not os.path.exists(f"{path}.running.npz")
+
+
+def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
+    """buffer = [3, 5]: one compiled program for Pod(2), both buffers in one batch, and
+    each point's stored rows are the ones it gets in a spec of its buffer alone."""
+    text = ('[grid]\npolicy = ["pod"]\nservers = [6]\nbuffer = [{b}]\nload = [0.8, 1.2]\n'
+            '[run]\nreplicas = 3\nsteps = 1024\nwarmup = 256\nseed = 1\ninit = "empty"\n'
+            'theory = "none"\n')  # fmt: skip
+    both = parse_spec(text.format(b="3, 5"))
+    assert len(shape_groups(both)) == 1 and plan_grid(both)["batches"] == 1
+    run_grid(both, tmp_path / "both.sqlite", devices=jax.devices()[:1])
+    rows = {(r["point_id"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
+            for r in _rows(tmp_path / "both.sqlite")}  # fmt: skip
+    for b in (3, 5):
+        one = parse_spec(text.format(b=b))
+        run_grid(one, tmp_path / f"{b}.sqlite", devices=jax.devices()[:1])
+        alone = _rows(tmp_path / f"{b}.sqlite")
+        assert alone and all(rows[r["point_id"], r["metric"], r["idx"]] == (r["mean"], r["ci95"])
+                             for r in alone)  # fmt: skip
+        assert max(r["idx"] for r in alone if r["metric"] == "tail") == b
+        ids = {r["point_id"] for r in alone}
+        assert sum(key[0] in ids for key in rows) == len(alone)  # no rows past its own levels

@@ -79,6 +79,32 @@ def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
         assert a.settings["ratio"] == 5.0
 
 
+@pytest.mark.parametrize("backend", ["xla", "registers",
+                                     pytest.param("pallas", marks=pytest.mark.slow)])  # fmt: skip
+def test_finite_buffers_are_per_replica_numbers(backend):
+    """Pod(2) with buffers 3 and 5 (loads 1.1 and 0.9) in one program: each load's result is
+    the one it gets alone, bit for bit, at its own levels, on every backend; blocking at the
+    smaller buffer shows each replica reads its own."""
+    kw = dict(d=2, replicas=3, steps=[4 * BLOCK, 6 * BLOCK], warmup=BLOCK, seed=2, init="empty",
+              interval="replicas", batches=4, streams=[7, 8])  # fmt: skip
+    p = planner.plan("pod", [1.1, 0.9], 10, buffer=[3, 5], backend=backend, **kw)
+    assert p.sizes == ((10, 1, 3), (10, 1, 5)) and p.system.buffer == p.system.levels == 5
+    both = runner.run(p)
+    for j, b in enumerate((3, 5)):
+        one = {k: (v[j] if isinstance(v, list) else v) for k, v in kw.items() if k != "streams"}
+        alone = runner.run(planner.plan("pod", [[1.1, 0.9][j]], 10, buffer=b, backend="xla",
+                                        streams=[kw["streams"][j]], **one))[0]  # fmt: skip
+        _same(both[j], alone, backend=True)
+        assert both[j].settings["buffer"] == both[j].settings["levels"] == b
+    assert both[0].blocking_probability.mean > 0.05 and len(both[0].tail.mean) == 4
+    with pytest.raises(ValueError, match="buffer per load: give finite buffers only"):
+        planner.plan("pod", [1.1, 0.9], 10, buffer=[3, None], **kw)
+    with pytest.raises(ValueError, match="n_servers, n_dispatchers or buffer per load: "
+                                         "jiq-original.* keeps per-server lists"):
+        planner.plan("jiq-original", [0.5, 0.9], 10, 2, buffer=[3, 5],
+                     **{**kw, "d": None})  # fmt: skip
+
+
 def test_a_checkpoint_between_two_loads_boundaries_resumes_bit_for_bit(tmp_path, together):
     path = str(tmp_path / "windows.npz")
     p = _batch()

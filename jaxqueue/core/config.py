@@ -18,10 +18,10 @@ keyword arguments of those functions are a thin layer over them
     res = jq.simulate(model, 0.9, run=jq.RunOptions(replicas=64, time=500))
 
 What fixes a compiled program and what is a number each replica carries:
-the policy and its options, the buffer, the service law, the pools, the
-arrival source, one dispatcher or several, and the level bounds fix the
-program; the load, ``N`` and ``M`` (for the exchangeable policies with
-exponential servers and Poisson arrivals:
+the policy and its options, whether the buffer is finite, the service law,
+the pools, the arrival source, one dispatcher or several, and the level
+bounds fix the program; the load, ``N``, ``M`` and a finite buffer (for the
+exchangeable policies with exponential servers and Poisson arrivals:
 :func:`jaxqueue.runs.planner.size_key`) and the run's window are numbers
 each replica carries, so a sweep's points that differ only in those step
 together in one batch (:func:`jaxqueue.studies.grid.shape_groups`).
@@ -70,7 +70,8 @@ class Model(_Config):
         n_servers: ``N``; a simulation may give one per load (a sequence).
         n_dispatchers: ``M`` (one per load where ``n_servers`` is a sequence).
         d, z, order: the policy's options (None: its default).
-        buffer: places per server, or None for infinite buffers.
+        buffer: places per server, or None for infinite buffers (a
+            simulation may give one finite buffer per load).
         service: the service law (None: exponential with mean 1).
         pools: server pools (None: identical servers).
         arrivals: an arrival source (None: Poisson).

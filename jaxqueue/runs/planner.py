@@ -154,6 +154,20 @@ def _sizes(n_servers, n_dispatchers, n_loads: int) -> list[tuple[int, int]] | No
     return sizes
 
 
+def _buffers(buffer, n_loads: int) -> tuple[int | None, list[int] | None]:
+    """``(buffer, buffers)``: the System's buffer (the largest), and one per
+    load where ``buffer`` is a sequence (all finite: an infinite buffer and a
+    finite one count their overflows otherwise), else None."""
+    each = _each_load("buffer", buffer, n_loads, "buffers")
+    if each is None:
+        return as_int(buffer), None
+    if any(b is None for b in each):
+        raise ValueError("buffer per load: give finite buffers only (an infinite buffer and a "
+                         "finite one run as programs of their own)")  # fmt: skip
+    each = [check_int("buffer", b, 1, 10**6) for b in each]
+    return max(each), each
+
+
 def size_key(pol: Policy, n: int, m: int, buffer, bare: System) -> tuple | None:
     """What loads of other ``N`` and ``M`` must share to step in one compiled
     program, or None where the size fixes the program. The step reads ``N``
@@ -169,7 +183,7 @@ def size_key(pol: Policy, n: int, m: int, buffer, bare: System) -> tuple | None:
 
 def _check_sized(pol, sizes, bare: System, buffer) -> None:
     """Refuse loads of other sizes that cannot share a program (:func:`size_key`)."""
-    keys = {size_key(pol, n, m, buffer, bare) for n, m in sizes}
+    keys = {size_key(pol, n, m, buffer, bare) for n, m, *_ in sizes}
     why = None
     if pol.per_server:
         why = f"{pol.label()} keeps per-server lists, whose shapes are N"
@@ -180,15 +194,15 @@ def _check_sized(pol, sizes, bare: System, buffer) -> None:
     elif len(keys) > 1:
         why = f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive search)"
     if why is not None:
-        raise ValueError(f"n_servers and n_dispatchers per load: {why}; run each size on its "
-                         "own (one n_servers and n_dispatchers)")  # fmt: skip
+        raise ValueError(f"n_servers, n_dispatchers or buffer per load: {why}; run each size "
+                         "on its own (one n_servers, n_dispatchers and buffer)")  # fmt: skip
 
 
 def _sized_lengths(sizes, loads, bare: System, steps, time, warmup, warmup_time):
     """Run lengths per load for loads of other sizes: ``time`` and
     ``warmup_time`` (and the default warm-up) in time units at each load's own
     ``N`` and load, as ``(steps, time, warmup, warmup_time)`` for :func:`plan`."""
-    rates = [n * bare.step_rate(lam) for (n, _), lam in zip(sizes, loads)]
+    rates = [size[0] * bare.step_rate(lam) for size, lam in zip(sizes, loads)]
     if time is not None and steps is None:
         steps = [_run_steps("steps", None, "time", time, r, DEFAULT_STEPS) for r in rates]
         time = None
@@ -254,11 +268,17 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     levels, iqueue_levels = bounds.levels, bounds.iqueue_levels
     pol = make(policy, d=d, z=z, order=order)
     # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
-    buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
-        as_int(v) for v in (buffer, replicas, steps, warmup, seed, levels, iqueue_levels, batches))
-    sizes = _sizes(n_servers, n_dispatchers, np.size(np.asarray(loads, dtype=object)))
+    replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
+        as_int(v) for v in (replicas, steps, warmup, seed, levels, iqueue_levels, batches))
+    n_loads = np.size(np.asarray(loads, dtype=object))
+    sizes = _sizes(n_servers, n_dispatchers, n_loads)
     if sizes is not None:  # the System holds the largest; each load its own
         n_servers, n_dispatchers = max(n for n, _ in sizes), max(m for _, m in sizes)
+    buffer, buffers = _buffers(buffer, n_loads)
+    if buffers is not None:  # each load's own buffer below the System's (the largest)
+        sizes = [(n, m, b) for (n, m), b in zip(sizes or [(n_servers, n_dispatchers)] * n_loads,
+                                                buffers)]  # fmt: skip
+    if sizes is not None:
         sizes = None if len(set(sizes)) == 1 else sizes
     n_servers = check_int("n_servers", n_servers, 1, MAX_SERVERS)
     n_dispatchers = check_int("n_dispatchers", n_dispatchers, 1, n_servers)
@@ -287,7 +307,7 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     if sizes is not None:  # time units at each load's own N and load
         _check_sized(pol, sizes, bare, buffer)
         if isinstance(init, str) and init == "auto" and \
-                len({n >= AUTO_MEAN_FIELD_SERVERS for n, _ in sizes}) > 1:  # fmt: skip
+                len({s[0] >= AUTO_MEAN_FIELD_SERVERS for s in sizes}) > 1:  # fmt: skip
             raise ValueError(
                 f"init='auto' starts N < {AUTO_MEAN_FIELD_SERVERS} empty and larger N at the mean "
                 "field, so loads of these sizes would start otherwise together than alone: give "
@@ -367,9 +387,9 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
     pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
-    by_size = {}  # the loads of each size (one size without sizes)
+    by_size = {}  # the loads of each size (one size without sizes); a buffer bounds its own
     for size, lam in zip(sizes or [(n_servers, n_dispatchers)] * len(loads), loads):
-        by_size.setdefault(size, []).append(lam)
+        by_size.setdefault(size[:2], []).append(lam)
     system = System(n_servers, n_dispatchers, buffer,
                     max(_levels(pol, n, m, buffer, levels,
                                 bound_load(max(lams), source, bare.capacity),

@@ -100,6 +100,10 @@ BATCH_MEANS_REPLICAS = 10
 #: ``warmup="auto"``: the most measured windows that may be turned into warm-up.
 MAX_EXTENSIONS = 4
 
+#: The window sums indexed by queue length (last axis ``levels + 1``): a
+#: load with its own buffer below the batch's reports its own levels.
+LEVEL_SUMS = ("tail", "seen")
+
 #: Version of the checkpoint file layout (2: each load's window on its own).
 CHECKPOINT_FORMAT = 2
 
@@ -149,11 +153,13 @@ class Plan:
             timeline, each measuring its own window (a sweep's points of
             other run lengths in one lockstep batch); ``warmup_blocks`` and
             ``measure_blocks`` are then the largest.
-        sizes: ``None`` (every load has the System's ``N`` and ``M``), or one
-            ``(n_servers, n_dispatchers)`` per load: the loads of one batch
-            differ in size (a sweep's points of other ``N`` in one compiled
-            program); the System then holds the largest ``N`` and ``M`` and
-            level bounds that cover every load.
+        sizes: ``None`` (every load has the System's ``N``, ``M`` and
+            buffer), or one ``(n_servers, n_dispatchers)`` per load, or one
+            ``(n_servers, n_dispatchers, buffer)`` (finite buffers): the loads
+            of one batch differ in size (a sweep's points of other ``N`` or
+            buffer in one compiled program); the System then holds the
+            largest ``N``, ``M`` and buffer and level bounds that cover every
+            load, and each replica carries its own (``Core.sizes``).
         start: builds each load's initial state, ``start(init, system,
             policy, load) -> (counts, classes)``
             (:func:`jaxqueue.runs.initial.initial_state`). The layer that plans
@@ -185,14 +191,18 @@ class Plan:
 
     def load_sizes(self) -> list[tuple[int, int]]:
         """Each load's ``(n_servers, n_dispatchers)``."""
-        return list(self.sizes or [(self.system.n_servers, self.system.n_dispatchers)] * len(self.loads))
+        if self.sizes is None:
+            return [(self.system.n_servers, self.system.n_dispatchers)] * len(self.loads)
+        return [tuple(size[:2]) for size in self.sizes]
 
     def load_system(self, j: int) -> System:
-        """Load ``j``'s System: the plan's, at that load's ``N`` and ``M``."""
+        """Load ``j``'s System: the plan's, at that load's ``N``, ``M`` and
+        buffer (a buffer is its own level bound)."""
         if self.sizes is None:
             return self.system
-        n, m = self.sizes[j]
-        return dataclasses.replace(self.system, n_servers=n, n_dispatchers=m)
+        n, m, *buffer = self.sizes[j]
+        system = dataclasses.replace(self.system, n_servers=n, n_dispatchers=m)
+        return dataclasses.replace(system, buffer=buffer[0], levels=buffer[0]) if buffer else system
 
     def load_windows(self) -> list[tuple[int, int, int]]:
         """Each load's ``(warmup_blocks, measure_blocks, batches)``: its own
@@ -318,10 +328,13 @@ def _initial_core(p: Plan) -> Core:
         if p.start is None:
             raise ValueError("the plan has no start: build plans with jaxqueue.runs.planner.plan")
         counts, classes = p.start(init_arg, system, p.policy, lam)
+        if system.levels < p.system.levels:  # a load's own buffer: no server past it
+            counts = (np.pad(counts[0], (0, p.system.levels - system.levels)), *counts[1:])
+            system = dataclasses.replace(system, buffer=p.system.buffer, levels=p.system.levels)
         starts.append(core_from_counts(*counts, system, p.policy, classes))
     group = np.minimum(np.arange(p.padded) // p.replicas, len(p.loads) - 1)
     core = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs])[group], *starts)
-    if p.sizes is not None:  # each replica's N and M (read by the step as numbers)
+    if p.sizes is not None:  # each replica's N and M (and buffer), read by the step as numbers
         core = core._replace(sizes=np.asarray(p.sizes, np.int32)[group])
     if p.system.arrivals is None:
         return core
@@ -595,6 +608,7 @@ class Run:
         if system.pools is not None:  # each pool's share of the servers
             fractions = tuple(q.count / system.n_servers for q in system.pools)
         results = []
+        own = [p.load_system(j) for j in range(len(p.loads))]
         for j, (lam, w, (n, m)) in enumerate(zip(p.loads, self.windows, p.load_sizes())):
             sl = w.rows
             per_time = n * system.step_rate(lam)
@@ -607,8 +621,8 @@ class Run:
                 "n_dispatchers": m,
                 "ratio": n / m,
                 "load": lam,
-                "buffer": system.buffer,
-                "levels": system.levels,
+                "buffer": own[j].buffer,
+                "levels": own[j].levels,
                 "iqueue_levels": system.iqueue_levels,
                 "service": "exp" if system.service is None else system.service.to_dict(),
                 "pools": None if system.pools is None else [
@@ -636,6 +650,11 @@ class Run:
             bpart = None
             if p.interval == "batch-means":
                 bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
+            if own[j].levels < system.levels:  # a load's own buffer: its levels, as alone
+                part, bpart = (None if x is None else {k: v[..., : own[j].levels + 1]
+                                                       if k in LEVEL_SUMS else v
+                                                       for k, v in x.items()}
+                               for x in (part, bpart))  # fmt: skip
             results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
                                       settings, batches=bpart,
                                       rate=system.service_rate if system.classes else None,

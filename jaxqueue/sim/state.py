@@ -46,7 +46,7 @@ class Core(NamedTuple):
     lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
     classes: jax.Array | None = None  # (levels + 1, C): phase-type service or pools only
     clock: Clock | None = None  # arrival sources only (jaxqueue.sim.source)
-    sizes: jax.Array | None = None  # (2,): this replica's N and M, where they differ across a batch
+    sizes: jax.Array | None = None  # (2,) or (3,): this replica's N, M (and buffer), where they differ
 
 
 class Stats(NamedTuple):

@@ -147,9 +147,10 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
             ``tail``, XLA's CPU compiler copied the whole tail array twice
             a step to keep the update in place (JIQ at 10^4 replicas, N =
             1000: 2.9e7 -> 3.2e7 replica-events/s on 2 cores).
-        sizes: ``(N, M)`` of this replica (int32 scalars, or vectors in the
-            register layout) where they differ across the batch; ``None``:
-            the System's ``n_servers`` and ``n_dispatchers``.
+        sizes: ``(N, M)`` of this replica, or ``(N, M, buffer)`` (int32
+            scalars, or vectors in the register layout) where they differ
+            across the batch; ``None``: the System's ``n_servers``,
+            ``n_dispatchers`` and buffer.
 
     Returns:
         ``(tail, iq_tail, iq_listed, event)``.
@@ -159,7 +160,7 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     if idle is None:
         idle = jnp.int32(n) - tail[1]
     view = View(tail, iq_tail, iq_listed, idle, classes,
-                *((None, None) if sizes is None else sizes))  # fmt: skip
+                *((None, None) if sizes is None else (sizes[0], sizes[1])))  # fmt: skip
     is_arrival = bernoulli(words[0], p_arrival)
 
     # Departure branch: a uniformly random server completes a task if busy.
@@ -172,7 +173,8 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     # Arrival branch.
     route = policy.route(view, words[1:], system)
     k = route.level
-    full = k >= levels
+    # a finite buffer is the level bound, or this replica's own below it (sizes[2])
+    full = k >= (sizes[2] if sizes is not None and len(sizes) > 2 else levels)
     accepted = is_arrival & ~full
 
     # Changes at one index each (a scatter-add, O(1), for one replica's

@@ -65,22 +65,24 @@ DEFAULT_BATCH_POINTS = 32
 
 
 def _shape_key(point: Point, init: str = "empty"):
-    """What fixes a point's compiled program: the policy, its options, the
-    buffer, the service law, the pools and the arrivals; N and M too where
-    the step cannot read them as numbers (:func:`~jaxqueue.runs.planner.size_key`),
-    and under ``init = "auto"`` which side of the empty start's size bound N is."""
+    """What fixes a point's compiled program: the policy, its options, whether
+    the buffer is finite, the service law, the pools and the arrivals; N, M
+    and the buffer too where the step cannot read them as numbers
+    (:func:`~jaxqueue.runs.planner.size_key`), and under ``init = "auto"``
+    which side of the empty start's size bound N is."""
     pol = make(point.policy, **dict(point.options))
     key = planner.size_key(pol, point.servers, point.dispatchers, point.buffer, point.system())
-    size = (point.servers, point.dispatchers) if key is None else key
+    size = (point.servers, point.dispatchers, point.buffer) if key is None else key
     if key is not None and init == "auto":
         size += (point.servers >= planner.AUTO_MEAN_FIELD_SERVERS,)
-    return (point.policy, point.options, size, point.buffer, point.service, point.pools,
+    return (point.policy, point.options, size, point.buffer is None, point.service, point.pools,
             point.arrivals)  # fmt: skip
 
 
 def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
-    """The spec's points grouped by compiled program (policy, options, buffer, service
-    law, pools, arrivals; N and M where the program depends on them), in order."""
+    """The spec's points grouped by compiled program (policy, options, an infinite buffer
+    or finite ones, service law, pools, arrivals; N, M and the buffer where the program
+    depends on them), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
         groups.setdefault(_shape_key(point, spec.run.init), []).append(point)
@@ -263,11 +265,13 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         gpu = gpu_seconds(points, spec, gpu_batches, gpu_size) if gpu_batches else 0.0
         first = points[0]
         servers = sorted({p.servers for p in points})
+        buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)
         dispatchers = sorted({p.dispatchers for p in points})
         groups.append({"policy": make(first.policy, **dict(first.options)).label(),
                        "servers": servers[0] if len(servers) == 1 else servers,
                        "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
-                       "buffer": first.buffer, "points": len(points), "batches": len(batches),
+                       "buffer": buffers[0] if len(buffers) == 1 else buffers,
+                       "points": len(points), "batches": len(batches),
                        "replica_steps": steps, "gpu_seconds": gpu})  # fmt: skip
         total_steps += steps
         total_batches += len(batches)
@@ -522,8 +526,11 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 first = batch[0]
                 t_batch = time.perf_counter()
                 everyone = batch + pad
-                model = spec.model(first).replace(n_servers=[p.servers for p in everyone],
-                                                  n_dispatchers=[p.dispatchers for p in everyone])  # fmt: skip
+                model = spec.model(first).replace(
+                    n_servers=[p.servers for p in everyone],
+                    n_dispatchers=[p.dispatchers for p in everyone],
+                    buffer=None if first.buffer is None else [p.buffer for p in everyone],
+                )  # fmt: skip
                 options = RunOptions(
                     replicas=run.replicas, steps=[run.steps_for(p) for p in everyone],
                     warmup=[run.warmup_for(p) for p in everyone], seed=run.seed, init=run.init,
