@@ -23,7 +23,6 @@ import inspect
 from typing import Sequence
 
 from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
-from jaxqueue.core.system import check_distinct
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.runs import planner
@@ -215,7 +214,6 @@ def sweep(
     )  # fmt: skip
     model, options, bound = split_keywords(policy, n_servers, n_dispatchers, given, run, bounds,
                                            where="sweep")  # fmt: skip
-    check_distinct("loads", loads)
     p = planner.plan_model(model, loads, options, bound)
     return runner.run(p, progress=progress, checkpoint=checkpoint,
                       checkpoint_every=checkpoint_every)  # fmt: skip

@@ -289,6 +289,12 @@ def test_default_bound_warns_when_budget_too_small_and_refuses_far_too_small():
 def test_max_states_is_enforced():
     with pytest.raises(ValueError, match="max_states"):
         solve_exact("random", LAM, 3, 1, queue_bound=20, max_states=100)
+    # refused from the state count's estimate, before any enumeration (which took 91 s here)
+    with pytest.raises(ValueError, match=r"queue_bound=1000000: about 5e\+11 reachable states, "
+                                         r"more than max_states=200000"):
+        solve_exact("pod", 0.5, 2, queue_bound=10**6)
+    with pytest.raises(ValueError, match=r"^buffer=40: about .* more than max_states=1000"):
+        solve_exact("jiq", 0.5, 4, 2, buffer=40, max_states=1000)
 
 
 # ------------------------------------------------------------ solvers

@@ -106,6 +106,9 @@ FIGURE_ERRORS = [
     ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "servers ** gamma"  # <-',
      "y_scale='servers \\*\\* gamma' names gamma"),
     ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "servers % 2"  # <-', "y_scale='servers % 2': an expression allows"),
+    # an integer power of integers once computed without bound (sweep --plan never returned)
+    ('y_scale = "servers ** (1 - alpha)"', 'y_scale = "10 ** 10 ** 10"  # <-',
+     "y_scale='10 \\*\\* 10 \\*\\* 10' overflows a float"),
     ('series = ["policy"]', 'series = ["policy", "servers"]  # <-',
      "series must not repeat x or panels"),
     ('name = "tails"', 'name = "T"  # <-', "two figures are named 'T'"),

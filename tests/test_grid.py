@@ -343,6 +343,7 @@ def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
     assert not os.path.exists(f"{path}.running.npz")
 
 
+@pytest.mark.slow
 def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
     """buffer = [3, 5]: one compiled program for Pod(2), both buffers in one batch, and
     each point's stored rows are the ones it gets in a spec of its buffer alone."""

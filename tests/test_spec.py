@@ -179,6 +179,13 @@ def test_values_one_id_apart_are_refused_with_both_named(old, new, named):
         parse_spec(edit(BASE, old, "load = [0.5, 0.5]"))
 
 
+def test_a_run_length_expression_that_fails_at_a_point_names_it():
+    text = edit(BASE, "time = 50", 'time = "10 / (load - 0.5)"')
+    with pytest.raises(SpecError, match=r"time at jiq N=100 M=1 buffer=inf load=0\.5: "
+                                        r"'10 / \(load - 0\.5\)' cannot be evaluated"):
+        parse_spec(text)
+
+
 def test_a_name_with_control_characters_is_refused():
     with pytest.raises(SpecError, match=r"without '/' or control characters, got 'a\\nb'"):
         parse_spec('name = "a\\nb"\n' + BASE)

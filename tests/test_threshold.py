@@ -96,6 +96,28 @@ def test_auto_start_is_empty_with_a_warning_where_the_mean_field_is_refused():
 
 
 @pytest.mark.slow
+def test_compositions_are_listed_without_visiting_every_candidate():
+    """The busy members' compositions come in the order of the filtered product
+    (the chain's state order), without its (B + 1)^z candidates: z = 30 and
+    z = 1000 once took minutes of enumeration before the solve was refused."""
+    import itertools
+
+    from jaxqueue.theory.threshold import _bounded_tuples
+
+    for z, total in [(0, 3), (1, 5), (2, 0), (3, 6), (5, 2)]:
+        product = [b for b in itertools.product(range(total + 1), repeat=z) if sum(b) <= total]
+        assert list(_bounded_tuples(z, total)) == product
+    many = list(_bounded_tuples(1000, 1))  # 1001 of them, where the product has 2^1000
+    assert len(many) == 1001 and many[0] == (0,) * 1000 and many[-1] == (1,) + (0,) * 999
+
+
+@pytest.mark.slow
+def test_a_large_threshold_is_refused_in_seconds_and_starts_empty():
+    with pytest.warns(jq.StartWarning, match=r"starts jiq-threshold\(z=30\) empty: .*z=30 "
+                                             r"needs more than 2 busy members"):
+        assert plan("jiq-threshold", [0.9], 1000, 100, z=30, replicas=2, steps=256).init == "empty"
+
+
 def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
     """Where the busy members would need more than MAX_STATES compositions per
     size, a solution with less than BUSY_ACCEPT at the bound is kept and

@@ -79,7 +79,7 @@ def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
         assert a.settings["ratio"] == 5.0
 
 
-@pytest.mark.parametrize("backend", ["xla", "registers",
+@pytest.mark.parametrize("backend", ["xla", pytest.param("registers", marks=pytest.mark.slow),
                                      pytest.param("pallas", marks=pytest.mark.slow)])  # fmt: skip
 def test_finite_buffers_are_per_replica_numbers(backend):
     """Pod(2) with buffers 3 and 5 (loads 1.1 and 0.9) in one program: each load's result is

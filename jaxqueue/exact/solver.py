@@ -620,6 +620,15 @@ def solve_exact(
 
     if buffer is not None or queue_bound is not None:
         cap = buffer if buffer is not None else queue_bound
+        # refused before the enumeration (which takes minutes past 10^5 states): the estimate
+        # over m! (it does not divide out the relabelling of dispatchers) is below the count
+        count = estimate_states(rule, n, m, rule_z, cap, symmetry, rule_order, n_phases,
+                                pool_phases)  # fmt: skip
+        if count // math.factorial(m) > max_states:
+            raise ValueError(f"{'buffer' if buffer is not None else 'queue_bound'}={cap}: about "
+                             f"{count:.3g} reachable states, more than max_states={max_states}; "
+                             "use a smaller n_servers, n_dispatchers, buffer or queue_bound, "
+                             "or raise max_states")  # fmt: skip
         return result(cap, *solve(cap))
 
     budget = min(max_states, default_max_states)

@@ -137,7 +137,7 @@ class Series:
 
 def _evaluate(node, params: dict):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
+        return float(node.value)  # (an int power of ints would compute without bound)
     if isinstance(node, ast.Name):
         value = params.get(node.id)
         return math.nan if value is None else float(value)
@@ -151,8 +151,12 @@ def _evaluate(node, params: dict):
 
 
 def evaluate_expression(text: str, params: dict) -> float:
-    """The value of an arithmetic expression of point parameters (NaN where one is None)."""
-    return float(_evaluate(ast.parse(text, mode="eval").body, params))
+    """The value of an arithmetic expression of point parameters (NaN where one is None);
+    a ValueError where it overflows a float or divides by zero."""
+    try:
+        return float(_evaluate(ast.parse(text, mode="eval").body, params))
+    except (OverflowError, ZeroDivisionError) as err:
+        raise ValueError(f"{text!r} cannot be evaluated in floating point ({err})") from None
 
 
 def check_expression(text, key: str = "y_scale") -> str:
@@ -175,6 +179,10 @@ def check_expression(text, key: str = "y_scale") -> str:
         _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
     except ValueError as err:
         raise ValueError(f"{key}={text!r}: {err}") from None
+    except OverflowError:
+        raise ValueError(f"{key}={text!r} overflows a float") from None
+    except ZeroDivisionError:  # at these values only: a point's own may not divide by zero
+        pass
     return text
 
 

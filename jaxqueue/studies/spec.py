@@ -266,7 +266,10 @@ class RunSettings:
         value = getattr(self, key)
         if not isinstance(value, str):
             return value
-        units = evaluate_expression(value, point.params())
+        try:
+            units = evaluate_expression(value, point.params())
+        except ValueError as err:
+            raise SpecError(f"{key} at {point.label()}: {err}") from None
         if not math.isfinite(units) or units < 0 or (units == 0 and key == "time"):
             need = ">= 0" if key == "warmup_time" else "> 0"
             raise SpecError(f"{key}={value!r} is {units:g} at {point.label()}, out of range: "

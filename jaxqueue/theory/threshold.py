@@ -55,7 +55,6 @@ Infinite buffers and exponential service only. Host-side numpy, float64.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -98,6 +97,25 @@ _FIRST_STATES = 150
 _HOPELESS = 1e-6
 
 
+def _bounded_tuples(length: int, total: int):
+    """The tuples of ``length`` counts >= 0 summing to at most ``total``, in
+    lexicographic order (that of ``itertools.product`` filtered by the sum,
+    without visiting the ``(total + 1) ** length`` candidates)."""
+    t = [0] * length
+    while True:
+        yield tuple(t)
+        # the next one: raise the rightmost count that may grow, zero those after it
+        head = sum(t)
+        for i in range(length - 1, -1, -1):
+            head -= t[i]  # the sum before position i
+            if head + t[i] + 1 <= total:
+                t[i] += 1
+                t[i + 1 :] = [0] * (length - i - 1)
+                break
+        else:
+            return
+
+
 class _Chain:
     """The composition chain of one I-queue by size level: sizes ``0..J``, and
     at most ``B`` busy members (holding ``1..z`` tasks), ``J`` and ``B`` grown
@@ -108,9 +126,7 @@ class _Chain:
         if math.comb(self.busy_max + z, z) > MAX_STATES:
             raise ValueError(f"busy_max={busy_max} is out of range: at most {_busy_limit(z)} "
                              f"for z={z}")
-        busy = [b for b in itertools.product(range(self.busy_max + 1), repeat=z)
-                if sum(b) <= self.busy_max]  # fmt: skip
-        busy.sort(key=sum)
+        busy = sorted(_bounded_tuples(z, self.busy_max), key=sum)
         self.levels = [np.array([(m - sum(b),) + b for b in busy if sum(b) <= m], np.int64)
                        .reshape(-1, z + 1) for m in range(size_max + 1)]  # fmt: skip
         self.index = [{tuple(n): i for i, n in enumerate(lv)} for lv in self.levels]
