@@ -10,7 +10,7 @@
 
 Every entry point takes them (:func:`jaxqueue.simulate`, :func:`jaxqueue.sweep`,
 :func:`jaxqueue.transient`, :func:`jaxqueue.exact.solve_exact`, a sweep spec's
-:meth:`~jaxqueue.studies.spec.Point.model`, the command line), and the
+:meth:`~jaxqueue.studies.spec.GridSpec.model`, the command line), and the
 keyword arguments of those functions are a thin layer over them
 (:func:`split_keywords`)::
 
