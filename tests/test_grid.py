@@ -364,3 +364,30 @@ def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
         assert max(r["idx"] for r in alone if r["metric"] == "tail") == b
         ids = {r["point_id"] for r in alone}
         assert sum(key[0] in ids for key in rows) == len(alone)  # no rows past its own levels
+
+
+def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
+    """Two sweeps on one store both computed everything and the second died with an
+    IntegrityError traceback: now the second stops before anything runs, with one line.
+    The first holds the store's lock file in another process here (a real second writer)."""
+    from jaxqueue.studies.store import StoreBusyError, writer_lock
+
+    path = tmp_path / "busy.sqlite"
+    spec = tmp_path / "busy.toml"
+    spec.write_text(SPEC.format(loads="0.5"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom jaxqueue.studies.store import writer_lock\n"
+         f"with writer_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli_main(["sweep", str(spec), "--store", str(path)]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: another sweep is running into {path} (it holds {path}.lock)")
+        assert not path.exists()  # nothing was opened, nothing ran
+    finally:
+        holder.kill()
+        holder.communicate()
+    with writer_lock(path):  # the lock went with the process; within one process too
+        with pytest.raises(StoreBusyError, match="another sweep is running into"):
+            run_grid(parse_spec(SPEC.format(loads="0.5")), path)

@@ -54,7 +54,7 @@ from jaxqueue.runs.bounds import (default_iqueue_levels, default_levels, limit_r
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
-from jaxqueue.studies.store import Store, StoreMismatchError
+from jaxqueue.studies.store import Store, StoreMismatchError, writer_lock
 from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.result import fill_quantiles
 
@@ -473,6 +473,10 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
             ``jax.distributed``, every device of every process).
         log: where progress goes (stderr by default; never stdout).
 
+    One sweep writes a store at a time: a second one into the same store
+    stops before anything runs with :class:`~jaxqueue.studies.store.StoreBusyError`
+    (:func:`~jaxqueue.studies.store.writer_lock`).
+
     With several processes (``jax.distributed``) every process calls this
     with the same spec and store path: each batch's replicas are spread over
     every device of every process, the first process alone opens, reads and
@@ -504,7 +508,8 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with contextlib.ExitStack() as stack:
         store = writer = None
-        if lead:
+        if lead:  # one writer per store: a second sweep into it stops here
+            stack.enter_context(writer_lock(store_path))
             store = stack.enter_context(Store(store_path, spec.spec_hash(), spec.name,
                                               versions(), spec.source_text))  # fmt: skip
             writer = stack.enter_context(ThreadPoolExecutor(max_workers=1,

@@ -27,13 +27,20 @@ layout is refused like one of other code versions (layout 4 added the
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import sqlite3
 from typing import Iterable
 
-__all__ = ["Store", "StoreMismatchError", "COLUMNS", "SCHEMA"]
+try:
+    import fcntl
+except ModuleNotFoundError:  # pragma: no cover (Windows)
+    fcntl = None
+    import msvcrt
+
+__all__ = ["Store", "StoreMismatchError", "StoreBusyError", "writer_lock", "COLUMNS", "SCHEMA"]
 
 #: The layout of the tables; a store written with another is refused.
 SCHEMA = "4"
@@ -59,6 +66,36 @@ SCALAR_INDEX = -1.0
 
 class StoreMismatchError(RuntimeError):
     """The store was written by another spec or another code version."""
+
+
+class StoreBusyError(RuntimeError):
+    """Another process is running a sweep into the store."""
+
+
+@contextlib.contextmanager
+def writer_lock(path):
+    """Hold ``PATH.lock`` while a sweep writes the store at ``path`` (and its
+    ``PATH.running.npz``): a second sweep into it stops at once with
+    :class:`StoreBusyError` instead of computing the same points. An
+    advisory lock of the operating system (``flock``; on Windows
+    ``msvcrt.locking``), so it goes with the process, however it ends; the
+    empty lock file stays."""
+    lock_path = f"{os.fspath(path)}.lock"
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:  # pragma: no cover (Windows)
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            raise StoreBusyError(
+                f"another sweep is running into {os.fspath(path)} (it holds {lock_path}): wait "
+                "for it to end, or give another --store"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
 
 
 class Store:
