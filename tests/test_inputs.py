@@ -1,6 +1,8 @@
-"""No silent acceptance: a value out of range is refused with its name, before anything runs.
+"""No silent acceptance: a value out of range is refused with its name, before anything runs;
+a checkpoint that cannot be written, read or believed is refused with its path.
 
-Fast: every refusal comes before a compile (the runs are stopped if one starts).
+Fast: the refusals come before a compile (the runs are stopped if one starts), and the
+checkpoint tests step a small Pod(2) system for a few blocks.
 """
 
 import math
@@ -50,3 +52,79 @@ def test_cli_refuses_zero_batch_points_and_infinite_checkpoint_intervals(tmp_pat
             "--steps", "256", "--checkpoint", str(tmp_path / "c.npz"), "--checkpoint-every", "nan"]
     assert cli_main(argv) == 2
     assert "checkpoint_every=nan is out of range" in capsys.readouterr().err
+
+
+# -- checkpoints ------------------------------------------------------------------------
+
+#: One small run of several chunks (Pod(2), N = 10; a shape the suite compiles anyway).
+RUN = dict(replicas=2, steps=8 * 256, warmup=256, levels=12, seed=5, init="empty")
+
+
+def _plan():
+    from jaxqueue.runs import planner
+
+    return planner.plan("pod", [0.9], 10, d=2, **RUN)
+
+
+def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_the_first_step(
+        tmp_path, no_run):  # fmt: skip
+    with pytest.raises(ValueError, match=r"checkpoint='.*nowhere/c.npz' cannot be written "
+                                         r"\(No such file or directory\): give a path"):
+        jq.simulate("pod", 0.9, 10, checkpoint=str(tmp_path / "nowhere" / "c.npz"), **RUN)
+
+
+def test_the_first_save_comes_early_and_a_failed_save_keeps_the_last_good_one(tmp_path,
+                                                                              monkeypatch):
+    import numpy as np
+
+    path = str(tmp_path / "c.npz")
+    saves = []
+    real = runner.Run.save
+    monkeypatch.setattr(runner.Run, "save", lambda self, p: saves.append(self.block) or real(self, p))
+    monkeypatch.setattr(runner, "FIRST_CHECKPOINT", 0.0)
+    runner.Run.start(_plan()).advance(3, checkpoint=path, checkpoint_every=1e9)
+    assert saves and saves[0] <= 3  # the first chunk's end, not checkpoint_every's 1e9 s
+    good = runner.Run.resume(_plan(), path).block
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    with pytest.raises(RuntimeError, match=r"checkpoint .*c.npz cannot be written \(No space left "
+                                           r"on device\); the last one saved, if any, is kept"):
+        runner.Run.resume(_plan(), path).advance(checkpoint=path, checkpoint_every=0)
+    monkeypatch.undo()
+    assert runner.Run.resume(_plan(), path).block == good  # the last good one, intact
+    assert [f.name for f in tmp_path.iterdir()] == ["c.npz"]  # no temporary file left
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "noise"])
+def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path, damage):
+    path = tmp_path / "c.npz"
+    runner.Run.start(_plan()).advance(2).save(str(path))
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2],
+                      "noise": bytes(range(256)) * 8}[damage])  # fmt: skip
+    with pytest.raises(runner.CheckpointMismatch, match=rf"checkpoint {path} cannot be read"):
+        runner.Run.resume(_plan(), str(path))
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda a: a["core/tail"].__setitem__((0, 1), 11), "more servers at a higher level"),
+    (lambda a: a["core/tail"].__setitem__((1, 0), 9), "does not count every server"),
+    (lambda a: a[next(k for k in a if k.startswith("totals/"))].flat.__setitem__(0, -1),
+     "a window sum is negative"),
+])  # fmt: skip
+def test_a_checkpoint_whose_state_no_run_reaches_is_refused(tmp_path, edit, why):
+    """Edited counts once resumed (an occupancy of 1.52 was reported); the
+    fingerprint alone does not see them."""
+    import numpy as np
+
+    path = tmp_path / "c.npz"
+    runner.Run.start(_plan()).advance(2).save(str(path))
+    with np.load(path) as data:
+        arrays = {k: data[k].copy() for k in data.files}
+    edit(arrays)
+    np.savez(path, **arrays)
+    with pytest.raises(runner.CheckpointMismatch, match=rf"holds a state no run reaches \(.*{why}"):
+        runner.Run.resume(_plan(), str(path))

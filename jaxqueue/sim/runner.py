@@ -46,6 +46,7 @@ diagnostic fails becomes warm-up and a new window is measured, at most
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -53,6 +54,7 @@ import math
 import os
 import sys
 import time
+import zipfile
 from typing import Callable
 
 import jax
@@ -99,6 +101,10 @@ BATCH_MEANS_REPLICAS = 10
 
 #: ``warmup="auto"``: the most measured windows that may be turned into warm-up.
 MAX_EXTENSIONS = 4
+
+#: Seconds of running before the first checkpoint, when ``checkpoint_every``
+#: is longer: a failing save shows early, and a short run is kept soon.
+FIRST_CHECKPOINT = 10.0
 
 #: The window sums indexed by queue length (last axis ``levels + 1``): a
 #: load with its own buffer below the batch's reports its own levels.
@@ -429,7 +435,7 @@ class Run:
             check_int("n_blocks", n_blocks, 0, 2**62)
         mesh, _, keys, loads = placement(p)
         cap = max_chunk_blocks(p.system, p.policy)
-        chunk, saved = 1, time.perf_counter()
+        chunk, saved, first = 1, time.perf_counter(), True
         while not self.done and self.block < limit:
             boundary = self._next_stop()
             stop = min(boundary, limit)
@@ -457,14 +463,15 @@ class Run:
                 print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
                       f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
             now = time.perf_counter()
-            due = checkpoint is not None and (self.done or now - saved >= checkpoint_every)
+            every = min(checkpoint_every, FIRST_CHECKPOINT) if first else checkpoint_every
+            due = checkpoint is not None and (self.done or now - saved >= every)
             if dt > 0:  # aim for chunks of about half a second
                 chunk = max(1, min(4 * chunk, int(chunk * 0.5 / dt) or 1))
             if multi:  # the same chunks and saves in every process: process 0's clock
                 chunk, due = _agree(min(chunk, cap), due)  # (chunk grows without bound)
             if due:
                 self.save(checkpoint)
-                saved = now
+                saved, first = now, False
                 if progress:
                     print(f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
                           file=sys.stderr, flush=True)  # fmt: skip
@@ -536,9 +543,15 @@ class Run:
                 "windows": [w.meta() for w in self.windows]}  # fmt: skip
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            os.replace(tmp, path)
+        except OSError as err:  # a full disk, a folder gone: the last good checkpoint stays
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise RuntimeError(f"checkpoint {path} cannot be written ({err.strerror or err}); "
+                               "the last one saved, if any, is kept") from None
 
     @classmethod
     def resume(cls, p: Plan, path: str) -> "Run":
@@ -551,10 +564,15 @@ class Run:
             CheckpointMismatch: the file was written by a run with other
                 settings, or by another version of jaxqueue.
         """
-        with np.load(path) as data:
-            arrays = {k: data[k] for k in data.files}
-        meta = json.loads(arrays.pop("meta").tobytes().decode())
-        theirs, ours = meta["fingerprint"], json.loads(json.dumps(p.fingerprint()))
+        try:
+            with open(path, "rb") as f, np.load(f) as data:  # (closed if np.load fails)
+                arrays = {k: data[k] for k in data.files}
+            meta = json.loads(arrays.pop("meta").tobytes().decode())
+            theirs = meta["fingerprint"]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            raise CheckpointMismatch(f"checkpoint {path} cannot be read ({type(err).__name__}: "
+                                     f"{err}); delete it or give another path") from None
+        ours = json.loads(json.dumps(p.fingerprint()))
         if theirs != ours:
             keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
             detail = ", ".join(f"{k}: {_shown(theirs.get(k))!r} there, {_shown(ours.get(k))!r} here"
@@ -587,6 +605,7 @@ class Run:
                 w.sums = [{k.split("/", 3)[3]: v for k, v in arrays.items()
                            if k.startswith(f"batch/{j}/{i}/")}
                           for i in range(saved["batches_done"])]  # fmt: skip
+        _check_consistent(run, arrays["core/tail"], path)
         return run
 
     # -- results ---------------------------------------------------------------
@@ -681,6 +700,30 @@ def _core_fields(core: Core) -> dict:
     return out
 
 
+def _check_consistent(run: "Run", tail: np.ndarray, path: str) -> None:
+    """Refuse a resumed state that no run could have reached: a ``tail`` (as
+    saved, on the host) that does not start at each replica's N or grows with
+    the level, a negative count, a block past the run's end (a file edited or
+    damaged, with a fingerprint intact)."""
+    p = run.plan
+    n = (np.repeat(np.asarray(p.load_sizes(), np.int64)[:, 0], p.replicas) if p.sizes is not None
+         else np.full(p.n_replicas, p.system.n_servers))  # fmt: skip
+    why = None
+    if tail.ndim != 2 or tail.shape[1] != p.system.levels + 1:
+        why = f"its occupancy has shape {tail.shape}, not (replicas, {p.system.levels + 1})"
+    elif (tail[:, 0] != n).any():
+        why = "an occupancy does not count every server (its first entry is not N)"
+    elif (tail < 0).any() or (np.diff(tail, axis=1) > 0).any():
+        why = "an occupancy has a negative count or more servers at a higher level"
+    elif not 0 <= run.block <= run.end:
+        why = f"it is at block {run.block}, outside the run's 0 to {run.end}"
+    elif any((np.asarray(v) < 0).any() for v in run.totals.arrays.values()):
+        why = "a window sum is negative"
+    if why is not None:
+        raise CheckpointMismatch(f"checkpoint {path} holds a state no run reaches ({why}); "
+                                 "delete it or give another path")  # fmt: skip
+
+
 def _core_from_fields(fields: dict, p: Plan) -> Core:
     group = np.minimum(np.arange(p.padded), p.n_replicas - 1)  # padding repeats the last replica
     pad = {k: np.asarray(v)[group] for k, v in fields.items()}
@@ -728,6 +771,19 @@ def _overflow_advice(overflow, p: Plan) -> str:
     return "; ".join(parts) + " (or pass on_overflow='report' to keep the counts in the result)"
 
 
+def _check_writable(path: str) -> None:
+    """Refuse a checkpoint path that cannot be written, before the first step
+    (a run once simulated to its first save, and lost it there)."""
+    probe = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise ValueError(f"checkpoint={path!r} cannot be written ({err.strerror or err}): "
+                         "give a path in a folder that exists and can be written") from None
+
+
 def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
         checkpoint_every: float = 300.0) -> list[SimulationResult]:  # fmt: skip
     """Run a plan from its initial state (or its checkpoint) to the end; one result per load.
@@ -747,6 +803,8 @@ def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
         raise ValueError(f"checkpoint_every={checkpoint_every!r} is out of range: need a finite "
                          "number of seconds >= 0 (0: a save after every chunk)")  # fmt: skip
     exists = checkpoint is not None and os.path.exists(checkpoint)
+    if checkpoint is not None and not exists and jax.process_index() == 0:
+        _check_writable(checkpoint)
     if checkpoint is not None and jax.process_count() > 1:
         seen = multihost_utils.process_allgather(np.asarray(exists, np.int32))
         if seen.min() != seen.max():
