@@ -809,6 +809,14 @@ def _run(args) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return 1
+    except OSError as err:  # a folder that cannot be written, a folder given as a file, ...
+        text = f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
+        print(f"error: {text}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory: run fewer replicas (or fewer loads) at a time",
+              file=sys.stderr)  # fmt: skip
+        return 3
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's 128 + SIGINT
         print(f"interrupted{_resume_note(args)}", file=sys.stderr)
         return 130

@@ -128,3 +128,64 @@ def test_a_checkpoint_whose_state_no_run_reaches_is_refused(tmp_path, edit, why)
     np.savez(path, **arrays)
     with pytest.raises(runner.CheckpointMismatch, match=rf"holds a state no run reaches \(.*{why}"):
         runner.Run.resume(_plan(), str(path))
+
+
+# -- stores and files ---------------------------------------------------------------------
+
+
+def test_a_file_that_is_no_store_is_refused_untouched(tmp_path, capsys):
+    import sqlite3
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n'
+                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database")
+    foreign = tmp_path / "app.sqlite"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE users (name TEXT)")
+    before = {p: p.read_bytes() for p in (text, foreign)}
+    for path, message in ((text, "cannot be used as a store (file is not a database)"),
+                          (foreign, "is an SQLite file but not a jaxqueue store (its tables: "
+                                    "users)"),
+                          (tmp_path, "is a folder: give a store file")):  # fmt: skip
+        for argv in (["export", str(path), "--csv", "-"],
+                     ["sweep", str(spec), "--store", str(path)]):  # fmt: skip
+            assert cli_main(argv) == 3, argv
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: {path}") and message in err, err
+            assert err.count("\n") == 1  # one line, no traceback
+    assert before == {p: p.read_bytes() for p in (text, foreign)}  # neither was touched
+
+
+def test_a_store_in_a_folder_that_does_not_exist_is_said_by_the_plan_and_refused(tmp_path, capsys):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n'
+                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    store = tmp_path / "missing" / "s.sqlite"
+    assert cli_main(["sweep", str(spec), "--store", str(store), "--plan"]) == 0
+    assert (f"note: {store} cannot be created: its folder {store.parent} does not exist"
+            in capsys.readouterr().err)  # fmt: skip
+    assert cli_main(["sweep", str(spec), "--store", str(store)]) == 3
+    assert f"error: {store} cannot be used as a store: " in capsys.readouterr().err
+
+
+def test_an_os_error_is_one_line(tmp_path, capsys):
+    import sqlite3
+
+    from jaxqueue.studies.store import Store
+
+    store = tmp_path / "s.sqlite"
+    Store(store, "hash", "s", {}).close()
+    with sqlite3.connect(store):
+        pass
+    out = tmp_path / "missing" / "rows.csv"
+    assert cli_main(["export", str(store), "--csv", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "No such file or directory" in err and str(out) in err
+    assert err.count("\n") == 1
+    folder = tmp_path / "folder.csv"
+    folder.mkdir()
+    assert cli_main(["export", str(store), "--csv", str(folder)]) == 2  # a folder as a file
+    err = capsys.readouterr().err
+    assert err == f"error: Is a directory: {folder}\n"

@@ -251,6 +251,11 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
                 done = store.done()
         except StoreMismatchError as err:  # a plan still says what would run
             store_error = str(err)
+    elif store_path is not None:  # a new store: its folder must take it
+        folder = os.path.dirname(os.path.abspath(store_path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            store_error = (f"{store_path} cannot be created: its folder {folder} does not exist "
+                           "or cannot be written")  # fmt: skip
     run = spec.run
     groups, total_steps, total_batches, n_done = [], 0, 0, 0
     for points in shape_groups(spec).values():

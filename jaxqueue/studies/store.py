@@ -68,6 +68,28 @@ class StoreMismatchError(RuntimeError):
     """The store was written by another spec or another code version."""
 
 
+def _connect(path: str) -> sqlite3.Connection:
+    """A connection to the store at ``path`` (created if missing or empty); a file
+    that is not SQLite, an SQLite file of something else, or a path that cannot
+    be opened is a :class:`StoreMismatchError` naming it (the file is not touched)."""
+    try:
+        if os.path.isdir(path):
+            raise StoreMismatchError(f"{path} is a folder: give a store file (NAME.sqlite)")
+        fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        db = sqlite3.connect(path, check_same_thread=False)
+        if not fresh:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"meta", "points", "results"} <= tables:
+                db.close()
+                raise StoreMismatchError(
+                    f"{path} is an SQLite file but not a jaxqueue store (its tables: "
+                    f"{', '.join(sorted(tables)) or 'none'}): give a new store file")  # fmt: skip
+        return db
+    except sqlite3.DatabaseError as err:  # not SQLite; a folder missing or read-only
+        raise StoreMismatchError(f"{path} cannot be used as a store ({err}): give a store file "
+                                 "in a folder that exists and can be written") from None
+
+
 class StoreBusyError(RuntimeError):
     """Another process is running a sweep into the store."""
 
@@ -81,7 +103,12 @@ def writer_lock(path):
     ``msvcrt.locking``), so it goes with the process, however it ends; the
     empty lock file stays."""
     lock_path = f"{os.fspath(path)}.lock"
-    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as err:
+        raise StoreMismatchError(f"{os.fspath(path)} cannot be used as a store: {lock_path} "
+                                 f"cannot be created ({err.strerror or err}); give a store file "
+                                 "in a folder that exists and can be written") from None
     try:
         try:
             if fcntl is not None:
@@ -117,7 +144,7 @@ class Store:
         self.path = os.fspath(path)
         # One writer thread of run_grid commits while the caller simulates; the
         # connection is used by one thread at a time.
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db = _connect(self.path)
         cols = ", ".join(f'"{c}" {_TYPES[c]}' for c in COLUMNS)  # "order" is an SQL keyword
         with self._db:
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -242,7 +269,10 @@ class Store:
         """Open a store for reading, whatever wrote it (export, plots)."""
         if not os.path.exists(path):
             raise FileNotFoundError(f"no store at {path}")
-        db = sqlite3.connect(os.fspath(path))
+        db = _connect(os.fspath(path))
         meta = dict(db.execute("SELECT key, value FROM meta"))
         db.close()
+        if not {"spec_hash", "spec_name", "versions"} <= set(meta):
+            raise StoreMismatchError(f"{path} is not a jaxqueue store (its meta table lacks "
+                                     "spec_hash, spec_name or versions)")  # fmt: skip
         return Store(path, meta["spec_hash"], meta["spec_name"], json.loads(meta["versions"]))
