@@ -189,3 +189,27 @@ def test_an_os_error_is_one_line(tmp_path, capsys):
     assert cli_main(["export", str(store), "--csv", str(folder)]) == 2  # a folder as a file
     err = capsys.readouterr().err
     assert err == f"error: Is a directory: {folder}\n"
+
+
+def test_a_store_or_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatch, capsys):
+    """Other sources, same version string: resuming a store or a checkpoint is refused
+    with both digests named; reading the store (export) still works."""
+    from jaxqueue.core import versions as versions_module
+    from jaxqueue.studies.store import Store, StoreMismatchError
+
+    ours = versions_module.source_digest()
+    assert len(ours) == 16 and versions_module.versions()["source"] == ours
+    path = tmp_path / "c.npz"
+    runner.Run.start(_plan()).advance(2).save(str(path))
+    store = tmp_path / "s.sqlite"
+    Store(store, "hash", "s", versions_module.versions()).close()
+    monkeypatch.setattr(versions_module, "source_digest", lambda: "0123456789abcdef")
+    monkeypatch.setattr(runner, "source_digest", versions_module.source_digest)
+    with pytest.raises(runner.CheckpointMismatch, match=rf"source: '{ours}' there, "
+                                                        r"'0123456789abcdef' here"):
+        runner.Run.resume(_plan(), str(path))
+    with pytest.raises(StoreMismatchError, match=rf"written by other versions .*{ours}.*; now "
+                                                 r".*0123456789abcdef.*results of different code"):
+        Store(store, "hash", "s", versions_module.versions())
+    assert cli_main(["export", str(store), "--csv", "-"]) == 0  # reading it is fine
+    assert capsys.readouterr().out.startswith("point_id,")

@@ -68,7 +68,7 @@ from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import (
     System, check_int,
 )  # fmt: skip
-from jaxqueue.core.versions import __version__, versions
+from jaxqueue.core.versions import __version__, source_digest, versions
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
@@ -231,7 +231,8 @@ class Plan:
         if self.system.arrivals is not None:
             system["arrivals"] = self.system.arrivals.to_dict()
         return {
-            "jaxqueue": __version__, "format": CHECKPOINT_FORMAT, "block": BLOCK,
+            "jaxqueue": __version__, "source": source_digest(), "format": CHECKPOINT_FORMAT,
+            "block": BLOCK,
             "policy": self.policy.name, "options": self.policy.options(), "system": system,
             "loads": [float(x).hex() for x in self.loads], "replicas": self.replicas,
             "warmup_blocks": self.warmup_blocks, "measure_blocks": self.measure_blocks,
