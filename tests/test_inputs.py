@@ -213,3 +213,19 @@ def test_a_store_or_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatc
         Store(store, "hash", "s", versions_module.versions())
     assert cli_main(["export", str(store), "--csv", "-"]) == 0  # reading it is fine
     assert capsys.readouterr().out.startswith("point_id,")
+
+
+def test_replicas_beyond_the_host_memory_are_refused_before_any_allocation(monkeypatch, no_run):
+    """1e8 replicas were killed by the system's out-of-memory killer; the estimate
+    (planner.state_bytes) refuses them at the plan, against the host's memory."""
+    from jaxqueue.runs import planner
+
+    monkeypatch.setattr(planner, "host_memory", lambda: 2**30)
+    plan = planner.plan("pod", [0.9], 10, d=2, **{**RUN, "replicas": 1000})
+    per = planner.state_bytes(plan.system, plan.policy, 1)
+    assert 200 < per < 4000  # bytes a replica: a few per level, not per server
+    fits = int(0.8 * 2**30 / per)
+    planner.plan("pod", [0.9], 10, d=2, **{**RUN, "replicas": fits // 2})
+    with pytest.raises(ValueError, match=r"replicas \(all loads\) need about .* GiB of host "
+                                         r"memory .* more than 80% of this machine's 1 GiB"):
+        jq.simulate("pod", 0.9, 10, d=2, **{**RUN, "replicas": 2 * fits})

@@ -16,6 +16,7 @@ any theory.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from typing import Sequence
 
@@ -36,6 +37,7 @@ from jaxqueue.runs.bounds import (
     default_iqueue_levels, default_levels, limit_ratio, phase_levels, required_levels, source_levels,
 )  # fmt: skip
 from jaxqueue.runs.initial import initial_state
+from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.runner import BACKENDS, BATCH_MEANS_REPLICAS, MAX_EXTENSIONS, Plan
 from jaxqueue.sim.source import check_source
@@ -444,6 +446,7 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
                 f"{lmax:g}, run as whole blocks of {BLOCK} steps: {measure_blocks * BLOCK} steps, "
                 f"{simulated:.4g} time units simulated (settings['time_measured'])",
                 WindowWarning, stacklevel=3)  # fmt: skip
+    _check_memory(system, pol, replicas * len(loads))
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     stepped = len(loads) * replicas * (warm_blocks + measure_blocks * (1 + extensions)) * BLOCK
     devs, host_note = _small_on_host(devs, devices is None and backend == "auto", stepped)
@@ -453,6 +456,37 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
                 start, on_overflow, devs, streams, min(batches, measure_blocks), interval,
                 auto_warmup, extensions, used, note, windows,
                 None if sizes is None else tuple(sizes), initial_state)  # fmt: skip
+
+
+def host_memory() -> int | None:
+    """The host's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover (not POSIX)
+        return None
+
+
+def state_bytes(system: System, pol: Policy, replicas: int) -> int:
+    """About how many bytes of host memory ``replicas`` replicas take: each one's
+    state (int32 per level and I-queue size, per server for per-server lists,
+    per level and class with server classes) and its window sums (int64 per
+    level, twice: the totals and the last batch's mark), as built on the host."""
+    levels, iq = system.levels + 1, system.iqueue_levels + 1
+    classes = class_table(system).n_classes if system.classes else 1
+    state = 4 * (levels * classes + 2 * iq) + (16 * system.n_servers if pol.per_server else 0)
+    sums = 2 * 8 * (2 * levels * classes + iq + 16)
+    return replicas * (2 * state + sums)  # (the state twice: per load, then stacked)
+
+
+def _check_memory(system: System, pol: Policy, replicas: int) -> None:
+    """Refuse a run whose replicas would not fit in the host's memory, before any
+    allocation (1e8 replicas were killed by the system's out-of-memory killer)."""
+    need, have = state_bytes(system, pol, replicas), host_memory()
+    if have is not None and need > 0.8 * have:
+        raise ValueError(f"{replicas} replicas (all loads) need about {need / 2**30:.3g} GiB of "
+                         f"host memory for their state and sums, more than 80% of this "
+                         f"machine's {have / 2**30:.3g} GiB: run fewer replicas at a time "
+                         "(several runs with other seeds)")  # fmt: skip
 
 
 #: ``backend="auto"`` on a GPU runs a run of fewer replica-steps than this on
