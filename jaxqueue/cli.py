@@ -692,6 +692,8 @@ def _print_plan(spec, store, args) -> int:
     if args.json:
         print(json.dumps(plan))
         return 0
+    for line in plan["warnings"]:
+        print(f"note: {line}", file=sys.stderr)
     if plan.get("store_error"):
         print(f"note: {plan['store_error']}; a run into it would be refused", file=sys.stderr)
     if plan["window_overruns"]:

@@ -5,6 +5,7 @@ Fast: the refusals come before a compile (the runs are stopped if one starts), a
 checkpoint tests step a small Pod(2) system for a few blocks.
 """
 
+import json
 import math
 
 import pytest
@@ -229,3 +230,22 @@ def test_replicas_beyond_the_host_memory_are_refused_before_any_allocation(monke
     with pytest.raises(ValueError, match=r"replicas \(all loads\) need about .* GiB of host "
                                          r"memory .* more than 80% of this machine's 1 GiB"):
         jq.simulate("pod", 0.9, 10, d=2, **{**RUN, "replicas": 2 * fits})
+
+
+def test_the_plan_warns_of_a_grid_past_its_sizes(tmp_path, capsys, monkeypatch):
+    """--plan once said nothing about 10^6 points or 3e17 replica-steps."""
+    from jaxqueue.studies import grid
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5, 0.6, 0.7]\n'
+                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    assert cli_main(["sweep", str(spec), "--plan"]) == 0
+    assert "note:" not in capsys.readouterr().err  # a small grid: no warning
+    monkeypatch.setattr(grid, "LARGE_POINTS", 2)
+    monkeypatch.setattr(grid, "LARGE_REPLICA_STEPS", 1000)
+    assert cli_main(["sweep", str(spec), "--plan"]) == 0
+    err = capsys.readouterr().err
+    assert "note: 3 points (more than 2): check the spec's axes" in err
+    assert "note: 1.17e+04 replica-steps: about 3.26e-08 hours on 2 CPU cores (at 1e+08" in err
+    assert cli_main(["sweep", str(spec), "--plan", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["warnings"]) == 2

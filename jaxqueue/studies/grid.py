@@ -216,6 +216,13 @@ def gpu_seconds(points: list[Point], spec: GridSpec, batches: list[list[Point]],
     return seconds + GPU_RATES["compile_s"]
 
 
+#: ``plan_grid`` warns past this many points, and past this many replica-steps
+#: (a day on 2 CPU cores at :data:`CPU_REFERENCE_RATE`, Pod(2)'s rate there).
+LARGE_POINTS = 100_000
+CPU_REFERENCE_RATE = 1e8
+LARGE_REPLICA_STEPS = 86_400 * CPU_REFERENCE_RATE
+
+
 def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
               store_path=None, devices=None) -> dict:  # fmt: skip
     """What :func:`run_grid` would run, without running or compiling anything.
@@ -240,7 +247,9 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
         ``window_overruns``, the points whose whole blocks run more than
         10% past the spec's ``time`` (:func:`window_overruns`); and
         ``gpu_seconds``, an estimate of the time on one H200 (per group too;
-        :func:`gpu_seconds`), batched as on a GPU.
+        :func:`gpu_seconds`), batched as on a GPU; ``warnings``: lines about a
+        grid past :data:`LARGE_POINTS` points or :data:`LARGE_REPLICA_STEPS`
+        replica-steps.
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
@@ -280,11 +289,21 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
                        "replica_steps": steps, "gpu_seconds": gpu})  # fmt: skip
         total_steps += steps
         total_batches += len(batches)
+    gpu_total = sum(g["gpu_seconds"] for g in groups)
+    warnings_ = []
+    if len(spec.points) > LARGE_POINTS:
+        warnings_.append(f"{len(spec.points)} points (more than {LARGE_POINTS}): check the "
+                         "spec's axes; each point is a batch member and a set of store rows")  # fmt: skip
+    if total_steps > LARGE_REPLICA_STEPS:
+        warnings_.append(f"{total_steps:.3g} replica-steps: about "
+                         f"{total_steps / CPU_REFERENCE_RATE / 3600:.3g} hours on 2 CPU cores (at "
+                         f"{CPU_REFERENCE_RATE:.0e} a second) and {gpu_total / 3600:.3g} on one "
+                         "H200 by the estimate")  # fmt: skip
     return {"spec": spec.name, "points": len(spec.points), "done": n_done,
             "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
             "groups": groups, "store_error": store_error,
             "window_overruns": len(window_overruns(spec)),
-            "gpu_seconds": sum(g["gpu_seconds"] for g in groups)}  # fmt: skip
+            "gpu_seconds": gpu_total, "warnings": warnings_}  # fmt: skip
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
