@@ -59,8 +59,8 @@ MAX_LEVELS = 128
 
 class Regs(NamedTuple):
     """A tile of replicas' Markov state: tuples of int32 ``(B,)`` vectors, one a level
-    (``sizes``: each replica's ``N`` and ``M`` where they differ across the batch,
-    constant through the run; empty otherwise)."""
+    (``sizes``: each replica's ``N`` and ``M``, and its buffer where buffers differ,
+    where they differ across the batch, constant through the run; empty otherwise)."""
 
     tail: tuple
     iq_tail: tuple

@@ -707,8 +707,7 @@ def _check_consistent(run: "Run", tail: np.ndarray, path: str) -> None:
     the level, a negative count, a block past the run's end (a file edited or
     damaged, with a fingerprint intact)."""
     p = run.plan
-    n = (np.repeat(np.asarray(p.load_sizes(), np.int64)[:, 0], p.replicas) if p.sizes is not None
-         else np.full(p.n_replicas, p.system.n_servers))  # fmt: skip
+    n = np.repeat(np.asarray(p.load_sizes(), np.int64)[:, 0], p.replicas)
     why = None
     if tail.ndim != 2 or tail.shape[1] != p.system.levels + 1:
         why = f"its occupancy has shape {tail.shape}, not (replicas, {p.system.levels + 1})"
