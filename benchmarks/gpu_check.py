@@ -49,18 +49,18 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jaxqueue as jq  # noqa: E402
-from jaxqueue.core.rng import BLOCK, replica_keys  # noqa: E402
-from jaxqueue.core.system import System  # noqa: E402
-from jaxqueue.core.versions import versions  # noqa: E402
-from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
-from jaxqueue.runs.initial import initial_counts  # noqa: E402
-from jaxqueue.sim.kernel import run_kernel, step_ops  # noqa: E402
-from jaxqueue.sim.state import core_from_counts  # noqa: E402
+import jaxqueue as jq
+from jaxqueue.core.rng import BLOCK, replica_keys
+from jaxqueue.core.system import System
+from jaxqueue.core.versions import versions
+from jaxqueue.runs.initial import initial_counts
+from jaxqueue.sim.blocks import block_words, run_blocks
+from jaxqueue.sim.kernel import run_kernel, step_ops
+from jaxqueue.sim.state import core_from_counts
 
 LOAD = 0.9
 N = 1000
@@ -83,12 +83,15 @@ def _call(backend, system, policy, core, keys, first, blocks, loads, interpret):
     fb, nb = jnp.asarray(block_words(first)), jnp.int32(blocks)
     if backend == "xla":
         return run_blocks(core, keys, fb, nb, loads, system=system, policy=policy)
-    return run_kernel(core, keys, fb, nb, loads, system=system, policy=policy,
-                      interpret=interpret)  # fmt: skip
+    return run_kernel(core, keys, fb, nb, loads, system=system, policy=policy, interpret=interpret)
 
 
-EXACT_CASES = [("pod", {"d": 2}, 1, 0, 16, None), ("jiq", {}, 100, 32, 16, None),
-               ("jiq-sq", {"d": 2}, 50, 24, 4, 4), ("i1f", {}, 1, 0, 16, None)]  # fmt: skip
+EXACT_CASES = [
+    ("pod", {"d": 2}, 1, 0, 16, None),
+    ("jiq", {}, 100, 32, 16, None),
+    ("jiq-sq", {"d": 2}, 50, 24, 4, 4),
+    ("i1f", {}, 1, 0, 16, None),
+]
 
 
 def exactness(interpret: bool, budget: float, save) -> list[dict]:
@@ -104,28 +107,47 @@ def exactness(interpret: bool, budget: float, save) -> list[dict]:
         replicas = 256 if interpret else 4096
         t0 = time.perf_counter()
         try:
-            system, policy, core, keys, loads = _setup(name, opts, m, iq, levels, replicas,
-                                                       buffer)  # fmt: skip
+            system, policy, core, keys, loads = _setup(name, opts, m, iq, levels, replicas, buffer)
             out = {}
             for backend in ("xla", "pallas"):
                 c = jax.tree.map(jnp.copy, core)
                 out[backend] = jax.block_until_ready(
-                    _call(backend, system, policy, c, keys, 2**32 - 3, 5, loads, interpret))
+                    _call(backend, system, policy, c, keys, 2**32 - 3, 5, loads, interpret)
+                )
         except Exception as e:  # reported, and the other cases still run
-            rows.append({"policy": name, "n_dispatchers": m, "buffer": buffer,
-                         "error": f"{type(e).__name__}: {e}"[:2000]})  # fmt: skip
+            rows.append(
+                {
+                    "policy": name,
+                    "n_dispatchers": m,
+                    "buffer": buffer,
+                    "error": f"{type(e).__name__}: {e}"[:2000],
+                }
+            )
             traceback.print_exc()
             print(f"exactness {name} M={m} buffer={buffer}: FAILED", file=sys.stderr, flush=True)
             save(rows)
             continue
         la, lb = jax.tree.leaves(out["xla"]), jax.tree.leaves(out["pallas"])
         same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(la, lb))
-        rows.append({"policy": policy.label(), "n_dispatchers": m, "buffer": buffer,
-                     "levels": system.levels, "replicas": replicas, "blocks": 5,
-                     "identical": bool(same), "seconds": time.perf_counter() - t0})  # fmt: skip
-        print(f"exactness {policy.label():12s} M={m:<4d} buffer={buffer}: "
-              f"{'identical' if same else 'DIFFERENT'} ({rows[-1]['seconds']:.1f} s with "
-              "both compiles)", file=sys.stderr, flush=True)  # fmt: skip
+        rows.append(
+            {
+                "policy": policy.label(),
+                "n_dispatchers": m,
+                "buffer": buffer,
+                "levels": system.levels,
+                "replicas": replicas,
+                "blocks": 5,
+                "identical": bool(same),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        print(
+            f"exactness {policy.label():12s} M={m:<4d} buffer={buffer}: "
+            f"{'identical' if same else 'DIFFERENT'} ({rows[-1]['seconds']:.1f} s with "
+            "both compiles)",
+            file=sys.stderr,
+            flush=True,
+        )
         save(rows)
     return rows
 
@@ -135,24 +157,37 @@ def throughput(backend, name, levels, replicas, interpret, target_seconds=1.0) -
     system, policy, core, keys, loads = _setup(pname, opts, m, iq, levels, replicas)
     t0 = time.perf_counter()
     core, _ = jax.block_until_ready(
-        _call(backend, system, policy, core, keys, 0, 1, loads, interpret))
+        _call(backend, system, policy, core, keys, 0, 1, loads, interpret)
+    )
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     core, _ = jax.block_until_ready(
-        _call(backend, system, policy, core, keys, 1, 2, loads, interpret))
+        _call(backend, system, policy, core, keys, 1, 2, loads, interpret)
+    )
     per_block = (time.perf_counter() - t0) / 2
     blocks = int(max(1, min(4096, target_seconds / max(per_block, 1e-9))))
     best, first = float("inf"), 3
     for _ in range(2):
         t0 = time.perf_counter()
         core, _ = jax.block_until_ready(
-            _call(backend, system, policy, core, keys, first, blocks, loads, interpret))
+            _call(backend, system, policy, core, keys, first, blocks, loads, interpret)
+        )
         best = min(best, time.perf_counter() - t0)
         first += blocks
-    return {"backend": backend, "policy": policy.label(), "n_servers": N, "n_dispatchers": m,
-            "load": LOAD, "levels": levels, "iqueue_levels": iq, "replicas": replicas,
-            "blocks": blocks, "seconds": best, "compile_seconds": compile_s,
-            "events_per_second": replicas * blocks * BLOCK / best}  # fmt: skip
+    return {
+        "backend": backend,
+        "policy": policy.label(),
+        "n_servers": N,
+        "n_dispatchers": m,
+        "load": LOAD,
+        "levels": levels,
+        "iqueue_levels": iq,
+        "replicas": replicas,
+        "blocks": blocks,
+        "seconds": best,
+        "compile_seconds": compile_s,
+        "events_per_second": replicas * blocks * BLOCK / best,
+    }
 
 
 #: Each theory path once (run in a subprocess with the GPU as JAX's default device).
@@ -160,8 +195,9 @@ THEORY_PATHS = {
     "closed form (JIQ-Pod(2))": 'theory.mean_field("jiq-pod", 0.9, 10.0, d=2)',
     "generic fixed point (I1F)": 'theory.mean_field("i1f", 0.9)',
     "phase-type (Pod(2), hyperexp:4)": 'theory.mean_field("pod", 0.9, d=2, service="hyperexp:4")',
-    "periodic (Pod(2), a rate profile)": ('theory.mean_field("pod", 0.8, d=2, '
-                                          'arrivals=Profile((0.0, 5.0), (0.6, 1.4)))'),
+    "periodic (Pod(2), a rate profile)": (
+        'theory.mean_field("pod", 0.8, d=2, arrivals=Profile((0.0, 5.0), (0.6, 1.4)))'
+    ),
     "refined (JIQ, N = 100)": 'theory.refined_mean_field("jiq", 0.9, 10.0, n_servers=100)',
     "design (max load for T = 1.5)": 'theory.max_load_for_target("jiq-pod", 1.5, 10.0, d=2)',
     "exact chain (JIQ-Pod(2), N = 4)": 'solve_exact("jiq-pod", 0.6, 4, 2, d=2)',
@@ -176,11 +212,12 @@ def _timed(cmd: list[str], timeout: float) -> dict:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout, 1.0))
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return {"seconds": time.perf_counter() - t0, "status": "timeout",
-                "tail": str(out)[-400:]}  # fmt: skip
-    return {"seconds": time.perf_counter() - t0,
-            "status": "ok" if done.returncode == 0 else f"exit {done.returncode}",
-            "tail": (done.stdout + done.stderr)[-400:]}  # fmt: skip
+        return {"seconds": time.perf_counter() - t0, "status": "timeout", "tail": str(out)[-400:]}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "status": "ok" if done.returncode == 0 else f"exit {done.returncode}",
+        "tail": (done.stdout + done.stderr)[-400:],
+    }
 
 
 _SIMULATE = """
@@ -206,14 +243,21 @@ def product(quick: bool, budget: float, save) -> list[dict]:
     def add(name, row):
         row = {"what": name, **row}
         out.append(row)
-        print(f"product: {name}: {row.get('status')} in {row.get('seconds', 0):.1f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"product: {name}: {row.get('status')} in {row.get('seconds', 0):.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         save(product_now=out)
 
-    script = ("from jaxqueue import theory\nfrom jaxqueue.exact import solve_exact\n"
-              "from jaxqueue.core.arrivals import Profile\n") + "\n".join(
+    script = (
+        "from jaxqueue import theory\nfrom jaxqueue.exact import solve_exact\n"
+        "from jaxqueue.core.arrivals import Profile\n"
+    ) + "\n".join(
         f"import time; t0 = time.perf_counter(); r = {code}; print({name!r}, "
-        "round(time.perf_counter() - t0, 2))" for name, code in THEORY_PATHS.items())
+        "round(time.perf_counter() - t0, 2))"
+        for name, code in THEORY_PATHS.items()
+    )
     res = _timed([py, "-c", script], min(120, left()))
     for line in res["tail"].splitlines():  # "name seconds" per path
         name, _, secs = line.rpartition(" ")
@@ -224,19 +268,47 @@ def product(quick: bool, budget: float, save) -> list[dict]:
     if res["status"] == "ok":
         res.update(json.loads(res["tail"].strip().splitlines()[-1]))
     add(f"jq.simulate pod(d=2) N=1000, {replicas} replicas x {steps} steps", res)
-    add(f"CLI simulate, {replicas} replicas x {steps} steps",
-        _timed([py, "-m", "jaxqueue", "simulate", "--policy", "pod", "--d", "2", "--servers",
-                "1000", "--load", "0.9", "--replicas", str(replicas), "--steps", str(steps),
-                "--warmup", "0", "--json"], min(150, left())))  # fmt: skip
+    add(
+        f"CLI simulate, {replicas} replicas x {steps} steps",
+        _timed(
+            [
+                py,
+                "-m",
+                "jaxqueue",
+                "simulate",
+                "--policy",
+                "pod",
+                "--d",
+                "2",
+                "--servers",
+                "1000",
+                "--load",
+                "0.9",
+                "--replicas",
+                str(replicas),
+                "--steps",
+                str(steps),
+                "--warmup",
+                "0",
+                "--json",
+            ],
+            min(150, left()),
+        ),
+    )
     main_job = [py, "-m", "jaxqueue", "compare"]
     if quick:
         main_job += ["--loads", "0.5", "--time", "10", "--replicas", "4"]
-    add("main job: python -m jaxqueue compare" + (" (quick)" if quick else ""),
-        _timed(main_job, min(150, left())))  # fmt: skip
+    add(
+        "main job: python -m jaxqueue compare" + (" (quick)" if quick else ""),
+        _timed(main_job, min(150, left())),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "spec.sqlite")
-        spec = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "sweeps", "mukherjee_hw.toml")  # fmt: skip
+        spec = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            "sweeps",
+            "mukherjee_hw.toml",
+        )
         mode = "--quick" if quick else "--gpu"
         res = _timed([py, "-m", "jaxqueue", "sweep", spec, "--store", store, mode], left())
         res["points_stored"] = _points_stored(store)
@@ -255,21 +327,31 @@ def _points_stored(path: str) -> int:
 
 
 def markdown(meta, exact, rows, skipped, product_rows=()) -> str:
-    lines = [f"GPU check, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
-             f"jaxqueue {meta['jaxqueue']}", "",
-             "Bit-exactness, kernel against the XLA engine on this device:", "",
-             "| policy | M | buffer | levels | replicas | identical |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"GPU check, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
+        f"jaxqueue {meta['jaxqueue']}",
+        "",
+        "Bit-exactness, kernel against the XLA engine on this device:",
+        "",
+        "| policy | M | buffer | levels | replicas | identical |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in exact:
         if r.get("skipped") or r.get("error"):
             why = "skipped for time" if r.get("skipped") else "FAILED: " + r["error"][:80]
             lines.append(f"| {r['policy']} | {r['n_dispatchers']} | {r['buffer']} | | | {why} |")
             continue
-        lines.append(f"| {r['policy']} | {r['n_dispatchers']} | {r['buffer']} | {r['levels']} | "
-                     f"{r['replicas']} | {'yes' if r['identical'] else 'NO'} |")  # fmt: skip
-    lines += ["", f"Replica-events per second, N = {N}, lambda = {LOAD} (JIQ: r = 10, "
-              "32 I-queue levels):", "",
-              "| policy | levels | replicas | XLA engine | Pallas kernel | kernel / XLA |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {r['policy']} | {r['n_dispatchers']} | {r['buffer']} | {r['levels']} | "
+            f"{r['replicas']} | {'yes' if r['identical'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        f"Replica-events per second, N = {N}, lambda = {LOAD} (JIQ: r = 10, 32 I-queue levels):",
+        "",
+        "| policy | levels | replicas | XLA engine | Pallas kernel | kernel / XLA |",
+        "|---|---|---|---|---|---|",
+    ]
     table = {}
     for r in rows:
         table.setdefault((r["policy"], r["levels"], r["replicas"]), {})[r["backend"]] = r
@@ -280,54 +362,97 @@ def markdown(meta, exact, rows, skipped, product_rows=()) -> str:
         ratio = f"{k['events_per_second'] / x['events_per_second']:.2f}" if x and k else "-"
         lines.append(f"| {pol} | {lv} | 2^{int(np.log2(rep))} | {fx} | {fk} | {ratio} |")
     if skipped:
-        lines += ["", f"Skipped for time: {len(skipped)} rows ("
-                  + ", ".join(f"{b} {p} L={lv} 2^{int(np.log2(r))}" for b, p, lv, r in skipped)
-                  + ")."]  # fmt: skip
-    lines += ["", "Element-wise operations per replica-step in the kernel: "
-              + ", ".join(f"{k} {v}" for k, v in meta["step_ops"].items()) + "."]
+        lines += [
+            "",
+            f"Skipped for time: {len(skipped)} rows ("
+            + ", ".join(f"{b} {p} L={lv} 2^{int(np.log2(r))}" for b, p, lv, r in skipped)
+            + ").",
+        ]
+    lines += [
+        "",
+        "Element-wise operations per replica-step in the kernel: "
+        + ", ".join(f"{k} {v}" for k, v in meta["step_ops"].items())
+        + ".",
+    ]
     if product_rows:
-        lines += ["", "The product as a user runs it (wall seconds, one process each, "
-                  "compiles included unless said):", "", "| what | status | seconds | notes |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "The product as a user runs it (wall seconds, one process each, "
+            "compiles included unless said):",
+            "",
+            "| what | status | seconds | notes |",
+            "|---|---|---|---|",
+        ]
         for r in product_rows:
-            notes = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
-                     if k not in ("what", "status", "seconds", "tail")}  # fmt: skip
-            lines.append(f"| {r['what']} | {r['status']} | {r['seconds']:.1f} | "
-                         f"{', '.join(f'{k} {v}' for k, v in notes.items())} |")  # fmt: skip
+            notes = {
+                k: (round(v, 3) if isinstance(v, float) else v)
+                for k, v in r.items()
+                if k not in ("what", "status", "seconds", "tail")
+            }
+            lines.append(
+                f"| {r['what']} | {r['status']} | {r['seconds']:.1f} | "
+                f"{', '.join(f'{k} {v}' for k, v in notes.items())} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the outputs")
-    ap.add_argument("--budget", type=float, default=150.0,
-                    help="seconds for the throughput rows (default 150)")
-    ap.add_argument("--product-budget", type=float, default=200.0,
-                    help="seconds for the product part (default 200)")
-    ap.add_argument("--exact-budget", type=float, default=90.0,
-                    help="seconds for the exactness cases (default 90)")
+    ap.add_argument(
+        "--budget", type=float, default=150.0, help="seconds for the throughput rows (default 150)"
+    )
+    ap.add_argument(
+        "--product-budget",
+        type=float,
+        default=200.0,
+        help="seconds for the product part (default 200)",
+    )
+    ap.add_argument(
+        "--exact-budget",
+        type=float,
+        default=90.0,
+        help="seconds for the exactness cases (default 90)",
+    )
     ap.add_argument("--quick", action="store_true", help="smallest size only (automatic off a GPU)")
-    ap.add_argument("--policies", default="pod,jiq",
-                    help="throughput rows for these (comma-separated; default pod,jiq)")
-    ap.add_argument("--backends", default="pallas,xla",
-                    help="throughput rows for these (comma-separated; default pallas,xla)")
+    ap.add_argument(
+        "--policies",
+        default="pod,jiq",
+        help="throughput rows for these (comma-separated; default pod,jiq)",
+    )
+    ap.add_argument(
+        "--backends",
+        default="pallas,xla",
+        help="throughput rows for these (comma-separated; default pallas,xla)",
+    )
     ap.add_argument("--json", action="store_true", help="the JSON record alone on stdout")
     args = ap.parse_args(argv)
     policies, backends = args.policies.split(","), args.backends.split(",")
-    for value, valid, flag in ((policies, POLICIES, "--policies"),
-                               (backends, ("pallas", "xla"), "--backends")):
+    for value, valid, flag in (
+        (policies, POLICIES, "--policies"),
+        (backends, ("pallas", "xla"), "--backends"),
+    ):
         if not value or any(v not in valid for v in value):
             ap.error(f"{flag} takes a comma-separated list of {', '.join(valid)}")
     start = time.perf_counter()
     dev = jax.devices()[0]
     interpret = dev.platform != "gpu"
     quick = args.quick or interpret
-    meta = {"date": datetime.date.today().isoformat(), "device": getattr(dev, "device_kind", str(dev)),
-            "platform": dev.platform, **versions(), "interpret": interpret,
-            "step_ops": {f"{p} L={lv}": step_ops(System(N, POLICIES[p][2], None, lv,
-                                                        POLICIES[p][3]), jq.make(POLICIES[p][0],
-                                                        **POLICIES[p][1]))
-                         for p in POLICIES for lv in (16, 32, 64)}}  # fmt: skip
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "device": getattr(dev, "device_kind", str(dev)),
+        "platform": dev.platform,
+        **versions(),
+        "interpret": interpret,
+        "step_ops": {
+            f"{p} L={lv}": step_ops(
+                System(N, POLICIES[p][2], None, lv, POLICIES[p][3]),
+                jq.make(POLICIES[p][0], **POLICIES[p][1]),
+            )
+            for p in POLICIES
+            for lv in (16, 32, 64)
+        },
+    }
     print(f"device {meta['device']} ({dev.platform}), jax {jax.__version__}", file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
     exact, rows, skipped, product_rows = [], [], [], []
@@ -339,8 +464,13 @@ def main(argv=None) -> int:
         if product_now is not None:
             product_rows[:] = product_now
         meta["total_seconds"] = time.perf_counter() - start
-        record = {**meta, "exactness": exact, "rows": rows, "skipped": skipped,
-                  "product": product_rows}  # fmt: skip
+        record = {
+            **meta,
+            "exactness": exact,
+            "rows": rows,
+            "skipped": skipped,
+            "product": product_rows,
+        }
         with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
             json.dump(record, f, indent=1)
         md = markdown(meta, exact, [r for r in rows if "error" not in r], skipped, product_rows)
@@ -353,10 +483,18 @@ def main(argv=None) -> int:
     # every kernel at the goal's size first, then the next size, and so on
     # (each size is a compile of its own); within a size in order of compile
     # time (JIQ at 64 levels is the slowest)
-    kernels = [("pod", 16), ("jiq", 16)] if quick else [
-        ("pod", 16), ("pod", 32), ("pod", 64), ("jiq", 16), ("jiq", 32), ("jiq", 64)]
-    order = [(b, p, lv, r) for r in sizes for p, lv in kernels for b in ("pallas", "xla")
-             if p in policies and b in backends]  # fmt: skip
+    kernels = (
+        [("pod", 16), ("jiq", 16)]
+        if quick
+        else [("pod", 16), ("pod", 32), ("pod", 64), ("jiq", 16), ("jiq", 32), ("jiq", 64)]
+    )
+    order = [
+        (b, p, lv, r)
+        for r in sizes
+        for p, lv in kernels
+        for b in ("pallas", "xla")
+        if p in policies and b in backends
+    ]
     t_rows = time.perf_counter()
     for b, p, lv, r in order:
         if time.perf_counter() - t_rows > args.budget:
@@ -365,13 +503,22 @@ def main(argv=None) -> int:
         try:
             row = throughput(b, p, lv, r, interpret, 0.3 if quick else 0.5)
         except Exception as e:  # a row that fails is reported, the others still run
-            row = {"backend": b, "policy": p, "levels": lv, "replicas": r,
-                   "error": f"{type(e).__name__}: {e}"[:500]}  # fmt: skip
+            row = {
+                "backend": b,
+                "policy": p,
+                "levels": lv,
+                "replicas": r,
+                "error": f"{type(e).__name__}: {e}"[:500],
+            }
             print(f"{b:6s} {p:4s} L={lv:<3d} R={r:<8d} FAILED {row['error']}", file=sys.stderr)
         else:
-            print(f"{b:6s} {row['policy']:8s} L={lv:<3d} R={r:<8d} "
-                  f"{row['events_per_second']:10.3e} replica-events/s "
-                  f"(compile {row['compile_seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"{b:6s} {row['policy']:8s} L={lv:<3d} R={r:<8d} "
+                f"{row['events_per_second']:10.3e} replica-events/s "
+                f"(compile {row['compile_seconds']:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         rows.append(row)
         save()
     product(quick, args.product_budget, save)

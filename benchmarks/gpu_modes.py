@@ -42,7 +42,9 @@ SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 def _small(spec, max_servers: int):
     """The spec with only its points of at most ``max_servers`` servers, and no theory."""
     points = tuple(p for p in spec.points if p.servers <= max_servers)
-    return dataclasses.replace(spec, points=points, run=dataclasses.replace(spec.run, theory="none"))
+    return dataclasses.replace(
+        spec, points=points, run=dataclasses.replace(spec.run, theory="none")
+    )
 
 
 def _rows(spec, folder: Path, mode: str) -> tuple[dict, float]:
@@ -87,15 +89,30 @@ def compare(name: str, max_servers: int, folder: Path) -> dict:
             continue  # a metric that does not vary (an empty tail) says nothing
         z = (g["mean"] - f["mean"]) / math.hypot(f["ci95"], g["ci95"])
         label = f["policy"] + ("" if f["d"] is None else f"({f['d']})")
-        axis = next((f"{a}={f[a]:g}" for a in ("alpha", "beta") if f[a] is not None),
-                    f"load={f['load']:g}")  # fmt: skip
-        out.append({"point": f"{label} N={f['servers']} {axis}", "metric": key[1], "index": key[2],
-                    "full": [f["mean"], f["ci95"]], "gpu": [g["mean"], g["ci95"]],
-                    "width_ratio": g["ci95"] / f["ci95"], "z": z})  # fmt: skip
-    return {"spec": name, "max_servers": max_servers, "points": len(full.points),
-            "full_wall_s": full_wall, "gpu_wall_s": gpu_wall,
-            "full": {"replicas": full.run.replicas}, "gpu": {"replicas": gpu.run.replicas},
-            "comparisons": out}  # fmt: skip
+        axis = next(
+            (f"{a}={f[a]:g}" for a in ("alpha", "beta") if f[a] is not None), f"load={f['load']:g}"
+        )
+        out.append(
+            {
+                "point": f"{label} N={f['servers']} {axis}",
+                "metric": key[1],
+                "index": key[2],
+                "full": [f["mean"], f["ci95"]],
+                "gpu": [g["mean"], g["ci95"]],
+                "width_ratio": g["ci95"] / f["ci95"],
+                "z": z,
+            }
+        )
+    return {
+        "spec": name,
+        "max_servers": max_servers,
+        "points": len(full.points),
+        "full_wall_s": full_wall,
+        "gpu_wall_s": gpu_wall,
+        "full": {"replicas": full.run.replicas},
+        "gpu": {"replicas": gpu.run.replicas},
+        "comparisons": out,
+    }
 
 
 def main(argv=None) -> int:
@@ -113,26 +130,35 @@ def main(argv=None) -> int:
     # a 95% half-width rescaled to a family-wise level of 1e-3 (Bonferroni) at the fewer replicas
     least = min(r["full"]["replicas"] for r in results)
     factor = tolerance_factor(least, family)
-    summary = {"family": family, "bonferroni_factor": factor,
-               "beyond": sum(abs(c["z"]) > factor for r in results for c in r["comparisons"]),
-               "widest_ratio": max(c["width_ratio"] for r in results for c in r["comparisons"]),
-               "versions": versions()}  # fmt: skip
+    summary = {
+        "family": family,
+        "bonferroni_factor": factor,
+        "beyond": sum(abs(c["z"]) > factor for r in results for c in r["comparisons"]),
+        "widest_ratio": max(c["width_ratio"] for r in results for c in r["comparisons"]),
+        "versions": versions(),
+    }
     if args.json:
         print(json.dumps({"specs": results, "summary": summary}))
         return 0
     for r in results:
-        print(f"{r['spec']}: {r['points']} points of N <= {r['max_servers']}; full mode "
-              f"{r['full']['replicas']} replicas, {r['full_wall_s']:.0f} s; gpu mode "
-              f"{r['gpu']['replicas']} replicas, {r['gpu_wall_s']:.0f} s on this machine")  # fmt: skip
+        print(
+            f"{r['spec']}: {r['points']} points of N <= {r['max_servers']}; full mode "
+            f"{r['full']['replicas']} replicas, {r['full_wall_s']:.0f} s; gpu mode "
+            f"{r['gpu']['replicas']} replicas, {r['gpu_wall_s']:.0f} s on this machine"
+        )
         print(f"  {'point':34s} {'metric':24s} {'full':>20s} {'gpu':>20s} {'width':>6s} {'z':>6s}")
         for c in r["comparisons"]:
             metric = c["metric"] + ("" if c["index"] is None else f"[{int(c['index'])}]")
             full, gpu = (f"{m:.4g} ± {h:.2g}" for m, h in (c["full"], c["gpu"]))
-            print(f"  {c['point']:34s} {metric:24s} {full:>20s} {gpu:>20s} "
-                  f"{c['width_ratio']:6.2f} {c['z']:6.2f}")  # fmt: skip
-    print(f"{summary['family']} comparisons; widest gpu/full half-width ratio "
-          f"{summary['widest_ratio']:.2f}; |z| above the Bonferroni factor "
-          f"{summary['bonferroni_factor']:.2f}: {summary['beyond']}")  # fmt: skip
+            print(
+                f"  {c['point']:34s} {metric:24s} {full:>20s} {gpu:>20s} "
+                f"{c['width_ratio']:6.2f} {c['z']:6.2f}"
+            )
+    print(
+        f"{summary['family']} comparisons; widest gpu/full half-width ratio "
+        f"{summary['widest_ratio']:.2f}; |z| above the Bonferroni factor "
+        f"{summary['bonferroni_factor']:.2f}: {summary['beyond']}"
+    )
     return 0
 
 

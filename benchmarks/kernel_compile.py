@@ -39,16 +39,19 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jaxqueue as jq  # noqa: E402
-from jaxqueue.core.system import System  # noqa: E402
-from jaxqueue.sim.kernel import NUM_WARPS, triton_module  # noqa: E402
+from gpu_check import EXACT_CASES, POLICIES, N
 
-from gpu_check import EXACT_CASES, N, POLICIES  # noqa: E402  (same folder)
+import jaxqueue as jq
+from jaxqueue.core.system import System
+from jaxqueue.sim.kernel import NUM_WARPS, triton_module
 
 # (policy, options, dispatchers, I-queue levels, levels, buffer): the GPU
 # check's exactness cases, then its throughput kernels at 32 and 64 levels
-CASES = list(EXACT_CASES) + [(POLICIES[p][0], POLICIES[p][1], POLICIES[p][2], POLICIES[p][3],
-                              lv, None) for p in ("pod", "jiq") for lv in (32, 64)]  # fmt: skip
+CASES = list(EXACT_CASES) + [
+    (POLICIES[p][0], POLICIES[p][1], POLICIES[p][2], POLICIES[p][3], lv, None)
+    for p in ("pod", "jiq")
+    for lv in (32, 64)
+]
 
 
 def compile_stages(path: str, capability: int = 90) -> tuple[dict[str, float], bytes]:
@@ -85,29 +88,36 @@ def sass_figures(cubin: bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     try:
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
-                               check=True).stdout  # fmt: skip
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
+        usage = subprocess.run(
+            [tool, "-res-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
+        sass = subprocess.run(
+            [tool, "-sass", f.name], capture_output=True, text=True, check=True
+        ).stdout
     finally:
         os.unlink(f.name)
     regs = re.search(r"REG:(\d+)", usage)
     stack = re.search(r"STACK:(\d+)", usage)
-    code = [(int(m.group(1), 16), m.group(2))
-            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]  # fmt: skip
+    code = [
+        (int(m.group(1), 16), m.group(2))
+        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)
+    ]
     # loops: backward branches; the step loop is the innermost with the most instructions
     loops = []
     for addr, text in code:
         m = re.search(r"\bBRA\s+(?:`?\(?\.?L?_?x?_?)?0x([0-9a-f]+)", text)
         if m and int(m.group(1), 16) < addr:
             loops.append((int(m.group(1), 16), addr))
-    inner = [lp for lp in loops
-             if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)]  # fmt: skip
+    inner = [
+        lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1] for o in loops)
+    ]
     body = max(([t for a, t in code if lo <= a <= hi] for lo, hi in inner), key=len, default=[])
-    return {"registers": int(regs.group(1)) if regs else None,
-            "stack_bytes": int(stack.group(1)) if stack else None,
-            "step_instructions": len(body),
-            "step_spill_accesses": sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body)}  # fmt: skip
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "stack_bytes": int(stack.group(1)) if stack else None,
+        "step_instructions": len(body),
+        "step_spill_accesses": sum(bool(re.search(r"\b(LDL|STL)\b", t)) for t in body),
+    }
 
 
 def main(argv=None) -> int:
@@ -133,29 +143,49 @@ def main(argv=None) -> int:
             stages, cubin = compile_stages(f.name)
         finally:
             os.unlink(f.name)
-        row = {"policy": policy.label(), "n_dispatchers": m, "iqueue_levels": iq,
-               "levels": system.levels, "buffer": buffer, "lower_seconds": lower_s,
-               "stages": stages, "triton_seconds": sum(stages.values()), **sass_figures(cubin)}  # fmt: skip
+        row = {
+            "policy": policy.label(),
+            "n_dispatchers": m,
+            "iqueue_levels": iq,
+            "levels": system.levels,
+            "buffer": buffer,
+            "lower_seconds": lower_s,
+            "stages": stages,
+            "triton_seconds": sum(stages.values()),
+            **sass_figures(cubin),
+        }
         rows.append(row)
-        print(f"{row['policy']:12s} M={m:<4d} L={system.levels:<3d} iq={iq:<3d} "
-              f"Triton {row['triton_seconds']:6.1f} s ("
-              + ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
-              + f"); {row['registers']} registers, {row['stack_bytes']} stack bytes, "
-              f"{row['step_instructions']} instructions a step "
-              f"({row['step_spill_accesses']} spill accesses)", file=sys.stderr, flush=True)  # fmt: skip
-    record = {"triton": triton.__version__, "jaxqueue": jq.__version__, "target": "sm_90",
-              "rows": rows}  # fmt: skip
+        print(
+            f"{row['policy']:12s} M={m:<4d} L={system.levels:<3d} iq={iq:<3d} "
+            f"Triton {row['triton_seconds']:6.1f} s ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+            + f"); {row['registers']} registers, {row['stack_bytes']} stack bytes, "
+            f"{row['step_instructions']} instructions a step "
+            f"({row['step_spill_accesses']} spill accesses)",
+            file=sys.stderr,
+            flush=True,
+        )
+    record = {
+        "triton": triton.__version__,
+        "jaxqueue": jq.__version__,
+        "target": "sm_90",
+        "rows": rows,
+    }
     if args.json:
         print(json.dumps(record))
         return 0
     print(f"Triton {triton.__version__} compile of the kernel for sm_90, on the CPU:\n")
-    print("| policy | M | levels | I-queue levels | buffer | Triton seconds | registers | "
-          "spilled bytes | instructions a step | spill accesses a step |")
+    print(
+        "| policy | M | levels | I-queue levels | buffer | Triton seconds | registers | "
+        "spilled bytes | instructions a step | spill accesses a step |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['policy']} | {r['n_dispatchers']} | {r['levels']} | {r['iqueue_levels']} | "
-              f"{r['buffer']} | {r['triton_seconds']:.1f} | {r['registers']} | "
-              f"{r['stack_bytes']} | {r['step_instructions']} | {r['step_spill_accesses']} |")  # fmt: skip
+        print(
+            f"| {r['policy']} | {r['n_dispatchers']} | {r['levels']} | {r['iqueue_levels']} | "
+            f"{r['buffer']} | {r['triton_seconds']:.1f} | {r['registers']} | "
+            f"{r['stack_bytes']} | {r['step_instructions']} | {r['step_spill_accesses']} |"
+        )
     return 0
 
 

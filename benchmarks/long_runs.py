@@ -33,16 +33,40 @@ from jaxqueue.sim.blocks import block_words, run_blocks
 
 
 def measure(policy: str, n: int, load: float, replicas: int, blocks: int, **kw) -> dict:
-    p = planner.plan(policy, [load], n, replicas=replicas, steps=blocks * BLOCK, warmup=0,
-                    interval="replicas", **kw)  # fmt: skip
+    p = planner.plan(
+        policy,
+        [load],
+        n,
+        replicas=replicas,
+        steps=blocks * BLOCK,
+        warmup=0,
+        interval="replicas",
+        **kw,
+    )
     mesh, _, keys, lam = runner.placement(p)
     core = runner.Run.start(p).core
-    core, _ = run_blocks(core, keys, jnp.asarray(block_words(0)), jnp.int32(1), lam,
-                         system=p.system, policy=p.policy, mesh=mesh)  # compile  # fmt: skip
+    core, _ = run_blocks(
+        core,
+        keys,
+        jnp.asarray(block_words(0)),
+        jnp.int32(1),
+        lam,
+        system=p.system,
+        policy=p.policy,
+        mesh=mesh,
+    )  # compile
     jax.block_until_ready(core)
     t0 = time.perf_counter()
-    core, stats = run_blocks(core, keys, jnp.asarray(block_words(1)), jnp.int32(blocks), lam,
-                             system=p.system, policy=p.policy, mesh=mesh)  # fmt: skip
+    core, stats = run_blocks(
+        core,
+        keys,
+        jnp.asarray(block_words(1)),
+        jnp.int32(blocks),
+        lam,
+        system=p.system,
+        policy=p.policy,
+        mesh=mesh,
+    )
     jax.block_until_ready((core, stats))
     kernel = time.perf_counter() - t0
     run = runner.Run.start(p)
@@ -57,11 +81,17 @@ def measure(policy: str, n: int, load: float, replicas: int, blocks: int, **kw) 
         size = os.path.getsize(path)
     events = replicas * blocks * BLOCK
     return {
-        "policy": p.policy.label(), "n_servers": n, "load": load, "replicas": replicas,
-        "steps_per_replica": blocks * BLOCK, "kernel_events_per_second": events / kernel,
-        "run_events_per_second": events / full, "overhead": full / kernel - 1.0,
-        "checkpoint_seconds": save_s, "checkpoint_bytes": size,
-    }  # fmt: skip
+        "policy": p.policy.label(),
+        "n_servers": n,
+        "load": load,
+        "replicas": replicas,
+        "steps_per_replica": blocks * BLOCK,
+        "kernel_events_per_second": events / kernel,
+        "run_events_per_second": events / full,
+        "overhead": full / kernel - 1.0,
+        "checkpoint_seconds": save_s,
+        "checkpoint_bytes": size,
+    }
 
 
 def main(argv=None) -> int:
@@ -75,13 +105,19 @@ def main(argv=None) -> int:
     ]
     out = sys.stderr if args.json else sys.stdout
     for r in rows:
-        print(f"{r['policy']:8s} N={r['n_servers']:<7d} replicas={r['replicas']:<6d} kernel "
-              f"{r['kernel_events_per_second']:.3e}/s  run {r['run_events_per_second']:.3e}/s "
-              f"(overhead {100 * r['overhead']:+.1f}%)  checkpoint {r['checkpoint_seconds']:.3f} s, "
-              f"{r['checkpoint_bytes'] / 1e6:.2f} MB", file=out)  # fmt: skip
+        print(
+            f"{r['policy']:8s} N={r['n_servers']:<7d} replicas={r['replicas']:<6d} kernel "
+            f"{r['kernel_events_per_second']:.3e}/s  run {r['run_events_per_second']:.3e}/s "
+            f"(overhead {100 * r['overhead']:+.1f}%)  checkpoint {r['checkpoint_seconds']:.3f} s, "
+            f"{r['checkpoint_bytes'] / 1e6:.2f} MB",
+            file=out,
+        )
     if args.json:
-        meta = {"devices": len(jax.devices()), "platform": jax.devices()[0].platform,
-                "versions": {"jaxqueue": jq.__version__, "jax": jax.__version__}}  # fmt: skip
+        meta = {
+            "devices": len(jax.devices()),
+            "platform": jax.devices()[0].platform,
+            "versions": {"jaxqueue": jq.__version__, "jax": jax.__version__},
+        }
         print(json.dumps({"rows": rows, **meta}))
     return 0
 

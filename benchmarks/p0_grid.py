@@ -32,15 +32,20 @@ def _time(loads, ratios, d):
         jax.block_until_ready(sol)
         best = min(best, time.perf_counter() - t0)
     status = np.asarray(sol.status)
-    return {"first_call_seconds": first, "solve_seconds": best,
-            "points": int(status.size), "converged": int((status == 0).sum())}  # fmt: skip
+    return {
+        "first_call_seconds": first,
+        "solve_seconds": best,
+        "points": int(status.size),
+        "converged": int((status == 0).sum()),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
-    ap.add_argument("--d", type=int, default=1,
-                    help="probes of the JIQ-Pod(d) fallback (default 1: JIQ)")  # fmt: skip
+    ap.add_argument(
+        "--d", type=int, default=1, help="probes of the JIQ-Pod(d) fallback (default 1: JIQ)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = {}
@@ -50,9 +55,12 @@ def main(argv=None) -> int:
             ratios = np.logspace(-1, 3, args.n)
             rows[name] = _time(loads, ratios, args.d)
         r = rows[name]
-        print(f"{name}: {args.n}x{args.n} grid, d={args.d}: {r['solve_seconds']:.2f} s "
-              f"({r['first_call_seconds']:.2f} s with compile), {r['converged']}/{r['points']} "
-              "converged", file=sys.stderr if args.json else sys.stdout)  # fmt: skip
+        print(
+            f"{name}: {args.n}x{args.n} grid, d={args.d}: {r['solve_seconds']:.2f} s "
+            f"({r['first_call_seconds']:.2f} s with compile), {r['converged']}/{r['points']} "
+            "converged",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     if args.json:
         print(json.dumps({"grid": args.n, "d": args.d, **rows, "jax": jax.__version__}))
     return 0

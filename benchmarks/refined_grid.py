@@ -51,7 +51,9 @@ def _truncation(loads, ratios, d: int) -> tuple[int, int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100, help="grid points per axis (default 100)")
-    ap.add_argument("--loads", type=_pair, default=(0.5, 0.98), help="lambda range (default 0.5,0.98)")
+    ap.add_argument(
+        "--loads", type=_pair, default=(0.5, 0.98), help="lambda range (default 0.5,0.98)"
+    )
     ap.add_argument("--ratios", type=_pair, default=(1.0, 10.0), help="r range (default 1,10)")
     ap.add_argument("--servers", default="100,1000", help="N values (default 100,1000)")
     ap.add_argument("--d", type=int, default=2, help="JIQ-Pod(d) probes (default 2)")
@@ -66,45 +68,80 @@ def main(argv=None) -> int:
     times = []
     for _ in range(2):
         t0 = time.perf_counter()
-        grid = refined.refined_grid("jiq-pod", loads, ratios, servers, d=args.d, levels=levels,
-                                    iqueue_levels=iqueue_levels, chunk=args.chunk)  # fmt: skip
+        grid = refined.refined_grid(
+            "jiq-pod",
+            loads,
+            ratios,
+            servers,
+            d=args.d,
+            levels=levels,
+            iqueue_levels=iqueue_levels,
+            chunk=args.chunk,
+        )
         times.append(time.perf_counter() - t0)
     points = loads.size * ratios.size
     ok = grid.status == 0
     t_mf = grid.mean_field["mean_response_time"]
     v_t = grid.correction["mean_response_time"]
-    print(f"JIQ-Pod({args.d}) refined mean field on a {args.n} x {args.n} grid: lambda in "
-          f"[{loads[0]:g}, {loads[-1]:g}], r in [{ratios[0]:g}, {ratios[-1]:g}], levels={levels}, "
-          f"iqueue_levels={iqueue_levels} (state dimension {levels + iqueue_levels})", file=out)  # fmt: skip
-    print(f"  first call {times[0]:.1f} s (compile included), second call {times[1]:.1f} s = "
-          f"{1e3 * times[1] / points:.1f} ms a point on {jax.device_count()} "
-          f"{jax.devices()[0].platform.upper()} device(s); {int(ok.sum())}/{ok.size} "
-          f"(point, N) converged", file=out)  # fmt: skip
-    print(f"  {'lambda':>6s} {'r':>6s} {'T mean field':>12s} {'V_T':>10s} " +
-          " ".join(f"{'T at N=' + str(n):>12s}" for n in servers), file=out)  # fmt: skip
+    print(
+        f"JIQ-Pod({args.d}) refined mean field on a {args.n} x {args.n} grid: lambda in "
+        f"[{loads[0]:g}, {loads[-1]:g}], r in [{ratios[0]:g}, {ratios[-1]:g}], levels={levels}, "
+        f"iqueue_levels={iqueue_levels} (state dimension {levels + iqueue_levels})",
+        file=out,
+    )
+    print(
+        f"  first call {times[0]:.1f} s (compile included), second call {times[1]:.1f} s = "
+        f"{1e3 * times[1] / points:.1f} ms a point on {jax.device_count()} "
+        f"{jax.devices()[0].platform.upper()} device(s); {int(ok.sum())}/{ok.size} "
+        f"(point, N) converged",
+        file=out,
+    )
+    print(
+        f"  {'lambda':>6s} {'r':>6s} {'T mean field':>12s} {'V_T':>10s} "
+        + " ".join(f"{'T at N=' + str(n):>12s}" for n in servers),
+        file=out,
+    )
     picks = [(i, j) for i in (0, args.n // 2, args.n - 1) for j in (0, args.n // 2, args.n - 1)]
     for i, j in picks:
-        row = " ".join(f"{grid.refined['mean_response_time'][i, j, k]:12.5f}"
-                       for k in range(len(servers)))  # fmt: skip
-        print(f"  {loads[i]:6.3f} {ratios[j]:6.2f} {t_mf[i, j]:12.5f} {v_t[i, j]:10.4f} {row}",
-              file=out)  # fmt: skip
+        row = " ".join(
+            f"{grid.refined['mean_response_time'][i, j, k]:12.5f}" for k in range(len(servers))
+        )
+        print(
+            f"  {loads[i]:6.3f} {ratios[j]:6.2f} {t_mf[i, j]:12.5f} {v_t[i, j]:10.4f} {row}",
+            file=out,
+        )
     rel = {n: float(np.nanmax(np.abs(v_t / n) / t_mf)) for n in servers}
     i, j = np.unravel_index(np.nanargmax(np.abs(v_t)), v_t.shape)
-    print(f"  largest |V_T| = {abs(v_t[i, j]):.3f} at lambda = {loads[i]:.3f}, r = "
-          f"{ratios[j]:.2f}; largest |V_T / N| / T: " +
-          ", ".join(f"{100 * v:.2f}% at N={n}" for n, v in rel.items()), file=out)  # fmt: skip
+    print(
+        f"  largest |V_T| = {abs(v_t[i, j]):.3f} at lambda = {loads[i]:.3f}, r = "
+        f"{ratios[j]:.2f}; largest |V_T / N| / T: "
+        + ", ".join(f"{100 * v:.2f}% at N={n}" for n, v in rel.items()),
+        file=out,
+    )
     if args.json:
-        print(json.dumps({
-            "policy": f"jiq-pod(d={args.d})", "grid": [args.n, args.n],
-            "loads": [float(loads[0]), float(loads[-1])],
-            "ratios": [float(ratios[0]), float(ratios[-1])], "servers": list(servers),
-            "levels": levels, "iqueue_levels": iqueue_levels, "chunk": args.chunk,
-            "first_call_seconds": times[0], "second_call_seconds": times[1],
-            "ms_per_point": 1e3 * times[1] / points, "converged": int(ok.sum()),
-            "cases": int(ok.size), "max_abs_correction_T": float(abs(v_t[i, j])),
-            "max_relative_correction_T": {str(n): v for n, v in rel.items()},
-            "jax": jax.__version__, "devices": f"{jax.device_count()} {jax.devices()[0].platform}",
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "policy": f"jiq-pod(d={args.d})",
+                    "grid": [args.n, args.n],
+                    "loads": [float(loads[0]), float(loads[-1])],
+                    "ratios": [float(ratios[0]), float(ratios[-1])],
+                    "servers": list(servers),
+                    "levels": levels,
+                    "iqueue_levels": iqueue_levels,
+                    "chunk": args.chunk,
+                    "first_call_seconds": times[0],
+                    "second_call_seconds": times[1],
+                    "ms_per_point": 1e3 * times[1] / points,
+                    "converged": int(ok.sum()),
+                    "cases": int(ok.size),
+                    "max_abs_correction_T": float(abs(v_t[i, j])),
+                    "max_relative_correction_T": {str(n): v for n, v in rel.items()},
+                    "jax": jax.__version__,
+                    "devices": f"{jax.device_count()} {jax.devices()[0].platform}",
+                }
+            )
+        )
     return 0
 
 

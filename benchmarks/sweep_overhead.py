@@ -57,11 +57,19 @@ def direct(spec, batch_points: int) -> float:
         batch = points[i : i + batch_points]
         pad = [batch[-1]] * (batch_points - len(batch))
         plan = planner.plan(
-            "pod", [p.load for p in batch + pad], 100, 1, replicas=run.replicas,
-            steps=run.steps_for(batch[0]), warmup=run.warmup_for(batch[0]), seed=run.seed,
-            levels=levels, iqueue_levels=iq, streams=[p.seed_word(run.seed) for p in batch]
-            + [0] * len(pad), d=2,
-        )  # fmt: skip
+            "pod",
+            [p.load for p in batch + pad],
+            100,
+            1,
+            replicas=run.replicas,
+            steps=run.steps_for(batch[0]),
+            warmup=run.warmup_for(batch[0]),
+            seed=run.seed,
+            levels=levels,
+            iqueue_levels=iq,
+            streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
+            d=2,
+        )
         runner.run(plan)
     return time.perf_counter() - t0
 
@@ -75,14 +83,22 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     loads = ", ".join(f"{x:.6f}" for x in np.linspace(0.3, 0.95, args.points))
-    out = {"points": args.points, "replicas": args.replicas, "steps": args.steps,
-           "batch_points": DEFAULT_BATCH_POINTS, "versions": versions(), "rows": []}  # fmt: skip
+    out = {
+        "points": args.points,
+        "replicas": args.replicas,
+        "steps": args.steps,
+        "batch_points": DEFAULT_BATCH_POINTS,
+        "versions": versions(),
+        "rows": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for theory in ("none", "mean-field"):
-            spec = parse_spec(SPEC.format(loads=loads, replicas=args.replicas, steps=args.steps,
-                                          theory=theory))  # fmt: skip
-            warm = parse_spec(SPEC.format(loads="0.5", replicas=args.replicas,
-                                          steps=args.steps, theory=theory))  # fmt: skip
+            spec = parse_spec(
+                SPEC.format(loads=loads, replicas=args.replicas, steps=args.steps, theory=theory)
+            )
+            warm = parse_spec(
+                SPEC.format(loads="0.5", replicas=args.replicas, steps=args.steps, theory=theory)
+            )
             run_grid(warm, Path(tmp) / f"warm-{theory}.sqlite")  # compile outside the timing
             direct(spec, DEFAULT_BATCH_POINTS)
             # Interleaved, so that a change in the machine's load hits both alike;
@@ -94,22 +110,35 @@ def main(argv=None) -> int:
                 run_grid(spec, Path(tmp) / f"grid-{theory}-{rep}.sqlite")
                 t_grid.append(time.perf_counter() - t0)
             ratios = sorted(g / d for g, d in zip(t_grid, t_direct))
-            row = {"theory": theory, "direct_s": min(t_direct), "grid_s": min(t_grid),
-                   "overhead": min(t_grid) / min(t_direct) - 1,
-                   "paired_median_overhead": ratios[len(ratios) // 2] - 1}  # fmt: skip
+            row = {
+                "theory": theory,
+                "direct_s": min(t_direct),
+                "grid_s": min(t_grid),
+                "overhead": min(t_grid) / min(t_direct) - 1,
+                "paired_median_overhead": ratios[len(ratios) // 2] - 1,
+            }
             out["rows"].append(row)
-            print(f"[sweep_overhead] theory={theory}: direct {min(t_direct):.2f} s, grid "
-                  f"{min(t_grid):.2f} s", file=sys.stderr)  # fmt: skip
+            print(
+                f"[sweep_overhead] theory={theory}: direct {min(t_direct):.2f} s, grid "
+                f"{min(t_grid):.2f} s",
+                file=sys.stderr,
+            )
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"{args.points} points of Pod(2), N = 100, {args.replicas} replicas x {args.steps} "
-          f"steps, {DEFAULT_BATCH_POINTS} points per batch")  # fmt: skip
-    print(f"{'theory':12s} {'direct (s)':>10s} {'grid (s)':>10s} {'overhead':>9s} "
-          f"{'paired median':>13s}")  # fmt: skip
+    print(
+        f"{args.points} points of Pod(2), N = 100, {args.replicas} replicas x {args.steps} "
+        f"steps, {DEFAULT_BATCH_POINTS} points per batch"
+    )
+    print(
+        f"{'theory':12s} {'direct (s)':>10s} {'grid (s)':>10s} {'overhead':>9s} "
+        f"{'paired median':>13s}"
+    )
     for r in out["rows"]:
-        print(f"{r['theory']:12s} {r['direct_s']:10.2f} {r['grid_s']:10.2f} "
-              f"{100 * r['overhead']:8.1f}% {100 * r['paired_median_overhead']:12.1f}%")  # fmt: skip
+        print(
+            f"{r['theory']:12s} {r['direct_s']:10.2f} {r['grid_s']:10.2f} "
+            f"{100 * r['overhead']:8.1f}% {100 * r['paired_median_overhead']:12.1f}%"
+        )
     return 0
 
 

@@ -24,13 +24,28 @@ from jaxqueue import theory
 
 #: (z, r, load, quick)
 POINTS = [
-    (1, 10.0, 0.9, True), (1, 10.0, 0.5, True), (1, 10.0, 0.1, True), (1, 50.0, 0.5, False),
-    (1, 100.0, 0.9, False), (2, 2.0, 0.9, True), (2, 4.0, 0.9, True), (2, 10.0, 0.9, False),
-    (2, 10.0, 0.98, False), (2, 10.0, 0.5, False), (2, 20.0, 0.9, True), (3, 0.5, 0.5, True),
-    (3, 1.0, 0.7, False), (3, 2.0, 0.5, True), (3, 2.0, 0.9, True), (3, 4.0, 0.5, True),
-    (3, 4.0, 0.9, True), (3, 10.0, 0.9, True), (4, 2.0, 0.5, True), (5, 10.0, 0.5, True),
+    (1, 10.0, 0.9, True),
+    (1, 10.0, 0.5, True),
+    (1, 10.0, 0.1, True),
+    (1, 50.0, 0.5, False),
+    (1, 100.0, 0.9, False),
+    (2, 2.0, 0.9, True),
+    (2, 4.0, 0.9, True),
+    (2, 10.0, 0.9, False),
+    (2, 10.0, 0.98, False),
+    (2, 10.0, 0.5, False),
+    (2, 20.0, 0.9, True),
+    (3, 0.5, 0.5, True),
+    (3, 1.0, 0.7, False),
+    (3, 2.0, 0.5, True),
+    (3, 2.0, 0.9, True),
+    (3, 4.0, 0.5, True),
+    (3, 4.0, 0.9, True),
+    (3, 10.0, 0.9, True),
+    (4, 2.0, 0.5, True),
+    (5, 10.0, 0.5, True),
     (5, 10.0, 0.9, True),
-]  # fmt: skip
+]
 
 
 def _solve(z: int, ratio: float, load: float) -> dict:
@@ -40,10 +55,15 @@ def _solve(z: int, ratio: float, load: float) -> dict:
     except RuntimeError as err:
         return {"seconds": time.perf_counter() - t0, "status": "refused", "why": str(err)}
     d = mf.diagnostics
-    return {"seconds": time.perf_counter() - t0, "status": "solved",
-            "mean_response_time": float(mf.mean_response_time), "p0": float(mf.p0),
-            "iqueue_sizes": d["iqueue_sizes"], "busy_members": d["busy_members"],
-            "busy_remainder": d["busy_remainder"]}  # fmt: skip
+    return {
+        "seconds": time.perf_counter() - t0,
+        "status": "solved",
+        "mean_response_time": float(mf.mean_response_time),
+        "p0": float(mf.p0),
+        "iqueue_sizes": d["iqueue_sizes"],
+        "busy_members": d["busy_members"],
+        "busy_remainder": d["busy_remainder"],
+    }
 
 
 def main(argv=None) -> int:
@@ -65,11 +85,22 @@ def main(argv=None) -> int:
             bounds = f"{row['iqueue_sizes']} | {row['busy_members']} | {row['busy_remainder']:.1e}"
         else:
             what, bounds = "refused", "- | - | -"
-        print(f"| {z} | {ratio:g} | {load:g} | {row['seconds']:.1f} | {what} | {bounds} |",
-              file=out, flush=True)  # fmt: skip
+        print(
+            f"| {z} | {ratio:g} | {load:g} | {row['seconds']:.1f} | {what} | {bounds} |",
+            file=out,
+            flush=True,
+        )
     if args.json:
-        print(json.dumps({"points": rows, "jaxqueue": jaxqueue.__version__, "jax": jax.__version__,
-                          "numpy": np.__version__}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "points": rows,
+                    "jaxqueue": jaxqueue.__version__,
+                    "jax": jax.__version__,
+                    "numpy": np.__version__,
+                }
+            )
+        )
     return 0
 
 

@@ -31,20 +31,20 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
         + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
     ).strip()
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import platform
+import time
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jaxqueue as jq  # noqa: E402
-from jaxqueue.core.rng import BLOCK  # noqa: E402
+import jaxqueue as jq
+from jaxqueue.core.rng import BLOCK
 from jaxqueue.runs import planner
-from jaxqueue.sim import runner  # noqa: E402
-from jaxqueue.sim.blocks import block_words, run_blocks  # noqa: E402
+from jaxqueue.sim import runner
+from jaxqueue.sim.blocks import block_words, run_blocks
 
 
 def source(kind: str):
@@ -52,8 +52,9 @@ def source(kind: str):
     from jaxqueue.core.arrivals import MMPP, Profile, Trace
 
     if kind == "profile":
-        return Profile.from_function(lambda t: 1.0 + 0.5 * np.sin(2 * np.pi * t / 240.0), 240.0,
-                                     24, label="daily")  # fmt: skip
+        return Profile.from_function(
+            lambda t: 1.0 + 0.5 * np.sin(2 * np.pi * t / 240.0), 240.0, 24, label="daily"
+        )
     if kind == "mmpp":
         return MMPP(((-0.1, 0.1), (0.1, -0.1)), (0.5, 1.5), label="two-state")
     if kind == "trace":
@@ -63,43 +64,85 @@ def source(kind: str):
     raise ValueError(f"--arrivals: unknown kind {kind!r}: use profile, mmpp or trace")
 
 
-def measure(name: str, n: int, ratio: float, load: float, replicas: int,
-            target_events: float, service: str | None = None, arrivals: str | None = None,
-            pools: str | None = None) -> dict:  # fmt: skip
+def measure(
+    name: str,
+    n: int,
+    ratio: float,
+    load: float,
+    replicas: int,
+    target_events: float,
+    service: str | None = None,
+    arrivals: str | None = None,
+    pools: str | None = None,
+) -> dict:
     """Best-of-three replica-events per second for one configuration."""
     pol = jq.make(name)  # the policy's defaults: d = 2, z = 1
     m = max(1, int(round(n / ratio)))
-    plan = planner.plan(pol, [load], n, m, replicas=replicas, steps=2 * BLOCK, warmup=0,
-                       service=service, init="empty" if service or pools else "auto",
-                       arrivals=source(arrivals) if arrivals else None, pools=pools)  # fmt: skip
+    plan = planner.plan(
+        pol,
+        [load],
+        n,
+        m,
+        replicas=replicas,
+        steps=2 * BLOCK,
+        warmup=0,
+        service=service,
+        init="empty" if service or pools else "auto",
+        arrivals=source(arrivals) if arrivals else None,
+        pools=pools,
+    )
     system = plan.system
     lv, iq = system.levels, system.iqueue_levels
     state = runner.Run.start(plan).core
     mesh, _, keys, lam = runner.placement(plan)
     blocks = max(1, int(target_events // (plan.padded * BLOCK)))
     t0 = time.perf_counter()
-    state, _ = run_blocks(state, keys, jnp.asarray(block_words(0)), jnp.int32(1), lam,
-                          system=system, policy=pol, mesh=mesh)  # fmt: skip
+    state, _ = run_blocks(
+        state,
+        keys,
+        jnp.asarray(block_words(0)),
+        jnp.int32(1),
+        lam,
+        system=system,
+        policy=pol,
+        mesh=mesh,
+    )
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
     best = float("inf")
     first = 1
     for _ in range(3):
         t0 = time.perf_counter()
-        state, stats = run_blocks(state, keys, jnp.asarray(block_words(first)),
-                                  jnp.int32(blocks), lam, system=system, policy=pol,
-                                  mesh=mesh)  # fmt: skip
+        state, stats = run_blocks(
+            state,
+            keys,
+            jnp.asarray(block_words(first)),
+            jnp.int32(blocks),
+            lam,
+            system=system,
+            policy=pol,
+            mesh=mesh,
+        )
         jax.block_until_ready((state, stats))
         best = min(best, time.perf_counter() - t0)
         first += blocks
     events = replicas * blocks * BLOCK  # padded replicas are not counted
     return {
-        "policy": pol.label(), "n_servers": n, "n_dispatchers": m, "load": load,
-        "replicas": replicas, "levels": lv, "iqueue_levels": iq, "service": service or "exp",
-        "arrivals": arrivals or "poisson", "pools": pools or "identical",
-        "events_per_second": events / best, "seconds": best, "events": events,
+        "policy": pol.label(),
+        "n_servers": n,
+        "n_dispatchers": m,
+        "load": load,
+        "replicas": replicas,
+        "levels": lv,
+        "iqueue_levels": iq,
+        "service": service or "exp",
+        "arrivals": arrivals or "poisson",
+        "pools": pools or "identical",
+        "events_per_second": events / best,
+        "seconds": best,
+        "events": events,
         "compile_and_first_block_seconds": compile_s,
-    }  # fmt: skip
+    }
 
 
 def main(argv=None) -> int:
@@ -108,17 +151,28 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer and shorter rows")
     ap.add_argument("--policies", default="pod,jiq,jiq-original,jiq-threshold")
     ap.add_argument("--events", type=float, default=2e8, help="events per timed chunk")
-    ap.add_argument("--services", default="erlang:2,erlang:4,hyperexp:4",
-                    help="phase-type laws of the extra rows (empty: none)")
-    ap.add_argument("--arrivals", default="profile,mmpp,trace",
-                    help="arrival sources of the extra rows (empty: none)")
-    ap.add_argument("--pools", default="0.2:2,0.8:1",
-                    help="server pools of the extra rows, FRACTION:SPEED,... (empty: none)")
+    ap.add_argument(
+        "--services",
+        default="erlang:2,erlang:4,hyperexp:4",
+        help="phase-type laws of the extra rows (empty: none)",
+    )
+    ap.add_argument(
+        "--arrivals",
+        default="profile,mmpp,trace",
+        help="arrival sources of the extra rows (empty: none)",
+    )
+    ap.add_argument(
+        "--pools",
+        default="0.2:2,0.8:1",
+        help="server pools of the extra rows, FRACTION:SPEED,... (empty: none)",
+    )
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p]
     rows = []
     batches = (1, 100, 1000, 10000) if not args.quick else (100, 10000)
-    configs = [(p, 1000, r) for p in pols for r in batches if r <= 1000 or not jq.make(p).per_server]
+    configs = [
+        (p, 1000, r) for p in pols for r in batches if r <= 1000 or not jq.make(p).per_server
+    ]
     for p in pols:
         per_server = jq.make(p).per_server
         for n in (100, 10**4) if per_server else (100, 10**6):
@@ -129,20 +183,26 @@ def main(argv=None) -> int:
     for kind in (s for s in args.arrivals.split(",") if s):
         configs += [(p, 1000, batches[-1], None, kind, None) for p in ("pod", "jiq") if p in pols]
     if args.pools:
-        configs += [(p, 1000, batches[-1], None, None, args.pools) for p in ("pod", "jiq")
-                    if p in pols]  # fmt: skip
+        configs += [
+            (p, 1000, batches[-1], None, None, args.pools) for p in ("pod", "jiq") if p in pols
+        ]
     for name, n, r, law, kind, pools in configs:
         target = args.events * (0.2 if args.quick else 1.0) * min(1.0, r / 1000)
         row = measure(name, n, 10.0, 0.9, r, max(target, 2e5), law, kind, pools)
         rows.append(row)
-        print(f"{row['policy']:10s} {row['service']:10s} {row['arrivals']:8s} {row['pools']:12s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
-              f"iq_levels={row['iqueue_levels']:<3d} {row['events_per_second']:10.3e} replica-events/s",
-              file=sys.stderr if args.json else sys.stdout, flush=True)  # fmt: skip
+        print(
+            f"{row['policy']:10s} {row['service']:10s} {row['arrivals']:8s} {row['pools']:12s} N={n:<8d} replicas={r:<6d} levels={row['levels']:<3d} "
+            f"iq_levels={row['iqueue_levels']:<3d} {row['events_per_second']:10.3e} replica-events/s",
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
     meta = {
-        "devices": [str(d) for d in jax.devices()], "platform": jax.devices()[0].platform,
-        "cpu_count": os.cpu_count(), "machine": platform.machine(),
+        "devices": [str(d) for d in jax.devices()],
+        "platform": jax.devices()[0].platform,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
         "versions": {"jaxqueue": jq.__version__, "jax": jax.__version__, "numpy": np.__version__},
-    }  # fmt: skip
+    }
     if args.json:
         print(json.dumps({"rows": rows, **meta}))
     return 0

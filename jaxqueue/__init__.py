@@ -14,7 +14,6 @@ Subpackages: :mod:`jaxqueue.policies` (the rules and their registry),
 """
 
 
-
 def _one_device_per_core() -> None:
     """Expose one CPU device per core, unless the user chose a count.
 
@@ -42,18 +41,22 @@ def _one_device_per_core() -> None:
 
 _one_device_per_core()
 
-from jaxqueue.core.versions import __version__  # noqa: E402
-from jaxqueue.core.system import (  # noqa: E402
-    SERVICE_RATE, System, halfin_whitt_load, heavy_traffic_load, steps_per_time_unit,
-)  # fmt: skip
-from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
+from jaxqueue.api import simulate, sweep  # noqa: E402
 from jaxqueue.core.config import Bounds, Model, RunOptions  # noqa: E402
+from jaxqueue.core.service import PoolRoundingWarning  # noqa: E402
+from jaxqueue.core.system import (  # noqa: E402
+    SERVICE_RATE,
+    System,
+    halfin_whitt_load,
+    heavy_traffic_load,
+    steps_per_time_unit,
+)
+from jaxqueue.core.versions import __version__  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
 from jaxqueue.runs.planner import BackendWarning, StartWarning, WindowWarning  # noqa: E402
-from jaxqueue.sim.runner import CheckpointMismatch, LevelOverflowError  # noqa: E402
-from jaxqueue.api import simulate, sweep  # noqa: E402
 from jaxqueue.runs.transient import TransientResult, transient  # noqa: E402
+from jaxqueue.sim.runner import CheckpointMismatch, LevelOverflowError  # noqa: E402
 
 __all__ = [
     "__version__",

@@ -20,7 +20,7 @@ or, with the model and its run options as values (:mod:`jaxqueue.core.config`)::
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from collections.abc import Sequence
 
 from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
 from jaxqueue.policies.base import Policy
@@ -207,16 +207,35 @@ def sweep(
         One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
     """
     given = _given(
-        d=d, z=z, order=order, buffer=buffer, replicas=replicas, steps=steps, warmup=warmup,
-        seed=seed, levels=levels, iqueue_levels=iqueue_levels, init=init, on_overflow=on_overflow,
-        devices=devices, interval=interval, batches=batches, backend=backend, service=service,
-        pools=pools, arrivals=arrivals, time=time, warmup_time=warmup_time,
-    )  # fmt: skip
-    model, options, bound = split_keywords(policy, n_servers, n_dispatchers, given, run, bounds,
-                                           where="sweep")  # fmt: skip
+        d=d,
+        z=z,
+        order=order,
+        buffer=buffer,
+        replicas=replicas,
+        steps=steps,
+        warmup=warmup,
+        seed=seed,
+        levels=levels,
+        iqueue_levels=iqueue_levels,
+        init=init,
+        on_overflow=on_overflow,
+        devices=devices,
+        interval=interval,
+        batches=batches,
+        backend=backend,
+        service=service,
+        pools=pools,
+        arrivals=arrivals,
+        time=time,
+        warmup_time=warmup_time,
+    )
+    model, options, bound = split_keywords(
+        policy, n_servers, n_dispatchers, given, run, bounds, where="sweep"
+    )
     p = planner.plan_model(model, loads, options, bound)
-    return runner.run(p, progress=progress, checkpoint=checkpoint,
-                      checkpoint_every=checkpoint_every)  # fmt: skip
+    return runner.run(
+        p, progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every
+    )
 
 
 def simulate(
@@ -243,15 +262,21 @@ def simulate(
 
 #: :func:`sweep`'s keyword defaults: a keyword at its default is not "given"
 #: (it defers to ``run=`` or ``bounds=``, or to a Model's field).
-_DEFAULTS = {name: par.default for name, par in inspect.signature(sweep).parameters.items()
-             if par.kind is inspect.Parameter.KEYWORD_ONLY}  # fmt: skip
+_DEFAULTS = {
+    name: par.default
+    for name, par in inspect.signature(sweep).parameters.items()
+    if par.kind is inspect.Parameter.KEYWORD_ONLY
+}
 
 
 def _given(**values) -> dict:
     """The keywords whose value is not their default."""
+
     def at_default(value, default) -> bool:
-        return value is default or (type(value) is type(default)
-                                    and isinstance(value, (int, float, str)) and value == default)  # fmt: skip
+        return value is default or (
+            type(value) is type(default)
+            and isinstance(value, (int, float, str))
+            and value == default
+        )
 
     return {k: v for k, v in values.items() if not at_default(v, _DEFAULTS[k])}
-

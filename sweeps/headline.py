@@ -28,21 +28,43 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     fit = headline_ratio(load=0.98, d=2)
-    rows = compare(["jiq", "jiq-pod", "pod"], n_servers=args.servers, ratio=10.0, loads=[0.98],
-                   d=2, time_units=args.time, replicas=args.replicas, seed=args.seed,
-                   log=sys.stderr)  # fmt: skip
+    rows = compare(
+        ["jiq", "jiq-pod", "pod"],
+        n_servers=args.servers,
+        ratio=10.0,
+        loads=[0.98],
+        d=2,
+        time_units=args.time,
+        replicas=args.replicas,
+        seed=args.seed,
+        log=sys.stderr,
+    )
     paper = {"jiq": 5.3, "jiq-pod": 2.6, "pod": 4.5}
     if args.json:
-        print(json.dumps({"fitted_ratio": fit.ratio, "ratios": fit.ratios, "paper": paper,
-                          "rows": [r.to_dict() for r in rows]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "fitted_ratio": fit.ratio,
+                    "ratios": fit.ratios,
+                    "paper": paper,
+                    "rows": [r.to_dict() for r in rows],
+                }
+            )
+        )
         return 0
-    print(f"r fitted to the paper's JIQ and JIQ-Pod values: {fit.ratio:.2f} "
-          f"(JIQ alone {fit.ratios['jiq']:.2f}, JIQ-Pod alone {fit.ratios['jiq-pod']:.2f})")
-    print(f"{'policy':14s} {'paper':>6s} {'mean field r=10':>16s} {'simulated (N=%d)' % args.servers:>22s}")
+    print(
+        f"r fitted to the paper's JIQ and JIQ-Pod values: {fit.ratio:.2f} "
+        f"(JIQ alone {fit.ratios['jiq']:.2f}, JIQ-Pod alone {fit.ratios['jiq-pod']:.2f})"
+    )
+    print(
+        f"{'policy':14s} {'paper':>6s} {'mean field r=10':>16s} {f'simulated (N={args.servers})':>22s}"
+    )
     for r in rows:
         sim = r.simulation.mean_response_time
-        print(f"{r.policy_label:14s} {paper[r.simulation.settings['policy']]:6.1f} "
-              f"{r.mean_field.mean_response_time:16.3f} {sim.mean:12.3f} ± {sim.ci95:.3f}")
+        print(
+            f"{r.policy_label:14s} {paper[r.simulation.settings['policy']]:6.1f} "
+            f"{r.mean_field.mean_response_time:16.3f} {sim.mean:12.3f} ± {sim.ci95:.3f}"
+        )
     return 0
 
 

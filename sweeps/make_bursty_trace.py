@@ -77,12 +77,16 @@ def main() -> None:
         f.write("time,service\n")
         f.writelines(f"{t:.7f},{s:.6g}\n" for t, s in zip(times, service))
     gaps = np.diff(times)
-    print(f"wrote {OUT.name}: {ROWS} arrivals over {times[-1]:.1f} time units "
-          f"(mean rate {ROWS / times[-1]:.0f}), {OUT.stat().st_size / 1e6:.2f} MB")
-    print(f"interarrival SCV {gaps.var() / gaps.mean() ** 2:.2f}; index of dispersion of "
-          f"counts {dispersion(times, 1.0):.0f} (windows of 1), {dispersion(times, 5.0):.0f} "
-          f"(windows of 5); mean service time {service.mean():.3f}; "
-          f"{int(np.sum(gaps == 0))} equal consecutive times")
+    print(
+        f"wrote {OUT.name}: {ROWS} arrivals over {times[-1]:.1f} time units "
+        f"(mean rate {ROWS / times[-1]:.0f}), {OUT.stat().st_size / 1e6:.2f} MB"
+    )
+    print(
+        f"interarrival SCV {gaps.var() / gaps.mean() ** 2:.2f}; index of dispersion of "
+        f"counts {dispersion(times, 1.0):.0f} (windows of 1), {dispersion(times, 5.0):.0f} "
+        f"(windows of 5); mean service time {service.mean():.3f}; "
+        f"{int(np.sum(gaps == 0))} equal consecutive times"
+    )
 
 
 if __name__ == "__main__":

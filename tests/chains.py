@@ -55,7 +55,7 @@ def mmpp_jsq_reference(src: MMPP, load: float, n: int, k: int = 40):
     m, size = len(rates), len(states)
     full = np.kron(src.matrix, np.eye(size))
     for s, (_, qs) in enumerate(blocks):
-        full[s * size:(s + 1) * size, s * size:(s + 1) * size] += qs
+        full[s * size : (s + 1) * size, s * size : (s + 1) * size] += qs
     pi = _stationary(full).reshape(m, size)
     total = np.array([sum(x) for x in states], float)
     shortest = np.array([x[-1] for x in states])

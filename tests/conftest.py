@@ -36,10 +36,16 @@ jax.config.update("jax_num_cpu_devices", 2)
 
 
 def pytest_addoption(parser):
-    parser.addoption("--all-specs", action="store_true",
-                     help="also run the sweeps/ specs that the suite leaves out (tests/test_sweeps.py)")  # fmt: skip
-    parser.addoption("--compile-times", action="store_true",
-                     help="report per test module the seconds spent tracing, lowering and compiling")  # fmt: skip
+    parser.addoption(
+        "--all-specs",
+        action="store_true",
+        help="also run the sweeps/ specs that the suite leaves out (tests/test_sweeps.py)",
+    )
+    parser.addoption(
+        "--compile-times",
+        action="store_true",
+        help="report per test module the seconds spent tracing, lowering and compiling",
+    )
 
 
 #: The modules that take longest, longest first. pytest-xdist hands whole
@@ -48,14 +54,34 @@ def pytest_addoption(parser):
 #: The order is that of the ``tests`` column of ``--compile-times``; a slow
 #: module left off this list runs last and leaves one worker finishing alone.
 LONGEST_FIRST = (
-    "test_periodic", "test_periodic_classes", "test_refined", "test_vs_exact", "test_kernel",
+    "test_periodic",
+    "test_periodic_classes",
+    "test_refined",
+    "test_vs_exact",
+    "test_kernel",
     "test_threshold",
-    "test_phases", "test_sliding", "test_sweeps", "test_theory", "test_meanfield_pools",
-    "test_grid", "test_meanfield", "test_arrivals", "test_engine", "test_jiq_original",
-    "test_transient", "test_vs_mean_field", "test_initial", "test_long_runs", "test_api",
-    "test_tagged_server", "test_listed", "test_meanfield_phases", "test_distributed",
-    "test_suite_tools", "test_jsew",
-)  # fmt: skip
+    "test_phases",
+    "test_sliding",
+    "test_sweeps",
+    "test_theory",
+    "test_meanfield_pools",
+    "test_grid",
+    "test_meanfield",
+    "test_arrivals",
+    "test_engine",
+    "test_jiq_original",
+    "test_transient",
+    "test_vs_mean_field",
+    "test_initial",
+    "test_long_runs",
+    "test_api",
+    "test_tagged_server",
+    "test_listed",
+    "test_meanfield_phases",
+    "test_distributed",
+    "test_suite_tools",
+    "test_jsew",
+)
 
 
 def _rank(item) -> int:
@@ -152,8 +178,10 @@ class _CompileReport:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
         out = getattr(node, "workeroutput", {})
-        self._add(json.loads(out.get("compile_times", "{}")),
-                  json.loads(out.get("compiled_functions", "{}")))  # fmt: skip
+        self._add(
+            json.loads(out.get("compile_times", "{}")),
+            json.loads(out.get("compiled_functions", "{}")),
+        )
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.local is not None:
@@ -169,9 +197,13 @@ class _CompileReport:
         total = [sum(r[2][i] for r in rows) for i in range(len(_COLUMNS))]
         for module, t, cols in rows + [("all", sum(r[1] for r in rows), total)]:
             share = f"{sum(cols) / t:6.0%}" if t > 0 else " " * 6
-            tr.write_line(f"{t:8.1f} {cols[0]:7.1f} {cols[1]:7.1f} {cols[2]:8.1f} {share}  {module}")
+            tr.write_line(
+                f"{t:8.1f} {cols[0]:7.1f} {cols[1]:7.1f} {cols[2]:8.1f} {share}  {module}"
+            )
         tr.write_line("")
-        tr.write_line(f"the {_TOP_FUNCTIONS} functions that took longest to compile, in all processes:")
+        tr.write_line(
+            f"the {_TOP_FUNCTIONS} functions that took longest to compile, in all processes:"
+        )
         tr.write_line(f"{'compile':>8} {'times':>6}  function")
         top = sorted(self.functions.items(), key=lambda kv: -kv[1][1])[:_TOP_FUNCTIONS]
         for name, (count, secs) in top:

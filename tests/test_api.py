@@ -51,8 +51,9 @@ def test_random_servers_are_independent_mm1_queues():
 
 @pytest.mark.slow
 def test_result_forms():
-    res = jq.simulate("jiq-pod", 0.5, 8, 2, d=2, replicas=4, steps=4096, warmup=512,
-                      levels=48, iqueue_levels=8)  # fmt: skip
+    res = jq.simulate(
+        "jiq-pod", 0.5, 8, 2, d=2, replicas=4, steps=4096, warmup=512, levels=48, iqueue_levels=8
+    )
     d = res.to_dict()
     json.dumps(d)
     assert d["source"] == "simulation" and res.source == "simulation"
@@ -71,7 +72,12 @@ def test_result_forms():
     names = {r["metric"] for r in rows}
     assert {"mean_response_time", "p0", "tail", "iqueue_distribution", "response_quantile"} <= names
     assert all(r["load"] == 0.5 and r["source"] == "simulation" for r in rows)
-    assert {r["index"] for r in rows if r["metric"] == "response_quantile"} == {0.5, 0.9, 0.99, 0.999}
+    assert {r["index"] for r in rows if r["metric"] == "response_quantile"} == {
+        0.5,
+        0.9,
+        0.99,
+        0.999,
+    }
 
 
 @pytest.mark.slow
@@ -127,12 +133,15 @@ def test_bad_input_is_rejected_before_compiling(kwargs, match):
     assert run_blocks._cache_size() == compiled  # nothing compiled
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(load="0.5"), "load must be a real number, got '0.5'"),
-    (dict(load=True), "load must be a real number, got True"),
-    (dict(seed=1.0), "seed must be an int, got 1.0"),
-    (dict(replicas=np.float64(2)), "replicas must be an int"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(load="0.5"), "load must be a real number, got '0.5'"),
+        (dict(load=True), "load must be a real number, got True"),
+        (dict(seed=1.0), "seed must be an int, got 1.0"),
+        (dict(replicas=np.float64(2)), "replicas must be an int"),
+    ],
+)
 def test_wrong_types_are_rejected_before_compiling(kwargs, match):
     base = dict(policy="random", load=0.5, n_servers=8, replicas=2, steps=1000)
     base.update(kwargs)
@@ -145,12 +154,30 @@ def test_wrong_types_are_rejected_before_compiling(kwargs, match):
 def test_numpy_integers_are_counts_and_land_in_the_settings_as_ints():
     """Counts taken out of NumPy arrays work as Python ints do, down to the JSON settings."""
     i = np.int64
-    p = planner.plan("pod", [np.float32(0.5)], i(100), i(2), d=i(3), buffer=i(8), replicas=i(2),
-                    steps=i(1000), warmup=i(0), seed=i(7), iqueue_levels=None)  # fmt: skip
-    assert p == planner.plan("pod", [0.5], 100, 2, d=3, buffer=8, replicas=2, steps=1000,
-                            warmup=0, seed=7)  # fmt: skip
-    for value in (p.system.n_servers, p.system.n_dispatchers, p.system.buffer, p.replicas,
-                  p.seed, p.policy.d):  # fmt: skip
+    p = planner.plan(
+        "pod",
+        [np.float32(0.5)],
+        i(100),
+        i(2),
+        d=i(3),
+        buffer=i(8),
+        replicas=i(2),
+        steps=i(1000),
+        warmup=i(0),
+        seed=i(7),
+        iqueue_levels=None,
+    )
+    assert p == planner.plan(
+        "pod", [0.5], 100, 2, d=3, buffer=8, replicas=2, steps=1000, warmup=0, seed=7
+    )
+    for value in (
+        p.system.n_servers,
+        p.system.n_dispatchers,
+        p.system.buffer,
+        p.replicas,
+        p.seed,
+        p.policy.d,
+    ):
         assert type(value) is int
     json.dumps(p.fingerprint())
     mf = jq.theory.mean_field("pod", 0.5, d=i(3), buffer=i(8))
@@ -175,24 +202,58 @@ def test_time_units_set_the_run_length_at_the_largest_load():
 @pytest.mark.slow
 def test_cli_time_units_and_the_window_they_give(capsys):
     """The same compiled shape as test_cli_json_stands_alone_on_stdout."""
-    assert cli_main(["simulate", "--policy", "pod", "--servers", "8", "--load", "0.5",
-                     "--replicas", "4", "--time", "200", "--warmup-time", "20",
-                     "--levels", "48", "--json"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "simulate",
+                "--policy",
+                "pod",
+                "--servers",
+                "8",
+                "--load",
+                "0.5",
+                "--replicas",
+                "4",
+                "--time",
+                "200",
+                "--warmup-time",
+                "20",
+                "--levels",
+                "48",
+                "--json",
+            ]
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)["settings"]
     assert s["steps"] == 2560 and s["warmup"] == 256  # 2400 and 240 steps, in whole blocks
     assert s["time_measured"] == pytest.approx(2560 / 12)  # 8 servers x (0.5 + 1) a time unit
     assert s["time_warmup"] == pytest.approx(256 / 12)
     with pytest.raises(SystemExit):
-        cli_main(["simulate", "--policy", "pod", "--servers", "8", "--load", "0.5",
-                  "--time", "200", "--steps", "1000"])  # fmt: skip
+        cli_main(
+            [
+                "simulate",
+                "--policy",
+                "pod",
+                "--servers",
+                "8",
+                "--load",
+                "0.5",
+                "--time",
+                "200",
+                "--steps",
+                "1000",
+            ]
+        )
     assert "not allowed with argument" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_finite_buffer_allows_overload():
     lam, b = 1.5, 2
-    res = jq.simulate("jsq", lam, 8, 1, buffer=b, replicas=8, steps=2**14, warmup=1024,
-                      interval="replicas")
+    res = jq.simulate(
+        "jsq", lam, 8, 1, buffer=b, replicas=8, steps=2**14, warmup=1024, interval="replicas"
+    )
     assert res.settings["levels"] == b
     ex = solve_exact("jsq", lam, 8, 1, buffer=b)
     assert ex.blocking_probability > 0.2
@@ -204,9 +265,29 @@ def test_finite_buffer_allows_overload():
 @pytest.mark.slow
 def test_cli_json_stands_alone_on_stdout(capsys):
     code = cli_main(
-        ["simulate", "--policy", "pod", "--d", "2", "--servers", "8", "--dispatchers", "1",
-         "--load", "0.5", "--replicas", "4", "--steps", "4096", "--warmup", "512",
-         "--levels", "48", "--json", "--progress"]  # fmt: skip
+        [
+            "simulate",
+            "--policy",
+            "pod",
+            "--d",
+            "2",
+            "--servers",
+            "8",
+            "--dispatchers",
+            "1",
+            "--load",
+            "0.5",
+            "--replicas",
+            "4",
+            "--steps",
+            "4096",
+            "--warmup",
+            "512",
+            "--levels",
+            "48",
+            "--json",
+            "--progress",
+        ]
     )
     out = capsys.readouterr()
     assert code == 0
@@ -245,18 +326,40 @@ def test_cli_theory_table_prints_twenty_tail_levels_and_says_how_many_more(capsy
 def test_cli_simulate_theory_and_exact_print_the_same_keys(capsys):
     common = ["--policy", "jiq-pod", "--d", "2", "--load", "0.5", "--json"]
     size = ["--servers", "3", "--dispatchers", "2"]
-    run = ["--replicas", "2", "--steps", "1024", "--warmup", "256", "--levels", "48",
-           "--iqueue-levels", "3"]  # fmt: skip
+    run = [
+        "--replicas",
+        "2",
+        "--steps",
+        "1024",
+        "--warmup",
+        "256",
+        "--levels",
+        "48",
+        "--iqueue-levels",
+        "3",
+    ]
     outs = {}
     for cmd, extra in (("simulate", size + run), ("theory", ["--ratio", "1.5"]), ("exact", size)):
         assert cli_main([cmd] + common + extra) == 0
         outs[cmd] = json.loads(capsys.readouterr().out)
     keys = {cmd: set(data) for cmd, data in outs.items()}
     assert keys["simulate"] == keys["theory"] == keys["exact"]
-    assert {"mean_response_time", "waiting_probability", "blocking_probability", "tail", "p0",
-            "source", "settings", "diagnostics", "response_quantiles"} <= keys["exact"]  # fmt: skip
+    assert {
+        "mean_response_time",
+        "waiting_probability",
+        "blocking_probability",
+        "tail",
+        "p0",
+        "source",
+        "settings",
+        "diagnostics",
+        "response_quantiles",
+    } <= keys["exact"]
     assert [outs[c]["source"] for c in ("simulate", "theory", "exact")] == [
-        "simulation", "mean-field", "exact"]  # fmt: skip
+        "simulation",
+        "mean-field",
+        "exact",
+    ]
     for cmd in outs:  # the quantile form is the same everywhere
         assert set(outs[cmd]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
         assert set(outs[cmd]["mean_response_time"]) == {"mean", "ci95", "n"}
@@ -272,7 +375,9 @@ def test_cli_simulate_theory_and_exact_print_the_same_keys(capsys):
 def test_cli_exact_text_and_bad_option(capsys):
     assert cli_main(["exact", "--policy", "jsq", "--servers", "2", "--load", "0.5"]) == 0
     assert "mean_response_time" in capsys.readouterr().out
-    assert cli_main(["exact", "--policy", "jsq", "--d", "2", "--servers", "2", "--load", "0.5"]) == 2
+    assert (
+        cli_main(["exact", "--policy", "jsq", "--d", "2", "--servers", "2", "--load", "0.5"]) == 2
+    )
     assert "takes no option d" in capsys.readouterr().err
 
 
@@ -310,12 +415,14 @@ def test_compare_checks_every_policy_and_its_options_before_running(monkeypatch,
         raise AssertionError("validation must come before any run")
 
     monkeypatch.setattr(compare_module, "sweep", no_run)
-    cases = [(["--policies", "jiq,pod,foo"], "unknown policy 'foo'"),
-             (["--policies", "jiq,jsq", "--d", "3"], "d=3 applies to the policies"),
-             (["--servers", "105"], "ratio=10 does not split n_servers=105"),
-             (["--policies", "jiq-pod:d"], "is not NAME:OPTION=VALUE"),
-             (["--policies", "jiq-pod:d=x"], "d must be an integer"),
-             (["--policies", "jiq:d=3"], "takes no option d")]  # fmt: skip
+    cases = [
+        (["--policies", "jiq,pod,foo"], "unknown policy 'foo'"),
+        (["--policies", "jiq,jsq", "--d", "3"], "d=3 applies to the policies"),
+        (["--servers", "105"], "ratio=10 does not split n_servers=105"),
+        (["--policies", "jiq-pod:d"], "is not NAME:OPTION=VALUE"),
+        (["--policies", "jiq-pod:d=x"], "d must be an integer"),
+        (["--policies", "jiq:d=3"], "takes no option d"),
+    ]
     for argv, message in cases:
         assert cli_main(["compare", *argv]) == 2, argv
         assert message in capsys.readouterr().err, argv
@@ -326,11 +433,24 @@ def test_compare_gives_a_policy_its_own_options(monkeypatch):
     from jaxqueue.studies import compare as compare_module
 
     seen = []
-    monkeypatch.setattr(compare_module, "sweep",
-                        lambda model, *a, **k: seen.append(model.policy.label()) or [])  # fmt: skip
+    monkeypatch.setattr(
+        compare_module, "sweep", lambda model, *a, **k: seen.append(model.policy.label()) or []
+    )
     monkeypatch.setattr(compare_module, "mean_field", lambda *a, **k: None)
-    assert cli_main(["compare", "--policies", "jiq-original,jiq-pod:d=3,pod,jiq-threshold:z=2",
-                     "--d", "4", "--loads", "0.5"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "compare",
+                "--policies",
+                "jiq-original,jiq-pod:d=3,pod,jiq-threshold:z=2",
+                "--d",
+                "4",
+                "--loads",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     assert seen == ["jiq-original(d=4)", "jiq-pod(d=3)", "pod(d=4)", "jiq-threshold(z=2)"]
 
 
@@ -345,8 +465,24 @@ def test_heavy_traffic_scalings():
 
 @pytest.mark.slow
 def test_cli_per_server_policies(capsys):
-    args = ["simulate", "--servers", "6", "--dispatchers", "2", "--load", "0.5", "--replicas", "2",
-            "--steps", "2048", "--warmup", "256", "--levels", "48", "--json"]  # fmt: skip
+    args = [
+        "simulate",
+        "--servers",
+        "6",
+        "--dispatchers",
+        "2",
+        "--load",
+        "0.5",
+        "--replicas",
+        "2",
+        "--steps",
+        "2048",
+        "--warmup",
+        "256",
+        "--levels",
+        "48",
+        "--json",
+    ]
     assert cli_main(args[:1] + ["--policy", "jiq-threshold", "--z", "2"] + args[1:]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["settings"]["options"] == {"z": 2} and data["stale_fraction"] is None
@@ -363,8 +499,23 @@ def _clean_env(**extra):
 
 @pytest.mark.slow
 def test_cli_and_import_use_one_device_per_core_unless_told_otherwise():
-    cmd = [sys.executable, "-m", "jaxqueue", "simulate", "--policy", "pod", "--servers", "10",
-           "--load", "0.5", "--replicas", "2", "--steps", "512", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxqueue",
+        "simulate",
+        "--policy",
+        "pod",
+        "--servers",
+        "10",
+        "--load",
+        "0.5",
+        "--replicas",
+        "2",
+        "--steps",
+        "512",
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), check=True)
     assert json.loads(out.stdout)["settings"]["devices"] == os.cpu_count()
     probe = [sys.executable, "-c", "import jaxqueue, jax; print(len(jax.devices()))"]
@@ -390,8 +541,9 @@ def test_result_metric_by_name():
     pooled = theory.mean_field("random", 0.5, pools="0.5:2,0.5:1")
     np.testing.assert_allclose(pooled.metric("pool_utilization"), [0.25, 0.5], rtol=1e-9)
     # each pool is M/M/1 under Random: Exp(v - lambda)
-    np.testing.assert_allclose(pooled.metric("pool_p99"), math.log(100) / np.array([1.5, 0.5]),
-                               rtol=1e-9)  # fmt: skip
+    np.testing.assert_allclose(
+        pooled.metric("pool_p99"), math.log(100) / np.array([1.5, 0.5]), rtol=1e-9
+    )
     assert mf.metric("pool_p99.9") is None
     with pytest.raises(ValueError, match="p99.9"):
         mf.metric("p95")
@@ -401,17 +553,37 @@ def test_result_metric_by_name():
 def test_cli_compare_by_pool(capsys):
     """A pool metric puts a row per pool beside the mean field by pool."""
     # --time 45.7: 1024 steps at N = 8, load 0.8, four whole blocks (no WindowWarning)
-    args = ["compare", "--policies", "pod", "--servers", "8", "--ratio", "8",
-            "--loads", "0.5,0.8", "--time", "45.7", "--warmup-time", "5", "--replicas", "4",
-            "--pools", "0.5:2,0.5:1", "--metric", "pool_arrival_share"]  # fmt: skip
+    args = [
+        "compare",
+        "--policies",
+        "pod",
+        "--servers",
+        "8",
+        "--ratio",
+        "8",
+        "--loads",
+        "0.5,0.8",
+        "--time",
+        "45.7",
+        "--warmup-time",
+        "5",
+        "--replicas",
+        "4",
+        "--pools",
+        "0.5:2,0.5:1",
+        "--metric",
+        "pool_arrival_share",
+    ]
     assert cli_main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("pool arrival share, simulation (95% CI) vs mean field")
     rows = [line.split() for line in lines[2:]]
     assert [(r[0], r[1], r[3]) for r in rows] == [
-        ("pod(d=2)", "0.500", "2"), ("pod(d=2)", "0.500", "1"),
-        ("pod(d=2)", "0.800", "2"), ("pod(d=2)", "0.800", "1"),
-    ]  # fmt: skip
+        ("pod(d=2)", "0.500", "2"),
+        ("pod(d=2)", "0.500", "1"),
+        ("pod(d=2)", "0.800", "2"),
+        ("pod(d=2)", "0.800", "1"),
+    ]
     for fast, slow in (rows[:2], rows[2:]):  # the shares of one run add up to 1
         assert float(fast[4]) + float(slow[4]) == pytest.approx(1.0, abs=2e-4)
         assert float(fast[7]) + float(slow[7]) == pytest.approx(1.0, abs=2e-4)
@@ -432,13 +604,33 @@ def test_cli_compare_with_a_service_law_and_a_quantile(capsys):
     """compare passes the service law to both the simulation and the mean
     field, and its table shows the metric asked for."""
     # --time 45.7: 1024 steps at N = 8, load 0.8, four whole blocks (no WindowWarning)
-    args = ["compare", "--policies", "pod,jsew", "--servers", "8", "--ratio", "8",
-            "--loads", "0.5,0.8", "--time", "45.7", "--warmup-time", "5", "--replicas", "4",
-            "--service", "erlang:2"]  # fmt: skip
+    args = [
+        "compare",
+        "--policies",
+        "pod,jsew",
+        "--servers",
+        "8",
+        "--ratio",
+        "8",
+        "--loads",
+        "0.5,0.8",
+        "--time",
+        "45.7",
+        "--warmup-time",
+        "5",
+        "--replicas",
+        "4",
+        "--service",
+        "erlang:2",
+    ]
     assert cli_main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["policy"], r["load"]) for r in rows] == [("pod", 0.5), ("pod", 0.8), ("jsew", 0.5),
-                                                        ("jsew", 0.8)]  # fmt: skip
+    assert [(r["policy"], r["load"]) for r in rows] == [
+        ("pod", 0.5),
+        ("pod", 0.8),
+        ("jsew", 0.5),
+        ("jsew", 0.8),
+    ]
     for r in rows:
         assert r["simulation"]["settings"]["service"]["label"] == "erlang:2"
         assert set(r["simulation"]["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
@@ -448,12 +640,14 @@ def test_cli_compare_with_a_service_law_and_a_quantile(capsys):
     out = capsys.readouterr().out
     assert "service erlang:2: p99, simulation (95% CI) vs mean field" in out
     p99 = [float(line.split()[2]) for line in out.splitlines()[2:]]
-    assert p99 == pytest.approx([r["simulation"]["response_quantiles"]["0.99"]["mean"] for r in rows],
-                                abs=1e-4)  # fmt: skip
+    assert p99 == pytest.approx(
+        [r["simulation"]["response_quantiles"]["0.99"]["mean"] for r in rows], abs=1e-4
+    )
 
 
 def test_cli_simulate_takes_a_halfin_whitt_beta(monkeypatch, capsys):
     """--beta B runs at lambda = 1 - B / sqrt(N), as --alpha at 1 - N^-alpha."""
+
     def stub(policy, load, *args, **kwargs):
         raise ValueError(f"stub load={load!r}")
 

@@ -27,6 +27,7 @@ import sys
 
 import numpy as np
 import pytest
+from chains import mmpp_jsq_reference, profile_mm1_reference
 
 import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace, as_arrivals, parse_arrivals
@@ -34,8 +35,6 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import tolerance
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
-
-from chains import mmpp_jsq_reference, profile_mm1_reference
 
 FAMILY = 27 + 4  # statistical comparisons in this module
 
@@ -122,8 +121,13 @@ def test_plan_checks_before_compiling(monkeypatch):
     with pytest.raises(ValueError, match="load"):
         planner.plan("pod", [1.2], 4, arrivals=Profile((0.0, 10.0), (1.0, None)))
     with pytest.warns(jq.BackendWarning, match="clock"):
-        p = planner.plan("pod", [0.5, 0.7], 4, backend="registers",
-                        arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)))  # fmt: skip
+        p = planner.plan(
+            "pod",
+            [0.5, 0.7],
+            4,
+            backend="registers",
+            arrivals=MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5)),
+        )
     assert p.backend == "xla" and "clock" in p.backend_note
     assert p.fingerprint()["system"]["arrivals"]["kind"] == "mmpp"
 
@@ -178,8 +182,17 @@ def test_pool_occupancy_under_a_profile_samples_only_real_service_candidates():
     the sampling alone, so the sampled estimate's tolerance (summed over the
     pools) bounds the difference."""
     src = Profile.from_function(lambda t: 1 + 0.8 * np.sin(2 * np.pi * t / 20), 20.0, 8)
-    res = jq.simulate("pod", 0.8, 20, pools="0.5:2,0.5:1", arrivals=src, replicas=32,
-                      steps=2**17, seed=3, interval="replicas")  # fmt: skip
+    res = jq.simulate(
+        "pod",
+        0.8,
+        20,
+        pools="0.5:2,0.5:1",
+        arrivals=src,
+        replicas=32,
+        steps=2**17,
+        seed=3,
+        interval="replicas",
+    )
     shares = np.array([0.5, 0.5])
     drawn = shares @ res.pool_occupancy.mean
     tol = shares @ tolerance(res.pool_occupancy, FAMILY)
@@ -193,8 +206,9 @@ def test_trace_dm1():
     sigma = 0.5
     for _ in range(200):
         sigma = math.exp(-(1.0 - sigma) / load)
-    res = jq.simulate("jsq", load, 1, arrivals=Trace(np.arange(1000.0)), replicas=32,
-                      steps=200_000, seed=13)  # fmt: skip
+    res = jq.simulate(
+        "jsq", load, 1, arrivals=Trace(np.arange(1000.0)), replicas=32, steps=200_000, seed=13
+    )
     _check(res.waiting_probability, sigma, "P(wait)")
     _check(res.mean_response_time, 1.0 / (1.0 - sigma), "mean response")
     for q, est in res.response_quantiles.items():  # exponential of rate 1 - sigma
@@ -218,9 +232,21 @@ def test_flat_sources_match_exact(case):
     else:
         kw = dict(policy="jiq-threshold", n=3, m=2, service=None, buffer=6)
         src = MMPP(((-2.0, 2.0), (1.0, -1.0)), (1.0, 1.0))
-    ex = solve_exact(kw["policy"], 0.8, kw["n"], kw["m"], buffer=kw["buffer"], service=kw["service"])
-    res = jq.simulate(kw["policy"], 0.8, kw["n"], kw["m"], buffer=kw["buffer"],
-                      service=kw["service"], arrivals=src, replicas=32, steps=200_000, seed=14)  # fmt: skip
+    ex = solve_exact(
+        kw["policy"], 0.8, kw["n"], kw["m"], buffer=kw["buffer"], service=kw["service"]
+    )
+    res = jq.simulate(
+        kw["policy"],
+        0.8,
+        kw["n"],
+        kw["m"],
+        buffer=kw["buffer"],
+        service=kw["service"],
+        arrivals=src,
+        replicas=32,
+        steps=200_000,
+        seed=14,
+    )
     _check(res.mean_queue_length, ex.mean_queue_length, "mean queue length")
     _check(res.mean_response_time, ex.mean_response_time, "mean response")
     _check(res.blocking_probability, ex.blocking_probability, "blocking")
@@ -246,10 +272,29 @@ def test_cli_arrivals_json(tmp_path):
     prof = tmp_path / "step.csv"
     prof.write_text("time,rate\n0,1\n5,2\n10,\n")
     out = subprocess.run(
-        [sys.executable, "-m", "jaxqueue", "simulate", "--policy", "pod", "--load", "0.6",
-         "--servers", "4", "--replicas", "4", "--steps", "5000", "--arrivals", str(prof), "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jaxqueue",
+            "simulate",
+            "--policy",
+            "pod",
+            "--load",
+            "0.6",
+            "--servers",
+            "4",
+            "--replicas",
+            "4",
+            "--steps",
+            "5000",
+            "--arrivals",
+            str(prof),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(out.stdout)
     assert data["settings"]["arrivals"]["kind"] == "profile"
     assert data["settings"]["arrivals"]["peak"] == pytest.approx(4 / 3)
@@ -267,10 +312,13 @@ def test_trace_time_averages_are_consistent(policy):
     rng = np.random.default_rng(3)
     gaps = rng.exponential(1.0, 4000) * np.where(rng.random(4000) < 0.2, 3.0, 0.5)
     n, m, load = 6, 2, 0.7
-    res = jq.simulate(policy, load, n, m, arrivals=Trace(np.cumsum(gaps)), replicas=16,
-                      steps=100_000, seed=15)  # fmt: skip
+    res = jq.simulate(
+        policy, load, n, m, arrivals=Trace(np.cumsum(gaps)), replicas=16, steps=100_000, seed=15
+    )
     little = res.mean_response_time.mean * load * (1.0 - res.blocking_probability.mean)
-    tol = tolerance(res.mean_queue_length, FAMILY) + tolerance(res.mean_response_time, FAMILY) * load
+    tol = (
+        tolerance(res.mean_queue_length, FAMILY) + tolerance(res.mean_response_time, FAMILY) * load
+    )
     assert abs(res.mean_queue_length.mean - little) <= tol
     if policy == "jiq":
         sizes = np.arange(res.iqueue_distribution.mean.size)

@@ -28,6 +28,7 @@ from jaxqueue.studies.store import COLUMNS, Store
 @pytest.fixture
 def no_compile(monkeypatch):
     """Every error below comes before anything steps (or compiles) a replica."""
+
     def no_run(*args, **kwargs):
         raise AssertionError("validation must come before any compilation")
 
@@ -35,38 +36,86 @@ def no_compile(monkeypatch):
 
 
 def test_one_batch_names_batches_and_its_range(no_compile, capsys):
-    with pytest.raises(ValueError, match=r"batches=1 is out of range for one replica: .*"
-                                         r"need 2 <= batches <= 10000"):
+    with pytest.raises(
+        ValueError,
+        match=r"batches=1 is out of range for one replica: .*"
+        r"need 2 <= batches <= 10000",
+    ):
         planner.plan("jsq", [0.5], 1, replicas=1, steps=100 * 256, batches=1)
     # a one-block window still blames the steps
     with pytest.raises(ValueError, match=r"steps=256 is one block"):
         planner.plan("jsq", [0.5], 1, replicas=1, steps=256)
-    assert cli_main(["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5",
-                     "--replicas", "1", "--steps", "25600", "--batches", "1"]) == 2  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "simulate",
+                "--policy",
+                "jsq",
+                "--servers",
+                "1",
+                "--load",
+                "0.5",
+                "--replicas",
+                "1",
+                "--steps",
+                "25600",
+                "--batches",
+                "1",
+            ]
+        )
+        == 2
+    )
     assert "batches=1 is out of range" in capsys.readouterr().err
 
 
 def test_batch_means_asked_for_by_name_is_not_swapped_for_replica_intervals(no_compile, capsys):
-    with pytest.raises(ValueError, match=r"interval='batch-means' needs at least 2 batches, "
-                                         r"and batches=1: pass 2 <= batches <= 10000"):
-        planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1,
-                    interval="batch-means")  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"interval='batch-means' needs at least 2 batches, "
+        r"and batches=1: pass 2 <= batches <= 10000",
+    ):
+        planner.plan(
+            "jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1, interval="batch-means"
+        )
     with pytest.raises(ValueError, match=r"and steps=256 is one block of 256 steps"):
         planner.plan("jsq", [0.5], 1, replicas=4, steps=256, interval="batch-means")
     # interval='auto' with 4 replicas picks batch means, and replica intervals without batches
-    assert planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1).interval == \
-        "replicas"
+    assert (
+        planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256, batches=1).interval == "replicas"
+    )
     assert planner.plan("jsq", [0.5], 1, replicas=4, steps=100 * 256).interval == "batch-means"
-    assert cli_main(["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5",
-                     "--replicas", "4", "--steps", "25600", "--batches", "1",
-                     "--interval", "batch-means"]) == 2  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "simulate",
+                "--policy",
+                "jsq",
+                "--servers",
+                "1",
+                "--load",
+                "0.5",
+                "--replicas",
+                "4",
+                "--steps",
+                "25600",
+                "--batches",
+                "1",
+                "--interval",
+                "batch-means",
+            ]
+        )
+        == 2
+    )
     assert "interval='batch-means' needs at least 2 batches" in capsys.readouterr().err
 
 
 def test_time_rounded_up_to_whole_blocks_warns_with_the_time_simulated(no_compile):
     # N = 1 at 0.5: 1.5 steps a time unit, so time=5 is 8 steps, run as one block of 256
-    with pytest.warns(planner.WindowWarning, match=r"time=5 is 8 steps per replica at N=1 and "
-                                                  r"load 0.5.* 256 steps, 170.7 time units"):
+    with pytest.warns(
+        planner.WindowWarning,
+        match=r"time=5 is 8 steps per replica at N=1 and "
+        r"load 0.5.* 256 steps, 170.7 time units",
+    ):
         p = planner.plan("jsq", [0.5], 1, replicas=2, time=5)
     assert p.measure_blocks == 1
     with warnings.catch_warnings():  # within WINDOW_TOLERANCE (10%): no warning
@@ -86,8 +135,11 @@ def test_trace_service_column_is_documented_as_not_simulated(capsys):
 def test_trace_server_bound_states_the_valid_range(no_compile):
     trace = Trace(np.arange(10.0))
     top = 2**23 - 1
-    with pytest.raises(ValueError, match=rf"n_servers={2**23} is out of range, need 1 <= "
-                                         rf"n_servers <= {top}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"n_servers={2**23} is out of range, need 1 <= "
+        rf"n_servers <= {top}",
+    ):
         planner.plan("jsq", [0.5], 2**23, arrivals=trace, replicas=2, steps=256)
     from jaxqueue.core.system import System
     from jaxqueue.sim.source import check_source
@@ -97,8 +149,15 @@ def test_trace_server_bound_states_the_valid_range(no_compile):
 
 def _store(path) -> None:
     row = {c: None for c in COLUMNS}
-    row.update(point_id="p0", policy="pod", servers=10, metric="mean_response_time", idx=None,
-               mean=1.25, ci95=0.01)  # fmt: skip
+    row.update(
+        point_id="p0",
+        policy="pod",
+        servers=10,
+        metric="mean_response_time",
+        idx=None,
+        mean=1.25,
+        ci95=0.01,
+    )
     with Store(path, "h", "tiny", {"jaxqueue": "test"}) as store:
         store.commit_batch(0, [("p0", {}, 0.0)], [row])
 
@@ -130,27 +189,47 @@ def test_checkpoint_mismatch_prints_loads_as_decimals(tmp_path, no_compile):
 def test_overflow_advice_stays_within_the_valid_bounds(no_compile):
     p = planner.plan("jiq", [0.1], 20, 4, iqueue_levels=12, replicas=2, steps=256)
     advice = runner._overflow_advice(np.array([0, 2]), p)
-    assert "iqueue_levels=12; rerun with a larger iqueue_levels= (e.g. 20, at most " \
-           "n_servers=20)" in advice  # 2 x 12 = 24 would be refused
+    assert (
+        "iqueue_levels=12; rerun with a larger iqueue_levels= (e.g. 20, at most "
+        "n_servers=20)" in advice
+    )  # 2 x 12 = 24 would be refused
     p = planner.plan("jiq", [0.1], 40, 4, iqueue_levels=12, replicas=2, steps=256)
     assert "(e.g. 24, at most n_servers=40)" in runner._overflow_advice(np.array([0, 2]), p)
     levels = p.system.levels
     assert f"(e.g. {2 * levels})" in runner._overflow_advice(np.array([1, 0]), p)
 
 
-@pytest.mark.parametrize("policy, n, m, bad, valid", [
-    ("pod", 8, 1, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
-    ("jiq-pod", 8, 2, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
-    ("idle-first", 8, 1, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
-    ("jiq-sq", 8, 4, (0, 5), r"it probes dispatchers, need 1 <= d <= n_dispatchers \(4\)"),
-    ("pod", 200, 1, (0, 65, 199, 201),
-     r"it probes servers, need 1 <= d <= 64 or d = n_servers \(200, which is JSQ\)"),
-    ("idle-first", 200, 1, (0, 65, 201),
-     r"it probes servers, need 1 <= d <= 64 or d = n_servers \(200, which is JSQ\)"),
-    ("jiq-sq", 200, 100, (0, 65, 101),
-     r"it probes dispatchers, need 1 <= d <= 64 \(the most distinct probes; n_dispatchers "
-     r"is 100\)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "policy, n, m, bad, valid",
+    [
+        ("pod", 8, 1, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
+        ("jiq-pod", 8, 2, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
+        ("idle-first", 8, 1, (0, 9), r"it probes servers, need 1 <= d <= n_servers \(8\)"),
+        ("jiq-sq", 8, 4, (0, 5), r"it probes dispatchers, need 1 <= d <= n_dispatchers \(4\)"),
+        (
+            "pod",
+            200,
+            1,
+            (0, 65, 199, 201),
+            r"it probes servers, need 1 <= d <= 64 or d = n_servers \(200, which is JSQ\)",
+        ),
+        (
+            "idle-first",
+            200,
+            1,
+            (0, 65, 201),
+            r"it probes servers, need 1 <= d <= 64 or d = n_servers \(200, which is JSQ\)",
+        ),
+        (
+            "jiq-sq",
+            200,
+            100,
+            (0, 65, 101),
+            r"it probes dispatchers, need 1 <= d <= 64 \(the most distinct probes; n_dispatchers "
+            r"is 100\)",
+        ),
+    ],
+)
 def test_d_out_of_range_states_one_form_of_the_valid_range(policy, n, m, bad, valid):
     from jaxqueue.core.system import System
 
@@ -175,12 +254,17 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jaxqueue.studies.spec, "load_spec",
-                        lambda path, quick=False, mode=None: SimpleNamespace(name="tiny", points=[]))
+    monkeypatch.setattr(
+        jaxqueue.studies.spec,
+        "load_spec",
+        lambda path, quick=False, mode=None: SimpleNamespace(name="tiny", points=[]),
+    )
     monkeypatch.setattr(jaxqueue.studies.grid, "run_grid", interrupt)
     assert cli_main(["sweep", "tiny.toml"]) == 130
-    assert capsys.readouterr().err == ("interrupted: the batches committed so far are in "
-                                       "tiny.sqlite; the same command resumes from there\n")
+    assert capsys.readouterr().err == (
+        "interrupted: the batches committed so far are in "
+        "tiny.sqlite; the same command resumes from there\n"
+    )
     monkeypatch.setattr(jaxqueue.api, "simulate", interrupt)
     argv = ["simulate", "--policy", "jsq", "--servers", "1", "--load", "0.5"]
     assert cli_main(argv) == 130
@@ -190,8 +274,10 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
 
 
 def _row(mean, ci, theory_value):
-    sim = SimpleNamespace(settings={"policy_label": "pod(d=2)", "load": 0.5},
-                          metric=lambda name: Estimate(mean, ci, 4))  # fmt: skip
+    sim = SimpleNamespace(
+        settings={"policy_label": "pod(d=2)", "load": 0.5},
+        metric=lambda name: Estimate(mean, ci, 4),
+    )
     mf = SimpleNamespace(metric=lambda name: theory_value)
     return Comparison(sim, mf)
 

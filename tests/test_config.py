@@ -31,7 +31,8 @@ def test_types_are_frozen_hashable_and_lists_become_tuples():
         model.d = 3
     assert model.replace(d=3).d == 3 and model.d == 2
     assert model.options() == {"d": 2} and Model("jiq-original", 10, order="fifo").options() == {
-        "order": "fifo"}  # fmt: skip
+        "order": "fifo"
+    }
     assert RunOptions(steps=[BLOCK, 2 * BLOCK]).steps == (BLOCK, 2 * BLOCK)
     assert Bounds(12).keywords() == {"levels": 12, "iqueue_levels": None}
 
@@ -61,23 +62,39 @@ def test_simulate_takes_a_model_and_gives_the_keywords_result():
     assert p == planner.plan("pod", [0.9], 10, d=2, levels=levels, **kw)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda m: jq.simulate(m, 0.9, 10), r"sweep\(\): n_servers given beside a Model: set it in "
-                                        r"the Model \(model.replace\(n_servers=...\)\)"),
-    (lambda m: jq.simulate(m, 0.9, d=3, buffer=4), r"sweep\(\): buffer, d given beside a Model"),
-    (lambda m: jq.simulate(m, 0.9, run=RunOptions(), replicas=8),
-     r"sweep\(\): replicas given beside run=: set it in the RunOptions"),
-    (lambda m: jq.simulate(m, 0.9, bounds=Bounds(), levels=8), r"levels given beside bounds="),
-    (lambda m: jq.simulate(m, 0.9, run={"replicas": 8}), r"run= takes a RunOptions, got dict"),
-    (lambda m: jq.simulate("pod", 0.9), r"sweep\(\) needs n_servers \(or a Model"),
-    (lambda m: jq.simulate("pod", 0.9, 10, step=5),
-     r"simulate\(\) got an unexpected keyword argument 'step'; did you mean 'steps'\?"),
-    (lambda m: planner.plan(m, [0.9], replica=2), r"plan\(\) got an unexpected keyword "
-                                                  r"argument 'replica'; did you mean 'replicas'\?"),
-    (lambda m: planner.plan_model("pod", [0.9]), r"plan_model\(\) takes a Model, got str"),
-    (lambda m: solve_exact(m, 0.5, d=2), r"solve_exact\(\): d given beside a Model"),
-    (lambda m: jq.transient(m, 0.5, 10, times=[1.0]), r"transient\(\): n_servers given beside"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda m: jq.simulate(m, 0.9, 10),
+            r"sweep\(\): n_servers given beside a Model: set it in "
+            r"the Model \(model.replace\(n_servers=...\)\)",
+        ),
+        (
+            lambda m: jq.simulate(m, 0.9, d=3, buffer=4),
+            r"sweep\(\): buffer, d given beside a Model",
+        ),
+        (
+            lambda m: jq.simulate(m, 0.9, run=RunOptions(), replicas=8),
+            r"sweep\(\): replicas given beside run=: set it in the RunOptions",
+        ),
+        (lambda m: jq.simulate(m, 0.9, bounds=Bounds(), levels=8), r"levels given beside bounds="),
+        (lambda m: jq.simulate(m, 0.9, run={"replicas": 8}), r"run= takes a RunOptions, got dict"),
+        (lambda m: jq.simulate("pod", 0.9), r"sweep\(\) needs n_servers \(or a Model"),
+        (
+            lambda m: jq.simulate("pod", 0.9, 10, step=5),
+            r"simulate\(\) got an unexpected keyword argument 'step'; did you mean 'steps'\?",
+        ),
+        (
+            lambda m: planner.plan(m, [0.9], replica=2),
+            r"plan\(\) got an unexpected keyword "
+            r"argument 'replica'; did you mean 'replicas'\?",
+        ),
+        (lambda m: planner.plan_model("pod", [0.9]), r"plan_model\(\) takes a Model, got str"),
+        (lambda m: solve_exact(m, 0.5, d=2), r"solve_exact\(\): d given beside a Model"),
+        (lambda m: jq.transient(m, 0.5, 10, times=[1.0]), r"transient\(\): n_servers given beside"),
+    ],
+)
 def test_a_field_given_twice_or_unknown_is_named(call, message):
     with pytest.raises(TypeError, match=message):
         call(Model("pod", 10, d=2))
@@ -89,8 +106,9 @@ def test_exact_and_transient_take_a_model():
     with pytest.raises(ValueError, match="solve_exact: the model has arrivals"):
         solve_exact(model.replace(arrivals="day.csv"), 0.6)
     kw = dict(times=[0.5, 2.0], replicas=4, seed=1, levels=12)
-    by_types = jq.transient(Model("pod", 10, d=2), 0.8, bounds=Bounds(12), times=kw["times"],
-                            replicas=4, seed=1)  # fmt: skip
+    by_types = jq.transient(
+        Model("pod", 10, d=2), 0.8, bounds=Bounds(12), times=kw["times"], replicas=4, seed=1
+    )
     by_keywords = jq.transient("pod", 0.8, 10, d=2, **kw)
     assert (by_types.tail.mean == by_keywords.tail.mean).all()
     with pytest.raises(ValueError, match="transient: the model has arrivals"):
@@ -98,7 +116,9 @@ def test_exact_and_transient_take_a_model():
 
 
 def test_a_spec_point_has_its_model():
-    spec = parse_spec('[grid]\npolicy = [{ name = "jiq-pod", d = 3 }]\nservers = [100]\n'
-                      'ratio = [10]\nload = [0.9]\nbuffer = [5]\n[run]\nreplicas = 4\ntime = 10\n')  # fmt: skip
+    spec = parse_spec(
+        '[grid]\npolicy = [{ name = "jiq-pod", d = 3 }]\nservers = [100]\n'
+        "ratio = [10]\nload = [0.9]\nbuffer = [5]\n[run]\nreplicas = 4\ntime = 10\n"
+    )
     (point,) = spec.points
     assert spec.model(point) == Model("jiq-pod", 100, 10, d=3, buffer=5)

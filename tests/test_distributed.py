@@ -23,7 +23,7 @@ import pytest
 TIMEOUT = 240  # seconds, per process
 
 HELPER = textwrap.dedent(
-    '''
+    """
     import json, os, sys
 
     import jax
@@ -83,7 +83,7 @@ HELPER = textwrap.dedent(
     record["grid_files"] = sorted(os.listdir(ckdir))
     with open(out, "w") as f:
         json.dump(record, f)
-    '''
+    """
 )
 
 #: A small grid of two sizes and three loads (one program; three batches of
@@ -128,10 +128,14 @@ def test_two_processes_match_one(tmp_path):
     procs = {
         name: subprocess.Popen(
             [sys.executable, str(script), str(out), str(tmp_path / ckdir), port_, pid],
-            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name, (out, ckdir, port_, pid) in jobs.items()
-    }  # fmt: skip
+    }
     logs, failed = {}, []
     try:
         for name, proc in procs.items():
@@ -170,6 +174,8 @@ def test_two_processes_match_one(tmp_path):
         assert (rec[name]["grid_ran"], rec[name]["grid_rerun"]) == (6, 0)
     # no checkpoint left; the store's lock file (held by process 0 while it wrote) stays
     assert rec["process 1"]["grid_files"] == ["grid.sqlite", "grid.sqlite.lock", "run.npz"]
-    with Store.open_existing(tmp_path / "shared" / "grid.sqlite") as two, \
-            Store.open_existing(tmp_path / "alone" / "grid.sqlite") as one:
+    with (
+        Store.open_existing(tmp_path / "shared" / "grid.sqlite") as two,
+        Store.open_existing(tmp_path / "alone" / "grid.sqlite") as one,
+    ):
         assert len(one.rows()) > 6 * 10 and two.rows() == one.rows()

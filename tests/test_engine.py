@@ -15,19 +15,20 @@ import jaxqueue as jq
 from jaxqueue.core.rng import BLOCK, replica_keys, step_words
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import level_of
+from jaxqueue.runs import planner
+from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import PACK, run_blocks, unpack
-from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim.state import core_from_counts, n_words
 from jaxqueue.sim.step import step
-from jaxqueue.runs import planner
 
 # One small system per policy; shapes shared across tests to keep compiles few.
 N, M, LEVELS, IQ = 12, 3, 20, 12
 OCCUPANCY = [n for n in jq.available() if jq.make(n).engine == "occupancy"]
 PER_SERVER = [n for n in jq.available() if jq.make(n).engine == "per-server"]
-CASES = [(name, m) for name in OCCUPANCY for m in (1, M)
-         if m == 1 or not jq.make(name).single_dispatcher]  # fmt: skip
+CASES = [
+    (name, m) for name in OCCUPANCY for m in (1, M) if m == 1 or not jq.make(name).single_dispatcher
+]
 
 
 def _system(policy, m=M, buffer=None):
@@ -154,8 +155,14 @@ def _run(policy, replicas_ids, n_blocks=2, devices=None):
         sh = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
         state, keys, load = jax.device_put((state, keys, load), sh)
     out = run_blocks(
-        state, keys, jnp.zeros(2, jnp.uint32), jnp.int32(n_blocks), load,
-        system=system, policy=policy, mesh=mesh,
+        state,
+        keys,
+        jnp.zeros(2, jnp.uint32),
+        jnp.int32(n_blocks),
+        load,
+        system=system,
+        policy=policy,
+        mesh=mesh,
     )
     return jax.tree.map(np.asarray, out)
 
@@ -175,8 +182,16 @@ def test_batching_sharding_and_chunking_do_not_change_results():
 
 @pytest.mark.slow
 def test_same_key_same_result_and_chunking_invariance():
-    kw = dict(load=0.8, n_servers=20, n_dispatchers=4, replicas=3, steps=4 * BLOCK,
-              warmup=BLOCK, levels=12, iqueue_levels=12)  # fmt: skip
+    kw = dict(
+        load=0.8,
+        n_servers=20,
+        n_dispatchers=4,
+        replicas=3,
+        steps=4 * BLOCK,
+        warmup=BLOCK,
+        levels=12,
+        iqueue_levels=12,
+    )
     a = jq.simulate("jiq", seed=5, **kw)
     b = jq.simulate("jiq", seed=5, **kw, devices=jax.devices()[:1])
     c = jq.simulate("jiq", seed=6, **kw)
@@ -199,8 +214,16 @@ def test_overflow_is_reported_not_clipped():
 
 @pytest.mark.slow
 def test_iqueue_overflow_is_reported():
-    kw = dict(n_servers=40, n_dispatchers=8, load=0.1, replicas=2, steps=8 * BLOCK, warmup=0,
-              levels=8, iqueue_levels=6)  # fmt: skip
+    kw = dict(
+        n_servers=40,
+        n_dispatchers=8,
+        load=0.1,
+        replicas=2,
+        steps=8 * BLOCK,
+        warmup=0,
+        levels=8,
+        iqueue_levels=6,
+    )
     with pytest.raises(jq.LevelOverflowError, match="iqueue_levels=6"):
         jq.simulate("jiq", **kw)
     res = jq.simulate("jiq", on_overflow="report", **kw)
@@ -223,8 +246,19 @@ def test_runs_with_the_same_shapes_do_not_recompile():
 def test_plan_state_and_next_block_are_an_exact_checkpoint():
     """Any split of a run into advance() calls, across the warm-up boundary and the
     batch boundaries, with the state leaving the devices in between, gives the same result."""
-    p = planner.plan("jiq-pod", [0.7, 0.8], 20, 4, replicas=3, steps=5 * BLOCK, warmup=3 * BLOCK,
-                    levels=12, iqueue_levels=12, seed=4, init="empty")  # fmt: skip
+    p = planner.plan(
+        "jiq-pod",
+        [0.7, 0.8],
+        20,
+        4,
+        replicas=3,
+        steps=5 * BLOCK,
+        warmup=3 * BLOCK,
+        levels=12,
+        iqueue_levels=12,
+        seed=4,
+        init="empty",
+    )
     whole = runner.Run.start(p).advance().results()
     run = runner.Run.start(p)
     for count in (2, 1, 0, 4, 1):  # block 3 is the warm-up's end
@@ -241,8 +275,11 @@ def test_plan_state_and_next_block_are_an_exact_checkpoint():
         run.advance(-1)
 
 
-PER_SERVER_CASES = [(name, opts) for name in PER_SERVER
-                    for opts in ([{"z": 1}, {"z": 2}] if name == "jiq-threshold" else [{}])]
+PER_SERVER_CASES = [
+    (name, opts)
+    for name in PER_SERVER
+    for opts in ([{"z": 1}, {"z": 2}] if name == "jiq-threshold" else [{}])
+]
 
 
 @pytest.mark.slow
@@ -253,8 +290,7 @@ def test_per_server_lists_after_every_step(name, opts, m):
     z = policy.threshold
     cap = N  # room for every server in any list
     system = System(N, m, None, LEVELS, cap)
-    core0 = core_from_counts(np.eye(1, LEVELS + 1, 0, dtype=np.int64)[0] * N, None,
-                             system, policy)  # fmt: skip
+    core0 = core_from_counts(np.eye(1, LEVELS + 1, 0, dtype=np.int64)[0] * N, None, system, policy)
     cores, ev = _trajectory(core0, jax.random.key(5), jnp.float32(0.8), system, policy, 3000)
     q = np.asarray(cores.lists.q)
     slots, sizes, where = (np.asarray(x) for x in cores.lists[1:])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import jaxqueue.exact.linalg as linalg
-from jaxqueue.core.versions import versions
 from jaxqueue.core.system import SERVICE_RATE
+from jaxqueue.core.versions import versions
 from jaxqueue.exact import RULES, ExactResult, solve_exact
 from jaxqueue.policies import available, make
 from jaxqueue.results.response import erlang_mixture_quantile, erlang_mixture_sf
@@ -290,8 +290,11 @@ def test_max_states_is_enforced():
     with pytest.raises(ValueError, match="max_states"):
         solve_exact("random", LAM, 3, 1, queue_bound=20, max_states=100)
     # refused from the state count's estimate, before any enumeration (which took 91 s here)
-    with pytest.raises(ValueError, match=r"queue_bound=1000000: about 5e\+11 reachable states, "
-                                         r"more than max_states=200000"):
+    with pytest.raises(
+        ValueError,
+        match=r"queue_bound=1000000: about 5e\+11 reachable states, "
+        r"more than max_states=200000",
+    ):
         solve_exact("pod", 0.5, 2, queue_bound=10**6)
     with pytest.raises(ValueError, match=r"^buffer=40: about .* more than max_states=1000"):
         solve_exact("jiq", 0.5, 4, 2, buffer=40, max_states=1000)
@@ -383,9 +386,17 @@ def test_policy_instances_are_accepted():
 
 def test_every_registered_policy_has_a_rule():
     assert set(RULES) == {
-        "random", "jsq", "jsew", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq", "jiq-original",
+        "random",
+        "jsq",
+        "jsew",
+        "pod",
+        "i1f",
+        "jiq",
+        "jiq-pod",
+        "jiq-sq",
+        "jiq-original",
         "jiq-threshold",
-    }  # fmt: skip
+    }
     for name in available():
         assert make(name).exact_rule()[0] in RULES, name
 
@@ -404,11 +415,20 @@ def test_result_types_and_settings():
         v = getattr(res, name)
         assert isinstance(v, np.ndarray) and v.dtype == np.float64, name
     assert res.settings == {
-        "policy": "jiq-threshold", "policy_label": "jiq-threshold(z=0)", "options": {"z": 0},
-        "n_servers": 3, "n_dispatchers": 2, "ratio": 1.5, "load": 0.7, "buffer": None,
-        "levels": 10, "queue_bound": 10, "symmetry": True, "rule": "jiq-threshold",
+        "policy": "jiq-threshold",
+        "policy_label": "jiq-threshold(z=0)",
+        "options": {"z": 0},
+        "n_servers": 3,
+        "n_dispatchers": 2,
+        "ratio": 1.5,
+        "load": 0.7,
+        "buffer": None,
+        "levels": 10,
+        "queue_bound": 10,
+        "symmetry": True,
+        "rule": "jiq-threshold",
         "versions": versions(),
-    }  # fmt: skip
+    }
     assert set(res.diagnostics) == {"truncated_mass", "truncation_loss", "n_states"}
     assert res.n_states == res.diagnostics["n_states"] and res.ratio == 1.5
     assert len(res.iqueue_distribution) == 3 + 1
@@ -421,8 +441,7 @@ def test_to_dict_is_json(policy, m):
     assert out["source"] == "exact"
     assert set(out) >= set(METRICS) | {"response_quantiles", "settings", "diagnostics"}
     assert out["tail"]["mean"] == res.tail.tolist() and out["tail"]["ci95"] is None
-    assert out["mean_response_time"] == {"mean": res.mean_response_time, "ci95": None,
-                                         "n": None}
+    assert out["mean_response_time"] == {"mean": res.mean_response_time, "ci95": None, "n": None}
     assert set(out["response_quantiles"]) == {str(q) for q in QUANTILES}
     assert out["settings"]["versions"] == versions()
     assert out["settings"]["rule"] == policy and out["diagnostics"]["n_states"] == res.n_states
@@ -477,7 +496,11 @@ def test_response_quantiles_are_the_erlang_mixture():
         (("jiq-pod", LAM, 3, 1), {"d": 4}, r"d=4 .*<= n_servers \(3\)"),
         (("idle-first", LAM, 3, 1), {"d": 4}, r"d=4 .*<= n_servers \(3\)"),
         (("jiq-sq", LAM, 3, 2), {"d": 3}, r"d=3 .*<= n_dispatchers \(2\)"),
-        (("jiq-sq", LAM, 3, 1), {}, r"d=2 .*<= n_dispatchers \(1\)"),  # its default d = 2 needs M >= 2
+        (
+            ("jiq-sq", LAM, 3, 1),
+            {},
+            r"d=2 .*<= n_dispatchers \(1\)",
+        ),  # its default d = 2 needs M >= 2
         (("jiq-threshold", LAM, 3, 1), {"z": -1}, "z=-1"),
         (("jiq", LAM, 3, 2), {"d": 2}, "takes no option d"),
         (("jsq", LAM, 3, 1), {"buffer": 0}, "buffer=0"),

@@ -22,10 +22,22 @@ DISGUISED = PhaseType((0.5, 0.5), ((-1.0, 0.0), (0.0, -1.0)), "exp-in-disguise")
 UNIT = PhaseType((1.0,), ((-1.0,),), "unit")
 
 METRICS = (
-    "tail", "occupancy", "arrival_seen", "iqueue_distribution", "mean_queue_length",
-    "mean_response_time", "waiting_probability", "blocking_probability", "p0", "join_rate",
-    "delete_rate", "probe_rate", "stale_fraction", "truncated_mass", "truncation_loss",
-)  # fmt: skip
+    "tail",
+    "occupancy",
+    "arrival_seen",
+    "iqueue_distribution",
+    "mean_queue_length",
+    "mean_response_time",
+    "waiting_probability",
+    "blocking_probability",
+    "p0",
+    "join_rate",
+    "delete_rate",
+    "probe_rate",
+    "stale_fraction",
+    "truncated_mass",
+    "truncation_loss",
+)
 
 
 def _same(a, b, rtol=1e-9, atol=1e-12, quantiles=True):
@@ -231,15 +243,35 @@ def test_hyperexponential_quantiles_are_consistent():
     [
         ("jsq", 0.5, 2, 1, {"service": "erlang:0"}, r"service='erlang:0'"),
         ("jsq", 0.5, 2, 1, {"service": "bogus"}, r"service='bogus' is not valid"),
-        ("jiq-original", 0.5, 2, 1, {"service": "erlang:2"},
-         r"service='erlang:2'.*jiq-original.*policies that take a phase-type.*jiq-pod"),
-        ("jiq-threshold", 0.5, 2, 2, {"service": "hyperexp:2"}, r"service='hyperexp:2'.*jiq-threshold"),
+        (
+            "jiq-original",
+            0.5,
+            2,
+            1,
+            {"service": "erlang:2"},
+            r"service='erlang:2'.*jiq-original.*policies that take a phase-type.*jiq-pod",
+        ),
+        (
+            "jiq-threshold",
+            0.5,
+            2,
+            2,
+            {"service": "hyperexp:2"},
+            r"service='hyperexp:2'.*jiq-threshold",
+        ),
         ("jsq", 1.0, 2, 1, {"service": "erlang:2"}, r"load=1.0"),
-        ("pod", 0.6, 2, 1, {"service": erlang(2, mean=2.0)}, r"load=0.6 .*mean 2.*load \* mean < 1"),
+        (
+            "pod",
+            0.6,
+            2,
+            1,
+            {"service": erlang(2, mean=2.0)},
+            r"load=0.6 .*mean 2.*load \* mean < 1",
+        ),
         ("jsq", 0.0, 2, 1, {"service": "erlang:2"}, r"load=0.0"),
         ("jsq", 0.5, 2, 1, {"service": "erlang:2", "buffer": 2, "queue_bound": 4}, "queue_bound"),
     ],
-)  # fmt: skip
+)
 def test_bad_service_inputs_raise_before_any_work(no_chain_work, policy, load, n, m, kw, match):
     with pytest.raises(ValueError, match=match):
         solve_exact(policy, load, n, m, **kw)

@@ -20,10 +20,22 @@ from jaxqueue.exact.chain import estimate_states
 from jaxqueue.results.schema import QUANTILES
 
 METRICS = (
-    "tail", "occupancy", "arrival_seen", "iqueue_distribution", "mean_queue_length",
-    "mean_response_time", "waiting_probability", "blocking_probability", "p0", "join_rate",
-    "delete_rate", "probe_rate", "stale_fraction", "truncated_mass", "truncation_loss",
-)  # fmt: skip
+    "tail",
+    "occupancy",
+    "arrival_seen",
+    "iqueue_distribution",
+    "mean_queue_length",
+    "mean_response_time",
+    "waiting_probability",
+    "blocking_probability",
+    "p0",
+    "join_rate",
+    "delete_rate",
+    "probe_rate",
+    "stale_fraction",
+    "truncated_mass",
+    "truncation_loss",
+)
 
 
 def _same(a, b, rtol=1e-9, atol=1e-12):
@@ -75,9 +87,13 @@ def test_random_two_exponential_pools_are_two_mm1_queues():
     assert list(res.response_quantiles) == list(QUANTILES)
     for q, t in res.response_quantiles.items():
         exact = brentq(
-            lambda x: 0.5 * math.exp(-(2 - LAM) * x) + 0.5 * math.exp(-(1 - LAM) * x) - (1 - q),
-            0.0, 100.0, xtol=1e-14,
-        )  # fmt: skip
+            lambda x, q=q: (
+                0.5 * math.exp(-(2 - LAM) * x) + 0.5 * math.exp(-(1 - LAM) * x) - (1 - q)
+            ),
+            0.0,
+            100.0,
+            xtol=1e-14,
+        )
         assert type(t) is float
         assert t == pytest.approx(exact, rel=1e-8), q
 
@@ -97,8 +113,9 @@ def test_random_erlang_pool_is_an_mph1_queue():
     np.testing.assert_allclose(res.pool_utilization, busy, rtol=0, atol=0)
     np.testing.assert_allclose(res.pool_waiting_probability, [LAM / 2, LAM], rtol=1e-9)
     np.testing.assert_allclose(res.pool_mean_response_time, [fast, 1 / (1 - LAM)], rtol=1e-8)
-    np.testing.assert_allclose(res.pool_mean_queue_length,
-                               LAM * res.pool_mean_response_time, rtol=1e-8)  # Little
+    np.testing.assert_allclose(
+        res.pool_mean_queue_length, LAM * res.pool_mean_response_time, rtol=1e-8
+    )  # Little
     for q, t in res.pool_response_quantiles.items():  # the exp(1) pool: M/M/1, Exp(1 - LAM)
         assert t[1] == pytest.approx(-math.log(1 - q) / (1 - LAM), rel=1e-8), q
         assert t[0] < t[1]  # the fast pool's tasks leave sooner
@@ -210,8 +227,7 @@ def test_symmetry_lumping_is_exact_with_pools(policy, n, m, kw):
     b = solve_exact(policy, n_servers=n, n_dispatchers=m, symmetry=False, **kw)
     assert a.n_states < b.n_states
     _same(a, b, rtol=1e-8, atol=1e-11)
-    np.testing.assert_allclose(a.pool_occupancy, b.pool_occupancy,
-                               atol=1e-11)  # fmt: skip
+    np.testing.assert_allclose(a.pool_occupancy, b.pool_occupancy, atol=1e-11)
 
 
 @pytest.mark.parametrize("service, pool_law", [(None, None), ("erlang:2", None), (None, erlang(3))])
@@ -251,8 +267,14 @@ def test_state_counts_and_estimate():
 @pytest.mark.parametrize(
     "policy, load, n, m, kw, match",
     [
-        ("jiq-original", 0.5, 4, 2, {"pools": "0.5:2,0.5:1"},
-         r"pools='0.5:2,0.5:1'.*jiq-original.*identical servers.*take pools.*jiq-pod"),
+        (
+            "jiq-original",
+            0.5,
+            4,
+            2,
+            {"pools": "0.5:2,0.5:1"},
+            r"pools='0.5:2,0.5:1'.*jiq-original.*identical servers.*take pools.*jiq-pod",
+        ),
         ("jiq-threshold", 0.5, 4, 2, {"pools": [(0.5, 2), (0.5, 1)]}, r"pools=.*jiq-threshold"),
         ("jsq", 0.5, 4, 1, {"pools": [(0.5, 2), (0.4, 1)]}, r"pools.*fractions.*sum to 1"),
         ("jsq", 0.5, 4, 1, {"pools": [(0.5, 0), (0.5, 1)]}, r"pools=.*speed=0.0 is out of range"),
@@ -262,11 +284,17 @@ def test_state_counts_and_estimate():
         ("jsq", 0.5, 4, 1, {"pools": [(0.1, 2), (0.9, 1)]}, r"pools.*without servers"),
         ("jsq", 1.5, 4, 1, {"pools": "0.5:2,0.5:1"}, r"load=1.5 .*pools.*capacity = 1.5"),
         ("pod", 1.0, 4, 1, {"pools": "0.5:1,0.5:1"}, r"load=1.0 .*capacity = 1\b"),
-        ("jiq", 0.8, 4, 2, {"pools": [Pool(2, 1.0, erlang(2, mean=2.0)), Pool(2, 1.0)]},
-         r"load=0.8 .*capacity = 0.75"),
+        (
+            "jiq",
+            0.8,
+            4,
+            2,
+            {"pools": [Pool(2, 1.0, erlang(2, mean=2.0)), Pool(2, 1.0)]},
+            r"load=0.8 .*capacity = 0.75",
+        ),
         ("jsq", 0.0, 4, 1, {"pools": "0.5:2,0.5:1"}, r"load=0.0"),
     ],
-)  # fmt: skip
+)
 def test_bad_pools_raise_before_any_work(no_chain_work, policy, load, n, m, kw, match):
     with pytest.raises(ValueError, match=match):
         solve_exact(policy, load, n, m, **kw)
@@ -280,8 +308,9 @@ def test_bad_pools_type_raises():
 def test_a_finite_buffer_lifts_the_capacity():
     res = solve_exact("random", 2.0, 2, pools="0.5:2,0.5:1", buffer=2)
     assert 0 < res.blocking_probability < 1
-    assert _pool_throughput(res) == pytest.approx(2.0 * 2 * (1 - res.blocking_probability),
-                                                  rel=1e-10)  # fmt: skip
+    assert _pool_throughput(res) == pytest.approx(
+        2.0 * 2 * (1 - res.blocking_probability), rel=1e-10
+    )
 
 
 def test_one_place_per_server_is_insensitive_to_the_law():

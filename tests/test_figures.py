@@ -57,19 +57,47 @@ def _fake_rows(spec):
     rows = []
     for p in spec.points:
         params = p.params()
-        base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
-                                           "alpha", "beta", "d", "z", "buffer")}  # fmt: skip
+        base = {
+            k: params.get(k)
+            for k in (
+                "policy",
+                "servers",
+                "dispatchers",
+                "ratio",
+                "load",
+                "alpha",
+                "beta",
+                "d",
+                "z",
+                "buffer",
+            )
+        }
         base.update(order=None, point_id=p.point_id(), replicas=4, steps=100, warmup=10, seed=0)
         t = 1.0 / (1.0 - p.load) ** 0.1
-        rows.append({**base, "metric": "mean_response_time", "idx": None, "mean": t,
-                     "ci95": 0.01, "theory": t * 1.02})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "metric": "mean_response_time",
+                "idx": None,
+                "mean": t,
+                "ci95": 0.01,
+                "theory": t * 1.02,
+            }
+        )
         for k in range(4):
             s = p.load**k
-            rows.append({**base, "metric": "tail", "idx": k, "mean": s, "ci95": 0.001,
-                         "theory": s})  # fmt: skip
+            rows.append({**base, "metric": "tail", "idx": k, "mean": s, "ci95": 0.001, "theory": s})
         for q, v in ((0.5, 0.7), (0.99, 4.6)):
-            rows.append({**base, "metric": "response_quantile", "idx": q, "mean": v, "ci95": 0.1,
-                         "theory": None})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "metric": "response_quantile",
+                    "idx": q,
+                    "mean": v,
+                    "ci95": 0.1,
+                    "theory": None,
+                }
+            )
     return rows
 
 
@@ -135,10 +163,14 @@ def test_series_group_sort_and_scale(store_path):
     assert meta["spec_text"] == SPEC and meta["spec_name"] == "figs"
     series = figure_series(rows, spec.figure("s2"))
     assert [(s.panel, s.label) for s in series] == [
-        (0.5, "jiq"), (0.5, "pod"), (0.75, "jiq"), (0.75, "pod")]  # fmt: skip
+        (0.5, "jiq"),
+        (0.5, "pod"),
+        (0.75, "jiq"),
+        (0.75, "pod"),
+    ]
     for s in series:
         np.testing.assert_array_equal(s.x, [100.0, 400.0])
-        loads = 1 - s.x ** -s.panel
+        loads = 1 - s.x**-s.panel
         np.testing.assert_allclose(s.y, loads**2 * s.x ** (1 - s.panel), rtol=1e-12)
         np.testing.assert_allclose(s.ci95, 0.001 * s.x ** (1 - s.panel), rtol=1e-12)
     tails = figure_series(rows, spec.figure("tails"))
@@ -168,8 +200,12 @@ def test_plot_command_writes_every_figure(store_path, tmp_path, capsys):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     out = capsys.readouterr().out
     assert "figure T" in out and "max relative error 1.96%" in out
-    assert cli_main(["plot", str(store_path), "--figure", "s2", "-o", str(tmp_path / "s2.png"),
-                     "--json"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            ["plot", str(store_path), "--figure", "s2", "-o", str(tmp_path / "s2.png"), "--json"]
+        )
+        == 0
+    )
     import json
 
     report = json.loads(capsys.readouterr().out)
@@ -203,8 +239,21 @@ def test_csv_parquet_and_xarray_exports_agree(store_path, tmp_path):
     xr = pytest.importorskip("xarray")
     pytest.importorskip("h5netcdf")
     out = {k: tmp_path / f"rows.{k}" for k in ("csv", "parquet", "nc")}
-    assert cli_main(["export", str(store_path), "--csv", str(out["csv"]), "--parquet",
-                     str(out["parquet"]), "--netcdf", str(out["nc"])]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "export",
+                str(store_path),
+                "--csv",
+                str(out["csv"]),
+                "--parquet",
+                str(out["parquet"]),
+                "--netcdf",
+                str(out["nc"]),
+            ]
+        )
+        == 0
+    )
     with Store.open_existing(store_path) as store:
         rows = store.rows()
     with open(out["csv"], newline="") as f:

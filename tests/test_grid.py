@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from jaxqueue.cli import main as cli_main
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
 from jaxqueue.studies.grid import plan_grid, run_grid, shape_groups
 from jaxqueue.studies.spec import parse_spec
 from jaxqueue.studies.store import Store, StoreMismatchError
-from jaxqueue.runs import planner
 
 SPEC = """
 name = "small"
@@ -88,8 +88,9 @@ def test_plan_counts_shapes_batches_and_replica_steps(tmp_path):
         plan_grid(spec, batch_points=0)
 
 
-def test_plan_reports_a_store_of_another_spec_and_each_mode_has_its_own_store(tmp_path, capsys,
-                                                                             monkeypatch):  # fmt: skip
+def test_plan_reports_a_store_of_another_spec_and_each_mode_has_its_own_store(
+    tmp_path, capsys, monkeypatch
+):
     from jaxqueue.core.versions import versions
 
     spec = parse_spec(SPEC.format(loads=LOADS))
@@ -105,8 +106,10 @@ def test_plan_reports_a_store_of_another_spec_and_each_mode_has_its_own_store(tm
     assert cli_main(["sweep", str(path), "--plan", "--store", "other.sqlite"]) == 0
     assert "a run into it would be refused" in capsys.readouterr().err
     seen = []
-    monkeypatch.setattr("jaxqueue.studies.grid.run_grid", lambda spec, store, **kw: seen.append(
-        (spec.run.replicas, str(store))) or 0)  # fmt: skip
+    monkeypatch.setattr(
+        "jaxqueue.studies.grid.run_grid",
+        lambda spec, store, **kw: seen.append((spec.run.replicas, str(store))) or 0,
+    )
     assert cli_main(["sweep", str(path), "--quick"]) == 0 and cli_main(["sweep", str(path)]) == 0
     assert cli_main(["sweep", str(path), "--gpu"]) == 0
     assert seen == [(2, "small.quick.sqlite"), (4, "small.sqlite"), (8, "small.gpu.sqlite")]
@@ -134,8 +137,11 @@ def test_refined_theory_beside_the_mean_field(tmp_path, capsys):
 
     # Pod(2) and JIQ-Original (no generic mean field: no refined value); the JIQ family's
     # refined values are checked in tests/test_refined.py
-    spec = parse_spec(SPEC.format(loads="0.5, 0.7").replace('"mean-field"', '"refined"')
-                      .replace('["pod", "jiq"]', '["pod", "jiq-original"]'))  # fmt: skip
+    spec = parse_spec(
+        SPEC.format(loads="0.5, 0.7")
+        .replace('"mean-field"', '"refined"')
+        .replace('["pod", "jiq"]', '["pod", "jiq-original"]')
+    )
     assert run_grid(spec, tmp_path / "r.sqlite", batch_points=2) == 4
     rows = [r for r in _rows(tmp_path / "r.sqlite") if r["metric"] == "mean_response_time"]
     assert len(rows) == 4
@@ -164,17 +170,24 @@ def test_store_of_another_layout_is_refused(tmp_path):
 @pytest.mark.slow
 def test_one_compile_for_many_loads(tmp_path):
     loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 12))
-    spec = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')
-                      .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    spec = parse_spec(
+        SPEC.format(loads=loads)
+        .replace('["pod", "jiq"]', '["random"]')
+        .replace('theory = "mean-field"', 'theory = "none"')
+    )
     assert len(shape_groups(spec)) == 1
     before = run_blocks._cache_size()
     assert run_grid(spec, tmp_path / "s.sqlite", batch_points=5, devices=jax.devices()[:1]) == 12
     assert run_blocks._cache_size() - before == 1  # 3 batches (the last padded), one program
     # run lengths in time units: each load has its own length; they share batches
     # (each its own window), so the batches are those above and reuse their program
-    timed = parse_spec(SPEC.format(loads=loads).replace('["pod", "jiq"]', '["random"]')
-                       .replace("steps = 2048", "time = 20").replace("warmup = 512", "warmup = 512")
-                       .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    timed = parse_spec(
+        SPEC.format(loads=loads)
+        .replace('["pod", "jiq"]', '["random"]')
+        .replace("steps = 2048", "time = 20")
+        .replace("warmup = 512", "warmup = 512")
+        .replace('theory = "mean-field"', 'theory = "none"')
+    )
     before = run_blocks._cache_size()
     # time = 20 at N = 6 is 132 to 216 steps: one block of 256 each, said once
     with pytest.warns(planner.WindowWarning, match="at 12 of 12 points"):
@@ -196,9 +209,12 @@ def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
     """Servers 6, 8 and 10 at two loads under JIQ (2 dispatchers) share one
     compiled program (N and M are per-replica numbers); each point's rows are
     those of a grid of its size alone, the level bounds aside."""
-    text = (SPEC.format(loads="0.4, 0.7").replace('["pod", "jiq"]', '["jiq"]')
-            .replace("servers = [6]", "servers = [6, 8, 10]")
-            .replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    text = (
+        SPEC.format(loads="0.4, 0.7")
+        .replace('["pod", "jiq"]', '["jiq"]')
+        .replace("servers = [6]", "servers = [6, 8, 10]")
+        .replace('theory = "mean-field"', 'theory = "none"')
+    )
     spec = parse_spec(text)
     assert len(shape_groups(spec)) == 1 and plan_grid(spec, batch_points=6)["shapes"] == 1
     before = run_blocks._cache_size()
@@ -208,8 +224,11 @@ def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
     assert run_grid(alone, tmp_path / "8.sqlite", devices=jax.devices()[:1]) == 2
 
     def values(path):
-        return {(r["load"], r["metric"], r["idx"]): (r["mean"], r["ci95"]) for r in _rows(path)
-                if r["servers"] == 8}  # fmt: skip
+        return {
+            (r["load"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
+            for r in _rows(path)
+            if r["servers"] == 8
+        }
 
     mine, theirs = values(tmp_path / "all.sqlite"), values(tmp_path / "8.sqlite")
     common = mine.keys() & theirs.keys()  # the I-queue levels differ by the bounds
@@ -230,8 +249,11 @@ def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_runn
     over = window_overruns(spec)
     assert len(over) == 4 and all(units == 20 for _, units, _ in over)
     assert max(sim for _, _, sim in over) == pytest.approx(256 / (6 * 1.3))
-    with pytest.warns(planner.WindowWarning, match=r"time=20 is run .* at 4 of 4 points; most at .*load=0.3: "
-                                                  r"32.82 time units for 20"):
+    with pytest.warns(
+        planner.WindowWarning,
+        match=r"time=20 is run .* at 4 of 4 points; most at .*load=0.3: "
+        r"32.82 time units for 20",
+    ):
         _warn_overruns(spec)
     assert plan_grid(spec)["window_overruns"] == 4
     # time = 256 / (6 * 1.8) is one block at load 0.8 exactly, and 10% under one at 0.3
@@ -251,8 +273,11 @@ def test_store_refuses_another_spec_or_version(tmp_path):
     with pytest.raises(StoreMismatchError, match="other versions"):
         Store(path, "hash-a", "x", {"jaxqueue": "2"})
     with Store(path, "hash-a", "x", {"jaxqueue": "1"}) as store:
-        store.commit_batch(0, [("p1", {"load": 0.5}, 0.1)],
-                           [{"point_id": "p1", "policy": "pod", "metric": "m", "mean": 1.0}])
+        store.commit_batch(
+            0,
+            [("p1", {"load": 0.5}, 0.1)],
+            [{"point_id": "p1", "policy": "pod", "metric": "m", "mean": 1.0}],
+        )
         assert store.done() == {"p1"}
         assert store.rows()[0]["idx"] == -1.0
 
@@ -261,19 +286,28 @@ def test_store_refuses_another_spec_or_version(tmp_path):
 def test_killed_sweep_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path):
     loads = ", ".join(f"{x:.2f}" for x in np.linspace(0.1, 0.8, 8))
     # one policy and no theory: three fresh processes each compile what they run
-    text = (SPEC.format(loads=loads).replace("steps = 2048", "steps = 262144")
-            .replace('["pod", "jiq"]', '["random"]').replace('theory = "mean-field"', 'theory = "none"'))  # fmt: skip
+    text = (
+        SPEC.format(loads=loads)
+        .replace("steps = 2048", "steps = 262144")
+        .replace('["pod", "jiq"]', '["random"]')
+        .replace('theory = "mean-field"', 'theory = "none"')
+    )
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(text)
     cmd = [sys.executable, "-m", "jaxqueue", "sweep", str(spec_file), "--batch-points", "1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # uninterrupted
-    subprocess.run(cmd + ["--store", str(tmp_path / "full.sqlite")], check=True, env=env,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        cmd + ["--store", str(tmp_path / "full.sqlite")], check=True, env=env, capture_output=True
+    )
     # killed part-way: wait for the first committed batch, then SIGKILL
     killed = tmp_path / "killed.sqlite"
-    proc = subprocess.Popen(cmd + ["--store", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd + ["--store", str(killed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         if killed.exists():
@@ -303,8 +337,19 @@ def test_cli_sweep_and_csv_export(tmp_path, capsys):
     assert cli_main(["export", str(store), "--csv", str(out)]) == 0
     with open(out) as f:
         rows = list(csv.DictReader(f))
-    need = {"policy", "servers", "dispatchers", "load", "d", "z", "buffer", "metric", "mean",
-            "ci95", "theory"}  # fmt: skip
+    need = {
+        "policy",
+        "servers",
+        "dispatchers",
+        "load",
+        "d",
+        "z",
+        "buffer",
+        "metric",
+        "mean",
+        "ci95",
+        "theory",
+    }
     assert need <= set(rows[0])
     t = [r for r in rows if r["metric"] == "mean_response_time"]
     assert len(t) == 1 and float(t[0]["mean"]) > 1.0 and float(t[0]["theory"]) > 1.0
@@ -335,8 +380,13 @@ def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
         run_grid(spec, path, batch_points=2)
     assert os.path.exists(f"{path}.running.npz")
     monkeypatch.setattr(runner.Run, "save", real_save)
-    monkeypatch.setattr(runner.Run, "resume", classmethod(
-        lambda cls, p, where: resumed.append(saves[-1]) or real_resume.__func__(cls, p, where)))
+    monkeypatch.setattr(
+        runner.Run,
+        "resume",
+        classmethod(
+            lambda cls, p, where: resumed.append(saves[-1]) or real_resume.__func__(cls, p, where)
+        ),
+    )
     run_grid(spec, path, batch_points=2)
     assert resumed == [saves[1]] and 0 < saves[1]
     assert _rows(tmp_path / "clean.sqlite") == _rows(path)
@@ -347,20 +397,25 @@ def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
 def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
     """buffer = [3, 5]: one compiled program for Pod(2), both buffers in one batch, and
     each point's stored rows are the ones it gets in a spec of its buffer alone."""
-    text = ('[grid]\npolicy = ["pod"]\nservers = [6]\nbuffer = [{b}]\nload = [0.8, 1.2]\n'
-            '[run]\nreplicas = 3\nsteps = 1024\nwarmup = 256\nseed = 1\ninit = "empty"\n'
-            'theory = "none"\n')  # fmt: skip
+    text = (
+        '[grid]\npolicy = ["pod"]\nservers = [6]\nbuffer = [{b}]\nload = [0.8, 1.2]\n'
+        '[run]\nreplicas = 3\nsteps = 1024\nwarmup = 256\nseed = 1\ninit = "empty"\n'
+        'theory = "none"\n'
+    )
     both = parse_spec(text.format(b="3, 5"))
     assert len(shape_groups(both)) == 1 and plan_grid(both)["batches"] == 1
     run_grid(both, tmp_path / "both.sqlite", devices=jax.devices()[:1])
-    rows = {(r["point_id"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
-            for r in _rows(tmp_path / "both.sqlite")}  # fmt: skip
+    rows = {
+        (r["point_id"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
+        for r in _rows(tmp_path / "both.sqlite")
+    }
     for b in (3, 5):
         one = parse_spec(text.format(b=b))
         run_grid(one, tmp_path / f"{b}.sqlite", devices=jax.devices()[:1])
         alone = _rows(tmp_path / f"{b}.sqlite")
-        assert alone and all(rows[r["point_id"], r["metric"], r["idx"]] == (r["mean"], r["ci95"])
-                             for r in alone)  # fmt: skip
+        assert alone and all(
+            rows[r["point_id"], r["metric"], r["idx"]] == (r["mean"], r["ci95"]) for r in alone
+        )
         assert max(r["idx"] for r in alone if r["metric"] == "tail") == b
         ids = {r["point_id"] for r in alone}
         assert sum(key[0] in ids for key in rows) == len(alone)  # no rows past its own levels
@@ -376,9 +431,15 @@ def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
     spec = tmp_path / "busy.toml"
     spec.write_text(SPEC.format(loads="0.5"))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom jaxqueue.studies.store import writer_lock\n"
-         f"with writer_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom jaxqueue.studies.store import writer_lock\n"
+            f"with writer_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert cli_main(["sweep", str(spec), "--store", str(path)]) == 3

@@ -36,11 +36,16 @@ def test_every_float64_solve_goes_through_host_float64():
     which also places the work on the host (the GPU has no Schur)."""
     root = pathlib.Path(jaxqueue.__file__).parent
     code = re.compile(r"^\s*(with|@).*enable_x64", re.M)
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-                 if p.name != "host.py" and code.search(p.read_text())]  # fmt: skip
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "host.py" and code.search(p.read_text())
+    ]
     assert offenders == []
     users = [p for p in root.rglob("*.py") if "with host_float64():" in p.read_text()]
-    assert len(users) >= 8  # theory (p0, meanfield, phases, periodic, refined, design), bounds, headline
+    assert (
+        len(users) >= 8
+    )  # theory (p0, meanfield, phases, periodic, refined, design), bounds, headline
 
 
 def test_a_theory_solve_under_another_default_device_gives_the_same_numbers():

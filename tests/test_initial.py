@@ -27,13 +27,22 @@ def _start(policy, load, init="mean-field", **opts):
 
 
 def _first(tree):
-    return type(tree)(*(np.asarray(x)[0] for x in tree)) if isinstance(tree, tuple) else \
-        np.asarray(tree)[0]  # fmt: skip
+    return (
+        type(tree)(*(np.asarray(x)[0] for x in tree))
+        if isinstance(tree, tuple)
+        else np.asarray(tree)[0]
+    )
 
 
-@pytest.mark.parametrize("policy, load, opts", [("jiq", 0.6, {}), ("jiq", 0.95, {}),
-                                                ("jiq-pod", 0.9, {"d": 2}),
-                                                ("jiq-original", 0.7, {"order": "fifo"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "policy, load, opts",
+    [
+        ("jiq", 0.6, {}),
+        ("jiq", 0.95, {}),
+        ("jiq-pod", 0.9, {"d": 2}),
+        ("jiq-original", 0.7, {"order": "fifo"}),
+    ],
+)
 def test_iqueue_counts_follow_the_mean_field_law_and_hold_every_listed_server(policy, load, opts):
     mf = theory.mean_field(policy, load, N / M, **opts)
     law = mf.iqueue_distribution
@@ -55,10 +64,13 @@ def test_iqueue_counts_that_cannot_fit_say_which_bound():
         iqueue_counts([0.5, 0.5], jq.System(N, M, None, 40, 3), 301)
 
 
-@pytest.mark.parametrize("policy, opts", [
-    ("jiq", {}),  # closed form
-    pytest.param("jiq-sq", {"d": 2}, marks=pytest.mark.slow),  # the generic fixed point (7 s)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "policy, opts",
+    [
+        ("jiq", {}),  # closed form
+        pytest.param("jiq-sq", {"d": 2}, marks=pytest.mark.slow),  # the generic fixed point (7 s)
+    ],
+)
 def test_mean_field_start_sets_the_iqueue_sizes_of_the_exchangeable_jiq_family(policy, opts):
     load = 0.7
     p, core = _start(policy, load, **opts)

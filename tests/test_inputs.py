@@ -19,6 +19,7 @@ from jaxqueue.studies import compare
 @pytest.fixture
 def no_run(monkeypatch):
     """Any start of a run fails the test: the refusals must come first."""
+
     def started(*args, **kwargs):
         raise AssertionError("a run started")
 
@@ -27,10 +28,20 @@ def no_run(monkeypatch):
 
 @pytest.mark.parametrize("every", [-1.0, math.nan, math.inf, "300", True])
 def test_checkpoint_every_must_be_finite_seconds(every, no_run, tmp_path):
-    with pytest.raises(ValueError, match=r"checkpoint_every=.* is out of range: need a finite "
-                                         r"number of seconds >= 0"):
-        jq.simulate("pod", 0.9, 10, replicas=2, steps=256, checkpoint=str(tmp_path / "c.npz"),
-                    checkpoint_every=every)  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint_every=.* is out of range: need a finite "
+        r"number of seconds >= 0",
+    ):
+        jq.simulate(
+            "pod",
+            0.9,
+            10,
+            replicas=2,
+            steps=256,
+            checkpoint=str(tmp_path / "c.npz"),
+            checkpoint_every=every,
+        )
 
 
 def test_a_load_given_twice_to_compare_is_refused(no_run):
@@ -43,14 +54,32 @@ def test_a_load_given_twice_to_compare_is_refused(no_run):
 
 def test_cli_refuses_zero_batch_points_and_infinite_checkpoint_intervals(tmp_path, capsys, no_run):
     spec = tmp_path / "s.toml"
-    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n'
-                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
-    for argv in (["sweep", str(spec), "--batch-points", "0"],
-                 ["sweep", str(spec), "--batch-points", "0", "--plan"]):  # fmt: skip
+    spec.write_text(
+        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+    )
+    for argv in (
+        ["sweep", str(spec), "--batch-points", "0"],
+        ["sweep", str(spec), "--batch-points", "0", "--plan"],
+    ):
         assert cli_main(argv) == 2
         assert "batch_points=0 is out of range: need >= 1" in capsys.readouterr().err
-    argv = ["simulate", "--policy", "pod", "--servers", "10", "--load", "0.5", "--replicas", "2",
-            "--steps", "256", "--checkpoint", str(tmp_path / "c.npz"), "--checkpoint-every", "nan"]
+    argv = [
+        "simulate",
+        "--policy",
+        "pod",
+        "--servers",
+        "10",
+        "--load",
+        "0.5",
+        "--replicas",
+        "2",
+        "--steps",
+        "256",
+        "--checkpoint",
+        str(tmp_path / "c.npz"),
+        "--checkpoint-every",
+        "nan",
+    ]
     assert cli_main(argv) == 2
     assert "checkpoint_every=nan is out of range" in capsys.readouterr().err
 
@@ -68,20 +97,27 @@ def _plan():
 
 
 def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_the_first_step(
-        tmp_path, no_run):  # fmt: skip
-    with pytest.raises(ValueError, match=r"checkpoint='.*nowhere/c.npz' cannot be written "
-                                         r"\(No such file or directory\): give a path"):
+    tmp_path, no_run
+):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint='.*nowhere/c.npz' cannot be written "
+        r"\(No such file or directory\): give a path",
+    ):
         jq.simulate("pod", 0.9, 10, checkpoint=str(tmp_path / "nowhere" / "c.npz"), **RUN)
 
 
-def test_the_first_save_comes_early_and_a_failed_save_keeps_the_last_good_one(tmp_path,
-                                                                              monkeypatch):
+def test_the_first_save_comes_early_and_a_failed_save_keeps_the_last_good_one(
+    tmp_path, monkeypatch
+):
     import numpy as np
 
     path = str(tmp_path / "c.npz")
     saves = []
     real = runner.Run.save
-    monkeypatch.setattr(runner.Run, "save", lambda self, p: saves.append(self.block) or real(self, p))
+    monkeypatch.setattr(
+        runner.Run, "save", lambda self, p: saves.append(self.block) or real(self, p)
+    )
     monkeypatch.setattr(runner, "FIRST_CHECKPOINT", 0.0)
     runner.Run.start(_plan()).advance(3, checkpoint=path, checkpoint_every=1e9)
     assert saves and saves[0] <= 3  # the first chunk's end, not checkpoint_every's 1e9 s
@@ -91,8 +127,11 @@ def test_the_first_save_comes_early_and_a_failed_save_keeps_the_last_good_one(tm
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(np, "savez", full_disk)
-    with pytest.raises(RuntimeError, match=r"checkpoint .*c.npz cannot be written \(No space left "
-                                           r"on device\); the last one saved, if any, is kept"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"checkpoint .*c.npz cannot be written \(No space left "
+        r"on device\); the last one saved, if any, is kept",
+    ):
         runner.Run.resume(_plan(), path).advance(checkpoint=path, checkpoint_every=0)
     monkeypatch.undo()
     assert runner.Run.resume(_plan(), path).block == good  # the last good one, intact
@@ -104,18 +143,24 @@ def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path, damage):
     path = tmp_path / "c.npz"
     runner.Run.start(_plan()).advance(2).save(str(path))
     data = path.read_bytes()
-    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2],
-                      "noise": bytes(range(256)) * 8}[damage])  # fmt: skip
+    path.write_bytes(
+        {"empty": b"", "truncated": data[: len(data) // 2], "noise": bytes(range(256)) * 8}[damage]
+    )
     with pytest.raises(runner.CheckpointMismatch, match=rf"checkpoint {path} cannot be read"):
         runner.Run.resume(_plan(), str(path))
 
 
-@pytest.mark.parametrize("edit, why", [
-    (lambda a: a["core/tail"].__setitem__((0, 1), 11), "more servers at a higher level"),
-    (lambda a: a["core/tail"].__setitem__((1, 0), 9), "does not count every server"),
-    (lambda a: a[next(k for k in a if k.startswith("totals/"))].flat.__setitem__(0, -1),
-     "a window sum is negative"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda a: a["core/tail"].__setitem__((0, 1), 11), "more servers at a higher level"),
+        (lambda a: a["core/tail"].__setitem__((1, 0), 9), "does not count every server"),
+        (
+            lambda a: a[next(k for k in a if k.startswith("totals/"))].flat.__setitem__(0, -1),
+            "a window sum is negative",
+        ),
+    ],
+)
 def test_a_checkpoint_whose_state_no_run_reaches_is_refused(tmp_path, edit, why):
     """Edited counts once resumed (an occupancy of 1.52 was reported); the
     fingerprint alone does not see them."""
@@ -138,20 +183,24 @@ def test_a_file_that_is_no_store_is_refused_untouched(tmp_path, capsys):
     import sqlite3
 
     spec = tmp_path / "s.toml"
-    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n'
-                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    spec.write_text(
+        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+    )
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database")
     foreign = tmp_path / "app.sqlite"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE users (name TEXT)")
     before = {p: p.read_bytes() for p in (text, foreign)}
-    for path, message in ((text, "cannot be used as a store (file is not a database)"),
-                          (foreign, "is an SQLite file but not a jaxqueue store (its tables: "
-                                    "users)"),
-                          (tmp_path, "is a folder: give a store file")):  # fmt: skip
-        for argv in (["export", str(path), "--csv", "-"],
-                     ["sweep", str(spec), "--store", str(path)]):  # fmt: skip
+    for path, message in (
+        (text, "cannot be used as a store (file is not a database)"),
+        (foreign, "is an SQLite file but not a jaxqueue store (its tables: users)"),
+        (tmp_path, "is a folder: give a store file"),
+    ):
+        for argv in (
+            ["export", str(path), "--csv", "-"],
+            ["sweep", str(spec), "--store", str(path)],
+        ):
             assert cli_main(argv) == 3, argv
             err = capsys.readouterr().err
             assert err.startswith(f"error: {path}") and message in err, err
@@ -161,12 +210,15 @@ def test_a_file_that_is_no_store_is_refused_untouched(tmp_path, capsys):
 
 def test_a_store_in_a_folder_that_does_not_exist_is_said_by_the_plan_and_refused(tmp_path, capsys):
     spec = tmp_path / "s.toml"
-    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n'
-                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    spec.write_text(
+        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+    )
     store = tmp_path / "missing" / "s.sqlite"
     assert cli_main(["sweep", str(spec), "--store", str(store), "--plan"]) == 0
-    assert (f"note: {store} cannot be created: its folder {store.parent} does not exist"
-            in capsys.readouterr().err)  # fmt: skip
+    assert (
+        f"note: {store} cannot be created: its folder {store.parent} does not exist"
+        in capsys.readouterr().err
+    )
     assert cli_main(["sweep", str(spec), "--store", str(store)]) == 3
     assert f"error: {store} cannot be used as a store: " in capsys.readouterr().err
 
@@ -206,11 +258,17 @@ def test_a_store_or_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatc
     Store(store, "hash", "s", versions_module.versions()).close()
     monkeypatch.setattr(versions_module, "source_digest", lambda: "0123456789abcdef")
     monkeypatch.setattr(runner, "source_digest", versions_module.source_digest)
-    with pytest.raises(runner.CheckpointMismatch, match=rf"source: '{ours}' there, "
-                                                        r"'0123456789abcdef' here"):
+    with pytest.raises(
+        runner.CheckpointMismatch,
+        match=rf"source: '{ours}' there, "
+        r"'0123456789abcdef' here",
+    ):
         runner.Run.resume(_plan(), str(path))
-    with pytest.raises(StoreMismatchError, match=rf"written by other versions .*{ours}.*; now "
-                                                 r".*0123456789abcdef.*results of different code"):
+    with pytest.raises(
+        StoreMismatchError,
+        match=rf"written by other versions .*{ours}.*; now "
+        r".*0123456789abcdef.*results of different code",
+    ):
         Store(store, "hash", "s", versions_module.versions())
     assert cli_main(["export", str(store), "--csv", "-"]) == 0  # reading it is fine
     assert capsys.readouterr().out.startswith("point_id,")
@@ -227,8 +285,11 @@ def test_replicas_beyond_the_host_memory_are_refused_before_any_allocation(monke
     assert 200 < per < 4000  # bytes a replica: a few per level, not per server
     fits = int(0.8 * 2**30 / per)
     planner.plan("pod", [0.9], 10, d=2, **{**RUN, "replicas": fits // 2})
-    with pytest.raises(ValueError, match=r"replicas \(all loads\) need about .* GiB of host "
-                                         r"memory .* more than 80% of this machine's 1 GiB"):
+    with pytest.raises(
+        ValueError,
+        match=r"replicas \(all loads\) need about .* GiB of host "
+        r"memory .* more than 80% of this machine's 1 GiB",
+    ):
         jq.simulate("pod", 0.9, 10, d=2, **{**RUN, "replicas": 2 * fits})
 
 
@@ -237,8 +298,10 @@ def test_the_plan_warns_of_a_grid_past_its_sizes(tmp_path, capsys, monkeypatch):
     from jaxqueue.studies import grid
 
     spec = tmp_path / "s.toml"
-    spec.write_text('[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5, 0.6, 0.7]\n'
-                    '[run]\nreplicas = 2\nsteps = 256\n')  # fmt: skip
+    spec.write_text(
+        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5, 0.6, 0.7]\n'
+        "[run]\nreplicas = 2\nsteps = 256\n"
+    )
     assert cli_main(["sweep", str(spec), "--plan"]) == 0
     assert "note:" not in capsys.readouterr().err  # a small grid: no warning
     monkeypatch.setattr(grid, "LARGE_POINTS", 2)

@@ -40,9 +40,14 @@ CASES = [
     ({"order": "fifo", "z": 1, "d": 3}, 3, 3, 6),  # d = 3: the join's words from a sub-stream
 ]
 METRICS = (
-    "mean_response_time", "waiting_probability", "blocking_probability", "p0", "join_rate",
-    "probe_rate", "stale_fraction",
-)  # fmt: skip
+    "mean_response_time",
+    "waiting_probability",
+    "blocking_probability",
+    "p0",
+    "join_rate",
+    "probe_rate",
+    "stale_fraction",
+)
 FAMILY = len(CASES) * len(METRICS)
 
 
@@ -72,8 +77,14 @@ def test_defaults_are_the_rule_of_lu_et_al():
 @pytest.mark.slow
 def test_defaults_passed_explicitly_change_nothing():
     # by keyword or in the Policy: the same compiled step, the same random words
-    kw = {"buffer": BUFFER, "replicas": 4, "steps": 1024, "warmup": 256, "seed": 9,
-          "iqueue_levels": 3}
+    kw = {
+        "buffer": BUFFER,
+        "replicas": 4,
+        "steps": 1024,
+        "warmup": 256,
+        "seed": 9,
+        "iqueue_levels": 3,
+    }
     runs = [
         jq.simulate("jiq-original", LOAD, 3, 2, **kw),
         jq.simulate("jiq-original", LOAD, 3, 2, order="random", z=0, d=1, **kw),
@@ -91,8 +102,14 @@ def test_defaults_passed_explicitly_change_nothing():
     [
         ({"order": "lifo"}, r"order='lifo' is not valid: use 'random' or 'fifo'"),
         ({"z": -1}, r"z=-1 is out of range: need 0 <= z <= 1000000"),
-        ({"d": 0}, r"d=0 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)"),
-        ({"d": 3}, r"d=3 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)"),
+        (
+            {"d": 0},
+            r"d=0 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)",
+        ),
+        (
+            {"d": 3},
+            r"d=3 is out of range: it probes dispatchers, need 1 <= d <= n_dispatchers \(2\)",
+        ),
     ],
 )
 def test_bad_options_name_the_parameter_and_range(opts, match):
@@ -153,8 +170,9 @@ def test_fifo_symmetry_lumping_is_exact():
 
 def _trajectory(policy, system, n, seed):
     """``n`` steps of one replica from the empty system: every core and event."""
-    core0 = core_from_counts(np.eye(1, system.levels + 1, 0, dtype=np.int64)[0] * system.n_servers,
-                             None, system, policy)  # fmt: skip
+    core0 = core_from_counts(
+        np.eye(1, system.levels + 1, 0, dtype=np.int64)[0] * system.n_servers, None, system, policy
+    )
     bkey = jax.random.bits(jax.random.key(seed), (2,), jnp.uint32)
     nw = n_words(system, policy)
 
@@ -177,8 +195,10 @@ def test_fifo_rings_and_joins_to_the_shortest_after_every_step():
     heads = slots[:, :, cap]
 
     def queues(t):
-        return [[int(slots[t, j, (heads[t, j] + k) % cap]) for k in range(sizes[t, j])]
-                for j in range(m)]  # fmt: skip
+        return [
+            [int(slots[t, j, (heads[t, j] + k) % cap]) for k in range(sizes[t, j])]
+            for j in range(m)
+        ]
 
     prev = [list(range(j, n, m)) for j in range(m)]  # the start: round-robin, in order
     prev_q = np.zeros(n, np.int64)
@@ -230,8 +250,19 @@ def _ids(case):
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_simulation_matches_the_exact_chain(case):
     opts, n, m, seed = case
-    sim = jq.simulate("jiq-original", LOAD, n, m, buffer=BUFFER, replicas=REPLICAS, steps=STEPS,
-                      warmup=WARMUP, seed=seed, iqueue_levels=n, **opts)  # fmt: skip
+    sim = jq.simulate(
+        "jiq-original",
+        LOAD,
+        n,
+        m,
+        buffer=BUFFER,
+        replicas=REPLICAS,
+        steps=STEPS,
+        warmup=WARMUP,
+        seed=seed,
+        iqueue_levels=n,
+        **opts,
+    )
     ex = solve_exact("jiq-original", LOAD, n, m, buffer=BUFFER, **opts)
     options = jq.make("jiq-original", **opts).options()
     assert sim.settings["options"] == ex.settings["options"] == options

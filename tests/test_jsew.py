@@ -49,8 +49,12 @@ def test_pools_against_exact_chain():
     pools = "0.34:2,0.66:1"
     ex = solve_exact("jsew", 1.0, 3, buffer=4, pools=pools)
     res = jq.simulate("jsew", 1.0, 3, buffer=4, pools=pools, replicas=32, steps=200_000, seed=3)
-    for name in ("mean_response_time", "blocking_probability", "waiting_probability",
-                 "mean_queue_length"):  # fmt: skip
+    for name in (
+        "mean_response_time",
+        "blocking_probability",
+        "waiting_probability",
+        "mean_queue_length",
+    ):
         est, value = getattr(res, name), getattr(ex, name)
         assert abs(est.mean - value) <= tolerance(est, FAMILY), (name, est, value)
     _quantiles_close(res, ex)
@@ -62,15 +66,19 @@ def test_pools_against_exact_chain():
         assert np.all(np.abs(est.mean - value) <= tolerance(est, FAMILY)), (q, est, value)
     assert ex.pool_arrival_share[0] > 0.34  # the fast server gets more than its share
     # and it is not JSQ: sending work to the fast server first lowers T
-    assert ex.mean_response_time < solve_exact("jsq", 1.0, 3, buffer=4, pools=pools).mean_response_time - 0.05
+    assert (
+        ex.mean_response_time
+        < solve_exact("jsq", 1.0, 3, buffer=4, pools=pools).mean_response_time - 0.05
+    )
 
 
 @pytest.mark.slow
 def test_pools_with_a_phase_type_law_infinite_buffer():
     pools = "0.5:2,0.5:1"
     ex = solve_exact("jsew", 0.7, 2, pools=pools, service="erlang:2", queue_bound=30)
-    res = jq.simulate("jsew", 0.7, 2, pools=pools, service="erlang:2", replicas=16,
-                      steps=100_000, seed=4)  # fmt: skip
+    res = jq.simulate(
+        "jsew", 0.7, 2, pools=pools, service="erlang:2", replicas=16, steps=100_000, seed=4
+    )
     for name in ("mean_response_time", "waiting_probability"):
         est, value = getattr(res, name), getattr(ex, name)
         assert abs(est.mean - value) <= tolerance(est, FAMILY), (name, est, value)

@@ -16,11 +16,11 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, run_blocks
 from jaxqueue.sim.kernel import advance_kernel, eqns, lower_for_cuda
 from jaxqueue.sim.registers import MAX_LEVELS, run_registers
-from jaxqueue.runs import planner
 
 ONE = jax.devices()[:1]
 
@@ -43,9 +43,21 @@ REGISTERS = {0}  # the register layout in plain XLA (compiles slowly; the same s
 
 
 def _setup(name, opts, n, m, buffer, levels, iq, replicas=24):
-    p = planner.plan(name, [0.6, 0.9], n, m, buffer=buffer, levels=levels, iqueue_levels=iq,
-                    replicas=replicas // 2, steps=2560, seed=11, devices=ONE, backend="xla",
-                    **opts)  # fmt: skip
+    p = planner.plan(
+        name,
+        [0.6, 0.9],
+        n,
+        m,
+        buffer=buffer,
+        levels=levels,
+        iqueue_levels=iq,
+        replicas=replicas // 2,
+        steps=2560,
+        seed=11,
+        devices=ONE,
+        backend="xla",
+        **opts,
+    )
     core = runner._initial_core(p)
     _, _, keys, loads = runner.placement(p)
     return p, core, keys, loads
@@ -58,15 +70,19 @@ def _same(a, b) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(system, policy):
     # two blocks a launch: three blocks take a full launch and a partial one
-    return jax.jit(functools.partial(advance_kernel, system=system, policy=policy,
-                                     interpret=True, tile=8, key_blocks=2))  # fmt: skip
+    return jax.jit(
+        functools.partial(
+            advance_kernel, system=system, policy=policy, interpret=True, tile=8, key_blocks=2
+        )
+    )
 
 
 @pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=pytest.mark.slow) for c in CASES],
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) for c in CASES],
     ids=[f"{c[0]}-{c[1]}-M{c[3]}-b{c[4]}" for c in CASES],
 )
 def test_kernel_and_register_layout_match_the_engine_bit_for_bit(case):
@@ -127,8 +143,11 @@ def test_auto_runs_the_kernel_on_a_gpu_while_its_step_fits_in_registers():
     gpu = (SimpleNamespace(platform="gpu"),)
     pod = jq.make("pod", d=2)
     jiq = jq.make("jiq")
-    fits = [(System(1000, 1, None, 64, 0), pod), (System(1000, 100, None, 32, 32), jiq),
-            (System(1000, 100, None, 16, 32), jiq)]  # fmt: skip
+    fits = [
+        (System(1000, 1, None, 64, 0), pod),
+        (System(1000, 100, None, 32, 32), jiq),
+        (System(1000, 100, None, 16, 32), jiq),
+    ]
     for system, policy in fits:
         assert step_values(system, policy) <= AUTO_MAX_VALUES
         assert planner._backend("auto", system, policy, gpu) == ("pallas", None)
@@ -200,9 +219,29 @@ def test_listed_servers_follow_from_the_iqueue_tail():
 def test_simulate_on_the_kernel_gives_the_engines_result_and_records_it(capsys):
     """Through the runner (chunks, two devices under shard_map, batch means, the
     result) and the command line."""
-    args = ["--policy", "jiq", "--load", "0.85", "--servers", "40", "--dispatchers", "8",
-            "--replicas", "6", "--steps", "1024", "--warmup", "256", "--levels", "12",
-            "--iqueue-levels", "12", "--seed", "2", "--json"]  # fmt: skip
+    args = [
+        "--policy",
+        "jiq",
+        "--load",
+        "0.85",
+        "--servers",
+        "40",
+        "--dispatchers",
+        "8",
+        "--replicas",
+        "6",
+        "--steps",
+        "1024",
+        "--warmup",
+        "256",
+        "--levels",
+        "12",
+        "--iqueue-levels",
+        "12",
+        "--seed",
+        "2",
+        "--json",
+    ]
     kw = dict(replicas=6, steps=1024, warmup=256, levels=12, iqueue_levels=12, seed=2)
     ref = jq.simulate("jiq", 0.85, 40, 8, **kw, backend="xla").to_dict()
     assert cli_main(["simulate", *args, "--backend", "pallas"]) == 0
@@ -241,19 +280,24 @@ def test_kernel_loads_and_stores_each_state_matrix_once():
     policy, replicas = jq.make("jiq"), 16
     for iq in (6, 40):
         system = System(60, 10, None, 8, iq)
-        run = functools.partial(advance_kernel, system=system, policy=policy, interpret=True,
-                                tile=8, key_blocks=2)  # fmt: skip
+        run = functools.partial(
+            advance_kernel, system=system, policy=policy, interpret=True, tile=8, key_blocks=2
+        )
         jaxpr = jax.make_jaxpr(run)(
-            _zero_core(system, policy, replicas), jnp.zeros((replicas, 2), jnp.uint32),
-            jnp.zeros(2, jnp.uint32), jnp.int32(3), jnp.zeros(replicas, jnp.float32),
-        )  # fmt: skip
+            _zero_core(system, policy, replicas),
+            jnp.zeros((replicas, 2), jnp.uint32),
+            jnp.zeros(2, jnp.uint32),
+            jnp.int32(3),
+            jnp.zeros(replicas, jnp.float32),
+        )
         (call,) = [e for e in eqns(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
         body = call.params["jaxpr"]
         names = [e.primitive.name for e in eqns(body)]
         # count, keys, p and the two state matrices read once; the matrices written once
         assert names.count("get") == 5 and names.count("swap") == 2, iq
         loops = [e for e in body.eqns if e.primitive.name == "while"]
-        assert loops and not {"get", "swap"} & {e.primitive.name for lp in loops
-                                                for e in eqns(lp.params["body_jaxpr"].jaxpr)}
+        assert loops and not {"get", "swap"} & {
+            e.primitive.name for lp in loops for e in eqns(lp.params["body_jaxpr"].jaxpr)
+        }
         assert [a.dtype for a in call.params["out_avals"]] == [jnp.uint32, jnp.int32]
         assert all(a.shape[1] % 2 == 1 for a in call.params["out_avals"])

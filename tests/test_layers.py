@@ -15,9 +15,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jaxqueue"
 
 #: A subpackage (or top-level module) may import those of a lower rank only.
 RANK = {
-    "core": 0, "results": 1, "policies": 2, "theory": 3, "sim": 3, "exact": 3, "runs": 4,
-    "api": 5, "__init__": 6, "studies": 7, "cli": 8, "__main__": 9,
-}  # fmt: skip
+    "core": 0,
+    "results": 1,
+    "policies": 2,
+    "theory": 3,
+    "sim": 3,
+    "exact": 3,
+    "runs": 4,
+    "api": 5,
+    "__init__": 6,
+    "studies": 7,
+    "cli": 8,
+    "__main__": 9,
+}
 
 #: Imports against the ranks, each a deferred import inside one function:
 #: the speed-aware policies and the exact chain read the server-class tables

@@ -24,8 +24,9 @@ REPLICAS = 8
 # 4 two-engine differences + 1 vs mean field, Little's law, P(wait) vs JIQ's
 FAMILY = 7
 F = tolerance_factor(REPLICAS, FAMILY)
-KW = dict(replicas=REPLICAS, steps=int(60 * PER_TIME), warmup=int(20 * PER_TIME),
-          interval="replicas")  # the tests are designed around t(R - 1)
+KW = dict(
+    replicas=REPLICAS, steps=int(60 * PER_TIME), warmup=int(20 * PER_TIME), interval="replicas"
+)  # the tests are designed around t(R - 1)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,7 @@ def test_jiq_original_little_law_and_closeness_to_jiq(jiq_mean_field):
 
 @pytest.mark.slow
 def test_threshold_one_lists_exactly_the_servers_with_at_most_one_task(jiq_mean_field):
-    res = jq.simulate("jiq-threshold", LOAD, N, M, z=1, init=jiq_mean_field.occupancy, seed=4,
-                      **KW)  # fmt: skip
+    res = jq.simulate("jiq-threshold", LOAD, N, M, z=1, init=jiq_mean_field.occupancy, seed=4, **KW)
     # listed servers per dispatcher: the idle ones and those with one task,
     # r (1 - s_2) at every step, so also on average (up to float32 sums)
     iq = res.iqueue_distribution

@@ -23,9 +23,9 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.core.rng import BLOCK, block_keys, replica_keys
 from jaxqueue.results.warmup import diagnose, half_drift, mser_truncation
 from jaxqueue.runs import planner
+from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks
-from jaxqueue.runs.initial import initial_counts
 from jaxqueue.sim.state import COUNTERS, core_from_counts
 from jaxqueue.sim.totals import Totals
 
@@ -35,11 +35,15 @@ from jaxqueue.sim.totals import Totals
 def _chunk(n_rep, levels, base, delta, count):
     """A device chunk's Stats as numpy (the same values for every replica)."""
     u = lambda x: np.full((n_rep, levels + 1), x, np.uint32)  # noqa: E731
-    c = {"tail_lo": u(base & 0xFFFFFFFF), "tail_hi": u(base >> 32),
-         "tail_delta": np.full((n_rep, levels + 1), delta, np.int32),
-         "iq_lo": np.zeros((n_rep, 1), np.uint32), "iq_hi": np.zeros((n_rep, 1), np.uint32),
-         "iq_delta": np.full((n_rep, 1), count, np.int32),
-         "seen": np.full((n_rep, levels + 1), count, np.int32)}  # fmt: skip
+    c = {
+        "tail_lo": u(base & 0xFFFFFFFF),
+        "tail_hi": u(base >> 32),
+        "tail_delta": np.full((n_rep, levels + 1), delta, np.int32),
+        "iq_lo": np.zeros((n_rep, 1), np.uint32),
+        "iq_hi": np.zeros((n_rep, 1), np.uint32),
+        "iq_delta": np.full((n_rep, 1), count, np.int32),
+        "seen": np.full((n_rep, levels + 1), count, np.int32),
+    }
     c.update({name: np.full(n_rep, count, np.int32) for name in COUNTERS + ("steps",)})
     return c
 
@@ -109,17 +113,31 @@ def test_a_chunk_across_block_2_32_carries_into_the_high_word():
     keys = replica_keys(0, np.arange(2))
     load = jnp.full((2,), 0.9, jnp.float32)
     kw = dict(system=system, policy=policy)
-    one_core, one = run_blocks(jax.tree.map(jnp.copy, batch), keys,
-                               jnp.asarray(block_words(2**32 - 1)), jnp.int32(2), load, **kw)  # fmt: skip
-    mid, first = run_blocks(jax.tree.map(jnp.copy, batch), keys,
-                            jnp.asarray(block_words(2**32 - 1)), jnp.int32(1), load, **kw)  # fmt: skip
-    two_core, second = run_blocks(mid, keys, jnp.asarray(block_words(2**32)), jnp.int32(1),
-                                  load, **kw)  # fmt: skip
+    one_core, one = run_blocks(
+        jax.tree.map(jnp.copy, batch),
+        keys,
+        jnp.asarray(block_words(2**32 - 1)),
+        jnp.int32(2),
+        load,
+        **kw,
+    )
+    mid, first = run_blocks(
+        jax.tree.map(jnp.copy, batch),
+        keys,
+        jnp.asarray(block_words(2**32 - 1)),
+        jnp.int32(1),
+        load,
+        **kw,
+    )
+    two_core, second = run_blocks(
+        mid, keys, jnp.asarray(block_words(2**32)), jnp.int32(1), load, **kw
+    )
     np.testing.assert_array_equal(one_core.tail, two_core.tail)
     np.testing.assert_array_equal(one.seen, np.asarray(first.seen) + np.asarray(second.seen))
     # and block 2**32 is not block 0 again
-    _, zero = run_blocks(jax.tree.map(jnp.copy, batch), keys, jnp.asarray(block_words(0)),
-                         jnp.int32(1), load, **kw)  # fmt: skip
+    _, zero = run_blocks(
+        jax.tree.map(jnp.copy, batch), keys, jnp.asarray(block_words(0)), jnp.int32(1), load, **kw
+    )
     assert not np.array_equal(np.asarray(zero.tail_delta), np.asarray(second.tail_delta))
 
 
@@ -128,8 +146,9 @@ def test_a_billion_servers():
     """N = 10^9: block-start sums pass 2**32 after five blocks and carry; the tail's
     time averages stay exact (tail_0 = N always; tail_1 moves by one per step)."""
     n = 10**9
-    res = jq.simulate("pod", 0.9, n, replicas=2, steps=40 * BLOCK, warmup=0, levels=12,
-                      interval="replicas")  # fmt: skip
+    res = jq.simulate(
+        "pod", 0.9, n, replicas=2, steps=40 * BLOCK, warmup=0, levels=12, interval="replicas"
+    )
     assert res.tail.mean[0] == 1.0 and res.tail.ci95[0] == 0.0
     start = initial_counts("mean-field", res_system(res), jq.make("pod"), 0.9)[0]
     s1 = start[1:].sum() / n
@@ -141,8 +160,9 @@ def test_a_billion_servers():
 
 def res_system(res):
     s = res.settings
-    return jq.System(s["n_servers"], s["n_dispatchers"], s["buffer"], s["levels"],
-                     s["iqueue_levels"])  # fmt: skip
+    return jq.System(
+        s["n_servers"], s["n_dispatchers"], s["buffer"], s["levels"], s["iqueue_levels"]
+    )
 
 
 def test_chunks_are_capped_so_no_int32_chunk_sum_wraps():
@@ -156,8 +176,17 @@ def test_chunks_are_capped_so_no_int32_chunk_sum_wraps():
 
 # -- checkpoints -------------------------------------------------------------------
 
-KW = dict(n_servers=20, n_dispatchers=4, replicas=3, steps=30 * BLOCK, warmup=4 * BLOCK,
-          levels=12, iqueue_levels=12, seed=9, init="empty")  # fmt: skip
+KW = dict(
+    n_servers=20,
+    n_dispatchers=4,
+    replicas=3,
+    steps=30 * BLOCK,
+    warmup=4 * BLOCK,
+    levels=12,
+    iqueue_levels=12,
+    seed=9,
+    init="empty",
+)
 
 
 def _same(a, b):
@@ -206,8 +235,9 @@ jq.simulate("pod", 0.9, 200, replicas=4, steps=4000 * 256, warmup=256, seed=2, l
 def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
     """SIGKILL a run (one device) after its second checkpoint; resume it (two devices)."""
     path = str(tmp_path / "killed.npz")
-    with subprocess.Popen([sys.executable, "-c", _CHILD, path], stderr=subprocess.PIPE,
-                          text=True) as child:  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-c", _CHILD, path], stderr=subprocess.PIPE, text=True
+    ) as child:
         saved = 0
         for line in child.stderr:
             saved += "checkpoint:" in line
@@ -217,8 +247,9 @@ def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
         child.stderr.close()
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    p = planner.plan("pod", [0.9], 200, replicas=4, steps=4000 * 256, warmup=256, seed=2,
-                    levels=16, init="empty")  # fmt: skip
+    p = planner.plan(
+        "pod", [0.9], 200, replicas=4, steps=4000 * 256, warmup=256, seed=2, levels=16, init="empty"
+    )
     run = runner.Run.resume(p, path)
     assert 0 < run.block < p.total_blocks and not run.done
     kw = dict(replicas=4, steps=4000 * 256, warmup=256, seed=2, levels=16, init="empty")
@@ -230,9 +261,26 @@ def test_a_run_killed_part_way_resumes_bit_for_bit(tmp_path):
 @pytest.mark.slow
 def test_cli_checkpoint_warmup_auto_and_heavy_traffic(tmp_path, capsys):
     path = str(tmp_path / "cli.npz")
-    args = ["simulate", "--policy", "jsq", "--servers", "100", "--alpha", "0.5", "--buffer", "3",
-            "--replicas", "2", "--steps", str(20 * BLOCK), "--warmup", "auto",
-            "--checkpoint", path, "--json"]  # fmt: skip
+    args = [
+        "simulate",
+        "--policy",
+        "jsq",
+        "--servers",
+        "100",
+        "--alpha",
+        "0.5",
+        "--buffer",
+        "3",
+        "--replicas",
+        "2",
+        "--steps",
+        str(20 * BLOCK),
+        "--warmup",
+        "auto",
+        "--checkpoint",
+        path,
+        "--json",
+    ]
     assert cli_main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["settings"]["load"] == pytest.approx(0.9)
@@ -260,8 +308,9 @@ def test_batch_means_with_one_replica_cover_at_the_nominal_rate():
     assert results[0].mean_queue_length.n == 20
     lo, hi = 380 - 4 * 4.36, 380 + 4 * 4.36
     for metric, exact in (("mean_queue_length", 1.0), ("mean_response_time", 2.0)):
-        covered = sum(abs(getattr(r, metric).mean - exact) <= getattr(r, metric).ci95
-                      for r in results)  # fmt: skip
+        covered = sum(
+            abs(getattr(r, metric).mean - exact) <= getattr(r, metric).ci95 for r in results
+        )
         assert lo <= covered <= hi, (metric, covered)
     # the warm-up diagnostic fails by chance on about 3% of stationary runs
     failed = sum(r.diagnostics["warmup_diagnostic"]["passed"] is False for r in results)
@@ -290,8 +339,11 @@ def test_warmup_diagnostic_catches_a_transient_and_auto_extends_it():
     assert diag["passed"] is False and diag["batches"] == 20
     assert diag["mser_truncation"] == 10 and diag["half_drift"] > diag["half_drift_ci99"] > 0
     # warmup="auto" starts from the default warm-up; here from none, to see it extend
-    p = dataclasses.replace(planner.plan("pod", [0.95], 100, **kw), warmup_auto=True,
-                            max_extensions=runner.MAX_EXTENSIONS)  # fmt: skip
+    p = dataclasses.replace(
+        planner.plan("pod", [0.95], 100, **kw),
+        warmup_auto=True,
+        max_extensions=runner.MAX_EXTENSIONS,
+    )
     auto = runner.run(p)[0]
     diag = auto.diagnostics["warmup_diagnostic"]
     assert diag["auto"] and diag["passed"] is True and diag["extensions"] == 1
@@ -313,10 +365,18 @@ def test_mser_and_drift_on_known_series():
 
 def test_default_start_is_the_mean_field_where_one_exists():
     assert planner.plan("pod", [0.9], 100, replicas=2, steps=BLOCK).init == "mean-field"
-    assert planner.plan("jiq-original", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
-    assert planner.plan("jiq-original", [0.9], 100, 10, buffer=4, replicas=2,
-                       steps=BLOCK).init == "empty"  # its mean field is for infinite buffers
-    assert planner.plan("jiq-threshold", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
-    assert planner.plan("jiq-threshold", [0.9], 100, 10, buffer=4, replicas=2,
-                       steps=BLOCK).init == "empty"
+    assert (
+        planner.plan("jiq-original", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
+    )
+    assert (
+        planner.plan("jiq-original", [0.9], 100, 10, buffer=4, replicas=2, steps=BLOCK).init
+        == "empty"
+    )  # its mean field is for infinite buffers
+    assert (
+        planner.plan("jiq-threshold", [0.9], 100, 10, replicas=2, steps=BLOCK).init == "mean-field"
+    )
+    assert (
+        planner.plan("jiq-threshold", [0.9], 100, 10, buffer=4, replicas=2, steps=BLOCK).init
+        == "empty"
+    )
     assert planner.plan("pod", [0.9], 99, replicas=2, steps=BLOCK).init == "empty"

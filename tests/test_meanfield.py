@@ -14,10 +14,14 @@ slow = pytest.mark.slow
 
 @pytest.mark.parametrize(
     "name, d, ratio, levels",
-    [("pod", 2, None, 40), ("pod", 3, None, 40),
-     pytest.param("jiq", None, 10.0, 40, marks=slow),
-     pytest.param("jiq-pod", 2, 10.0, 40, marks=slow),
-     pytest.param("jiq", None, 2.0, 120, marks=slow), ("jsq", None, None, 40)],  # fmt: skip
+    [
+        ("pod", 2, None, 40),
+        ("pod", 3, None, 40),
+        pytest.param("jiq", None, 10.0, 40, marks=slow),
+        pytest.param("jiq-pod", 2, 10.0, 40, marks=slow),
+        pytest.param("jiq", None, 2.0, 120, marks=slow),
+        ("jsq", None, None, 40),
+    ],
 )
 @pytest.mark.slow
 def test_reproduces_the_closed_forms(name, d, ratio, levels):
@@ -87,9 +91,20 @@ def test_finite_buffer_overload_against_simulation():
     assert fp.status is Status.CONVERGED
     mf = meanfield.as_result(fp, make("pod", d=2), 1.2, None, buffer=3)
     n = 10_000
-    res = jq.simulate("pod", 1.2, n, 1, d=2, buffer=3, replicas=8, steps=40 * n * 22 // 10,
-                      warmup=10 * n * 22 // 10, init=mf.occupancy, seed=4,
-                      interval="replicas")  # fmt: skip
+    res = jq.simulate(
+        "pod",
+        1.2,
+        n,
+        1,
+        d=2,
+        buffer=3,
+        replicas=8,
+        steps=40 * n * 22 // 10,
+        warmup=10 * n * 22 // 10,
+        init=mf.occupancy,
+        seed=4,
+        interval="replicas",
+    )
     allow = 10.0 / n  # the mean field's O(1/N) gap, relative
     pairs = [(res.blocking_probability, mf.blocking_probability)] + [
         (jq.Estimate(res.tail.mean[i], res.tail.ci95[i], res.tail.n), mf.tail[i]) for i in (1, 2, 3)
@@ -141,11 +156,16 @@ def test_overload_starts_full_and_a_buffer_too_large_to_fill_is_refused():
     assert mf.status is Status.CONVERGED and mf.levels == 100
     assert mf.blocking_probability == pytest.approx(1 - 1 / 1.2, rel=1e-9)
     assert mf.tail[1] == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(ValueError, match="buffer=10000 is too large for the mean field at "
-                                         "load=1.2: at a load of 1 or more the queues fill it"):
+    with pytest.raises(
+        ValueError,
+        match="buffer=10000 is too large for the mean field at "
+        "load=1.2: at a load of 1 or more the queues fill it",
+    ):
         theory.mean_field("pod", 1.2, buffer=10**4)
-    with pytest.raises(ValueError, match="buffer=10000 is out of range for the mean field by "
-                                         "class: .* 20000 coordinates"):
+    with pytest.raises(
+        ValueError,
+        match="buffer=10000 is out of range for the mean field by class: .* 20000 coordinates",
+    ):
         theory.mean_field("pod", 0.5, buffer=10**4, service="erlang:2")
     with pytest.warns(jq.StartWarning, match=r"starts pod\(d=2\) empty: .*buffer=10000"):
         p = jq.runs.planner.plan("pod", [1.2], 100, buffer=10**4, replicas=2, steps=512)
@@ -185,8 +205,9 @@ def test_outcomes_a_function_ignores_are_summed_out_first():
             assert [m.shape for m in marginal] == [(5, 1, 1), (1, 4, 1), (1, 1, 1)]
             np.testing.assert_allclose(meanfield._law_of(jl, keys, 5), want, rtol=1e-13, atol=0)
             values = (a + 1.0) * (b == 1)  # ignores the third outcome too
-            np.testing.assert_allclose(meanfield._expect(jl, values),
-                                       (full * values).sum(), rtol=1e-13)  # fmt: skip
+            np.testing.assert_allclose(
+                meanfield._expect(jl, values), (full * values).sum(), rtol=1e-13
+            )
 
 
 def _no_solve(*args, **kwargs):
@@ -200,11 +221,15 @@ def test_jiq_sq_at_a_large_ratio_is_refused_before_compiling(monkeypatch):
     with the parameters, the estimate, the bound and what to do instead."""
     monkeypatch.setattr(meanfield, "_solve_on", _no_solve)
     bound = f"{meanfield.MAX_WORKING_BYTES / 2**30:.1f}"
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(
+        ValueError,
+        match=(
             r"^the mean field of jiq-sq\(d=2\) at ratio=10000 with levels=40 and "
             r"iqueue_levels=10030 would take about 148.3 GiB of working memory \(its outcome "
             r"grid has 4.13e\+09 entries; .* ratio\^2\), more than MAX_WORKING_BYTES = "
-            rf"{bound} GiB; use a smaller ratio \(r = N / M\), simulate from init='empty'")):  # fmt: skip
+            rf"{bound} GiB; use a smaller ratio \(r = N / M\), simulate from init='empty'"
+        ),
+    ):
         theory.mean_field("jiq-sq", 0.9, 1e4, d=2)
     for call in (meanfield.fixed_point, meanfield.transient):
         with pytest.raises(ValueError, match="148.3 GiB"):
@@ -214,8 +239,11 @@ def test_jiq_sq_at_a_large_ratio_is_refused_before_compiling(monkeypatch):
         meanfield.fixed_point("jiq", 0.9, 1000.0)
     assert meanfield.check_work("jiq-sq", 100.0) < 32 * 2**20  # 26 MiB: J = 130
     # a queue-length bound past the dense Newton's memory: fewer levels, not a smaller ratio
-    with pytest.raises(ValueError, match=r"pod\(d=2\) at ratio=None with levels=20000 .* "
-                                         r"GiB; give fewer levels"):
+    with pytest.raises(
+        ValueError,
+        match=r"pod\(d=2\) at ratio=None with levels=20000 .* "
+        r"GiB; give fewer levels",
+    ):
         meanfield.fixed_point("pod", 0.5, levels=20_000)
 
 
@@ -235,12 +263,17 @@ def test_a_run_at_a_ratio_the_mean_field_refuses_starts_empty(monkeypatch):
     """N = 10000, M = 3: init='auto' asks the estimate (nothing is solved) and starts
     JIQ-SQ empty with a StartWarning; a closed form (JIQ) still starts at its mean field."""
     monkeypatch.setattr(meanfield, "_solve_on", _no_solve)
-    with pytest.warns(jq.StartWarning, match=r"starts jiq-sq\(d=2\) empty: .*ratio=3333.33 .* "
-                                             r"GiB .*init='empty'"):
+    with pytest.warns(
+        jq.StartWarning,
+        match=r"starts jiq-sq\(d=2\) empty: .*ratio=3333.33 .* "
+        r"GiB .*init='empty'",
+    ):
         p = jq.runs.planner.plan("jiq-sq", [0.9], 10_000, 3, replicas=2, steps=512)
     assert p.init == "empty"
     assert jq.runs.planner.plan("jiq", [0.9], 10_000, 3, replicas=2, steps=512).init == "mean-field"
-    assert jq.runs.planner.plan("jiq-sq", [0.9], 1000, 10, replicas=2, steps=512).init == "mean-field"
+    assert (
+        jq.runs.planner.plan("jiq-sq", [0.9], 1000, 10, replicas=2, steps=512).init == "mean-field"
+    )
 
 
 def test_jiq_sq_with_one_dispatcher_is_refused_as_the_simulator_does():
@@ -252,8 +285,11 @@ def test_jiq_sq_with_one_dispatcher_is_refused_as_the_simulator_does():
     with pytest.raises(ValueError) as sim:
         make("jiq-sq", d=2).validate(System(10, 1, None, 1, 0))
     for ratio in (None, float("inf")):
-        with pytest.raises(ValueError, match=r"^jiq-sq\(d=2\) with ratio=(None|inf) is not "
-                                             r"valid: ratio=None \(or inf\) is one dispatcher"):
+        with pytest.raises(
+            ValueError,
+            match=r"^jiq-sq\(d=2\) with ratio=(None|inf) is not "
+            r"valid: ratio=None \(or inf\) is one dispatcher",
+        ):
             theory.mean_field("jiq-sq", 0.9, ratio)
     with pytest.raises(ValueError) as mf:
         meanfield.fixed_point("jiq-sq", 0.9, None, d=3)

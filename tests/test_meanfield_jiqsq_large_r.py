@@ -131,8 +131,10 @@ def test_reduced_start_past_float64_p0():
     assert abs(q[1:].sum() / r - (1 - s[1])) < 1e-12 and abs(s[1] - lam) < 1e-12
     assert abs(int(np.sum(q > 0.5)) - r * (1 - lam)) <= 2
     # not JIQ-SQ, or one dispatcher: no reduced start (the ODE run as before)
-    assert meanfield._jiq_sq_start(make("jiq"), meanfield.limit_system(make("jiq"), r, 40, J),
-                                   lam, r) is None  # fmt: skip
+    assert (
+        meanfield._jiq_sq_start(make("jiq"), meanfield.limit_system(make("jiq"), r, 40, J), lam, r)
+        is None
+    )
     one = meanfield.limit_system(make("jiq-sq", d=1), None, 40, 30)
     assert meanfield._jiq_sq_start(make("jiq-sq", d=1), one, lam, None) is None
 

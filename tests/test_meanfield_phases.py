@@ -12,8 +12,13 @@ import pytest
 
 from jaxqueue import theory
 from jaxqueue.core.service import (
-    PhaseType, erlang, exponential, fit_two_moments, hyperexponential, mph1_mean_response_time,
-)  # fmt: skip
+    PhaseType,
+    erlang,
+    exponential,
+    fit_two_moments,
+    hyperexponential,
+    mph1_mean_response_time,
+)
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
 from jaxqueue.theory import meanfield, phases
@@ -45,8 +50,14 @@ def _point(name, service):
     return _cache[key]
 
 
-@pytest.mark.parametrize("name", ["pod", pytest.param("jiq", marks=pytest.mark.slow),
-                                  pytest.param("jsq", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pod",
+        pytest.param("jiq", marks=pytest.mark.slow),
+        pytest.param("jsq", marks=pytest.mark.slow),
+    ],
+)
 def test_unit_exponential_reproduces_the_generic_mean_field(name):
     """One phase of rate 1 is the exponential mean field: its drift
     (:func:`meanfield.drift`, whose zero ``meanfield.fixed_point`` solves for)
@@ -97,9 +108,15 @@ def _random_levels():
     return _cache["random"]
 
 
-@pytest.mark.parametrize("law", [pytest.param(erlang(3), marks=pytest.mark.slow),
-                                 hyperexponential(4.0), fit_two_moments(1.0, 0.5)],
-                         ids=lambda law: law.label)  # fmt: skip
+@pytest.mark.parametrize(
+    "law",
+    [
+        pytest.param(erlang(3), marks=pytest.mark.slow),
+        hyperexponential(4.0),
+        fit_two_moments(1.0, 0.5),
+    ],
+    ids=lambda law: law.label,
+)
 def test_random_routing_gives_independent_mph1_queues(law):
     # hyperexp:4 has the longest tail: its adaptive level count (from the M/PH/1 tail decay)
     # for all three, so that the two-phase laws share a compilation

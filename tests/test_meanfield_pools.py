@@ -13,15 +13,14 @@ import math
 
 import numpy as np
 import pytest
+from agreement import assert_near_mean_field
 
 import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.service import Pool, erlang, exponential, mph1_mean_response_time
+from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.theory import phases
-from jaxqueue.runs import planner
-
-from agreement import assert_near_mean_field
 
 FAST = "0.2:2,0.8:1"  # 20% of the servers twice as fast: capacity 1.2
 
@@ -73,8 +72,9 @@ def test_random_pools_are_independent_mm1_queues():
     from jaxqueue.results.schema import pool_row_value
     from jaxqueue.studies.grid import _theory_value
 
-    row = next(r for r in mf.records() if r["metric"] == "pool1_response_quantile"
-               and r["index"] == 0.99)  # fmt: skip
+    row = next(
+        r for r in mf.records() if r["metric"] == "pool1_response_quantile" and r["index"] == 0.99
+    )
     assert row["mean"] == pytest.approx(-math.log(0.01) / rate[1], rel=1e-9)
     assert _theory_value(mf, "pool1_response_quantile", 0.99) == row["mean"]
     assert _theory_value(mf, "pool0_occupancy", 2) == pytest.approx((1 - rho[0]) * rho[0] ** 2)
@@ -90,8 +90,9 @@ def test_random_pools_with_their_own_laws_follow_pollaczek_khinchine():
     lam = 0.7
     pools = [Pool(1, 2.0, erlang(2)), Pool(4, 1.0, erlang(3))]  # shares 0.2 and 0.8
     mf = theory.mean_field("random", lam, pools=pools)
-    want = 0.2 * mph1_mean_response_time(lam, erlang(2, mean=0.5)) \
-        + 0.8 * mph1_mean_response_time(lam, erlang(3))  # fmt: skip
+    want = 0.2 * mph1_mean_response_time(lam, erlang(2, mean=0.5)) + 0.8 * mph1_mean_response_time(
+        lam, erlang(3)
+    )
     assert mf.mean_response_time == pytest.approx(want, rel=1e-8)
     assert mf.settings["pools"][0]["service"] == erlang(2).to_dict()
 
@@ -110,13 +111,16 @@ def test_little_and_flow_balance_with_pools():
     # Little's law holds per pool, and the pools make up the whole
     share, f, v = mf.pool_arrival_share, np.array([0.2, 0.8]), np.array([2.0, 1.0])
     np.testing.assert_allclose(lam * share, f * v * mf.pool_utilization, rtol=1e-8)
-    np.testing.assert_allclose(mf.pool_mean_queue_length,
-                               lam * share / f * mf.pool_mean_response_time, rtol=1e-8)
+    np.testing.assert_allclose(
+        mf.pool_mean_queue_length, lam * share / f * mf.pool_mean_response_time, rtol=1e-8
+    )
     np.testing.assert_allclose(mf.pool_utilization, busy)
-    assert float(share @ mf.pool_mean_response_time) == pytest.approx(mf.mean_response_time,
-                                                                       rel=1e-8)
-    assert float(share @ mf.pool_waiting_probability) == pytest.approx(mf.waiting_probability,
-                                                                        rel=1e-9)
+    assert float(share @ mf.pool_mean_response_time) == pytest.approx(
+        mf.mean_response_time, rel=1e-8
+    )
+    assert float(share @ mf.pool_waiting_probability) == pytest.approx(
+        mf.waiting_probability, rel=1e-9
+    )
     assert mf.pool_utilization[0] < mf.pool_utilization[1]  # JIQ: the fast servers idle more
 
 
@@ -137,8 +141,10 @@ def test_command_line_theory_with_pools(capsys):
     row = next(line for line in text.splitlines() if "pool_arrival_share" in line)
     assert row.split()[1:] == ["0.2", "0.8"]
     # the refined mean field is for identical servers: refused before any work
-    assert main(["theory", "--policy", "pod", "--load", "0.9", "--pools", FAST,
-                 "--servers", "100"]) == 2  # fmt: skip
+    assert (
+        main(["theory", "--policy", "pod", "--load", "0.9", "--pools", FAST, "--servers", "100"])
+        == 2
+    )
     assert "--pools" in capsys.readouterr().err
 
 
@@ -173,9 +179,19 @@ def pair(request):
     name, opts = request.param
     mf = theory.mean_field(name, LOAD, RATIO, pools=FAST, **opts)
     per_time = jq.steps_per_time_unit(N, LOAD, 2.0)  # uniformized at the fast pool's rate
-    sim = jq.simulate(name, LOAD, N, int(N / RATIO), replicas=32, steps=int(20 * per_time),
-                      warmup=int(10 * per_time), seed=19, interval="replicas", pools=FAST,
-                      **opts)  # fmt: skip
+    sim = jq.simulate(
+        name,
+        LOAD,
+        N,
+        int(N / RATIO),
+        replicas=32,
+        steps=int(20 * per_time),
+        warmup=int(10 * per_time),
+        seed=19,
+        interval="replicas",
+        pools=FAST,
+        **opts,
+    )
     return sim, mf
 
 
@@ -186,10 +202,15 @@ def test_simulation_at_large_n_matches_the_pools_mean_field(pair):
     O(1/N) error (as tests/test_vs_mean_field.py)."""
     sim, mf = pair
     assert sim.settings["init"] == "mean-field"  # the default start, now that pools have one
-    checks = [(sim.mean_response_time, mf.mean_response_time, "T"),
-              (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
-              (jq.Estimate(sim.tail.mean[1 : TAIL + 1], sim.tail.ci95[1 : TAIL + 1], sim.tail.n),
-               np.asarray(mf.tail[1 : TAIL + 1]), "s_1..s_3")]  # fmt: skip
+    checks = [
+        (sim.mean_response_time, mf.mean_response_time, "T"),
+        (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
+        (
+            jq.Estimate(sim.tail.mean[1 : TAIL + 1], sim.tail.ci95[1 : TAIL + 1], sim.tail.n),
+            np.asarray(mf.tail[1 : TAIL + 1]),
+            "s_1..s_3",
+        ),
+    ]
     if mf.p0 is not None:
         checks.append((sim.p0, mf.p0, "p0"))
     checks += [(getattr(sim, name), getattr(mf, name), name) for name in POOLED]
@@ -204,8 +225,9 @@ def test_level_bounds_and_start_come_from_the_pools_mean_field():
     first = int(np.nonzero(1000 * np.asarray(mf.tail) < 1e-6)[0][0])
     assert p.system.levels == 4 * math.ceil((first + max(4, first // 4)) / 4) <= 16
     core = runner._initial_core(p)
-    classes = np.asarray(core.classes)[0]  # (levels + 1, classes): pool 0 is class 0, pool 1 class 1
-    want = np.asarray(mf.pool_occupancy)[:, : classes.shape[0]].T \
-        * np.array([200, 800])  # fmt: skip
+    classes = np.asarray(core.classes)[
+        0
+    ]  # (levels + 1, classes): pool 0 is class 0, pool 1 class 1
+    want = np.asarray(mf.pool_occupancy)[:, : classes.shape[0]].T * np.array([200, 800])
     assert classes.sum(axis=0).tolist() == [200, 800]  # every pool keeps its servers
     assert np.all(np.abs(classes - want) <= 1.0), (classes, want)  # rounding only

@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from agreement import assert_near_mean_field
+from chains import profile_mm1_reference
 
 import jaxqueue as jq
 from jaxqueue import theory
@@ -18,9 +20,6 @@ from jaxqueue.core.arrivals import MMPP, Profile
 from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import periodic
-
-from agreement import assert_near_mean_field
-from chains import profile_mm1_reference
 
 #: Five segments, peak 0.96 at load 0.6 (the profile of tests/test_arrivals.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
@@ -39,8 +38,9 @@ def test_random_is_the_periodic_mm1_queue():
     assert mf.mean_queue_length == pytest.approx(mean_queue, abs=1e-8)
     np.testing.assert_allclose(mf.arrival_seen[:k], seen[:k], atol=1e-8)
     assert mf.waiting_probability == pytest.approx(1.0 - seen[0], abs=1e-8)
-    assert mf.mean_response_time == pytest.approx(float(seen @ (np.arange(seen.size) + 1.0)),
-                                                  abs=1e-8)  # fmt: skip
+    assert mf.mean_response_time == pytest.approx(
+        float(seen @ (np.arange(seen.size) + 1.0)), abs=1e-8
+    )
     assert mf.diagnostics["tail_remainder"] < periodic.REMAINDER  # the levels grew to hold the peak
     assert mf.settings["arrivals"]["kind"] == "profile" and mf.settings["window"] == [0.0, 20.0]
 
@@ -52,29 +52,40 @@ def test_windows_of_whole_periods_and_halves_average_to_the_period():
     mf = theory.mean_field("random", 0.6, arrivals=FIVE)
     other = theory.mean_field("random", 0.6, arrivals=FIVE, window=(7.3, 60.0))
     assert other.mean_queue_length == pytest.approx(mf.mean_queue_length, abs=1e-9)
-    halves = [theory.mean_field("random", 0.6, arrivals=FIVE, window=w) for w in
-              ((3.0, 10.0), (13.0, 10.0))]  # fmt: skip
+    halves = [
+        theory.mean_field("random", 0.6, arrivals=FIVE, window=w)
+        for w in ((3.0, 10.0), (13.0, 10.0))
+    ]
     assert np.mean([h.mean_queue_length for h in halves]) == pytest.approx(
-        mf.mean_queue_length, abs=1e-9)
+        mf.mean_queue_length, abs=1e-9
+    )
     assert abs(halves[0].mean_queue_length - halves[1].mean_queue_length) > 0.1  # (not flat)
 
 
-@pytest.mark.parametrize("name, ratio", [("pod", None),
-                                         pytest.param("jiq", 5.0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name, ratio", [("pod", None), pytest.param("jiq", 5.0, marks=pytest.mark.slow)]
+)
 def test_a_flat_profile_is_the_constant_load_mean_field(name, ratio):
     """Two segments of equal rate: the orbit is the fixed point (closed forms)."""
     flat = Profile((0.0, 1.3, 4.0), (2.0, 2.0, None))
     mf = theory.mean_field(name, 0.9, ratio, arrivals=flat)
     ref = theory.mean_field(name, 0.9, ratio)
-    for metric in ("mean_response_time", "waiting_probability", "mean_queue_length",
-                   "join_rate", "probe_rate", "delete_rate"):  # fmt: skip
+    for metric in (
+        "mean_response_time",
+        "waiting_probability",
+        "mean_queue_length",
+        "join_rate",
+        "probe_rate",
+        "delete_rate",
+    ):
         assert getattr(mf, metric) == pytest.approx(getattr(ref, metric), abs=1e-9), metric
     k = min(mf.tail.size, ref.tail.size)
     np.testing.assert_allclose(mf.tail[:k], ref.tail[:k], atol=1e-9)
     if ratio is not None:
         assert mf.p0 == pytest.approx(ref.p0, abs=1e-9)
-    np.testing.assert_allclose(mf.diagnostics["orbit"]["mean_response_time"],
-                               ref.mean_response_time, atol=1e-9)  # fmt: skip
+    np.testing.assert_allclose(
+        mf.diagnostics["orbit"]["mean_response_time"], ref.mean_response_time, atol=1e-9
+    )
 
 
 @pytest.mark.slow
@@ -138,8 +149,23 @@ def test_command_line(tmp_path, capsys):
 
     csv = tmp_path / "day.csv"
     csv.write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
-    assert main(["theory", "--policy", "pod", "--load", "0.8", "--arrivals", str(csv),
-                 "--window", "3,20", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "theory",
+                "--policy",
+                "pod",
+                "--load",
+                "0.8",
+                "--arrivals",
+                str(csv),
+                "--window",
+                "3,20",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(3.0, 20.0))
     assert out["mean_response_time"]["mean"] == pytest.approx(ref.mean_response_time, abs=1e-12)
@@ -180,17 +206,32 @@ def test_simulation_at_large_n_matches_over_its_window(name, ratio):
     is no bias; the finite-N allowance is 10 / N of the value, as for the
     other large-N comparisons."""
     per_time = N * (LOAD * DAY.peak + 1.0)  # uniformization rate: steps per time unit
-    sim = jq.simulate(name, LOAD, N, N if ratio is None else int(N / ratio), arrivals=DAY,
-                      replicas=16, steps=int(105 * per_time), warmup=int(60 * per_time),
-                      seed=41, interval="replicas")  # fmt: skip
+    sim = jq.simulate(
+        name,
+        LOAD,
+        N,
+        N if ratio is None else int(N / ratio),
+        arrivals=DAY,
+        replicas=16,
+        steps=int(105 * per_time),
+        warmup=int(60 * per_time),
+        seed=41,
+        interval="replicas",
+    )
     s = sim.settings
-    mf = theory.mean_field(name, LOAD, ratio, arrivals=DAY,
-                           window=(s["time_warmup"], s["time_measured"]))  # fmt: skip
-    checks = [(sim.mean_response_time, mf.mean_response_time, "T"),
-              (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
-              (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
-              (jq.Estimate(sim.tail.mean[1 : TAIL + 1], sim.tail.ci95[1 : TAIL + 1], sim.tail.n),
-               mf.tail[1 : TAIL + 1], "s_1..s_3")]  # fmt: skip
+    mf = theory.mean_field(
+        name, LOAD, ratio, arrivals=DAY, window=(s["time_warmup"], s["time_measured"])
+    )
+    checks = [
+        (sim.mean_response_time, mf.mean_response_time, "T"),
+        (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
+        (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
+        (
+            jq.Estimate(sim.tail.mean[1 : TAIL + 1], sim.tail.ci95[1 : TAIL + 1], sim.tail.n),
+            mf.tail[1 : TAIL + 1],
+            "s_1..s_3",
+        ),
+    ]
     if ratio is not None:
         checks.append((sim.p0, mf.p0, "p0"))
     assert_near_mean_field(checks, FAMILY, N)
@@ -226,8 +267,9 @@ def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path)
     point = spec.points[1]
     # the plumbing: the window comes from the point's own simulation
     fake = SimpleNamespace(settings={"time_warmup": 20.5, "time_measured": 45.25})
-    (th,) = grid._theory([point], "mean-field", {}, [fake],
-                         lambda text: spec.arrivals_file(text).source)  # fmt: skip
+    (th,) = grid._theory(
+        [point], "mean-field", {}, [fake], lambda text: spec.arrivals_file(text).source
+    )
     ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(20.5, 45.25))
     assert th.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
     period = theory.mean_field("pod", 0.8, arrivals=DAY)
@@ -262,8 +304,16 @@ def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch)
 
     def fake_sweep(model, loads, run, **kw):  # the model and run options it was given, flat
         seen.append({**model.keywords(), **run.keywords()})
-        return [SimpleNamespace(settings={"load": lam, "time_warmup": windows[lam][0],
-                                          "time_measured": windows[lam][1]}) for lam in loads]  # fmt: skip
+        return [
+            SimpleNamespace(
+                settings={
+                    "load": lam,
+                    "time_warmup": windows[lam][0],
+                    "time_measured": windows[lam][1],
+                }
+            )
+            for lam in loads
+        ]
 
     monkeypatch.setattr(cmp, "sweep", fake_sweep)
     log = io.StringIO()
@@ -294,16 +344,38 @@ def test_compare_command_line_with_a_profile(tmp_path, capsys):
 
     csv = tmp_path / "day.csv"
     csv.write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
-    args = ["compare", "--policies", "pod", "--servers", "300", "--loads", "0.6,0.8", "--time", "45",
-            "--warmup-time", "20", "--replicas", "8", "--seed", "3", "--arrivals", str(csv)]  # fmt: skip
+    args = [
+        "compare",
+        "--policies",
+        "pod",
+        "--servers",
+        "300",
+        "--loads",
+        "0.6,0.8",
+        "--time",
+        "45",
+        "--warmup-time",
+        "20",
+        "--replicas",
+        "8",
+        "--seed",
+        "3",
+        "--arrivals",
+        str(csv),
+    ]
     assert main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["load"] for r in rows] == [0.6, 0.8]
     for r in rows:
         s = r["simulation"]["settings"]
         assert s["arrivals"]["label"] == "day" and r["mean_field"]["settings"]["window"] == [
-            s["time_warmup"], s["time_measured"]]  # fmt: skip
-        sim, mf = r["simulation"]["mean_response_time"], r["mean_field"]["mean_response_time"]["mean"]
+            s["time_warmup"],
+            s["time_measured"],
+        ]
+        sim, mf = (
+            r["simulation"]["mean_response_time"],
+            r["mean_field"]["mean_response_time"]["mean"],
+        )
         est = jq.Estimate(sim["mean"], sim["ci95"], 8)
         assert abs(sim["mean"] - mf) <= tolerance(est, 2, allowance=10.0 / 300 * mf), r
     assert main(args) == 0

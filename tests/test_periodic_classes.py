@@ -11,6 +11,8 @@ large N over the same measured window.
 
 import numpy as np
 import pytest
+from agreement import assert_near_mean_field
+from chains import profile_mph1_reference
 
 import jaxqueue as jq
 from jaxqueue import theory
@@ -18,9 +20,6 @@ from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.service import parse_service
 from jaxqueue.results.response import ph_response_quantiles
 from jaxqueue.theory import periodic
-
-from agreement import assert_near_mean_field
-from chains import profile_mph1_reference
 
 #: Five segments, peak 0.96 at load 0.6 (as tests/test_periodic.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
@@ -47,8 +46,9 @@ def test_random_with_a_service_law_is_the_periodic_mph1_queue():
     # an arrival that finds n >= 1 tasks, the one in service in phase p: the rest
     # of that service ((-S)^-1 1)_p and n more services
     rest = np.linalg.solve(-np.asarray(law.matrix), np.ones(law.n_phases))
-    per_arrival = level[0] * law.mean + float(np.sum(seen[1:] * (rest[None, :]
-                                                     + n[1:, None] * law.mean)))  # fmt: skip
+    per_arrival = level[0] * law.mean + float(
+        np.sum(seen[1:] * (rest[None, :] + n[1:, None] * law.mean))
+    )
     assert mf.mean_response_time == pytest.approx(per_arrival, abs=1e-8)
     # over whole periods Little's law holds for the orbit: E[Q] / lambda
     assert mf.mean_response_time == pytest.approx(mf.mean_queue_length / 0.6, abs=1e-8)
@@ -85,8 +85,9 @@ def test_random_with_pools_is_each_pools_periodic_queue():
     for i, law in enumerate(occupancy):
         k = min(law.size, len(mf.pool_occupancy[i]))
         np.testing.assert_allclose(mf.pool_occupancy[i][:k], law[:k], atol=1e-8)
-    assert mf.mean_queue_length == pytest.approx(0.25 * mean_queue[0] + 0.75 * mean_queue[1],
-                                                 abs=1e-8)  # fmt: skip
+    assert mf.mean_queue_length == pytest.approx(
+        0.25 * mean_queue[0] + 0.75 * mean_queue[1], abs=1e-8
+    )
     assert mf.mean_response_time == pytest.approx(0.25 * times[0] + 0.75 * times[1], abs=1e-8)
     # each pool's busy fraction over the period, at the start of each RK4 step (at most
     # 0.02 long, ending on the segment boundaries): over a whole period the left rule's
@@ -104,15 +105,24 @@ def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
     """Two pools of speed 1 are identical servers: the ODE by class gives the
     exponential orbit's averages (the I-queues, p0 and the quantiles too) and
     its curve over the period."""
+
     def orbit(**setting):  # on the same bounds
-        found = periodic.periodic_orbit(name, 0.6, FIVE, ratio, levels=16,
-                                        iqueue_levels=ratio and 32, **setting)  # fmt: skip
+        found = periodic.periodic_orbit(
+            name, 0.6, FIVE, ratio, levels=16, iqueue_levels=ratio and 32, **setting
+        )
         return periodic.as_result(found, name, 0.6, ratio, FIVE)
 
     plain, alike = orbit(), orbit(pools="0.5:1,0.5:1")
     assert max(alike.diagnostics["tail_remainder"], alike.diagnostics["iqueue_remainder"]) < 1e-6
-    for what in ("mean_response_time", "mean_queue_length", "waiting_probability", "p0",
-                 "probe_rate", "delete_rate", "join_rate"):  # fmt: skip
+    for what in (
+        "mean_response_time",
+        "mean_queue_length",
+        "waiting_probability",
+        "p0",
+        "probe_rate",
+        "delete_rate",
+        "join_rate",
+    ):
         a, b = getattr(plain, what), getattr(alike, what)
         assert (a is None) == (b is None), what
         if a is not None:
@@ -124,15 +134,17 @@ def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
     for key, curve in plain.diagnostics["orbit"].items():
         np.testing.assert_allclose(alike.diagnostics["orbit"][key], curve, atol=1e-9, err_msg=key)
     if ratio is not None:
-        np.testing.assert_allclose(alike.iqueue_distribution, plain.iqueue_distribution,
-                                   atol=1e-9)  # fmt: skip
+        np.testing.assert_allclose(alike.iqueue_distribution, plain.iqueue_distribution, atol=1e-9)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, ratio, setting", [
-    ("pod", None, {"service": "erlang:2"}),
-    ("pod", None, {"pools": "0.2:2,0.8:1"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, ratio, setting",
+    [
+        ("pod", None, {"service": "erlang:2"}),
+        ("pod", None, {"pools": "0.2:2,0.8:1"}),
+    ],
+)
 def test_a_flat_profile_is_the_constant_load_fixed_point(name, ratio, setting):
     """A profile at 1 throughout: the phase-type and pools fixed point, its
     quantiles and its pool metrics. (JIQ's I-queues by class are checked
@@ -146,10 +158,15 @@ def test_a_flat_profile_is_the_constant_load_fixed_point(name, ratio, setting):
     for q in fixed.response_quantiles:
         assert orbit.response_quantiles[q] == pytest.approx(fixed.response_quantiles[q], abs=1e-7)
     if "pools" in setting:
-        for what in ("pool_arrival_share", "pool_utilization", "pool_mean_response_time",
-                     "pool_waiting_probability"):  # fmt: skip
-            np.testing.assert_allclose(getattr(orbit, what), getattr(fixed, what), atol=1e-8,
-                                       err_msg=what)  # fmt: skip
+        for what in (
+            "pool_arrival_share",
+            "pool_utilization",
+            "pool_mean_response_time",
+            "pool_waiting_probability",
+        ):
+            np.testing.assert_allclose(
+                getattr(orbit, what), getattr(fixed, what), atol=1e-8, err_msg=what
+            )
         assert orbit.settings["pools"] == fixed.settings["pools"]
 
 
@@ -190,18 +207,32 @@ def test_simulation_at_large_n_matches_over_its_window():
     per_time = N * (LOAD * DAY.peak + gamma)
     # levels given (the default's stress path, 28 levels, costs a by-class solve; an
     # overflow would fail the run)
-    sim = jq.simulate("jiq", LOAD, N, N // 5, arrivals=DAY, replicas=16, levels=32,
-                      steps=int(55 * per_time), warmup=int(40 * per_time), seed=43,
-                      interval="replicas", **SETTING)  # fmt: skip
+    sim = jq.simulate(
+        "jiq",
+        LOAD,
+        N,
+        N // 5,
+        arrivals=DAY,
+        replicas=16,
+        levels=32,
+        steps=int(55 * per_time),
+        warmup=int(40 * per_time),
+        seed=43,
+        interval="replicas",
+        **SETTING,
+    )
     s = sim.settings
     assert s["time_measured"] == pytest.approx(55.0, rel=0.02)
-    mf = theory.mean_field("jiq", LOAD, 5.0, arrivals=DAY,
-                           window=(s["time_warmup"], s["time_measured"]), **SETTING)  # fmt: skip
-    checks = [(sim.mean_response_time, mf.mean_response_time, "T"),
-              (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
-              (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
-              (sim.metric("p99"), mf.response_quantiles[0.99], "p99"),
-              (sim.p0, mf.p0, "p0")]  # fmt: skip
+    mf = theory.mean_field(
+        "jiq", LOAD, 5.0, arrivals=DAY, window=(s["time_warmup"], s["time_measured"]), **SETTING
+    )
+    checks = [
+        (sim.mean_response_time, mf.mean_response_time, "T"),
+        (sim.waiting_probability, mf.waiting_probability, "P(wait)"),
+        (sim.mean_queue_length, mf.mean_queue_length, "E[Q]"),
+        (sim.metric("p99"), mf.response_quantiles[0.99], "p99"),
+        (sim.p0, mf.p0, "p0"),
+    ]
     for what in ("pool_utilization", "pool_arrival_share", "pool_mean_response_time"):
         checks.append((getattr(sim, what), getattr(mf, what), what))
     assert_near_mean_field(checks, FAMILY, N)
@@ -238,8 +269,9 @@ def test_a_grid_gives_a_profile_point_with_a_service_law_its_mean_field(tmp_path
     points = sorted(spec.points, key=lambda p: p.policy)
     assert [p.policy for p in points] == ["jsew", "pod"]
     fake = SimpleNamespace(settings={"time_warmup": 20.5, "time_measured": 45.25})
-    jsew, pod = grid._theory(points, "mean-field", {}, [fake, fake],
-                             lambda text: spec.arrivals_file(text).source)  # fmt: skip
+    jsew, pod = grid._theory(
+        points, "mean-field", {}, [fake, fake], lambda text: spec.arrivals_file(text).source
+    )
     assert jsew is None
     ref = theory.mean_field("pod", 0.8, arrivals=DAY, window=(20.5, 45.25), pools="0.2:2,0.8:1")
     assert pod.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)

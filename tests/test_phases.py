@@ -15,13 +15,17 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.core.service import (
-    PhaseType, erlang, exponential, hyperexponential, mph1_mean_response_time,
-)  # fmt: skip
+    PhaseType,
+    erlang,
+    exponential,
+    hyperexponential,
+    mph1_mean_response_time,
+)
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.schema import POOL_METRICS
 from jaxqueue.results.stats import tolerance
-from jaxqueue.sim import runner
 from jaxqueue.runs import planner
+from jaxqueue.sim import runner
 
 ONE = jax.devices()[:1]
 
@@ -37,15 +41,27 @@ POOL_CASES = [
     ("pod", {"d": 2}, 3, 1, 4, 1.0, "0.34:2,0.66:1"),
     ("jiq", {}, 4, 2, 3, 1.2, "0.5:2,0.5:1"),
 ]
-EXACT_METRICS = ("mean_response_time", "waiting_probability", "mean_queue_length",
-                 "blocking_probability", "p0", "delete_rate", "tail s_1..s_3",
-                 "response quantiles p50..p99.9")  # fmt: skip
+EXACT_METRICS = (
+    "mean_response_time",
+    "waiting_probability",
+    "mean_queue_length",
+    "blocking_probability",
+    "p0",
+    "delete_rate",
+    "tail s_1..s_3",
+    "response quantiles p50..p99.9",
+)
 # comparisons: M/PH/1 (2 laws x 2 metrics, and M/E3/1's 4 quantiles), the exact
 # cases (at most 6 + 3 + 4 each, and with pools the 5 pool metrics, the
 # occupancy at k = 1, 2 and the 4 quantiles of 2 pools), the mean-field cases
 # (s_1..s_3 and p0)
-FAMILY = (4 + 4 + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3)
-          + len(POOL_CASES) * (len(POOL_METRICS) + 2 + 4) * 2 + 2 * 4)  # fmt: skip
+FAMILY = (
+    4
+    + 4
+    + (len(EXACT_CASES) + len(POOL_CASES)) * (len(EXACT_METRICS) + 2 + 3)
+    + len(POOL_CASES) * (len(POOL_METRICS) + 2 + 4) * 2
+    + 2 * 4
+)
 
 
 def _close(est, value, what):
@@ -61,8 +77,9 @@ def test_mph1_and_the_phase_counts():
     response-time quantiles of the exact M/E3/1 chain; and the state's phase
     counts split each level's servers exactly."""
     law = erlang(3)
-    p = planner.plan("random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5,
-                    service=law, devices=ONE)  # fmt: skip
+    p = planner.plan(
+        "random", [0.6], 1, replicas=32, steps=2**17, warmup=4096, seed=5, service=law, devices=ONE
+    )
     assert p.system.service == law and p.backend == "xla"
     r = runner.Run.start(p)
     r.advance()
@@ -84,8 +101,9 @@ def test_mph1_and_the_phase_counts():
 @pytest.mark.slow
 def test_mph1_hyperexponential():
     law = hyperexponential(4.0)
-    res = jq.simulate("random", 0.6, 1, service=law, replicas=32, steps=2**18, warmup=8192,
-                      seed=6, devices=ONE)  # fmt: skip
+    res = jq.simulate(
+        "random", 0.6, 1, service=law, replicas=32, steps=2**18, warmup=8192, seed=6, devices=ONE
+    )
     _close(res.mean_response_time, mph1_mean_response_time(0.6, law), "M/H2/1 mean response")
     _close(res.waiting_probability, 0.6, "M/H2/1 waiting probability")
 
@@ -110,8 +128,21 @@ def test_against_the_exact_chain_with_pools(case):
 
 
 def _against_exact(name, opts, n, m, b, lam, law):
-    sim = jq.simulate(name, lam, n, m, buffer=b, replicas=32, steps=2**18, warmup=8192, seed=7,
-                      iqueue_levels=n if m > 1 else None, devices=ONE, **law, **opts)  # fmt: skip
+    sim = jq.simulate(
+        name,
+        lam,
+        n,
+        m,
+        buffer=b,
+        replicas=32,
+        steps=2**18,
+        warmup=8192,
+        seed=7,
+        iqueue_levels=n if m > 1 else None,
+        devices=ONE,
+        **law,
+        **opts,
+    )
     ex = solve_exact(name, lam, n, m, buffer=b, **law, **opts)
     assert ex.truncated_mass < 1e-9
     for metric in EXACT_METRICS[:-2]:
@@ -130,8 +161,10 @@ def _against_exact(name, opts, n, m, b, lam, law):
     if "pools" in law:
         _pools_close(sim, ex)
     else:
-        assert all(getattr(sim, name) is None
-                   for name in POOL_METRICS + ("pool_occupancy", "pool_response_quantiles"))
+        assert all(
+            getattr(sim, name) is None
+            for name in POOL_METRICS + ("pool_occupancy", "pool_response_quantiles")
+        )
 
 
 def _pools_close(sim, exact):
@@ -146,8 +179,11 @@ def _pools_close(sim, exact):
     for q, est in sim.pool_response_quantiles.items():
         _close(est, exact.pool_response_quantiles[q], f"pool p{100 * q:g}")
     occ = sim.pool_occupancy
-    _close(jq.Estimate(occ.mean[:, 1:3], occ.ci95[:, 1:3], occ.n), exact.pool_occupancy[:, 1:3],
-           "pool_occupancy k = 1, 2")
+    _close(
+        jq.Estimate(occ.mean[:, 1:3], occ.ci95[:, 1:3], occ.n),
+        exact.pool_occupancy[:, 1:3],
+        "pool_occupancy k = 1, 2",
+    )
     np.testing.assert_allclose(sim.pool_arrival_share.mean.sum(), 1.0, rtol=1e-12)
     rows = sim.records()
     by_pool = [r for r in rows if r["metric"] == "pool_mean_response_time"]
@@ -155,8 +191,10 @@ def _pools_close(sim, exact):
     assert [r["mean"] for r in by_pool] == sim.pool_mean_response_time.mean.tolist()
     # the metrics with two indices name the pool in the metric
     p99 = next(r for r in rows if r["metric"] == "pool1_response_quantile" and r["index"] == 0.99)
-    assert (p99["mean"], p99["ci95"]) == (sim.pool_response_quantiles[0.99].mean[1],
-                                          sim.pool_response_quantiles[0.99].ci95[1])
+    assert (p99["mean"], p99["ci95"]) == (
+        sim.pool_response_quantiles[0.99].mean[1],
+        sim.pool_response_quantiles[0.99].ci95[1],
+    )
     occ = [r["mean"] for r in rows if r["metric"] == "pool0_occupancy"]
     assert occ == sim.pool_occupancy.mean[0].tolist()
 
@@ -188,7 +226,9 @@ def test_bad_service_inputs_fail_before_compiling():
         planner.plan("jiq-original", [0.5], 10, 2, service="erlang:2")
     with pytest.raises(ValueError, match="capacity"):
         planner.plan("pod", [0.6], 10, service=erlang(2, mean=2.0))
-    with pytest.raises(ValueError, match="init='mean-field'"):  # jsew routes by speed: no mean field
+    with pytest.raises(
+        ValueError, match="init='mean-field'"
+    ):  # jsew routes by speed: no mean field
         planner.plan("jsew", [0.6], 10, pools="0.5:2,0.5:1", init="mean-field")
     with pytest.raises(TypeError, match="service"):
         planner.plan("pod", [0.6], 10, service=3)
@@ -242,8 +282,19 @@ def test_against_the_phase_type_mean_field(case):
     name, opts, m, law, levels = case
     n, lam = 10_000, 0.9
     per = jq.steps_per_time_unit(n, lam, _rate(law))
-    sim = jq.simulate(name, lam, n, m, service=law, replicas=8, steps=int(40 * per),
-                      warmup=int(5 * per), seed=9, levels=levels, **opts)  # fmt: skip
+    sim = jq.simulate(
+        name,
+        lam,
+        n,
+        m,
+        service=law,
+        replicas=8,
+        steps=int(40 * per),
+        warmup=int(5 * per),
+        seed=9,
+        levels=levels,
+        **opts,
+    )
     mf = theory.mean_field(name, lam, n / m if m > 1 else None, service=law, **opts)
     s = sim.tail
     est = jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n)
@@ -270,8 +321,15 @@ def _close_with(est, value, allowance, what):
 def test_checkpoint_resume_with_classes(tmp_path):
     """A run with pools and a phase-type law saved part-way and resumed gives the
     uninterrupted run's result bit for bit (the class counts are in the checkpoint)."""
-    kw = dict(service="hyperexp:4", pools="0.5:2,0.5:1", replicas=4, steps=8 * 256, warmup=512,
-              seed=12, devices=ONE)  # fmt: skip
+    kw = dict(
+        service="hyperexp:4",
+        pools="0.5:2,0.5:1",
+        replicas=4,
+        steps=8 * 256,
+        warmup=512,
+        seed=12,
+        devices=ONE,
+    )
     whole = jq.simulate("jiq", 0.8, 20, 4, **kw).to_dict()
     p = planner.plan("jiq", [0.8], 20, 4, **kw)
     r = runner.Run.start(p)
@@ -282,9 +340,17 @@ def test_checkpoint_resume_with_classes(tmp_path):
     resumed.advance()
     (res,) = resumed.results()
     out = res.to_dict()
-    for key in ("tail", "mean_response_time", "p0", "arrival_seen", "response_quantiles",
-                "pool_utilization", "pool_mean_response_time", "pool_occupancy",
-                "pool_response_quantiles"):
+    for key in (
+        "tail",
+        "mean_response_time",
+        "p0",
+        "arrival_seen",
+        "response_quantiles",
+        "pool_utilization",
+        "pool_mean_response_time",
+        "pool_occupancy",
+        "pool_response_quantiles",
+    ):
         assert out[key] == whole[key], key
     assert set(out["response_quantiles"]) == {"0.5", "0.9", "0.99", "0.999"}
     assert len(out["pool_occupancy"]["mean"]) == 2

@@ -26,8 +26,11 @@ def _counts(pools):
 
 
 def test_realized_pools_are_the_simulators_and_say_when_rounded():
-    with pytest.warns(jq.PoolRoundingWarning, match=r"0\.25, 0\.75 of n_servers=10.*3, 7 "
-                                                    r"servers.*0\.3, 0\.7") as caught:  # fmt: skip
+    with pytest.warns(
+        jq.PoolRoundingWarning,
+        match=r"0\.25, 0\.75 of n_servers=10.*3, 7 "
+        r"servers.*0\.3, 0\.7",
+    ) as caught:
         pools = realized_pools(NOMINAL, 10)
     assert len(caught) == 1 and issubclass(jq.PoolRoundingWarning, UserWarning)
     assert pools == make_pools(NOMINAL, 10) and _counts(pools) == [(3, 2.0), (7, 1.0)]
@@ -66,7 +69,9 @@ def test_compare_puts_the_mean_field_of_the_simulated_pools_beside_them(monkeypa
     np.testing.assert_allclose(row.mean_field.pool_arrival_share, [0.3, 0.7], rtol=1e-9)
     # the result says which fractions it was solved at, and which were given
     assert [(q["fraction"], q["nominal_fraction"]) for q in row.mean_field.settings["pools"]] == [
-        pytest.approx((0.3, 0.25)), pytest.approx((0.7, 0.75))]  # fmt: skip
+        pytest.approx((0.3, 0.25)),
+        pytest.approx((0.7, 0.75)),
+    ]
     # standalone theory (N -> infinity) keeps the fractions given
     limit = theory.mean_field("random", 0.5, pools=NOMINAL)
     np.testing.assert_allclose(limit.pool_arrival_share, [0.25, 0.75], rtol=1e-9)
@@ -84,7 +89,8 @@ def test_compare_with_whole_pools_says_nothing(monkeypatch):
     assert _counts(seen[0]["pools"]) == [(2, 2.0), (8, 1.0)]
     np.testing.assert_allclose(row.mean_field.pool_arrival_share, [0.2, 0.8], rtol=1e-9)
     assert [q["nominal_fraction"] for q in row.mean_field.settings["pools"]] == pytest.approx(
-        [0.2, 0.8])  # fmt: skip
+        [0.2, 0.8]
+    )
 
 
 SPEC = """
@@ -117,6 +123,7 @@ def test_a_sweep_compares_each_n_with_the_mean_field_of_its_own_servers(tmp_path
         ref = theory.mean_field("random", 0.5, pools=pools)
         np.testing.assert_allclose(th.pool_arrival_share, ref.pool_arrival_share, rtol=1e-12)
         assert th.mean_response_time == pytest.approx(ref.mean_response_time, rel=1e-12)
+
     # run_grid says so once, for N = 10 only, before anything runs
     def stop(*args, **kwargs):
         raise RuntimeError("stopped before running")

@@ -50,9 +50,15 @@ def _random_state(system, ratio, seed):
 
 @pytest.mark.parametrize(
     "name, d, ratio, buffer",
-    [("random", None, None, None), ("pod", 2, None, None), ("pod", 3, None, 4),
-     ("jiq", None, 2.0, None), ("jiq-pod", 2, 3.0, None), ("jiq-sq", 2, 2.0, 3),
-     ("i1f", None, None, None)],  # fmt: skip
+    [
+        ("random", None, None, None),
+        ("pod", 2, None, None),
+        ("pod", 3, None, 4),
+        ("jiq", None, 2.0, None),
+        ("jiq-pod", 2, 3.0, None),
+        ("jiq-sq", 2, 2.0, 3),
+        ("i1f", None, None, None),
+    ],
 )
 def test_transitions_sum_to_the_drift_and_their_covariance(name, d, ratio, buffer):
     pol, system = meanfield._policy_and_system(name, ratio, d, buffer, buffer or 6, 5)
@@ -61,8 +67,13 @@ def test_transitions_sum_to_the_drift_and_their_covariance(name, d, ratio, buffe
     @jax.jit
     def both(x):
         jumps, rates = refined.transitions(x, 0.7, r, pol, system)
-        return jumps, rates, jnp.sum(jumps * rates[:, None], axis=0), meanfield.drift(
-            x, 0.7, r, pol, system), refined.jump_covariance(x, 0.7, r, pol, system)  # fmt: skip
+        return (
+            jumps,
+            rates,
+            jnp.sum(jumps * rates[:, None], axis=0),
+            meanfield.drift(x, 0.7, r, pol, system),
+            refined.jump_covariance(x, 0.7, r, pol, system),
+        )
 
     with jax.enable_x64(True):
         for seed in range(3):
@@ -102,8 +113,9 @@ def test_second_order_term_is_the_hessian_contraction():
         w = jnp.asarray(np.cov(np.random.default_rng(0).normal(size=(n, 3 * n))))
 
         def model(z):
-            return refined._model(z, jnp.float64(0.0), jnp.float64(0.8), jnp.float64(2.0), pol,
-                                  system)  # fmt: skip
+            return refined._model(
+                z, jnp.float64(0.0), jnp.float64(0.8), jnp.float64(2.0), pol, system
+            )
 
         @jax.jit
         def both(y, w):
@@ -122,8 +134,13 @@ def test_second_order_term_is_the_hessian_contraction():
 def test_random_has_no_correction(buffer):
     """Random routing: independent M/M/1 queues, E[s_k] = lambda**k at every N (28 levels
     leave 0.6**28 = 6e-7 of the tail out; fewer are refused)."""
-    rf = theory.refined_mean_field("random", 0.6 if buffer is None else 1.3, buffer=buffer,
-                                   n_servers=10, levels=None if buffer else 28)  # fmt: skip
+    rf = theory.refined_mean_field(
+        "random",
+        0.6 if buffer is None else 1.3,
+        buffer=buffer,
+        n_servers=10,
+        levels=None if buffer else 28,
+    )
     assert rf.status is Status.CONVERGED
     for name in ("tail", "mean_response_time", "waiting_probability", "blocking_probability"):
         assert np.all(np.abs(rf.correction[name]) < 1e-12), name
@@ -133,17 +150,27 @@ def test_random_has_no_correction(buffer):
 
 @pytest.mark.parametrize(
     "name, d, ratio, buffer, load, n",
-    [("jsq", None, None, None, 0.9, 50), pytest.param("i1f", None, None, None, 0.9, 50, marks=slow),
-     pytest.param("idle-first", 2, None, None, 0.9, 50, marks=slow),
-     pytest.param("jiq-pod", 2, None, 2, 1.2, 50, marks=slow),
-     pytest.param("pod", 4, None, 2, 0.9, 4, marks=slow),
-     pytest.param("jsq", None, None, 2, 1.3, 50, marks=slow),
-     pytest.param("jiq", None, 5.0, None, 0.9, 5, marks=slow)],  # fmt: skip
+    [
+        ("jsq", None, None, None, 0.9, 50),
+        pytest.param("i1f", None, None, None, 0.9, 50, marks=slow),
+        pytest.param("idle-first", 2, None, None, 0.9, 50, marks=slow),
+        pytest.param("jiq-pod", 2, None, 2, 1.2, 50, marks=slow),
+        pytest.param("pod", 4, None, 2, 0.9, 4, marks=slow),
+        pytest.param("jsq", None, None, 2, 1.3, 50, marks=slow),
+        pytest.param("jiq", None, 5.0, None, 0.9, 5, marks=slow),
+    ],
 )
 def test_jsq_like_routing_has_no_refined_value(name, d, ratio, buffer, load, n):
     # 6 levels hold the JSQ-like tails of one dispatcher; JIQ's at r = 5 needs the adaptive count
-    rf = theory.refined_mean_field(name, load, ratio, d=d, buffer=buffer, n_servers=n,
-                                   levels=buffer or (6 if ratio is None else None))  # fmt: skip
+    rf = theory.refined_mean_field(
+        name,
+        load,
+        ratio,
+        d=d,
+        buffer=buffer,
+        n_servers=n,
+        levels=buffer or (6 if ratio is None else None),
+    )
     assert rf.status is Status.NOT_DIFFERENTIABLE
     assert rf.reason and "JSQ-like" in rf.reason
     assert rf.correction is None and rf.refined is None
@@ -164,7 +191,8 @@ def test_the_level_count_grows_where_the_tail_needs_it():
     closed = theory.mean_field("jiq", 0.8, 1.0).mean_response_time
     assert rf.mean_field.mean_response_time == pytest.approx(closed, rel=1e-12)
     assert rf.correction["mean_response_time"] == pytest.approx(
-        jiq.correction["mean_response_time"], rel=1e-9)
+        jiq.correction["mean_response_time"], rel=1e-9
+    )
 
 
 def test_bad_arguments_are_named_before_compiling():
@@ -182,11 +210,13 @@ def test_bad_arguments_are_named_before_compiling():
         theory.refined_mean_field("jiq-original", 0.5, 2.0, n_servers=10)
 
 
-def _study(name, load, sizes, *, ratio=None, d=None, buffer=None, levels=None, metrics,
-           exact_kw=None):  # fmt: skip
+def _study(
+    name, load, sizes, *, ratio=None, d=None, buffer=None, levels=None, metrics, exact_kw=None
+):
     """Errors of the plain and refined mean fields against the exact chain at each size."""
-    rf = theory.refined_mean_field(name, load, ratio, d=d, buffer=buffer, n_servers=sizes[0],
-                                   levels=levels)  # fmt: skip
+    rf = theory.refined_mean_field(
+        name, load, ratio, d=d, buffer=buffer, n_servers=sizes[0], levels=levels
+    )
     assert rf.status is Status.CONVERGED
     plain, ref = {m: [] for m in metrics}, {m: [] for m in metrics}
     for n in sizes:
@@ -194,6 +224,7 @@ def _study(name, load, sizes, *, ratio=None, d=None, buffer=None, levels=None, m
         assert ratio is None or m * ratio == n  # r = N / M fixed along the sizes
         ex = solve_exact(name, load, n, m, d=d, buffer=buffer, **(exact_kw or {}))
         for metric, index in metrics.items():
+
             def pick(v, index=index):
                 return v if index is None else v[index]
 
@@ -219,8 +250,14 @@ def _check_orders(sizes, plain, ref):
 def test_finite_buffer_pod_against_exact():
     """Pod(2) with two places per server, overloaded (lambda = 1.2): blocking is O(1)."""
     sizes = [8, 16, 32]
-    plain, ref = _study("pod", 1.2, sizes, d=2, buffer=2, metrics={
-        "mean_response_time": None, "blocking_probability": None, "tail": 2})  # fmt: skip
+    plain, ref = _study(
+        "pod",
+        1.2,
+        sizes,
+        d=2,
+        buffer=2,
+        metrics={"mean_response_time": None, "blocking_probability": None, "tail": 2},
+    )
     _check_orders(sizes, plain, ref)
     # V does not depend on N: the values moved to another N are those solved there
     one = theory.refined_mean_field("pod", 1.2, d=2, buffer=2, n_servers=sizes[0])
@@ -237,9 +274,15 @@ def test_finite_buffer_pod_against_exact():
 def test_pod_against_exact():
     """Pod(2), infinite buffers (the chain truncated at 8 tasks per server)."""
     sizes = [4, 6, 8]
-    plain, ref = _study("pod", 0.6, sizes, d=2, levels=20, exact_kw={"queue_bound": 8},
-                        metrics={"mean_response_time": None, "waiting_probability": None,
-                                 "tail": 2})  # fmt: skip
+    plain, ref = _study(
+        "pod",
+        0.6,
+        sizes,
+        d=2,
+        levels=20,
+        exact_kw={"queue_bound": 8},
+        metrics={"mean_response_time": None, "waiting_probability": None, "tail": 2},
+    )
     _check_orders(sizes, plain, ref)
 
 
@@ -248,9 +291,19 @@ def test_jiq_with_few_dispatchers_against_exact():
     """JIQ with r = 2: (N, M) = (4, 2), (8, 4), (12, 6). Four places per server keep the
     chain exact (no truncation); at lambda = 0.7 about 2% of arrivals are blocked."""
     sizes = [4, 8, 12]
-    plain, ref = _study("jiq", 0.7, sizes, ratio=2.0, buffer=4, metrics={
-        "mean_response_time": None, "p0": None, "delete_rate": None,
-        "blocking_probability": None})  # fmt: skip
+    plain, ref = _study(
+        "jiq",
+        0.7,
+        sizes,
+        ratio=2.0,
+        buffer=4,
+        metrics={
+            "mean_response_time": None,
+            "p0": None,
+            "delete_rate": None,
+            "blocking_probability": None,
+        },
+    )
     _check_orders(sizes, plain, ref)
 
 
@@ -269,7 +322,8 @@ def test_conservation_law_of_the_jiq_family():
     assert rf.correction["p0"] == pytest.approx(rf.correction["iqueue_distribution"][0], abs=1e-12)
     # refined = mean field + V / N, metric by metric
     assert rf.refined.mean_response_time == pytest.approx(
-        rf.mean_field.mean_response_time + rf.correction["mean_response_time"] / 10, rel=1e-14)
+        rf.mean_field.mean_response_time + rf.correction["mean_response_time"] / 10, rel=1e-14
+    )
 
 
 @slow
@@ -285,8 +339,18 @@ def test_other_loads_and_ratios_reuse_the_compiled_programs():
 
 @pytest.mark.slow
 def test_cli_theory_with_servers_prints_refined_values(capsys):
-    args = ["theory", "--policy", "pod", "--load", "1.2", "--buffer", "2", "--servers", "10",
-            "--json"]  # fmt: skip
+    args = [
+        "theory",
+        "--policy",
+        "pod",
+        "--load",
+        "1.2",
+        "--buffer",
+        "2",
+        "--servers",
+        "10",
+        "--json",
+    ]
     assert cli_main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["refined"]) == set(theory.mean_field("pod", 1.2, buffer=2).to_dict())
@@ -294,7 +358,8 @@ def test_cli_theory_with_servers_prints_refined_values(capsys):
     corr = data["correction"]
     mf_t = data["mean_response_time"]["mean"]
     assert data["refined"]["mean_response_time"]["mean"] == pytest.approx(
-        mf_t + corr["mean_response_time"] / 10, rel=1e-9)
+        mf_t + corr["mean_response_time"] / 10, rel=1e-9
+    )
     assert data["refined"]["settings"]["n_servers"] == 10
     for key in ("tail", "waiting_probability", "blocking_probability", "response_quantiles"):
         assert corr[key] is not None
@@ -303,8 +368,23 @@ def test_cli_theory_with_servers_prints_refined_values(capsys):
     assert cli_main(args[:-3] + ["--json"]) == 0
     assert "refined" not in json.loads(capsys.readouterr().out)
     # JSQ-like routing: a status and no numbers
-    assert cli_main(["theory", "--policy", "jsq", "--load", "0.5", "--servers", "10",
-                     "--levels", "6", "--json"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "theory",
+                "--policy",
+                "jsq",
+                "--load",
+                "0.5",
+                "--servers",
+                "10",
+                "--levels",
+                "6",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["refined"] is None and data["correction"] is None
     assert data["refined_status"]["status"] == "NOT_DIFFERENTIABLE"
@@ -313,23 +393,28 @@ def test_cli_theory_with_servers_prints_refined_values(capsys):
 @slow
 def test_grid_matches_one_point():
     loads, ratios = np.array([0.7, 0.9]), np.array([2.0, 5.0])
-    grid = refined.refined_grid("jiq-pod", loads, ratios, (50, 1000, 75), levels=12,
-                                iqueue_levels=30)  # fmt: skip
+    grid = refined.refined_grid(
+        "jiq-pod", loads, ratios, (50, 1000, 75), levels=12, iqueue_levels=30
+    )
     # N = 75 at r = 2 is 37.5 dispatchers: no such system, no refined value there
     assert np.all(grid.status[:, 0, 2] == int(Status.INVALID_INPUT))
     assert np.all(np.isnan(grid.refined["mean_response_time"][:, 0, 2]))
     grid.status[:, 0, 2] = 0
     assert np.all(grid.status == 0)
     for i, j in ((0, 0), (1, 1)):  # two of the four points (each a solve of its own)
-        rf = theory.refined_mean_field("jiq-pod", loads[i], ratios[j], n_servers=50, levels=12,
-                                       iqueue_levels=30)  # fmt: skip
+        rf = theory.refined_mean_field(
+            "jiq-pod", loads[i], ratios[j], n_servers=50, levels=12, iqueue_levels=30
+        )
         for name in ("mean_response_time", "p0", "waiting_probability", "probe_rate"):
             assert grid.mean_field[name][i, j] == pytest.approx(
-                getattr(rf.mean_field, name), rel=1e-9, abs=1e-12)
+                getattr(rf.mean_field, name), rel=1e-9, abs=1e-12
+            )
             assert grid.correction[name][i, j] == pytest.approx(
-                rf.correction[name], rel=1e-7, abs=1e-10)
+                rf.correction[name], rel=1e-7, abs=1e-10
+            )
             assert grid.refined[name][i, j, 0] == pytest.approx(
-                getattr(rf.refined, name), rel=1e-8, abs=1e-10)
+                getattr(rf.refined, name), rel=1e-8, abs=1e-10
+            )
 
 
 def test_a_grid_marks_the_points_whose_tail_its_level_bound_cuts():
@@ -341,7 +426,8 @@ def test_a_grid_marks_the_points_whose_tail_its_level_bound_cuts():
     assert np.isnan(grid.mean_field["mean_response_time"][1, 0])
     assert np.isnan(grid.refined["mean_response_time"][1, 0, 0])
     assert grid.mean_field["mean_response_time"][0, 0] == pytest.approx(
-        float(theory.mean_response_time("pod", 0.5)), rel=1e-6)
+        float(theory.mean_response_time("pod", 0.5)), rel=1e-6
+    )
     assert "give more levels" in status_message(Status.TRUNCATED)
 
 
@@ -352,8 +438,7 @@ def test_a_correction_past_the_memory_bound_is_refused_before_compiling():
     one = refined.working_bytes(meanfield._policy_and_system("jiq", 1.0, None, None, 3000, 30)[1])
     assert one > refined.MAX_WORKING_BYTES
     with pytest.raises(ValueError, match="levels=3000 and iqueue_levels=30.*GiB.*MAX_WORKING"):
-        refined.refined_mean_field("jiq", 0.5, 1.0, n_servers=100, levels=3000,
-                                   iqueue_levels=30)  # fmt: skip
+        refined.refined_mean_field("jiq", 0.5, 1.0, n_servers=100, levels=3000, iqueue_levels=30)
     loads, ratios = np.linspace(0.5, 0.9, 8), np.linspace(1.0, 20.0, 8)
     with pytest.raises(ValueError, match="a chunk of 64 points.*smaller chunk"):
         refined.refined_grid("jiq", loads, ratios, (100,), levels=300, iqueue_levels=110)
@@ -370,9 +455,19 @@ def test_simulation_minus_mean_field_is_the_correction():
     mf, corr = rf.mean_field, rf.correction
     for n in SIM_SIZES:
         per = jq.steps_per_time_unit(n, SIM_LOAD)
-        sim = jq.simulate("pod", SIM_LOAD, n, 1, d=2, replicas=16, levels=20,
-                          steps=int(SIM_EVENTS / n * per), warmup=int(20 * per),
-                          init=mf.occupancy, seed=17 + n)  # fmt: skip
+        sim = jq.simulate(
+            "pod",
+            SIM_LOAD,
+            n,
+            1,
+            d=2,
+            replicas=16,
+            levels=20,
+            steps=int(SIM_EVENTS / n * per),
+            warmup=int(20 * per),
+            init=mf.occupancy,
+            seed=17 + n,
+        )
         checks = [(sim.mean_response_time, mf.mean_response_time, corr["mean_response_time"])]
         for k in SIM_TAIL:
             n_k = sim.tail.n if np.ndim(sim.tail.n) == 0 else np.asarray(sim.tail.n)[k]
@@ -389,19 +484,24 @@ def test_a_ratio_that_does_not_divide_n_is_refused_before_compiling(monkeypatch,
     """N = 15 at r = 10 would be M = 1.5 dispatchers: refused, naming both, with the
     nearest ratios that divide N; in the API and the CLI, before any solve. (A grid,
     refined_grid, marks such (r, N) INVALID_INPUT and gives the rest.)"""
+
     def no_solve(*args, **kwargs):
         raise AssertionError("a solve was started")
 
     monkeypatch.setattr(meanfield, "fixed_point", no_solve)
-    want = (r"n_servers=15 and ratio=10 give N / ratio = 1.5 dispatchers: .* must be a whole "
-            r"number; give a ratio that divides n_servers, e.g. ratio=15 \(M = 1\) or "
-            r"ratio=7.5 \(M = 2\)")
+    want = (
+        r"n_servers=15 and ratio=10 give N / ratio = 1.5 dispatchers: .* must be a whole "
+        r"number; give a ratio that divides n_servers, e.g. ratio=15 \(M = 1\) or "
+        r"ratio=7.5 \(M = 2\)"
+    )
     with pytest.raises(ValueError, match=want):
         theory.refined_mean_field("jiq", 0.9, 10.0, n_servers=15)
     with pytest.raises(ValueError, match=r"n_servers=1000 and ratio=3 give N / ratio = 333.333"):
         theory.refined_mean_field("jiq-sq", 0.9, 3.0, n_servers=1000)
-    assert cli_main(["theory", "--policy", "jiq", "--load", "0.9", "--ratio", "10",
-                     "--servers", "15"]) == 2  # fmt: skip
+    assert (
+        cli_main(["theory", "--policy", "jiq", "--load", "0.9", "--ratio", "10", "--servers", "15"])
+        == 2
+    )
     assert "n_servers=15 and ratio=10 give N / ratio = 1.5" in capsys.readouterr().err
     # a ratio N / M of a real system (1000 / 3) is whole up to rounding
     refined._check_whole(2000, 1000 / 3)

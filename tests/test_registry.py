@@ -13,21 +13,30 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue import theory
-from jaxqueue.theory import meanfield
 from jaxqueue.cli import _parser
 from jaxqueue.core.system import System
 from jaxqueue.exact import RULES
 from jaxqueue.policies import REFERENCES, option_names
 from jaxqueue.policies.base import ENGINES
+from jaxqueue.theory import meanfield
 
 NAMES = jq.available()
 
 
 def test_registry_lists_every_policy_of_the_papers():
     assert set(NAMES) == {
-        "random", "jsq", "pod", "i1f", "jiq", "jiq-pod", "jiq-sq", "idle-first", "jiq-original",
-        "jiq-threshold", "jsew",
-    }  # fmt: skip
+        "random",
+        "jsq",
+        "pod",
+        "i1f",
+        "jiq",
+        "jiq-pod",
+        "jiq-sq",
+        "idle-first",
+        "jiq-original",
+        "jiq-threshold",
+        "jsew",
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -38,8 +47,9 @@ def test_policy_declares_every_path(name):
     # simulator path
     assert policy.engine in ENGINES
     if policy.engine == "occupancy":
-        system = System(10, 1 if policy.single_dispatcher else 2, None, 8,
-                        4 if policy.uses_iqueues else 0)  # fmt: skip
+        system = System(
+            10, 1 if policy.single_dispatcher else 2, None, 8, 4 if policy.uses_iqueues else 0
+        )
         policy.validate(system)
         assert policy.route_words(system) >= 0 and len(policy.draws(system)) >= 1
     else:
@@ -70,7 +80,9 @@ def test_policy_declares_every_path(name):
     for key in policy.references:
         short, full = REFERENCES[key]
         assert short.split()[0] in cls.__doc__, (name, key)
-    assert any(venue in cls.__doc__ for venue in ("arXiv:", "Lu et al.", "IEEE", "Operations Research"))
+    assert any(
+        venue in cls.__doc__ for venue in ("arXiv:", "Lu et al.", "IEEE", "Operations Research")
+    )
     # a level bound
     d, with_p0 = policy.tail_bound()
     assert d >= 1 and isinstance(with_p0, bool)

@@ -53,10 +53,12 @@ def test_pure_erlang_against_scipy(k):
     np.testing.assert_allclose(special.gammaincc(k + 1, t[2:]), 1 - q[2:], rtol=1e-10)
     np.testing.assert_allclose(t, stats.gamma.ppf(q, k + 1), rtol=1e-9)
     grid = np.linspace(0, 2 * (k + 1) + 20, 7)
-    np.testing.assert_allclose(erlang_mixture_cdf(w, grid), stats.gamma.cdf(grid, k + 1),
-                               rtol=1e-11, atol=1e-15)  # fmt: skip
-    np.testing.assert_allclose(erlang_mixture_pdf(w, grid), stats.gamma.pdf(grid, k + 1),
-                               rtol=1e-11, atol=1e-300)  # fmt: skip
+    np.testing.assert_allclose(
+        erlang_mixture_cdf(w, grid), stats.gamma.cdf(grid, k + 1), rtol=1e-11, atol=1e-15
+    )
+    np.testing.assert_allclose(
+        erlang_mixture_pdf(w, grid), stats.gamma.pdf(grid, k + 1), rtol=1e-11, atol=1e-300
+    )
     assert erlang_mixture_mean(w) == pytest.approx(k + 1, rel=1e-14)
 
 
@@ -78,9 +80,7 @@ def test_batch_shapes_and_rows_independent():
     for i, j in [(0, 0), (3, 2)]:
         np.testing.assert_allclose(out[i, j], erlang_mixture_quantile(w[i, j], LEVELS), rtol=1e-12)
     # the quantile solves the cdf
-    np.testing.assert_allclose(
-        erlang_mixture_cdf(w[0, 0], out[0, 0]), LEVELS, rtol=1e-11
-    )
+    np.testing.assert_allclose(erlang_mixture_cdf(w[0, 0], out[0, 0]), LEVELS, rtol=1e-11)
 
 
 def test_many_rows_both_sides_and_roots_at_the_bracket_ends():

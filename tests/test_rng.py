@@ -85,7 +85,8 @@ def _jax_block_key(replica_key, block, block_hi=None):
     if block_hi is not None:
         later = jax.random.fold_in(k, block_hi)
         k = jax.random.wrap_key_data(
-            jnp.where(block_hi == 0, jax.random.key_data(k), jax.random.key_data(later)))
+            jnp.where(block_hi == 0, jax.random.key_data(k), jax.random.key_data(later))
+        )
     return jax.random.bits(k, (2,), jnp.uint32)
 
 

@@ -35,10 +35,12 @@ def test_jsq_fills_from_empty_above_capacity_as_the_closed_form():
     t, tails, _ = meanfield.transient("jsq", lam, None, levels=10, t_end=6.0, dt=dt)
     t_fill = math.log(lam / (lam - 1.0))
     assert t[-1] - t_fill > 3.0  # (s_2 = 0.45 at the end: long on the boundary)
-    np.testing.assert_allclose(tails[:, 1], np.minimum(lam * (1.0 - np.exp(-t)), 1.0),
-                               atol=lam * dt**2)  # fmt: skip
-    np.testing.assert_allclose(tails[:, 2], np.maximum((lam - 1.0) * (t - t_fill), 0.0),
-                               atol=lam * dt**2)  # fmt: skip
+    np.testing.assert_allclose(
+        tails[:, 1], np.minimum(lam * (1.0 - np.exp(-t)), 1.0), atol=lam * dt**2
+    )
+    np.testing.assert_allclose(
+        tails[:, 2], np.maximum((lam - 1.0) * (t - t_fill), 0.0), atol=lam * dt**2
+    )
     assert np.all(tails[:, 3:] == 0.0)
 
 
@@ -75,9 +77,12 @@ def _two_level_jsq_orbit(load):
             return s2_c + (hi - 1.0) * slide, None, None
         t = np.linspace(0.0, 5.0, 400_001)
         u = np.linspace(0.0, u_c, 400_001)
-        area = (trapezoid(lo + (1.0 - lo) * np.exp(-t) + c * (t + 1.0) * np.exp(-t), t)
-                + trapezoid(s1(u) + d * np.exp(-u), u)
-                + slide * (1.0 + s2_c) + (hi - 1.0) * slide**2 / 2.0)  # fmt: skip
+        area = (
+            trapezoid(lo + (1.0 - lo) * np.exp(-t) + c * (t + 1.0) * np.exp(-t), t)
+            + trapezoid(s1(u) + d * np.exp(-u), u)
+            + slide * (1.0 + s2_c)
+            + (hi - 1.0) * slide**2 / 2.0
+        )
         waits = (hi - 1.0 + s2_c) * slide + (hi - 1.0) * slide**2 / 2.0
         return s2_c + (hi - 1.0) * slide, area / 10.0, waits / (load * 10.0)
 
@@ -238,8 +243,7 @@ def test_by_class_jsq_fills_from_empty_above_capacity():
     assert after.sum() > 100 and np.all(np.abs(erl.tails[after, 1] - 1.0) < 1e-12)
     assert np.all(np.diff(erl.tails[after, 2]) > 0) and erl.tails[-1, 2] > 0.3
     t, tails, _ = meanfield.transient("jsq", lam, None, buffer=10, t_end=6.0, dt=dt)
-    two = theory.phases.transient("jsq", lam, None, buffer=10, times=t, dt=dt,
-                                  pools="0.5:1,0.5:1")  # fmt: skip
+    two = theory.phases.transient("jsq", lam, None, buffer=10, times=t, dt=dt, pools="0.5:1,0.5:1")
     np.testing.assert_allclose(two.tails, tails, atol=1e-9)
 
 
@@ -254,8 +258,9 @@ def test_by_class_finite_buffer_overload_against_simulation():
     way: docs/theory.md.)"""
     n, lam = 1000, 1.2
     mf = theory.mean_field("i1f", lam, buffer=3, service="erlang:2")
-    sim = jq.simulate("i1f", lam, n, buffer=3, replicas=16, steps=200_000, seed=1,
-                      service="erlang:2")  # fmt: skip
+    sim = jq.simulate(
+        "i1f", lam, n, buffer=3, replicas=16, steps=200_000, seed=1, service="erlang:2"
+    )
     for metric in ("mean_response_time", "waiting_probability", "blocking_probability", "p99"):
         est, value = sim.metric(metric), mf.metric(metric)
         tol = tolerance(est, family=4, allowance=10.0 / n * abs(value))

@@ -53,8 +53,12 @@ def test_where_the_mean_field_does_not_size_them():
     bound at a raised load (planner.bound_load)."""
     assert bounds.source_levels(jq.make("pod"), 50, 1, 0.9, DAY) is None
     assert bounds.source_levels(jq.make("jiq-original"), 1000, 100, 0.9, DAY) is None
-    assert bounds.source_levels(jq.make("jsew"), 1000, 1, 0.9, DAY,
-                                pools=make_pools("0.2:2,0.8:1", 1000)) is None  # fmt: skip
+    assert (
+        bounds.source_levels(
+            jq.make("jsew"), 1000, 1, 0.9, DAY, pools=make_pools("0.2:2,0.8:1", 1000)
+        )
+        is None
+    )
 
 
 @pytest.mark.slow

@@ -70,16 +70,35 @@ def test_example_expands_in_order():
         ("jiq-pod", (("d", 3),)),
         ("pod", (("d", 2),)),
     ]
-    expected = [Point(name, opts, 1000, 100, None, load)
-                for (name, opts), load in itertools.product(policies, (0.5, 0.7, 0.9))]  # fmt: skip
+    expected = [
+        Point(name, opts, 1000, 100, None, load)
+        for (name, opts), load in itertools.product(policies, (0.5, 0.7, 0.9))
+    ]
     assert list(spec.points) == expected
-    assert spec.run == RunSettings(replicas=16, time=300.0, steps=None, warmup_time=50.0,
-                                   warmup=None, seed=0, init="mean-field",
-                                   theory="mean-field")  # fmt: skip
+    assert spec.run == RunSettings(
+        replicas=16,
+        time=300.0,
+        steps=None,
+        warmup_time=50.0,
+        warmup=None,
+        seed=0,
+        init="mean-field",
+        theory="mean-field",
+    )
     p = spec.points[0]
-    assert p.params() == {"policy": "jiq", "options": {}, "servers": 1000, "dispatchers": 100,
-                          "ratio": 10.0, "buffer": None, "load": 0.5, "alpha": None, "beta": None,
-                          "d": None, "z": None}  # fmt: skip
+    assert p.params() == {
+        "policy": "jiq",
+        "options": {},
+        "servers": 1000,
+        "dispatchers": 100,
+        "ratio": 10.0,
+        "buffer": None,
+        "load": 0.5,
+        "alpha": None,
+        "beta": None,
+        "d": None,
+        "z": None,
+    }
     assert spec.points[3].params()["d"] == 2
     assert spec.run.steps_for(p) == 300 * 1000 * 1.5 and spec.run.warmup_for(p) == 50 * 1500
 
@@ -97,8 +116,10 @@ replicas = 2
 steps = 10000
 warmup = 100
 """
-    got = [(p.policy, p.options, p.servers, p.dispatchers, p.buffer, p.load)
-           for p in parse_spec(text).points]  # fmt: skip
+    got = [
+        (p.policy, p.options, p.servers, p.dispatchers, p.buffer, p.load)
+        for p in parse_spec(text).points
+    ]
     want = []
     for (name, ds), n, r, b in itertools.product(
         [("jiq", [None]), ("pod", [3, 2])], [20, 40], [2, 4], [5, None]
@@ -109,8 +130,9 @@ warmup = 100
 
 
 def test_defaults_scalars_and_dispatchers():
-    spec = parse_spec(BASE.replace("[100]", "100").replace('["jiq", "pod"]', '"jsq"') + "\n",
-                      name="stem")  # fmt: skip
+    spec = parse_spec(
+        BASE.replace("[100]", "100").replace('["jiq", "pod"]', '"jsq"') + "\n", name="stem"
+    )
     assert spec.name == "stem" and [p.load for p in spec.points] == [0.5, 0.9]
     assert {(p.dispatchers, p.buffer) for p in spec.points} == {(1, None)}
     assert spec.run == RunSettings(replicas=4, time=50.0, warmup_time=100.0)
@@ -133,8 +155,9 @@ def test_finite_buffer_allows_overload_and_grid_options():
     assert [p.params()["z"] for p in spec.points] == [0, 0, 2, 2]
 
 
-@pytest.mark.parametrize("key, form", [("alpha", lambda n, a: 1 - n**-a),
-                                       ("beta", lambda n, b: 1 - b / math.sqrt(n))])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, form", [("alpha", lambda n, a: 1 - n**-a), ("beta", lambda n, b: 1 - b / math.sqrt(n))]
+)
 def test_heavy_traffic_loads(key, form):
     text = edit(edit(BASE, "load = [0.5, 0.9]", f"{key} = [0.5, 0.75]"), "[100]", "[100, 400]")
     spec = parse_spec(text)
@@ -161,19 +184,31 @@ def test_quick_overrides():
     assert got == {(1000, 5, 0.5, 1 - 1000**-0.5)}
 
 
-@pytest.mark.parametrize("old, new, named", [
-    ("load = [0.5, 0.9]", "load = [0.5, 0.50000000000001]  # <-",
-     "load=0.5 and load=0.50000000000001"),
-    ("load = [0.5, 0.9]", "alpha = [0.5, 0.5000000000000004]  # <-",
-     "alpha=0.5 and alpha=0.5000000000000004"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "old, new, named",
+    [
+        (
+            "load = [0.5, 0.9]",
+            "load = [0.5, 0.50000000000001]  # <-",
+            "load=0.5 and load=0.50000000000001",
+        ),
+        (
+            "load = [0.5, 0.9]",
+            "alpha = [0.5, 0.5000000000000004]  # <-",
+            "alpha=0.5 and alpha=0.5000000000000004",
+        ),
+    ],
+)
 def test_values_one_id_apart_are_refused_with_both_named(old, new, named):
     """Values that agree to 12 significant digits would share one point id
     (the store's key): refused up front, as a duplicate is, both named."""
     text = edit(BASE, old, new)
     line = next(i for i, row in enumerate(text.splitlines(), 1) if "# <-" in row)
-    with pytest.raises(SpecError, match=rf"^line {line}: {re.escape(named)}.* agree to 12 "
-                                        "significant digits, so they would be one point"):
+    with pytest.raises(
+        SpecError,
+        match=rf"^line {line}: {re.escape(named)}.* agree to 12 "
+        "significant digits, so they would be one point",
+    ):
         parse_spec(text)
     with pytest.raises(SpecError, match="load lists 0.5 twice"):  # equal values: the axis says so
         parse_spec(edit(BASE, old, "load = [0.5, 0.5]"))
@@ -181,8 +216,11 @@ def test_values_one_id_apart_are_refused_with_both_named(old, new, named):
 
 def test_a_run_length_expression_that_fails_at_a_point_names_it():
     text = edit(BASE, "time = 50", 'time = "10 / (load - 0.5)"')
-    with pytest.raises(SpecError, match=r"time at jiq N=100 M=1 buffer=inf load=0\.5: "
-                                        r"'10 / \(load - 0\.5\)' cannot be evaluated"):
+    with pytest.raises(
+        SpecError,
+        match=r"time at jiq N=100 M=1 buffer=inf load=0\.5: "
+        r"'10 / \(load - 0\.5\)' cannot be evaluated",
+    ):
         parse_spec(text)
 
 
@@ -192,7 +230,7 @@ def test_a_name_with_control_characters_is_refused():
 
 
 def test_gpu_mode_is_a_spec_of_its_own():
-    text = EXAMPLE + "[gpu]\nreplicas = 64\ntime = 20\ninit = \"mean-field\"\n"
+    text = EXAMPLE + '[gpu]\nreplicas = 64\ntime = 20\ninit = "mean-field"\n'
     full, quick, gpu = (parse_spec(text, mode=m) for m in (None, "quick", "gpu"))
     assert (gpu.run.replicas, gpu.run.time, gpu.run.init) == (64, 20.0, "mean-field")
     assert full.run.replicas == quick.run.replicas != 64 and full.points == gpu.points
@@ -238,11 +276,14 @@ def test_point_id_is_a_fixed_function_of_the_point():
     assert len(words) == 100 and all(0 <= w < 2**31 for w in words)
     d2 = (("d", 2),)
     others = [
-        Point("pod", (("d", 3),), 100, 10, None, 0.9), Point("jiq-pod", d2, 100, 10, None, 0.9),
-        Point("pod", d2, 100, 10, 5, 0.9), Point("pod", d2, 100, 10, None, 0.8),
-        Point("pod", d2, 100, 20, None, 0.9), Point("pod", d2, 200, 10, None, 0.9),
+        Point("pod", (("d", 3),), 100, 10, None, 0.9),
+        Point("jiq-pod", d2, 100, 10, None, 0.9),
+        Point("pod", d2, 100, 10, 5, 0.9),
+        Point("pod", d2, 100, 10, None, 0.8),
+        Point("pod", d2, 100, 20, None, 0.9),
+        Point("pod", d2, 200, 10, None, 0.9),
         Point("pod", d2, 100, 10, None, 0.9, alpha=0.5),
-    ]  # fmt: skip
+    ]
     assert len({q.point_id() for q in others} | {p.point_id()}) == len(others) + 1
 
 
@@ -303,21 +344,24 @@ def test_spec_hash_ignores_comments_layout_and_order():
         assert parse_spec(text).spec_hash() == h, text
 
 
-@pytest.mark.parametrize("old, new", [
-    ("load = [0.5, 0.7, 0.9]", "load = [0.5, 0.7, 0.8]"),
-    ("servers = [1000]", "servers = [2000]"),
-    ("ratio = [10]", "ratio = [20]"),
-    ("buffer = [0]", "buffer = [0, 8]"),
-    ("d = [2, 3]", "d = [2, 4]"),
-    ('"pod"]', '{ name = "pod", d = 3 }]'),
-    ("replicas = 16", "replicas = 32"),
-    ("time = 300", "time = 301"),
-    ("time = 300", "steps = 300000"),
-    ("warmup_time = 50", "warmup_time = 51"),
-    ("seed = 0", "seed = 1"),
-    ('init = "mean-field"', 'init = "empty"'),
-    ('theory = "mean-field"', 'theory = "none"'),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("load = [0.5, 0.7, 0.9]", "load = [0.5, 0.7, 0.8]"),
+        ("servers = [1000]", "servers = [2000]"),
+        ("ratio = [10]", "ratio = [20]"),
+        ("buffer = [0]", "buffer = [0, 8]"),
+        ("d = [2, 3]", "d = [2, 4]"),
+        ('"pod"]', '{ name = "pod", d = 3 }]'),
+        ("replicas = 16", "replicas = 32"),
+        ("time = 300", "time = 301"),
+        ("time = 300", "steps = 300000"),
+        ("warmup_time = 50", "warmup_time = 51"),
+        ("seed = 0", "seed = 1"),
+        ('init = "mean-field"', 'init = "empty"'),
+        ('theory = "mean-field"', 'theory = "none"'),
+    ],
+)
 def test_spec_hash_changes_with_any_value(old, new):
     assert parse_spec(edit(EXAMPLE, old, new)).spec_hash() != parse_spec(EXAMPLE).spec_hash()
 
@@ -337,9 +381,16 @@ def test_steps_round_up_and_are_bounded():
 
 
 def test_run_lengths_as_expressions_of_the_point():
-    text = edit(edit(BASE, "time = 50", 'time = "20 + servers ** (2 * alpha - 1)"\n'
-                     'warmup_time = "5 * servers ** (2 * alpha - 1)"'),
-                "load = [0.5, 0.9]", "alpha = [0.5, 0.75]")  # fmt: skip
+    text = edit(
+        edit(
+            BASE,
+            "time = 50",
+            'time = "20 + servers ** (2 * alpha - 1)"\n'
+            'warmup_time = "5 * servers ** (2 * alpha - 1)"',
+        ),
+        "load = [0.5, 0.9]",
+        "alpha = [0.5, 0.75]",
+    )
     spec = parse_spec(text)
     for p in spec.points:
         grow = p.servers ** (2 * p.alpha - 1)
@@ -528,8 +579,13 @@ def test_spec_error_is_a_value_error_without_line():
 
 def test_service_and_pools_axes():
     plain = parse_spec(BASE)
-    spec = parse_spec(edit(BASE, "load = [0.5, 0.9]",
-                           'load = [0.5, 0.9]\nservice = ["exp", "erlang:4"]\npools = ["0.2:2,0.8:1"]'))
+    spec = parse_spec(
+        edit(
+            BASE,
+            "load = [0.5, 0.9]",
+            'load = [0.5, 0.9]\nservice = ["exp", "erlang:4"]\npools = ["0.2:2,0.8:1"]',
+        )
+    )
     assert len(spec.points) == 2 * len(plain.points)
     by = {(p.policy, p.load, p.service): p for p in spec.points}
     p = by["pod", 0.9, "erlang:4"]
@@ -546,11 +602,14 @@ def test_service_and_pools_axes():
     assert {p.load for p in fast.points} == {1.1}
 
 
-@pytest.mark.parametrize("line, error", [
-    ('service = ["weibull:2"]', "service"),
-    ('pools = ["0.2:2"]', "sum to 1"),
-    ('pools = ["0.5:2,0.5"]', "FRACTION:SPEED"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ('service = ["weibull:2"]', "service"),
+        ('pools = ["0.2:2"]', "sum to 1"),
+        ('pools = ["0.5:2,0.5"]', "FRACTION:SPEED"),
+    ],
+)
 def test_service_and_pools_errors(line, error):
     with pytest.raises(SpecError, match=error) as info:
         parse_spec(edit(BASE, "load = [0.5, 0.9]", "load = [0.5, 0.9]\n" + line))
@@ -559,7 +618,7 @@ def test_service_and_pools_errors(line, error):
 
 def test_service_with_a_per_server_policy_is_an_error():
     text = edit(BASE, '["jiq", "pod"]', '["jiq-original"]')
-    text = edit(text, "servers = [100]", "servers = [100]\nratio = [10]\nservice = \"erlang:2\"")
+    text = edit(text, "servers = [100]", 'servers = [100]\nratio = [10]\nservice = "erlang:2"')
     with pytest.raises(SpecError, match="exchangeable"):
         parse_spec(text)
 
@@ -573,12 +632,10 @@ def test_the_spec_shown_in_the_docs_is_valid(tmp_path):
     block = text.split("## The spec", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     day = (root / "sweeps" / "data" / "daily_profile.csv").as_posix()
     assert '"data/day.csv"' in block
-    spec = parse_spec(block.replace('"data/day.csv"', f'"{day}"'),
-                      base=tmp_path)  # fmt: skip
+    spec = parse_spec(block.replace('"data/day.csv"', f'"{day}"'), base=tmp_path)
     assert spec.name == "wang_fig4"
     assert {p.policy for p in spec.points} == {"jiq", "jiq-pod", "pod"}
     assert {p.service for p in spec.points} == {None, "erlang:4"}  # "exp" is the default
     assert all(p.pools == "0.2:2,0.8:1" and p.arrivals for p in spec.points)
-    quick = parse_spec(block.replace('"data/day.csv"', f'"{day}"'),
-                       base=tmp_path, quick=True)  # fmt: skip
+    quick = parse_spec(block.replace('"data/day.csv"', f'"{day}"'), base=tmp_path, quick=True)
     assert {p.servers for p in quick.points} == {500}

@@ -1,7 +1,7 @@
 """The tolerance helper: Student-t quantiles and family-wise levels."""
 
-import math
 import json
+import math
 
 import numpy as np
 import pytest
@@ -10,8 +10,13 @@ from scipy import stats
 import jaxqueue as jq
 from jaxqueue.results.estimates import estimate
 from jaxqueue.results.stats import (
-    comparison_level, student_t_cdf, student_t_quantile, tolerance, tolerance_factor, within,
-)  # fmt: skip
+    comparison_level,
+    student_t_cdf,
+    student_t_quantile,
+    tolerance,
+    tolerance_factor,
+    within,
+)
 
 
 @pytest.mark.parametrize("dof", [1, 2, 3, 4, 7, 15, 31, 100, 1000])
@@ -80,7 +85,8 @@ def test_an_estimate_round_trips_through_json_and_tolerance_takes_the_dict():
     one = jq.Estimate(2.0, 0.3, 8)
     assert jq.tolerance(one.to_json(), family=3) == jq.tolerance(one, family=3)
     assert jq.tolerance(one.to_json(), family=3) == pytest.approx(
-        0.3 * student_t_quantile(1 - 1e-3 / 6, 7) / student_t_quantile(0.975, 7), rel=1e-12)
+        0.3 * student_t_quantile(1 - 1e-3 / 6, 7) / student_t_quantile(0.975, 7), rel=1e-12
+    )
 
 
 def test_tolerance_says_what_it_needs():

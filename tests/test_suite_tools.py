@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-TINY = '''
+TINY = """
 import jax
 import jax.numpy as jnp
 
@@ -21,7 +21,7 @@ def chain(x):  # 1000 operations: tenths of seconds to show, not a rounding erro
 
 def test_compiles_once():
     assert jax.jit(chain)(jnp.float32(0.5)) > 0
-'''
+"""
 
 
 @pytest.mark.slow
@@ -36,10 +36,26 @@ def test_compile_times_counts_a_compile_in_its_module(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     for workers in ("0", "2"):
         out = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--compile-times",
-             "-n", workers, "-o", "addopts=", "test_tiny.py"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
-        ).stdout  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--compile-times",
+                "-n",
+                workers,
+                "-o",
+                "addopts=",
+                "test_tiny.py",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        ).stdout
         assert "1 passed" in out, out
         row = next(line for line in out.splitlines() if line.endswith("  test_tiny.py"))
         tests, trace, lower, compiled = (float(x) for x in row.split()[:4])

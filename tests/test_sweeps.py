@@ -45,8 +45,16 @@ IN_SUITE = ("wang_fig6", "mitzenmacher_jiq", "liu_ying_alpha1", "pools_fast_serv
 def test_every_reproduction_has_a_spec_that_plans(capsys):
     """Every spec, run in the suite or not, loads and plans in quick and full mode."""
     names = {p.stem for p in SPECS}
-    assert {"wang_fig4", "wang_table2_fig5", "wang_fig6", "wang_fig7_8", "liu_ying_fig2",
-            "liu_ying_alpha1", "mukherjee_hw", "mitzenmacher_jiq"} <= names  # fmt: skip
+    assert {
+        "wang_fig4",
+        "wang_table2_fig5",
+        "wang_fig6",
+        "wang_fig7_8",
+        "liu_ying_fig2",
+        "liu_ying_alpha1",
+        "mukherjee_hw",
+        "mitzenmacher_jiq",
+    } <= names
     for path in SPECS:
         full, quick = load_spec(path), load_spec(path, quick=True)
         assert quick.figures, f"{path.name} draws no figure"
@@ -68,8 +76,13 @@ def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
     from jaxqueue.studies.grid import CPU_MERGE_RATIO, _batches, _length, plan_grid, shape_groups
 
     gpu = [SimpleNamespace(platform="gpu")]
-    for name in ("wang_fig4", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2",
-                 "liu_ying_alpha1"):  # fmt: skip
+    for name in (
+        "wang_fig4",
+        "wang_table2_fig5",
+        "mukherjee_hw",
+        "liu_ying_fig2",
+        "liu_ying_alpha1",
+    ):
         spec = load_spec(SPECS[[p.stem for p in SPECS].index(name)])
         on_gpu = plan_grid(spec, devices=gpu)
         assert on_gpu["batches"] == on_gpu["shapes"] == len(shape_groups(spec)), name
@@ -115,8 +128,15 @@ def test_gpu_modes_fill_a_device_with_at_least_twice_the_sample(capsys):
         assert planned["shapes"] == len({(p.policy, p.options) for p in fast.points}), name
         assert cli_main(["sweep", str(path), "--plan", "--json", "--gpu"]) == 0
         assert json.loads(capsys.readouterr().out)["points"] == len(fast.points)
-    assert max(p.servers for p in load_spec(SPECS[[p.stem for p in SPECS].index(
-        "mukherjee_hw")], mode="gpu").points) == 102400  # fmt: skip
+    assert (
+        max(
+            p.servers
+            for p in load_spec(
+                SPECS[[p.stem for p in SPECS].index("mukherjee_hw")], mode="gpu"
+            ).points
+        )
+        == 102400
+    )
 
 
 def _in_suite(path):

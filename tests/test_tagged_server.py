@@ -6,8 +6,14 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.results.stats import tolerance
 
-VARIANTS = [{"order": "random"}, {"order": "fifo"}, {"order": "fifo", "z": 1},
-            {"order": "random", "z": 1}, {"order": "fifo", "d": 2}, {"order": "random", "d": 2}]
+VARIANTS = [
+    {"order": "random"},
+    {"order": "fifo"},
+    {"order": "fifo", "z": 1},
+    {"order": "random", "z": 1},
+    {"order": "fifo", "d": 2},
+    {"order": "random", "d": 2},
+]
 
 
 @pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
@@ -31,8 +37,9 @@ def test_options_change_the_answer():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("opts", [{"order": "fifo"}, {"order": "fifo", "d": 2}],
-                         ids=["fifo", "fifo,d=2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "opts", [{"order": "fifo"}, {"order": "fifo", "d": 2}], ids=["fifo", "fifo,d=2"]
+)
 def test_against_simulation_at_ten_thousand_servers(opts):
     """N = 10^4, r = 10, load 0.6 from the mean-field state: T, p0 and stale picks.
 
@@ -49,9 +56,19 @@ def test_against_simulation_at_ten_thousand_servers(opts):
     """
     n, load = 10_000, 0.6
     per = n * (1 + load)
-    sim = jq.simulate("jiq-original", load, n, n // 10, replicas=8, steps=int(10 * per),
-                      warmup=int(3 * per), init="mean-field", seed=7, interval="replicas",
-                      **opts)  # fmt: skip
+    sim = jq.simulate(
+        "jiq-original",
+        load,
+        n,
+        n // 10,
+        replicas=8,
+        steps=int(10 * per),
+        warmup=int(3 * per),
+        init="mean-field",
+        seed=7,
+        interval="replicas",
+        **opts,
+    )
     mf = theory.mean_field("jiq-original", load, 10.0, **opts)
     for name in ("mean_response_time", "p0", "stale_fraction"):
         est, value = getattr(sim, name), getattr(mf, name)

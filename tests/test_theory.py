@@ -163,7 +163,7 @@ def test_gradients_match_central_differences(d):
             # JIQ-Pod(1) is JIQ, which takes no option d
             policy, opts = ("jiq", {}) if d == 1 else ("jiq-pod", {"d": d})
 
-            def t(lam_, r_):
+            def t(lam_, r_, policy=policy, opts=opts):
                 return theory.mean_response_time(policy, lam_, r_, **opts)
 
             _, dt_dlam = jax.jvp(t, x, (jnp.float64(1.0), jnp.float64(0.0)))
@@ -227,9 +227,15 @@ def test_jiq_pod_with_d1_is_jiq_and_jiq_tail_formula():
 
 @pytest.mark.parametrize(
     "policy,ratio,d",
-    [("random", None, None), ("pod", None, 2), ("jsq", None, None), ("jiq", 10.0, None),
-     ("jiq-pod", 10.0, 2), ("jiq-pod", 0.5, 10)],
-)  # fmt: skip
+    [
+        ("random", None, None),
+        ("pod", None, 2),
+        ("jsq", None, None),
+        ("jiq", 10.0, None),
+        ("jiq-pod", 10.0, 2),
+        ("jiq-pod", 0.5, 10),
+    ],
+)
 @pytest.mark.slow
 def test_mean_field_consistency(policy, ratio, d):
     lam = 0.95
@@ -314,8 +320,10 @@ def test_headline_figures():
 
 @pytest.mark.parametrize(
     "policy,ratio,d",
-    [pytest.param("jiq-pod", 10.0, 2, marks=pytest.mark.slow),
-     pytest.param("random", None, None, marks=pytest.mark.slow)],
+    [
+        pytest.param("jiq-pod", 10.0, 2, marks=pytest.mark.slow),
+        pytest.param("random", None, None, marks=pytest.mark.slow),
+    ],
 )
 def test_max_load_for_target(policy, ratio, d):
     target = 3.0
@@ -369,8 +377,7 @@ def test_to_dict_is_json_and_mirrors_the_result():
     assert isinstance(mf, theory.MeanFieldResult) and mf.source == "mean-field"
     out = json.loads(json.dumps(mf.to_dict()))
     assert out["source"] == "mean-field"
-    assert out["mean_response_time"] == {"mean": mf.mean_response_time, "ci95": None,
-                                         "n": None}
+    assert out["mean_response_time"] == {"mean": mf.mean_response_time, "ci95": None, "n": None}
     assert out["p0"]["mean"] == mf.p0 and out["tail"]["mean"] == mf.tail.tolist()
     assert out["response_quantiles"]["0.999"]["mean"] == mf.response_quantiles[0.999]
     assert out["stale_fraction"] is None and out["blocking_probability"]["mean"] == 0.0
@@ -431,8 +438,9 @@ def test_options_a_policy_does_not_take_are_errors():
 
 def test_per_server_policies_have_no_closed_form_and_say_which_mean_field():
     for name, kind in (("jiq-threshold", "composition"), ("jiq-original", "tagged-server")):
-        with pytest.raises(ValueError, match=f"no closed-form mean field; its mean field is the "
-                                             f"'{kind}' solver"):
+        with pytest.raises(
+            ValueError, match=f"no closed-form mean field; its mean field is the '{kind}' solver"
+        ):
             theory.tail(name, 0.5, 10.0)
 
 
@@ -463,9 +471,12 @@ def test_status_codes_are_status_members():
 
 @pytest.mark.parametrize(
     "policy,ratio,load,n",
-    [("pod", None, 0.6, 4), ("jsq", None, 0.9, 6),
-     pytest.param("jiq", 10.0, 0.9, 20, marks=pytest.mark.slow)],
-)  # fmt: skip
+    [
+        ("pod", None, 0.6, 4),
+        ("jsq", None, 0.9, 6),
+        pytest.param("jiq", 10.0, 0.9, 20, marks=pytest.mark.slow),
+    ],
+)
 def test_levels_is_the_largest_queue_length(policy, ratio, load, n):
     # as the simulator's System.levels: arrays over k = 0..levels, levels + 1 entries
     with jax.enable_x64(True):
@@ -531,9 +542,16 @@ def test_levels_convention_of_the_generic_path():
 def test_quantiles_filled_for_many_points_equal_those_of_one_point():
     from jaxqueue.theory.result import fill_quantiles
 
-    cases = [("pod", 0.9, None, {}), ("jiq-pod", 0.7, 10.0, {}), ("jiq-pod", 0.95, 10.0, {}),
-             ("pod", 0.99, None, {"buffer": 6}), ("jiq-original", 0.8, 10.0, {"order": "fifo"}),
-             ("i1f", 0.9, None, {}), ("jiq", 0.9, 10.0, {}), ("pod", 0.5, None, {})]  # fmt: skip
+    cases = [
+        ("pod", 0.9, None, {}),
+        ("jiq-pod", 0.7, 10.0, {}),
+        ("jiq-pod", 0.95, 10.0, {}),
+        ("pod", 0.99, None, {"buffer": 6}),
+        ("jiq-original", 0.8, 10.0, {"order": "fifo"}),
+        ("i1f", 0.9, None, {}),
+        ("jiq", 0.9, 10.0, {}),
+        ("pod", 0.5, None, {}),
+    ]
     whole = [theory.mean_field(p, lam, r, **kw) for p, lam, r, kw in cases]
     bare = [theory.mean_field(p, lam, r, with_quantiles=False, **kw) for p, lam, r, kw in cases]
     # closed forms with d >= 2, the generic and the tagged-server fixed points leave them NaN

@@ -21,8 +21,9 @@ def test_threshold_zero_is_jiq(load):
     k = min(mf.tail.size, ref.tail.size)
     np.testing.assert_allclose(mf.tail[:k], ref.tail[:k], atol=1e-10)
     size = min(mf.iqueue_distribution.size, ref.iqueue_distribution.size)
-    np.testing.assert_allclose(mf.iqueue_distribution[:size], ref.iqueue_distribution[:size],
-                               atol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(
+        mf.iqueue_distribution[:size], ref.iqueue_distribution[:size], atol=1e-10
+    )
     assert mf.delete_rate == pytest.approx(ref.delete_rate, rel=1e-9)
     assert mf.join_rate == pytest.approx(ref.join_rate, rel=1e-9)
 
@@ -91,8 +92,10 @@ def test_auto_start_is_empty_with_a_warning_where_the_mean_field_is_refused():
     with pytest.warns(jq.StartWarning, match=r"starts jiq-threshold\(z=3\) empty: .*z=3 needs"):
         p = plan("jiq-threshold", [0.9], 1000, 100, z=3, replicas=2, steps=512)
     assert p.init == "empty"
-    assert plan("jiq-threshold", [0.9], 1000, 100, z=3, init="empty", replicas=2,
-                steps=512).init == "empty"  # asked for: no solve, no warning
+    assert (
+        plan("jiq-threshold", [0.9], 1000, 100, z=3, init="empty", replicas=2, steps=512).init
+        == "empty"
+    )  # asked for: no solve, no warning
 
 
 @pytest.mark.slow
@@ -113,8 +116,11 @@ def test_compositions_are_listed_without_visiting_every_candidate():
 
 @pytest.mark.slow
 def test_a_large_threshold_is_refused_in_seconds_and_starts_empty():
-    with pytest.warns(jq.StartWarning, match=r"starts jiq-threshold\(z=30\) empty: .*z=30 "
-                                             r"needs more than 2 busy members"):
+    with pytest.warns(
+        jq.StartWarning,
+        match=r"starts jiq-threshold\(z=30\) empty: .*z=30 "
+        r"needs more than 2 busy members",
+    ):
         assert plan("jiq-threshold", [0.9], 1000, 100, z=30, replicas=2, steps=256).init == "empty"
 
 
@@ -148,9 +154,12 @@ def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
         return chain(z, size_max, busy_max)
 
     monkeypatch.setattr(threshold, "_Chain", record)
-    with pytest.raises(RuntimeError, match=r"z=3 needs more than 13 busy members per I-queue at "
-                                            r"load=0.9, ratio=4.0 \(more than 600 compositions.* "
-                                            r"coarse first chain's decay, about"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"z=3 needs more than 13 busy members per I-queue at "
+        r"load=0.9, ratio=4.0 \(more than 600 compositions.* "
+        r"coarse first chain's decay, about",
+    ):
         theory.mean_field("jiq-threshold", 0.9, 4.0, z=3)
     assert built and max(built) < threshold._busy_limit(3)
 
@@ -164,7 +173,9 @@ def test_refused_early_where_the_coarse_chain_leaves_1e_6_at_the_limit(monkeypat
     built = []
     chain = threshold._Chain
     monkeypatch.setattr(threshold, "_Chain", lambda z, j, b: built.append(b) or chain(z, j, b))
-    with pytest.raises(RuntimeError, match=r"z=3 needs .* coarse first chain's decay, about 7.9e-05"):
+    with pytest.raises(
+        RuntimeError, match=r"z=3 needs .* coarse first chain's decay, about 7.9e-05"
+    ):
         theory.mean_field("jiq-threshold", 0.5, 4.0, z=3)
     assert max(built) < threshold._busy_limit(3)
 
@@ -189,8 +200,11 @@ def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch)
 
     built = []
     monkeypatch.setattr(threshold, "_Chain", lambda *a: built.append(a))
-    with pytest.raises(RuntimeError, match=r"ratio=1000.0 needs I-queue sizes up to 4016 .* "
-                                            r"2.6 GiB .* use a smaller ratio"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ratio=1000.0 needs I-queue sizes up to 4016 .* "
+        r"2.6 GiB .* use a smaller ratio",
+    ):
         theory.mean_field("jiq-threshold", 0.9, 1000.0, z=1)
     assert not built
     p = plan("jiq-threshold", [0.9], 1000, 1, z=1, replicas=2, steps=512, init="empty")
@@ -229,8 +243,10 @@ FAMILY = 12
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("load,ratio,z,seed", [(0.5, 10.0, 1, 21), (0.9, 10.0, 1, 22),
-                                               (0.9, 2.0, 1, 23), (0.9, 2.0, 2, 24)])  # fmt: skip
+@pytest.mark.parametrize(
+    "load,ratio,z,seed",
+    [(0.5, 10.0, 1, 21), (0.9, 10.0, 1, 22), (0.9, 2.0, 1, 23), (0.9, 2.0, 2, 24)],
+)
 def test_against_simulation(load, ratio, z, seed):
     """N = 2000: T, p0 and s_2 from the mean-field start (a seed per point:
     independent trials).
@@ -245,12 +261,24 @@ def test_against_simulation(load, ratio, z, seed):
     """
     n = 2000
     per = n * (1 + load)
-    sim = jq.simulate("jiq-threshold", load, n, int(n / ratio), z=z, replicas=16,
-                      steps=int(100 * per), warmup=int(5 * per), init="mean-field", seed=seed,
-                      interval="replicas")  # fmt: skip
+    sim = jq.simulate(
+        "jiq-threshold",
+        load,
+        n,
+        int(n / ratio),
+        z=z,
+        replicas=16,
+        steps=int(100 * per),
+        warmup=int(5 * per),
+        init="mean-field",
+        seed=seed,
+        interval="replicas",
+    )
     mf = theory.mean_field("jiq-threshold", load, ratio, z=z)
-    for name, est, value in (("T", sim.mean_response_time, mf.mean_response_time),
-                             ("p0", sim.p0, mf.p0)):  # fmt: skip
+    for name, est, value in (
+        ("T", sim.mean_response_time, mf.mean_response_time),
+        ("p0", sim.p0, mf.p0),
+    ):
         tol = tolerance(est, family=FAMILY, allowance=20 / n * abs(value))
         assert abs(est.mean - value) <= tol, (name, est, value)
     value = np.zeros(sim.tail.mean.size)

@@ -47,8 +47,10 @@ def _write_trace(path: Path, seed: int = 0, rows: int = 200) -> Path:
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1.0, rows))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("time,service\n" + "".join(f"{t:.6f},{s:.6f}\n" for t, s in
-                                               zip(times, rng.exponential(1.0, rows))))  # fmt: skip
+    path.write_text(
+        "time,service\n"
+        + "".join(f"{t:.6f},{s:.6f}\n" for t, s in zip(times, rng.exponential(1.0, rows)))
+    )
     return path
 
 
@@ -90,11 +92,14 @@ def test_arrivals_are_found_beside_the_spec_and_leave_other_ids_alone(spec_dir):
     assert load_spec(moved / "s.toml").spec_hash() != spec.spec_hash()
 
 
-@pytest.mark.parametrize("value, error", [
-    ('"data/nope.csv"', r"arrivals='data/nope\.csv': no such file .*nope\.csv"),
-    ('"data/bad.csv"', r"arrivals='data/bad\.csv'.*column 'time' or 'timestamp'"),
-    ("[3]", "arrivals must be a file path"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        ('"data/nope.csv"', r"arrivals='data/nope\.csv': no such file .*nope\.csv"),
+        ('"data/bad.csv"', r"arrivals='data/bad\.csv'.*column 'time' or 'timestamp'"),
+        ("[3]", "arrivals must be a file path"),
+    ],
+)
 def test_a_missing_or_bad_arrivals_file_fails_the_spec_at_its_key(spec_dir, value, error):
     (spec_dir / "data" / "bad.csv").write_text("when,service\n1,1\n")
     (spec_dir / "s.toml").write_text(_edit(SPEC, '["poisson", "data/trace.csv"]', value))
@@ -121,14 +126,17 @@ def test_arrivals_rule_out_theory_and_a_trace_rules_out_service_laws(spec_dir):
         with pytest.raises(SpecError, match="is a trace.*identical exponential servers") as info:
             parse_spec(_edit(SPEC, "[run]", f"{key}\n[run]"), base=spec_dir)
         assert info.value.line == 6
-    per_server = _edit(SPEC, '["jiq", "pod"]', '["jiq-original", { name = "jiq-threshold", z = 1 }]')
+    per_server = _edit(
+        SPEC, '["jiq", "pod"]', '["jiq-original", { name = "jiq-threshold", z = 1 }]'
+    )
     assert len(parse_spec(per_server, base=spec_dir).points) == 8
 
 
 def test_a_rate_profile_is_uniformized_at_its_peak(spec_dir):
     (spec_dir / "data" / "day.csv").write_text("time,rate\n0,1\n1,3\n2,\n")  # peak 1.5 x mean
-    spec = parse_spec(_edit(SPEC, '["poisson", "data/trace.csv"]', '["data/day.csv", "poisson"]'),
-                      base=spec_dir)  # fmt: skip
+    spec = parse_spec(
+        _edit(SPEC, '["poisson", "data/trace.csv"]', '["data/day.csv", "poisson"]'), base=spec_dir
+    )
     p = next(p for p in spec.points if p.load == 0.9 and p.arrivals is not None)
     assert spec.run.steps_for(p) == math.ceil(50 * 100 * (0.9 * 1.5 + 1.0))
     trace = load_spec(spec_dir / "s.toml")
@@ -147,21 +155,60 @@ def _rows(spec, seen_of):
     rows = []
     for p in spec.points:
         params = p.params()
-        base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
-                                           "alpha", "beta", "d", "z", "buffer", "service",
-                                           "pools", "arrivals")}  # fmt: skip
+        base = {
+            k: params.get(k)
+            for k in (
+                "policy",
+                "servers",
+                "dispatchers",
+                "ratio",
+                "load",
+                "alpha",
+                "beta",
+                "d",
+                "z",
+                "buffer",
+                "service",
+                "pools",
+                "arrivals",
+            )
+        }
         base.update(order=None, point_id=p.point_id(), replicas=4, steps=100, warmup=10, seed=0)
         w = seen_of(p)
         theory = None if p.arrivals else w
         for k, v in enumerate(w):
-            rows.append({**base, "metric": "arrival_seen", "idx": k, "mean": v, "ci95": 1e-3,
-                         "theory": None if theory is None else v})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "metric": "arrival_seen",
+                    "idx": k,
+                    "mean": v,
+                    "ci95": 1e-3,
+                    "theory": None if theory is None else v,
+                }
+            )
         for q in (0.5, 0.9, 0.99, 0.999):
             t = float(erlang_mixture_quantile(w, q))
-            rows.append({**base, "metric": "response_quantile", "idx": q, "mean": t,
-                         "ci95": 0.01 * t, "theory": None if theory is None else t})  # fmt: skip
-        rows.append({**base, "metric": "mean_response_time", "idx": None,
-                     "mean": 1 / (1 - p.load), "ci95": 0.01, "theory": None})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "metric": "response_quantile",
+                    "idx": q,
+                    "mean": t,
+                    "ci95": 0.01 * t,
+                    "theory": None if theory is None else t,
+                }
+            )
+        rows.append(
+            {
+                **base,
+                "metric": "mean_response_time",
+                "idx": None,
+                "mean": 1 / (1 - p.load),
+                "ci95": 0.01,
+                "theory": None,
+            }
+        )
     return rows
 
 
@@ -220,9 +267,12 @@ def test_response_cdf_is_the_erlang_mixture_of_arrival_seen(spec_dir, tmp_path):
     assert fig.x == "time" and fig.metrics == ("response_cdf",)
     rows = _rows(spec, _geometric)
     lines = figure_series(rows, fig)
-    assert [s.label for s in lines] == ["jiq arrivals=data/trace.csv", "jiq arrivals=poisson",
-                                        "pod d=2 arrivals=data/trace.csv",
-                                        "pod d=2 arrivals=poisson"]
+    assert [s.label for s in lines] == [
+        "jiq arrivals=data/trace.csv",
+        "jiq arrivals=poisson",
+        "pod d=2 arrivals=data/trace.csv",
+        "pod d=2 arrivals=poisson",
+    ]
     for s in lines:  # M/M/1: P(T <= t) = 1 - exp(-(1 - rho) t)
         rho = 0.9 if s.label.endswith("poisson") else 0.95
         assert s.x.size == CDF_POINTS and s.x[0] == 0.0
@@ -252,8 +302,11 @@ def test_response_cdf_needs_one_point_per_curve_and_exponential_servers(spec_dir
     spec = load_spec(spec_dir / "s.toml")
     rows = _rows(spec, _geometric)
     fig = parse_spec(_edit(SPEC + CDF_FIGURE, "where = { load = 0.9 }\n", 'series = "policy"\n'))
-    with pytest.raises(ValueError, match=r"curve is one point, and series \['policy'\] put 4 "
-                                         "points on the curve 'jiq'"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"curve is one point, and series \['policy'\] put 4 "
+        "points on the curve 'jiq'",
+    ):
         figure_series(rows, fig.figure("law"))
     panels = parse_spec(_edit(SPEC + CDF_FIGURE, "where = { load = 0.9 }", 'panels = "load"'))
     assert len(figure_series(rows, panels.figure("law"))) == 8
@@ -262,15 +315,21 @@ def test_response_cdf_needs_one_point_per_curve_and_exponential_servers(spec_dir
         figure_series(erlang, parse_spec(SPEC + CDF_FIGURE).figure("law"))
 
 
-@pytest.mark.parametrize("old, new, error", [
-    ('metric = "response_cdf"', 'metric = ["response_cdf", "p0"]', "drawn alone"),
-    ('metric = "response_cdf"', 'metric = "response_cdf"\nx = "load"', 'x = "time"'),
-    ('metric = "response_cdf"', 'metric = "response_cdf"\nindex = 2', "index does not apply"),
-    ('metric = "response_cdf"', 'metric = "response_cdf"\ny_scale = "servers"',
-     "y_scale does not apply"),
-    ("where = { load = 0.9 }", "where = { index = [1, 2] }", "where cannot filter index"),
-    ('metric = "response_cdf"', 'metric = "p0"\nx = "time"', "x='time' is not a parameter"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "old, new, error",
+    [
+        ('metric = "response_cdf"', 'metric = ["response_cdf", "p0"]', "drawn alone"),
+        ('metric = "response_cdf"', 'metric = "response_cdf"\nx = "load"', 'x = "time"'),
+        ('metric = "response_cdf"', 'metric = "response_cdf"\nindex = 2', "index does not apply"),
+        (
+            'metric = "response_cdf"',
+            'metric = "response_cdf"\ny_scale = "servers"',
+            "y_scale does not apply",
+        ),
+        ("where = { load = 0.9 }", "where = { index = [1, 2] }", "where cannot filter index"),
+        ('metric = "response_cdf"', 'metric = "p0"\nx = "time"', "x='time' is not a parameter"),
+    ],
+)
 def test_response_cdf_figure_errors(old, new, error):
     with pytest.raises(SpecError, match=error):
         parse_spec(_edit(SPEC + CDF_FIGURE, old, new))
@@ -282,8 +341,9 @@ def test_response_cdf_figure_errors(old, new, error):
 def test_the_bursty_trace_script_writes_a_trace_like_the_committed_one(tmp_path, monkeypatch):
     """Its statistics, not its bytes: numpy's generators may change their streams between
     versions (the committed file is what numpy 2.4 writes)."""
-    spec = importlib.util.spec_from_file_location("make_bursty_trace",
-                                                  SWEEPS / "make_bursty_trace.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "make_bursty_trace", SWEEPS / "make_bursty_trace.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     monkeypatch.setattr(script, "OUT", tmp_path / "data" / "bursty_trace.csv")
@@ -300,8 +360,14 @@ def test_wang_trace_spec():
     full, quick = load_spec(SWEEPS / "wang_trace.toml"), load_spec(SWEEPS / "wang_trace.toml", True)
     for spec in (full, quick):
         assert {p.arrivals for p in spec.points} == {"data/bursty_trace.csv"}
-        assert {p.policy for p in spec.points} == {"jiq-original", "jiq", "jiq-pod",
-                                                   "jiq-threshold", "jiq-sq", "pod"}
+        assert {p.policy for p in spec.points} == {
+            "jiq-original",
+            "jiq",
+            "jiq-pod",
+            "jiq-threshold",
+            "jiq-sq",
+            "pod",
+        }
         assert {p.servers / p.dispatchers for p in spec.points} == {10}
         assert 0.88 in {p.load for p in spec.points} and spec.run.theory == "none"
         assert [f.name for f in spec.figures] == ["fig9", "fig10"]

@@ -60,8 +60,18 @@ def _exact_transient(rule, n, m, lam, d, cap, times):
 @pytest.mark.slow
 def test_against_the_exact_transient_law(rule, m):
     n, lam, cap = 3, 0.8, 3
-    res = transient(rule, lam, n, m, times=TIMES, replicas=256, seed=4, buffer=cap,
-                    iqueue_levels=n if m > 1 else None, devices=ONE)  # fmt: skip
+    res = transient(
+        rule,
+        lam,
+        n,
+        m,
+        times=TIMES,
+        replicas=256,
+        seed=4,
+        buffer=cap,
+        iqueue_levels=n if m > 1 else None,
+        devices=ONE,
+    )
     tails, p0 = _exact_transient(rule, n, m, lam, 2, cap, TIMES)
     for k in (1, 2):
         est = jq.Estimate(res.tail.mean[:, k], res.tail.ci95[:, k], res.tail.n)
@@ -79,8 +89,9 @@ def test_pools_against_the_exact_transient_law():
     from jaxqueue.core.service import exponential, make_pools
 
     n, lam, cap, spec = 3, 1.0, 3, "0.34:2,0.66:1"
-    res = transient("pod", lam, n, times=TIMES, replicas=256, seed=8, buffer=cap, pools=spec,
-                    devices=ONE)  # fmt: skip
+    res = transient(
+        "pod", lam, n, times=TIMES, replicas=256, seed=8, buffer=cap, pools=spec, devices=ONE
+    )
     pools = make_pools(spec, n)
     chain = PhaseChain("pod", n, 1, lam, 2, 0, cap, True, exponential(), pools)
     states, rows, cols, vals, _ = enumerate_states(chain, 10_000)
@@ -99,11 +110,15 @@ def test_pools_against_the_exact_transient_law():
         queue = np.where(mine, lengths, 0).sum(axis=1) / pool.count
         for name, f in (("pool_utilization", busy), ("pool_mean_queue_length", queue)):
             est = getattr(res, name)
-            _close(jq.Estimate(est.mean[:, i], est.ci95[:, i], est.n), [p @ f for p in laws],
-                   f"{name} of pool {i}")  # fmt: skip
+            _close(
+                jq.Estimate(est.mean[:, i], est.ci95[:, i], est.n),
+                [p @ f for p in laws],
+                f"{name} of pool {i}",
+            )
     # the pools make up the whole: their busy fractions weighted by size give s_1
-    np.testing.assert_allclose(res.pool_utilization.mean @ np.array([1.0, 2.0]) / 3,
-                               res.tail.mean[:, 1], rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        res.pool_utilization.mean @ np.array([1.0, 2.0]) / 3, res.tail.mean[:, 1], rtol=1e-5
+    )
 
 
 @pytest.mark.slow
@@ -114,8 +129,17 @@ def test_load_step_against_the_mean_field_ode():
     servers its error is O(1/N), allowed as 5 / N on every fraction.
     """
     n = 1000
-    study = transient_study("jiq", 0.95, n, 100, times=[1.0, 4.0, 16.0], start_load=0.5,
-                            warmup_time=20.0, replicas=16, seed=5)  # fmt: skip
+    study = transient_study(
+        "jiq",
+        0.95,
+        n,
+        100,
+        times=[1.0, 4.0, 16.0],
+        start_load=0.5,
+        warmup_time=20.0,
+        replicas=16,
+        seed=5,
+    )
     res = study["result"]
     for k in (1, 2, 3):
         est = jq.Estimate(res.tail.mean[:, k], res.tail.ci95[:, k], res.tail.n)
@@ -130,8 +154,17 @@ def test_load_step_with_a_phase_type_law_against_its_mean_field_ode():
     length and phase, then 10 time units at 0.5), against the phase-type
     mean-field ODE. Finite-N allowance 5 / N on every fraction, as above."""
     n = 1000
-    study = transient_study("pod", 0.9, n, times=[0.5, 2.0, 8.0], start_load=0.5,
-                            warmup_time=10.0, replicas=16, seed=6, service="hyperexp:4")  # fmt: skip
+    study = transient_study(
+        "pod",
+        0.9,
+        n,
+        times=[0.5, 2.0, 8.0],
+        start_load=0.5,
+        warmup_time=10.0,
+        replicas=16,
+        seed=6,
+        service="hyperexp:4",
+    )
     res, rows = study["result"], study["rows"]
     assert res.settings["service"]["label"] == "hyperexp:4"  # the law is recorded
     for k in (1, 2, 3):
@@ -167,8 +200,21 @@ def test_command_line_json_and_text_with_pools(capsys):
     """Pools, whose ODE is the mean field by pool (the text names the pools)."""
     from jaxqueue.cli import main
 
-    args = ["transient", "--policy", "pod", "--servers", "20", "--load", "0.8", "--times",
-            "0.5,2", "--replicas", "4", "--pools", "0.5:2,0.5:1"]  # fmt: skip
+    args = [
+        "transient",
+        "--policy",
+        "pod",
+        "--servers",
+        "20",
+        "--load",
+        "0.8",
+        "--times",
+        "0.5,2",
+        "--replicas",
+        "4",
+        "--pools",
+        "0.5:2,0.5:1",
+    ]
     assert main(args + ["--json"]) == 0
     import json
 
@@ -176,8 +222,10 @@ def test_command_line_json_and_text_with_pools(capsys):
     assert out["source"] == "transient" and out["times"] == [0.5, 2.0]
     assert len(out["rows"]) == 2 and {"s1", "mf_s1", "s1_ci95"} <= set(out["rows"][0])
     assert out["settings"]["replicas"] == 4 and out["settings"]["versions"]["jaxqueue"]
-    assert out["settings"]["pools"] == [{"servers": 10, "speed": 2.0, "service": None},
-                                        {"servers": 10, "speed": 1.0, "service": None}]
+    assert out["settings"]["pools"] == [
+        {"servers": 10, "speed": 2.0, "service": None},
+        {"servers": 10, "speed": 1.0, "service": None},
+    ]
     assert out["rows"][1]["mf_s1"] > out["rows"][0]["mf_s1"] > 0  # the ODE from empty
     assert len(out["pool_utilization"]["mean"]) == 2  # (times, pools)
     assert {"busy0", "busy1_ci95", "mf_busy1"} <= set(out["rows"][0])

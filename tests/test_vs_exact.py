@@ -54,15 +54,25 @@ FAST_TIER = ("pod", "jiq")
 
 
 @pytest.mark.parametrize(
-    "name", [n if n in FAST_TIER else pytest.param(n, marks=pytest.mark.slow) for n in FAST_POLICIES]
+    "name",
+    [n if n in FAST_TIER else pytest.param(n, marks=pytest.mark.slow) for n in FAST_POLICIES],
 )
 def test_every_policy_against_its_exact_chain(name):
     policy = jq.make(name)
     n, m = 3, (1 if policy.single_dispatcher or not policy.uses_iqueues else 2)
-    sim = jq.simulate(name, LOAD, n, m, buffer=FAST_BUFFER, replicas=REPLICAS, steps=FAST_STEPS,
-                      warmup=4096, seed=11, devices=jax.devices()[:1],
-                      iqueue_levels=n if policy.uses_iqueues and (m > 1 or policy.per_server)
-                      else None)  # fmt: skip
+    sim = jq.simulate(
+        name,
+        LOAD,
+        n,
+        m,
+        buffer=FAST_BUFFER,
+        replicas=REPLICAS,
+        steps=FAST_STEPS,
+        warmup=4096,
+        seed=11,
+        devices=jax.devices()[:1],
+        iqueue_levels=n if policy.uses_iqueues and (m > 1 or policy.per_server) else None,
+    )
     ex = _exact(name, {}, LOAD, n, m, FAST_BUFFER)
     assert set(sim.to_dict()) == set(ex.to_dict())
     for metric in FAST_METRICS:
@@ -95,10 +105,18 @@ CASES = [
 # The comparisons of one case (an upper bound: those that do not apply are skipped):
 # entries per metric; the I-queue law has at most N + 1 = 5 entries.
 COMPARED = {
-    "tail s_1..s_3": 3, "mean_response_time": 1, "waiting_probability": 1,
-    "mean_queue_length": 1, "blocking_probability": 1, "join_rate": 1, "delete_rate": 1,
-    "probe_rate": 1, "p0": 1, "stale_fraction": 1, "iqueue_distribution": 5,
-}  # fmt: skip
+    "tail s_1..s_3": 3,
+    "mean_response_time": 1,
+    "waiting_probability": 1,
+    "mean_queue_length": 1,
+    "blocking_probability": 1,
+    "join_rate": 1,
+    "delete_rate": 1,
+    "probe_rate": 1,
+    "p0": 1,
+    "stale_fraction": 1,
+    "iqueue_distribution": 5,
+}
 FAMILY = len(CASES) * sum(COMPARED.values()) + 1  # + the JSQ identity test below
 
 
@@ -111,9 +129,18 @@ def _ids(case):
 def pair(request):
     name, opts, n, m, b, lam = request.param
     sim = jq.simulate(
-        name, lam, n, m, buffer=b, replicas=REPLICAS, steps=STEPS, warmup=4096, seed=1,
-        iqueue_levels=n if m > 1 else None, **opts,
-    )  # fmt: skip
+        name,
+        lam,
+        n,
+        m,
+        buffer=b,
+        replicas=REPLICAS,
+        steps=STEPS,
+        warmup=4096,
+        seed=1,
+        iqueue_levels=n if m > 1 else None,
+        **opts,
+    )
     return sim, _exact(name, opts, lam, n, m, b)
 
 

@@ -29,7 +29,11 @@ PER_TIME = jq.steps_per_time_unit(N, LOAD)
 TAIL = 4  # s_1..s_4
 
 CASES = [
-    ("pod", {"d": 2}), ("jiq", {}), ("jiq-pod", {"d": 2}), ("jsq", {}), ("i1f", {}),
+    ("pod", {"d": 2}),
+    ("jiq", {}),
+    ("jiq-pod", {"d": 2}),
+    ("jsq", {}),
+    ("i1f", {}),
     ("jiq-sq", {"d": 2}),
 ]
 MESSAGES = ("join_rate", "delete_rate", "probe_rate")
@@ -45,9 +49,18 @@ def pair(request):
     # closed forms, or the generic fixed point (i1f, jiq-sq) of jaxqueue.theory.meanfield
     mf = theory.mean_field(name, LOAD, RATIO, **opts)
     sim = jq.simulate(
-        name, LOAD, N, int(N / RATIO), replicas=32, steps=int(20 * PER_TIME),
-        warmup=int(10 * PER_TIME), init=mf.occupancy, seed=9, interval="replicas", **opts,
-    )  # fmt: skip
+        name,
+        LOAD,
+        N,
+        int(N / RATIO),
+        replicas=32,
+        steps=int(20 * PER_TIME),
+        warmup=int(10 * PER_TIME),
+        init=mf.occupancy,
+        seed=9,
+        interval="replicas",
+        **opts,
+    )
     return sim, mf
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from jaxqueue.core.rng import BLOCK
-from jaxqueue.sim import runner
 from jaxqueue.runs import planner
+from jaxqueue.sim import runner
 
 #: Pod(2), two loads of other lengths and sizes: 20 and 30 servers, 4 and 9
 #: measured blocks after 1 and 3 blocks of warm-up (one compiled program for
@@ -25,13 +25,21 @@ STEPS, WARMUP = [4 * BLOCK, 9 * BLOCK], [BLOCK, 3 * BLOCK]
 
 
 def _batch():
-    return planner.plan("pod", LOADS, SERVERS, steps=STEPS, warmup=WARMUP, streams=STREAMS,
-                       **COMMON)  # fmt: skip
+    return planner.plan(
+        "pod", LOADS, SERVERS, steps=STEPS, warmup=WARMUP, streams=STREAMS, **COMMON
+    )
 
 
 def _alone(j):
-    return planner.plan("pod", [LOADS[j]], SERVERS[j], steps=STEPS[j], warmup=WARMUP[j],
-                       streams=[STREAMS[j]], **COMMON)  # fmt: skip
+    return planner.plan(
+        "pod",
+        [LOADS[j]],
+        SERVERS[j],
+        steps=STEPS[j],
+        warmup=WARMUP[j],
+        streams=[STREAMS[j]],
+        **COMMON,
+    )
 
 
 def _same(a, b, backend=False):
@@ -67,9 +75,18 @@ def test_each_load_gets_what_it_gets_alone(together):
 def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
     """JIQ with 2 and 5 dispatchers over 10 and 25 servers in one batch: the
     register layout (and the GPU kernel, interpreted) give the engine's results."""
-    kw = dict(replicas=3, steps=[3 * BLOCK, 5 * BLOCK], warmup=[BLOCK, 2 * BLOCK], seed=3,
-              init="empty", interval="replicas", batches=3, levels=10, iqueue_levels=10,
-              streams=[5, 6])  # fmt: skip
+    kw = dict(
+        replicas=3,
+        steps=[3 * BLOCK, 5 * BLOCK],
+        warmup=[BLOCK, 2 * BLOCK],
+        seed=3,
+        init="empty",
+        interval="replicas",
+        batches=3,
+        levels=10,
+        iqueue_levels=10,
+        streams=[5, 6],
+    )
     p = planner.plan("jiq", [0.6, 0.8], [10, 25], [2, 5], backend="xla", **kw)
     assert p.sizes == ((10, 2), (25, 5))
     engine = runner.run(p)
@@ -79,30 +96,55 @@ def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
         assert a.settings["ratio"] == 5.0
 
 
-@pytest.mark.parametrize("backend", ["xla", pytest.param("registers", marks=pytest.mark.slow),
-                                     pytest.param("pallas", marks=pytest.mark.slow)])  # fmt: skip
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "xla",
+        pytest.param("registers", marks=pytest.mark.slow),
+        pytest.param("pallas", marks=pytest.mark.slow),
+    ],
+)
 def test_finite_buffers_are_per_replica_numbers(backend):
     """Pod(2) with buffers 3 and 5 (loads 1.1 and 0.9) in one program: each load's result is
     the one it gets alone, bit for bit, at its own levels, on every backend; blocking at the
     smaller buffer shows each replica reads its own."""
-    kw = dict(d=2, replicas=3, steps=[4 * BLOCK, 6 * BLOCK], warmup=BLOCK, seed=2, init="empty",
-              interval="replicas", batches=4, streams=[7, 8])  # fmt: skip
+    kw = dict(
+        d=2,
+        replicas=3,
+        steps=[4 * BLOCK, 6 * BLOCK],
+        warmup=BLOCK,
+        seed=2,
+        init="empty",
+        interval="replicas",
+        batches=4,
+        streams=[7, 8],
+    )
     p = planner.plan("pod", [1.1, 0.9], 10, buffer=[3, 5], backend=backend, **kw)
     assert p.sizes == ((10, 1, 3), (10, 1, 5)) and p.system.buffer == p.system.levels == 5
     both = runner.run(p)
     for j, b in enumerate((3, 5)):
         one = {k: (v[j] if isinstance(v, list) else v) for k, v in kw.items() if k != "streams"}
-        alone = runner.run(planner.plan("pod", [[1.1, 0.9][j]], 10, buffer=b, backend="xla",
-                                        streams=[kw["streams"][j]], **one))[0]  # fmt: skip
+        alone = runner.run(
+            planner.plan(
+                "pod",
+                [[1.1, 0.9][j]],
+                10,
+                buffer=b,
+                backend="xla",
+                streams=[kw["streams"][j]],
+                **one,
+            )
+        )[0]
         _same(both[j], alone, backend=True)
         assert both[j].settings["buffer"] == both[j].settings["levels"] == b
     assert both[0].blocking_probability.mean > 0.05 and len(both[0].tail.mean) == 4
     with pytest.raises(ValueError, match="buffer per load: give finite buffers only"):
         planner.plan("pod", [1.1, 0.9], 10, buffer=[3, None], **kw)
-    with pytest.raises(ValueError, match="n_servers, n_dispatchers or buffer per load: "
-                                         "jiq-original.* keeps per-server lists"):
-        planner.plan("jiq-original", [0.5, 0.9], 10, 2, buffer=[3, 5],
-                     **{**kw, "d": None})  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match="n_servers, n_dispatchers or buffer per load: jiq-original.* keeps per-server lists",
+    ):
+        planner.plan("jiq-original", [0.5, 0.9], 10, 2, buffer=[3, 5], **{**kw, "d": None})
 
 
 def test_a_checkpoint_between_two_loads_boundaries_resumes_bit_for_bit(tmp_path, together):
@@ -142,7 +184,9 @@ def test_sizes_that_cannot_share_a_program_are_refused_before_anything_runs():
     with pytest.raises(ValueError, match="n_dispatchers=40 is out of range"):
         planner.plan("jiq", LOADS, SERVERS, [2, 40], **{**COMMON, "d": None})
     # one size for all is the plan of one size
-    assert planner.plan("pod", LOADS, [20, 20], **COMMON) == planner.plan("pod", LOADS, 20, **COMMON)
+    assert planner.plan("pod", LOADS, [20, 20], **COMMON) == planner.plan(
+        "pod", LOADS, 20, **COMMON
+    )
 
 
 def test_per_load_lengths_are_checked_before_anything_runs():

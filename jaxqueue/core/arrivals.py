@@ -53,12 +53,20 @@ import hashlib
 import json
 import math
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["Profile", "MMPP", "Trace", "parse_arrivals", "as_arrivals", "MAX_SEGMENTS",
-           "MAX_MMPP_STATES", "GAP_LIMIT"]  # fmt: skip
+__all__ = [
+    "Profile",
+    "MMPP",
+    "Trace",
+    "parse_arrivals",
+    "as_arrivals",
+    "MAX_SEGMENTS",
+    "MAX_MMPP_STATES",
+    "GAP_LIMIT",
+]
 
 #: Most segments of a profile (each is a constant in the compiled step).
 MAX_SEGMENTS = 100_000
@@ -87,7 +95,9 @@ def _finite(name: str, values) -> np.ndarray:
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"{name} must be a non-empty list of numbers")
     if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} must be finite numbers (entry {int(np.argmin(np.isfinite(x)))} is not)")
+        raise ValueError(
+            f"{name} must be finite numbers (entry {int(np.argmin(np.isfinite(x)))} is not)"
+        )
     return x
 
 
@@ -117,7 +127,9 @@ class Profile:
             raise ValueError(f"profile: {t.size} times but {len(rates)} rates (give one per time)")
         r = _finite("profile rates", rates[:-1]) if t.size > 1 else np.zeros(0)
         if t.size < 2:
-            raise ValueError("profile: give at least two times (a segment start and the period's end)")
+            raise ValueError(
+                "profile: give at least two times (a segment start and the period's end)"
+            )
         if t[0] != 0:
             raise ValueError(f"profile: the first time must be 0, got {t[0]}")
         if np.any(np.diff(t) <= 0):
@@ -131,8 +143,9 @@ class Profile:
         object.__setattr__(self, "rates", tuple(float(x) for x in r) + (None,))
 
     @classmethod
-    def from_function(cls, fn: Callable[[float], float], period: float, points: int,
-                      label: str = "profile") -> "Profile":  # fmt: skip
+    def from_function(
+        cls, fn: Callable[[float], float], period: float, points: int, label: str = "profile"
+    ) -> Profile:
         """A profile sampled from ``fn(t)`` at the midpoints of ``points`` equal
         segments of ``[0, period)``."""
         if not (isinstance(period, (int, float)) and period > 0 and math.isfinite(period)):
@@ -167,9 +180,14 @@ class Profile:
         return 0.0
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "label": self.label, "segments": len(self.rates) - 1,
-                "period": self.period, "peak": self.peak,
-                "digest": _digest(self.times, self.rates[:-1])}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "segments": len(self.rates) - 1,
+            "period": self.period,
+            "peak": self.peak,
+            "digest": _digest(self.times, self.rates[:-1]),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +219,9 @@ class MMPP:
         except (TypeError, ValueError):
             raise ValueError("mmpp: the generator must be a square matrix of numbers") from None
         if q.shape != (m, m):
-            raise ValueError(f"mmpp: the generator must be {m} x {m} (one row per rate), got shape {q.shape}")
+            raise ValueError(
+                f"mmpp: the generator must be {m} x {m} (one row per rate), got shape {q.shape}"
+            )
         if not np.all(np.isfinite(q)):
             raise ValueError("mmpp: the generator must be finite")
         off = q - np.diag(np.diag(q))
@@ -216,7 +236,9 @@ class MMPP:
         for _ in range(m):
             reach = reach | ((reach.astype(int) @ reach.astype(int)) > 0)
         if not reach.all():
-            raise ValueError("mmpp: the modulating chain must be irreducible (every state reachable from every other)")
+            raise ValueError(
+                "mmpp: the modulating chain must be irreducible (every state reachable from every other)"
+            )
         object.__setattr__(self, "generator", tuple(tuple(float(x) for x in row) for row in q))
         object.__setattr__(self, "rates", tuple(float(x) for x in r))
 
@@ -255,8 +277,13 @@ class MMPP:
         return np.eye(m) if q == 0 else np.eye(m) + self.matrix / q
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "label": self.label, "states": len(self.rates),
-                "peak": self.peak, "digest": _digest(self.matrix.ravel(), self.rates)}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "states": len(self.rates),
+            "peak": self.peak,
+            "digest": _digest(self.matrix.ravel(), self.rates),
+        }
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -283,7 +310,9 @@ class Trace:
             raise ValueError("trace: give at least two arrival times")
         if np.any(np.diff(t) < 0):
             i = int(np.argmin(np.diff(t) >= 0))
-            raise ValueError(f"trace: arrival times must not decrease (row {i + 1}: {t[i]} then {t[i + 1]})")
+            raise ValueError(
+                f"trace: arrival times must not decrease (row {i + 1}: {t[i]} then {t[i + 1]})"
+            )
         if t[-1] == t[0]:
             raise ValueError("trace: all arrivals at one time; the trace has no rate")
         t.setflags(write=False)
@@ -338,8 +367,13 @@ class Trace:
         return 0.0
 
     def to_dict(self) -> dict:
-        out = {"kind": self.kind, "label": self.label, "arrivals": self.arrivals,
-               "scv": self.scv, "digest": self._key}  # fmt: skip
+        out = {
+            "kind": self.kind,
+            "label": self.label,
+            "arrivals": self.arrivals,
+            "scv": self.scv,
+            "digest": self._key,
+        }
         if self.service is not None:
             out["mean_service"] = float(self.service.mean())
         return out
@@ -373,7 +407,9 @@ def _column(path, header, rows, names, optional=False, blank_last=False):
             return out
     if optional:
         return None
-    raise ValueError(f"arrivals={path!r}: the header needs a column {' or '.join(map(repr, names))}")
+    raise ValueError(
+        f"arrivals={path!r}: the header needs a column {' or '.join(map(repr, names))}"
+    )
 
 
 def parse_arrivals(text: str):
@@ -392,7 +428,9 @@ def parse_arrivals(text: str):
             except json.JSONDecodeError as err:
                 raise ValueError(f"arrivals={text!r}: not valid JSON ({err})") from None
         if not isinstance(spec, dict) or "generator" not in spec or "rates" not in spec:
-            raise ValueError(f"arrivals={text!r}: an MMPP file holds an object with 'generator' and 'rates'")
+            raise ValueError(
+                f"arrivals={text!r}: an MMPP file holds an object with 'generator' and 'rates'"
+            )
         try:
             return MMPP(tuple(map(tuple, spec["generator"])), tuple(spec["rates"]), label)
         except (TypeError, ValueError) as err:
@@ -408,7 +446,9 @@ def parse_arrivals(text: str):
         return Trace(np.asarray(times), None if service is None else np.asarray(service), label)
     except ValueError as err:
         msg = str(err)
-        raise ValueError(msg if msg.startswith("arrivals=") else f"arrivals={text!r}: {msg}") from None
+        raise ValueError(
+            msg if msg.startswith("arrivals=") else f"arrivals={text!r}: {msg}"
+        ) from None
 
 
 def as_arrivals(arrivals):

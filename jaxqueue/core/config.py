@@ -36,8 +36,16 @@ import dataclasses
 import difflib
 from typing import Any
 
-__all__ = ["Model", "RunOptions", "Bounds", "MODEL_KEYS", "RUN_KEYS", "BOUND_KEYS",
-           "split_keywords", "unexpected_keyword"]  # fmt: skip
+__all__ = [
+    "Model",
+    "RunOptions",
+    "Bounds",
+    "MODEL_KEYS",
+    "RUN_KEYS",
+    "BOUND_KEYS",
+    "split_keywords",
+    "unexpected_keyword",
+]
 
 
 def _frozen(value):
@@ -144,8 +152,17 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunOptions))
 BOUND_KEYS = tuple(f.name for f in dataclasses.fields(Bounds))
 
 
-def split_keywords(policy, n_servers, n_dispatchers, keywords: dict, run=None, bounds=None, *,
-                   where: str, run_keys=RUN_KEYS) -> tuple[Model, RunOptions, Bounds]:  # fmt: skip
+def split_keywords(
+    policy,
+    n_servers,
+    n_dispatchers,
+    keywords: dict,
+    run=None,
+    bounds=None,
+    *,
+    where: str,
+    run_keys=RUN_KEYS,
+) -> tuple[Model, RunOptions, Bounds]:
     """The three types from an entry point's arguments: ``policy`` is a name,
     a Policy or a :class:`Model`; ``keywords`` are model, run and bound
     fields; ``run`` and ``bounds`` are given types or None.
@@ -164,24 +181,31 @@ def split_keywords(policy, n_servers, n_dispatchers, keywords: dict, run=None, b
         if n_dispatchers not in (None, 1):
             twice.append("n_dispatchers")
         if twice:
-            raise TypeError(f"{where}(): {', '.join(twice)} given beside a Model: set "
-                            f"{'it' if len(twice) == 1 else 'them'} in the Model "
-                            f"(model.replace({twice[0]}=...))")  # fmt: skip
+            raise TypeError(
+                f"{where}(): {', '.join(twice)} given beside a Model: set "
+                f"{'it' if len(twice) == 1 else 'them'} in the Model "
+                f"(model.replace({twice[0]}=...))"
+            )
         model = policy
     else:
         if n_servers is None:
             raise TypeError(f"{where}() needs n_servers (or a Model as its first argument)")
         model = Model(policy, n_servers, 1 if n_dispatchers is None else n_dispatchers, **given)
     model = model.replace()  # lists as tuples
-    return (model, _merged(RunOptions, run, keywords, run_keys, "run", where),
-            _merged(Bounds, bounds, keywords, BOUND_KEYS, "bounds", where))  # fmt: skip
+    return (
+        model,
+        _merged(RunOptions, run, keywords, run_keys, "run", where),
+        _merged(Bounds, bounds, keywords, BOUND_KEYS, "bounds", where),
+    )
 
 
 def unexpected_keyword(where: str, name: str, valid) -> TypeError:
     """The error for an unknown keyword ``name`` of ``where()``, with the closest valid one."""
     close = difflib.get_close_matches(name, sorted(valid), n=1)
-    return TypeError(f"{where}() got an unexpected keyword argument {name!r}"
-                     + (f"; did you mean {close[0]!r}?" if close else ""))  # fmt: skip
+    return TypeError(
+        f"{where}() got an unexpected keyword argument {name!r}"
+        + (f"; did you mean {close[0]!r}?" if close else "")
+    )
 
 
 def _merged(cls, given, keywords: dict, keys, name: str, where: str):
@@ -191,6 +215,8 @@ def _merged(cls, given, keywords: dict, keys, name: str, where: str):
     if not isinstance(given, cls):
         raise TypeError(f"{where}(): {name}= takes a {cls.__name__}, got {type(given).__name__}")
     if fields:
-        raise TypeError(f"{where}(): {', '.join(sorted(fields))} given beside {name}=: set "
-                        f"{'it' if len(fields) == 1 else 'them'} in the {cls.__name__}")  # fmt: skip
+        raise TypeError(
+            f"{where}(): {', '.join(sorted(fields))} given beside {name}=: set "
+            f"{'it' if len(fields) == 1 else 'them'} in the {cls.__name__}"
+        )
     return given

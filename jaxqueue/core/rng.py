@@ -31,9 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "BLOCK", "replica_keys", "block_keys", "threefry2x32", "step_words", "step_word_rows",
-    "uniform_index", "bernoulli",
-]  # fmt: skip
+    "BLOCK",
+    "replica_keys",
+    "block_keys",
+    "threefry2x32",
+    "step_words",
+    "step_word_rows",
+    "uniform_index",
+    "bernoulli",
+]
 
 #: Uniformized steps per random block (the unit of key derivation and of the
 #: exact integer accumulation of time averages).
@@ -84,7 +90,9 @@ def replica_keys(seed: int, replicas, streams=None) -> jax.Array:
     return jnp.asarray(np.stack([k0, k1], axis=-1))
 
 
-def block_keys(replica_key: jax.Array, block: jax.Array, block_hi: jax.Array | None = None) -> jax.Array:
+def block_keys(
+    replica_key: jax.Array, block: jax.Array, block_hi: jax.Array | None = None
+) -> jax.Array:
     """The 64-bit key (two uint32 words) of one replica's block.
 
     Args:

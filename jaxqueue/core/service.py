@@ -37,10 +37,25 @@ import warnings
 import numpy as np
 
 __all__ = [
-    "PhaseType", "Pool", "MAX_PHASES", "uniform_rate", "capacity", "parse_pools", "pool_shares",
-    "make_pools", "realized_pools", "PoolRoundingWarning", "pool_laws", "as_law", "exponential",
-    "erlang", "hyperexponential", "fit_two_moments", "parse_service", "mph1_mean_response_time",
-]  # fmt: skip
+    "PhaseType",
+    "Pool",
+    "MAX_PHASES",
+    "uniform_rate",
+    "capacity",
+    "parse_pools",
+    "pool_shares",
+    "make_pools",
+    "realized_pools",
+    "PoolRoundingWarning",
+    "pool_laws",
+    "as_law",
+    "exponential",
+    "erlang",
+    "hyperexponential",
+    "fit_two_moments",
+    "parse_service",
+    "mph1_mean_response_time",
+]
 
 #: Most phases a service law may have (the state holds ``levels x phases`` counts).
 MAX_PHASES = 16
@@ -65,9 +80,13 @@ class PhaseType:
             a = np.asarray(self.alpha, np.float64)
             s = np.asarray(self.generator, np.float64)
         except (TypeError, ValueError):
-            raise TypeError("alpha and generator must be numbers: a vector and a square matrix") from None
+            raise TypeError(
+                "alpha and generator must be numbers: a vector and a square matrix"
+            ) from None
         if a.ndim != 1 or not 1 <= a.size <= MAX_PHASES:
-            raise ValueError(f"alpha must be a vector of 1 to {MAX_PHASES} probabilities, got shape {a.shape}")
+            raise ValueError(
+                f"alpha must be a vector of 1 to {MAX_PHASES} probabilities, got shape {a.shape}"
+            )
         if s.shape != (a.size, a.size):
             raise ValueError(
                 f"the sub-generator S must be {a.size} x {a.size} (one row per phase of alpha), "
@@ -76,7 +95,9 @@ class PhaseType:
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(s))):
             raise ValueError("alpha and S must be finite")
         if np.any(a < 0) or abs(a.sum() - 1.0) > 1e-9:
-            raise ValueError(f"alpha must be probabilities summing to 1, got {a.tolist()} (sum {a.sum():.12g})")
+            raise ValueError(
+                f"alpha must be probabilities summing to 1, got {a.tolist()} (sum {a.sum():.12g})"
+            )
         off = s - np.diag(np.diag(s))
         if np.any(off < 0):
             raise ValueError("S is not a sub-generator: its off-diagonal rates must be >= 0")
@@ -88,7 +109,9 @@ class PhaseType:
         try:
             green = np.linalg.inv(-s)
         except np.linalg.LinAlgError:
-            raise ValueError("S is singular: some phase never completes (no path to an exit)") from None
+            raise ValueError(
+                "S is singular: some phase never completes (no path to an exit)"
+            ) from None
         if np.any(green < -1e-12) or not np.all(np.isfinite(green)):
             raise ValueError("S is not a sub-generator of a transient chain: (-S)^-1 is not >= 0")
         object.__setattr__(self, "alpha", tuple(float(x) for x in a))
@@ -162,12 +185,14 @@ class PhaseType:
             out[i] = 1.0 - total
         return np.clip(out, 0.0, 1.0)
 
-    def scaled(self, mean: float = 1.0) -> "PhaseType":
+    def scaled(self, mean: float = 1.0) -> PhaseType:
         """The same shape with the given mean (rates multiplied by ``self.mean / mean``)."""
         if not (isinstance(mean, (int, float)) and math.isfinite(mean) and mean > 0):
             raise ValueError(f"mean={mean!r} is out of range: need mean > 0")
         f = self.mean / float(mean)
-        return PhaseType(self.alpha, tuple(tuple(x * f for x in row) for row in self.generator), self.label)
+        return PhaseType(
+            self.alpha, tuple(tuple(x * f for x in row) for row in self.generator), self.label
+        )
 
     @property
     def is_unit_exponential(self) -> bool:
@@ -176,8 +201,13 @@ class PhaseType:
 
     def to_dict(self) -> dict:
         """A JSON-ready record (what ``ph:FILE.json`` reads back)."""
-        return {"label": self.label, "alpha": list(self.alpha), "S": [list(r) for r in self.generator],
-                "mean": self.mean, "scv": self.scv}  # fmt: skip
+        return {
+            "label": self.label,
+            "alpha": list(self.alpha),
+            "S": [list(r) for r in self.generator],
+            "mean": self.mean,
+            "scv": self.scv,
+        }
 
 
 # -- constructors -----------------------------------------------------------
@@ -205,7 +235,9 @@ def erlang(k: int, mean: float = 1.0) -> PhaseType:
         raise ValueError(f"k={k!r} is out of range: need an int 1 <= k <= {MAX_PHASES}")
     mean = _positive("mean", mean)
     r = k / mean
-    s = tuple(tuple(-r if j == i else (r if j == i + 1 else 0.0) for j in range(k)) for i in range(k))
+    s = tuple(
+        tuple(-r if j == i else (r if j == i + 1 else 0.0) for j in range(k)) for i in range(k)
+    )
     return PhaseType((1.0,) + (0.0,) * (k - 1), s, f"erlang:{k}")
 
 
@@ -217,7 +249,9 @@ def hyperexponential(scv: float, mean: float = 1.0) -> PhaseType:
     """
     scv, mean = _positive("scv", scv), _positive("mean", mean)
     if scv < 1.0:
-        raise ValueError(f"scv={scv} is out of range: a hyperexponential needs scv >= 1 (use fit_two_moments)")
+        raise ValueError(
+            f"scv={scv} is out of range: a hyperexponential needs scv >= 1 (use fit_two_moments)"
+        )
     if scv == 1.0:
         return dataclasses.replace(exponential(mean), label="hyperexp:1")
     p = 0.5 * (1.0 + math.sqrt((scv - 1.0) / (scv + 1.0)))
@@ -238,7 +272,9 @@ def fit_two_moments(mean: float, scv: float) -> PhaseType:
         return dataclasses.replace(hyperexponential(scv, mean), label=f"fit:{scv:g}")
     k = math.ceil(1.0 / scv - 1e-12)
     if k > MAX_PHASES:
-        raise ValueError(f"scv={scv} is out of range: need scv >= 1/{MAX_PHASES} (at most {MAX_PHASES} phases)")
+        raise ValueError(
+            f"scv={scv} is out of range: need scv >= 1/{MAX_PHASES} (at most {MAX_PHASES} phases)"
+        )
     if abs(k * scv - 1.0) < 1e-12:
         return dataclasses.replace(erlang(k, mean), label=f"fit:{scv:g}")
     p = (k * scv - math.sqrt(k * (1.0 + scv) - k * k * scv)) / (1.0 + scv)
@@ -322,8 +358,9 @@ def pool_laws(pools, service: PhaseType | None = None) -> tuple:
     for p in pools:
         x = p.law or _law(service)
         if p.speed != 1.0:
-            x = PhaseType(x.alpha, tuple(tuple(p.speed * float(y) for y in row) for row in x.matrix),
-                          x.label)  # fmt: skip
+            x = PhaseType(
+                x.alpha, tuple(tuple(p.speed * float(y) for y in row) for row in x.matrix), x.label
+            )
         out.append(x)
     return tuple(out)
 
@@ -355,7 +392,9 @@ def parse_pools(text: str) -> tuple:
                 f"pools={text!r} is not valid: use FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1"
             ) from None
         if not sep:
-            raise ValueError(f"pools={text!r} is not valid: use FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1")
+            raise ValueError(
+                f"pools={text!r} is not valid: use FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1"
+            )
     return tuple(out)
 
 
@@ -380,7 +419,9 @@ def pool_shares(pools) -> tuple | None:
         fracs = np.array([float(f) for f, _ in pools])
         speeds = [float(v) for _, v in pools]
     except (TypeError, ValueError):
-        raise ValueError("pools must be (fraction, speed) pairs, e.g. [(0.2, 2.0), (0.8, 1.0)]") from None
+        raise ValueError(
+            "pools must be (fraction, speed) pairs, e.g. [(0.2, 2.0), (0.8, 1.0)]"
+        ) from None
     if not np.all(fracs > 0) or abs(fracs.sum() - 1.0) > 1e-9:
         raise ValueError(f"pools: the fractions {fracs.tolist()} must be > 0 and sum to 1")
     return tuple((float(f), _positive("speed", v), None) for f, v in zip(fracs, speeds))
@@ -422,7 +463,9 @@ class PoolRoundingWarning(UserWarning):
     fractions, not the nominal ones."""
 
 
-def realized_pools(pools, n_servers: int, *, warn: bool = True, stacklevel: int = 2) -> tuple | None:
+def realized_pools(
+    pools, n_servers: int, *, warn: bool = True, stacklevel: int = 2
+) -> tuple | None:
     """The pools a system of ``n_servers`` has: :func:`make_pools`, whose
     rounding to whole servers the simulator applies, as :class:`Pool` objects.
 
@@ -446,8 +489,9 @@ def realized_pools(pools, n_servers: int, *, warn: bool = True, stacklevel: int 
             f"servers; rounded to {', '.join(str(p.count) for p in made)} servers, the "
             f"fractions {fmt(realized)} are simulated and the theory beside the simulation "
             "is for those",
-            PoolRoundingWarning, stacklevel=stacklevel + 1,
-        )  # fmt: skip
+            PoolRoundingWarning,
+            stacklevel=stacklevel + 1,
+        )
     return made
 
 

@@ -20,12 +20,25 @@ import numpy as np
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import PhaseType, Pool, capacity, uniform_rate
 
-
 __all__ = [
-    "System", "check_int", "as_int", "is_real", "check_load", "check_distinct",
-    "heavy_traffic_load", "halfin_whitt_load", "MAX_SEED", "MAX_STEPS", "MAX_SERVERS",
-    "SERVICE_RATE", "event_rate", "arrival_probability", "steps_per_time_unit", "DEFAULT_WARMUP_TIME", "dispatchers_for_ratio",
-]  # fmt: skip
+    "System",
+    "check_int",
+    "as_int",
+    "is_real",
+    "check_load",
+    "check_distinct",
+    "heavy_traffic_load",
+    "halfin_whitt_load",
+    "MAX_SEED",
+    "MAX_STEPS",
+    "MAX_SERVERS",
+    "SERVICE_RATE",
+    "event_rate",
+    "arrival_probability",
+    "steps_per_time_unit",
+    "DEFAULT_WARMUP_TIME",
+    "dispatchers_for_ratio",
+]
 
 #: Default warm-up of a run, in units of time at its (largest) load.
 DEFAULT_WARMUP_TIME = 100.0
@@ -130,7 +143,9 @@ class System:
                 )
             object.__setattr__(self, "pools", pools)
         if self.arrivals is not None and not isinstance(self.arrivals, (Profile, MMPP, Trace)):
-            raise TypeError(f"arrivals must be a Profile, MMPP, Trace or None, got {self.arrivals!r}")
+            raise TypeError(
+                f"arrivals must be a Profile, MMPP, Trace or None, got {self.arrivals!r}"
+            )
 
     @property
     def classes(self) -> bool:
@@ -189,8 +204,10 @@ def check_distinct(name: str, values) -> None:
         if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
             continue
         if float(x) in seen:
-            raise ValueError(f"{name} gives {float(x)!r} twice: give each once (for more of one "
-                             "load, raise replicas; for an independent repeat, another seed)")  # fmt: skip
+            raise ValueError(
+                f"{name} gives {float(x)!r} twice: give each once (for more of one "
+                "load, raise replicas; for an independent repeat, another seed)"
+            )
         seen.add(float(x))
 
 
@@ -252,8 +269,10 @@ def dispatchers_for_ratio(n_servers: int, ratio: float, name: str = "n_servers")
     the caller calls ``N`` in its error)."""
     m = round(n_servers / ratio) if ratio >= 1 else 0
     if m < 1 or abs(n_servers / ratio - m) > 1e-9 * m:
-        raise ValueError(f"ratio={ratio:g} does not split {name}={n_servers} into a whole number "
-                         f"of dispatchers: need {name} / ratio = an integer from 1 to {n_servers}")  # fmt: skip
+        raise ValueError(
+            f"ratio={ratio:g} does not split {name}={n_servers} into a whole number "
+            f"of dispatchers: need {name} / ratio = an integer from 1 to {n_servers}"
+        )
     return int(m)
 
 
@@ -261,5 +280,7 @@ def halfin_whitt_load(n_servers: int, beta: float) -> float:
     """``lambda = 1 - beta / sqrt(N)``, the Halfin-Whitt regime of Mukherjee et al."""
     check_int("n_servers", n_servers, 1, MAX_SERVERS)
     if not 0.0 < beta < math.sqrt(n_servers):
-        raise ValueError(f"beta={beta} is out of range: need 0 < beta < sqrt(N) = {math.sqrt(n_servers):.4g}")
+        raise ValueError(
+            f"beta={beta} is out of range: need 0 < beta < sqrt(N) = {math.sqrt(n_servers):.4g}"
+        )
     return 1.0 - beta / math.sqrt(n_servers)

@@ -130,9 +130,21 @@ from itertools import combinations
 import numpy as np
 
 __all__ = [
-    "RULES", "JIQ_FAMILY", "PHASE_RULES", "Chain", "PhaseChain", "SparseRewards",
-    "estimate_states", "enumerate_states", "LOST", "JOIN", "DELETE", "PROBE", "STALE", "N_FIXED_REWARDS",
-]  # fmt: skip
+    "RULES",
+    "JIQ_FAMILY",
+    "PHASE_RULES",
+    "Chain",
+    "PhaseChain",
+    "SparseRewards",
+    "estimate_states",
+    "enumerate_states",
+    "LOST",
+    "JOIN",
+    "DELETE",
+    "PROBE",
+    "STALE",
+    "N_FIXED_REWARDS",
+]
 
 #: The exact rules, one per chain (``Policy.exact_rule()`` names one of them).
 RULES = (
@@ -599,7 +611,9 @@ class PhaseChain(Chain):
         self.n_phases = p_count = max(x.n_phases for x, _ in specs)
         # the one law's tables, as before pools existed
         self.starts, self.moves, self.exits = (
-            self.pool_starts[0], self.pool_moves[0], self.pool_exits[0]
+            self.pool_starts[0],
+            self.pool_moves[0],
+            self.pool_exits[0],
         )
         self.seen_phase_offset = N_FIXED_REWARDS + cap
         if self.pools is None:
@@ -611,9 +625,10 @@ class PhaseChain(Chain):
         self._labels = None  # the pools of the state being expanded (jsew)
         #: the pool of each server of the initial labelled state
         self.pool_of = (
-            None if self.pools is None
+            None
+            if self.pools is None
             else [i for i, p in enumerate(self.pools) for _ in range(p.count)]
-        )  # fmt: skip
+        )
 
     def initial(self):
         listing = [i % self.m if self.listed else -1 for i in range(self.n)]

@@ -33,9 +33,13 @@ except ImportError:  # pragma: no cover - exercised only without scipy
     _spla = None
 
 __all__ = [
-    "check_irreducible", "gmres", "sparse_solve", "stationary", "DENSE_STATE_LIMIT",
+    "check_irreducible",
+    "gmres",
+    "sparse_solve",
+    "stationary",
+    "DENSE_STATE_LIMIT",
     "DIRECT_STATE_LIMIT",
-]  # fmt: skip
+]
 
 #: Largest state count solved with dense numpy when scipy is not importable.
 DENSE_STATE_LIMIT = 3000
@@ -219,4 +223,3 @@ def stationary(n_states, rows, cols, vals):
             f"stationary solve inaccurate: residual {resid:.3g}, min(pi) {pi.min():.3g}"
         )
     return np.clip(pi, 0.0, None) / np.clip(pi, 0.0, None).sum()
-

@@ -101,22 +101,40 @@ import numpy as np
 
 from jaxqueue.core.config import Model, split_keywords
 from jaxqueue.core.service import (
-    PhaseType, as_law, capacity, exponential, make_pools, pool_laws,
-)  # fmt: skip
+    PhaseType,
+    as_law,
+    capacity,
+    exponential,
+    make_pools,
+    pool_laws,
+)
 from jaxqueue.core.system import SERVICE_RATE, System, check_load
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import (
-    DELETE, JOIN, LOST, N_FIXED_REWARDS, PHASE_RULES, PROBE, RULES, STALE, Chain, PhaseChain,
-    enumerate_states, estimate_states,
-)  # fmt: skip
+    DELETE,
+    JOIN,
+    LOST,
+    N_FIXED_REWARDS,
+    PHASE_RULES,
+    PROBE,
+    RULES,
+    STALE,
+    Chain,
+    PhaseChain,
+    enumerate_states,
+    estimate_states,
+)
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import available, make
 from jaxqueue.results.pools import pool_metrics, result_fields
 from jaxqueue.results.response import (
-    erlang_mixture_quantile, ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
-)  # fmt: skip
+    erlang_mixture_quantile,
+    ph_mixture_quantiles,
+    ph_response_mean,
+    ph_response_quantiles,
+)
 from jaxqueue.results.schema import QUANTILES
 
 __all__ = ["solve_exact"]
@@ -148,8 +166,19 @@ def _phase_policies():
     return [name for name in available() if make(name).exact_rule()[0] in PHASE_RULES]
 
 
-def _resolve(policy, load, n_servers, n_dispatchers, d, z, buffer, queue_bound, order=None,
-             service=None, pools=None):  # fmt: skip
+def _resolve(
+    policy,
+    load,
+    n_servers,
+    n_dispatchers,
+    d,
+    z,
+    buffer,
+    queue_bound,
+    order=None,
+    service=None,
+    pools=None,
+):
     """Check every input, in order, before any work.
 
     Returns:
@@ -244,8 +273,9 @@ def _pools_label(pools, law):
 # one bounded chain
 
 
-def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random",
-                   law=None, pools=None):  # fmt: skip
+def _solve_bounded(
+    rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, order="random", law=None, pools=None
+):
     """Solve the chain with queues bounded by ``cap``; returns ``(metrics, diagnostics)``.
 
     ``law``: ``None`` for exp(1) service (:class:`Chain`), else the phase-type
@@ -284,10 +314,13 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     if pools is not None:  # per pool: the fraction of its servers with exactly k tasks
         labels = np.array([chain.pool_labels(q) for q, _ in decoded], dtype=np.int64)
         weights = np.broadcast_to(pi[:, None], qs.shape)
-        pool_occupancy = np.stack([
-            np.bincount(qs[labels == i], weights=weights[labels == i], minlength=cap + 1) / p.count
-            for i, p in enumerate(pools)
-        ])  # fmt: skip
+        pool_occupancy = np.stack(
+            [
+                np.bincount(qs[labels == i], weights=weights[labels == i], minlength=cap + 1)
+                / p.count
+                for i, p in enumerate(pools)
+            ]
+        )
     tail = np.cumsum(occupancy[::-1])[::-1]
     mean_q = float(np.arange(cap + 1) @ occupancy)
 
@@ -301,10 +334,13 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     if pools is not None:
         # Pools: as with phases (below), per pool, with the pool's law at its
         # speed; the law of (pool, k, p) seen by accepted arrivals.
-        seen_phase = ev[chain.seen_phase_offset:].reshape(len(pools), cap, chain.n_phases)
+        seen_phase = ev[chain.seen_phase_offset :].reshape(len(pools), cap, chain.n_phases)
         seen_phase = seen_phase / accepted
-        t_pasta = sum(float(sp.sum()) * float(ph_response_mean(x, sp[:, 0], sp[1:, : x.n_phases]))
-                      for x, sp in zip(pool_laws(pools, law), seen_phase) if sp.sum() > 0)
+        t_pasta = sum(
+            float(sp.sum()) * float(ph_response_mean(x, sp[:, 0], sp[1:, : x.n_phases]))
+            for x, sp in zip(pool_laws(pools, law), seen_phase)
+            if sp.sum() > 0
+        )
     elif law is None:
         # exp(1) service: a task that finds k tasks stays k + 1 mean services
         seen_phase = None
@@ -317,7 +353,7 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
         # (k, p) seen by accepted arrivals (rewards of the chain, exact) must
         # give Little's mean; sum_k (k + 1) arrival_seen[k] would not hold here.
         # (:func:`~jaxqueue.results.response.ph_response_mean`)
-        seen_phase = ev[chain.seen_phase_offset:].reshape(cap - 1, law.n_phases) / accepted
+        seen_phase = ev[chain.seen_phase_offset :].reshape(cap - 1, law.n_phases) / accepted
         t_pasta = float(ph_response_mean(law, arrival_seen, seen_phase))
     if abs(t_little - t_pasta) > 1e-6 * max(1.0, t_pasta):
         raise RuntimeError(
@@ -361,8 +397,21 @@ def _solve_bounded(rule, n, m, lam, d, z, buffer, cap, symmetry, max_states, ord
     return metrics, diagnostics
 
 
-def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics, law=None,
-            phases=False, pools=None):  # fmt: skip
+def _result(
+    policy,
+    rule,
+    n,
+    m,
+    lam,
+    buffer,
+    cap,
+    symmetry,
+    metrics,
+    diagnostics,
+    law=None,
+    phases=False,
+    pools=None,
+):
     """The :class:`ExactResult` of a solved chain, in the package's time unit.
 
     ``law``: the service law given (``None``: none given); ``phases``: whether
@@ -407,10 +456,13 @@ def _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics
         settings["service"] = law.to_dict()
     if pools is not None:
         settings["pools"] = [
-            {"servers": p.count, "speed": p.speed,
-             "service": None if p.law is None else p.law.to_dict()}
+            {
+                "servers": p.count,
+                "speed": p.speed,
+                "service": None if p.law is None else p.law.to_dict(),
+            }
             for p in pools
-        ]  # fmt: skip
+        ]
     return ExactResult(
         **metrics,
         response_quantiles={q: float(t) for q, t in zip(QUANTILES, quantiles)},
@@ -587,17 +639,32 @@ def solve_exact(
         >>> res.n_states, round(res.p0, 4)
         (1068, 0.4648)
     """
-    given = {k: v for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service,
-                                    pools=pools).items() if v is not None}  # fmt: skip
-    model = split_keywords(policy, n_servers, n_dispatchers, given, where="solve_exact",
-                           run_keys=())[0]  # fmt: skip
+    given = {
+        k: v
+        for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service, pools=pools).items()
+        if v is not None
+    }
+    model = split_keywords(
+        policy, n_servers, n_dispatchers, given, where="solve_exact", run_keys=()
+    )[0]
     if model.arrivals is not None:
-        raise ValueError("solve_exact: the model has arrivals, and the exact chain is that of "
-                         "Poisson arrivals; use arrivals=None")  # fmt: skip
+        raise ValueError(
+            "solve_exact: the model has arrivals, and the exact chain is that of "
+            "Poisson arrivals; use arrivals=None"
+        )
     policy, rule, options, lam, n, m, buffer, queue_bound, law, phases, pool_set = _resolve(
-        model.policy, load, model.n_servers, model.n_dispatchers, model.d, model.z, model.buffer,
-        queue_bound, model.order, model.service, model.pools,
-    )  # fmt: skip
+        model.policy,
+        load,
+        model.n_servers,
+        model.n_dispatchers,
+        model.d,
+        model.z,
+        model.buffer,
+        queue_bound,
+        model.order,
+        model.service,
+        model.pools,
+    )
     max_states = _check_at_least("max_states", max_states, 1)
     default_max_states = _check_at_least("default_max_states", default_max_states, 1)
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
@@ -611,43 +678,78 @@ def solve_exact(
         pool_phases = [(p.count, (p.law or law or exponential()).n_phases) for p in pool_set]
 
     def solve(cap):
-        return _solve_bounded(rule, n, m, lam, rule_d, rule_z, buffer, cap, symmetry, max_states,
-                              rule_order, chain_law, pool_set)  # fmt: skip
+        return _solve_bounded(
+            rule,
+            n,
+            m,
+            lam,
+            rule_d,
+            rule_z,
+            buffer,
+            cap,
+            symmetry,
+            max_states,
+            rule_order,
+            chain_law,
+            pool_set,
+        )
 
     def result(cap, metrics, diagnostics):
-        return _result(policy, rule, n, m, lam, buffer, cap, symmetry, metrics, diagnostics,
-                       law, phases, pool_set)  # fmt: skip
+        return _result(
+            policy,
+            rule,
+            n,
+            m,
+            lam,
+            buffer,
+            cap,
+            symmetry,
+            metrics,
+            diagnostics,
+            law,
+            phases,
+            pool_set,
+        )
 
     if buffer is not None or queue_bound is not None:
         cap = buffer if buffer is not None else queue_bound
         # refused before the enumeration (which takes minutes past 10^5 states): the estimate
         # over m! (it does not divide out the relabelling of dispatchers) is below the count
-        count = estimate_states(rule, n, m, rule_z, cap, symmetry, rule_order, n_phases,
-                                pool_phases)  # fmt: skip
+        count = estimate_states(
+            rule, n, m, rule_z, cap, symmetry, rule_order, n_phases, pool_phases
+        )
         if count // math.factorial(m) > max_states:
-            raise ValueError(f"{'buffer' if buffer is not None else 'queue_bound'}={cap}: about "
-                             f"{count:.3g} reachable states, more than max_states={max_states}; "
-                             "use a smaller n_servers, n_dispatchers, buffer or queue_bound, "
-                             "or raise max_states")  # fmt: skip
+            raise ValueError(
+                f"{'buffer' if buffer is not None else 'queue_bound'}={cap}: about "
+                f"{count:.3g} reachable states, more than max_states={max_states}; "
+                "use a smaller n_servers, n_dispatchers, buffer or queue_bound, "
+                "or raise max_states"
+            )
         return result(cap, *solve(cap))
 
     budget = min(max_states, default_max_states)
     bound, metrics, diag, reached = _search_bound(
         solve,
-        lambda b: estimate_states(rule, n, m, rule_z, b, symmetry, rule_order, n_phases,
-                                  pool_phases),  # fmt: skip
-        tol, budget, rule_z,
+        lambda b: estimate_states(
+            rule, n, m, rule_z, b, symmetry, rule_order, n_phases, pool_phases
+        ),
+        tol,
+        budget,
+        rule_z,
     )
     if not reached:
-        what = (f"solve_exact({policy.label()!r}, load={lam}, N={n}, M={m}): truncated_mass="
-                f"{diag['truncated_mass']:.3g} > tol={tol:g} at queue_bound={bound}, the largest "
-                f"within default_max_states={default_max_states}")  # fmt: skip
+        what = (
+            f"solve_exact({policy.label()!r}, load={lam}, N={n}, M={m}): truncated_mass="
+            f"{diag['truncated_mass']:.3g} > tol={tol:g} at queue_bound={bound}, the largest "
+            f"within default_max_states={default_max_states}"
+        )
         if diag["truncated_mass"] > REFUSED_MASS:
             raise RuntimeError(
                 f"{what}: more than {REFUSED_MASS:g} of the mass is cut off, so this is no exact "
                 "answer; use fewer servers, a finite buffer, or pass queue_bound (and "
                 "max_states) explicitly to solve the truncated chain anyway"
             )
-        warnings.warn(f"{what}; pass queue_bound (and max_states) explicitly to go further",
-                      stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{what}; pass queue_bound (and max_states) explicitly to go further", stacklevel=2
+        )
     return result(bound, metrics, diag)

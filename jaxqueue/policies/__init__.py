@@ -8,8 +8,17 @@
 """
 
 from jaxqueue.policies.base import (
-    MAX_PROBES, ClosedForm, Dispatchers, Draw, ListedServer, Policy, Route, Servers, View, level_of,
-)  # fmt: skip
+    MAX_PROBES,
+    ClosedForm,
+    Dispatchers,
+    Draw,
+    ListedServer,
+    Policy,
+    Route,
+    Servers,
+    View,
+    level_of,
+)
 from jaxqueue.policies.classic import JSEW, JSQ, IdleOneFirst, PowerOfD, Random
 from jaxqueue.policies.jiq import JIQ, JIQSQ, IdleFirst, JIQPod
 from jaxqueue.policies.per_server import JIQOriginal, JIQThreshold
@@ -17,8 +26,31 @@ from jaxqueue.policies.references import REFERENCES
 from jaxqueue.policies.registry import available, make, option_names, policy_class, register
 
 __all__ = [
-    "Policy", "ClosedForm", "Route", "View", "Draw", "Servers", "Dispatchers", "ListedServer",
-    "level_of", "MAX_PROBES", "Random", "JSQ", "JSEW", "PowerOfD", "IdleOneFirst", "JIQ", "JIQPod",
-    "JIQSQ", "IdleFirst", "JIQOriginal", "JIQThreshold", "REFERENCES", "available", "make",
-    "option_names", "policy_class", "register",
-]  # fmt: skip
+    "Policy",
+    "ClosedForm",
+    "Route",
+    "View",
+    "Draw",
+    "Servers",
+    "Dispatchers",
+    "ListedServer",
+    "level_of",
+    "MAX_PROBES",
+    "Random",
+    "JSQ",
+    "JSEW",
+    "PowerOfD",
+    "IdleOneFirst",
+    "JIQ",
+    "JIQPod",
+    "JIQSQ",
+    "IdleFirst",
+    "JIQOriginal",
+    "JIQThreshold",
+    "REFERENCES",
+    "available",
+    "make",
+    "option_names",
+    "policy_class",
+    "register",
+]

@@ -55,13 +55,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.system import System, as_int
 from jaxqueue.core.rng import uniform_index
+from jaxqueue.core.system import System, as_int
 
 __all__ = [
-    "Policy", "ClosedForm", "Route", "View", "Draw", "Servers", "Dispatchers", "ListedServer",
-    "level_of", "check_d", "server_draw", "ZERO", "MAX_PROBES", "ENGINES", "PER_SERVER_MEAN_FIELDS",
-]  # fmt: skip
+    "Policy",
+    "ClosedForm",
+    "Route",
+    "View",
+    "Draw",
+    "Servers",
+    "Dispatchers",
+    "ListedServer",
+    "level_of",
+    "check_d",
+    "server_draw",
+    "ZERO",
+    "MAX_PROBES",
+    "ENGINES",
+    "PER_SERVER_MEAN_FIELDS",
+]
 
 #: The simulator paths: occupancy tails (exchangeable policies) or per-server state.
 ENGINES = ("occupancy", "per-server")
@@ -155,8 +168,10 @@ def level_of(tail, index: jax.Array) -> jax.Array:
     levels = tail.shape[0] - 1
     runs = -(-levels // _RUN)
     if runs <= _MAX_RUNS:
-        return sum(jnp.sum(tail[1 + i * _RUN : 1 + (i + 1) * _RUN] > index, dtype=jnp.int32)
-                   for i in range(runs))  # fmt: skip
+        return sum(
+            jnp.sum(tail[1 + i * _RUN : 1 + (i + 1) * _RUN] > index, dtype=jnp.int32)
+            for i in range(runs)
+        )
     # many levels: the runs as rows of a zero-padded view (0 > index never holds),
     # so the program does not grow with the levels
     rows = jnp.pad(tail[1:], (0, runs * _RUN - levels)).reshape(runs, _RUN)
@@ -451,9 +466,11 @@ class Policy:
         """
         for draw in self.draws(system) + self.join_draws(system):
             if not draw.smooth(system):
-                return (f"{self.label()} routes on whether a count is zero ({draw!r} with "
-                        f"N={system.n_servers}, M={system.n_dispatchers}): JSQ-like routing, "
-                        "whose drift is not differentiable at its fixed point")  # fmt: skip
+                return (
+                    f"{self.label()} routes on whether a count is zero ({draw!r} with "
+                    f"N={system.n_servers}, M={system.n_dispatchers}): JSQ-like routing, "
+                    "whose drift is not differentiable at its fixed point"
+                )
         return None
 
     # ---- how the package treats the policy ------------------------------------
@@ -478,7 +495,9 @@ class Policy:
         form) covers this policy; with server pools not a policy that routes
         by the pools' speeds (``jsew``), which that ODE does not see."""
         kind = self.mean_field_kind()
-        return kind in ("generic", "closed-form") and not (pools is not None and self.routes_by_speed)
+        return kind in ("generic", "closed-form") and not (
+            pools is not None and self.routes_by_speed
+        )
 
     def exact_rule(self) -> tuple[str, dict]:
         """``(rule, options)`` of :mod:`jaxqueue.exact` that solves this policy exactly."""
@@ -543,5 +562,3 @@ def check_d(d, system: System, what: str = "servers") -> None:
         valid = f"1 <= d <= {MAX_PROBES} (the most distinct probes; n_dispatchers is {upper})"
     if not (1 <= d <= min(upper, MAX_PROBES) or (what == "servers" and d == upper)):
         raise ValueError(f"d={d} is out of range: it probes {what}, need {valid}")
-
-

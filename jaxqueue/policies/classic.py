@@ -154,8 +154,10 @@ class IdleOneFirst(Policy):
         return (Servers(1),)
 
     def mean_field_kink(self, system):
-        return (f"{self.label()} routes on whether an idle server, or a server with one task, "
-                "exists: JSQ-like routing, whose drift is not differentiable at its fixed point")  # fmt: skip
+        return (
+            f"{self.label()} routes on whether an idle server, or a server with one task, "
+            "exists: JSQ-like routing, whose drift is not differentiable at its fixed point"
+        )
 
     def decide(self, view, outcomes, system):
         tail = view.tail

@@ -9,8 +9,16 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from jaxqueue.policies.base import (
-    ZERO, ClosedForm, Dispatchers, ListedServer, Policy, Route, Servers, check_d, server_draw,
-)  # fmt: skip
+    ZERO,
+    ClosedForm,
+    Dispatchers,
+    ListedServer,
+    Policy,
+    Route,
+    Servers,
+    check_d,
+    server_draw,
+)
 
 __all__ = ["JIQPod", "JIQ", "IdleFirst", "JIQSQ"]
 
@@ -24,9 +32,11 @@ def _jiq_decide(fallback, own, hit_iq, fallback_probes: int) -> Route:
     iq_remove = jnp.where(empty, jnp.where(hit_idle, hit_iq, 0), own)
     probes = jnp.where(empty, fallback_probes, 0)
     return Route(
-        jnp.asarray(level, jnp.int32), jnp.asarray(iq_remove, jnp.int32),
-        hit_idle.astype(jnp.int32), jnp.asarray(probes, jnp.int32),
-    )  # fmt: skip
+        jnp.asarray(level, jnp.int32),
+        jnp.asarray(iq_remove, jnp.int32),
+        hit_idle.astype(jnp.int32),
+        jnp.asarray(probes, jnp.int32),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from jaxqueue.policies.base import Policy, check_d
 
 __all__ = ["JIQOriginal", "JIQThreshold"]
 
+
 @dataclasses.dataclass(frozen=True)
 class JIQOriginal(Policy):
     """JIQ-Original (Lu et al., "Join-Idle-Queue", Performance Evaluation 2011), as

@@ -28,7 +28,7 @@ REFERENCES = {
     ),
     "lu2011": (
         "Lu et al.",
-        "Y. Lu, Q. Xie, G. Kliot, A. Geller, J. R. Larus, A. Greenberg, \"Join-Idle-Queue: A "
+        'Y. Lu, Q. Xie, G. Kliot, A. Geller, J. R. Larus, A. Greenberg, "Join-Idle-Queue: A '
         'novel load balancing algorithm for dynamically scalable web services", Performance '
         "Evaluation 68(11), 2011",
     ),

@@ -30,8 +30,19 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-for _cls in (Random, JSQ, JSEW, PowerOfD, IdleOneFirst, JIQ, JIQPod, JIQSQ, IdleFirst, JIQOriginal,
-             JIQThreshold):  # fmt: skip
+for _cls in (
+    Random,
+    JSQ,
+    JSEW,
+    PowerOfD,
+    IdleOneFirst,
+    JIQ,
+    JIQPod,
+    JIQSQ,
+    IdleFirst,
+    JIQOriginal,
+    JIQThreshold,
+):
     register(_cls)
 
 
@@ -49,7 +60,13 @@ def policy_class(name: str) -> type[Policy]:
 
 def option_names(name: str | type[Policy] | Policy) -> tuple[str, ...]:
     """The options a policy takes, e.g. ``("d",)`` for ``pod``."""
-    cls = name if isinstance(name, type) else type(name) if isinstance(name, Policy) else policy_class(name)
+    cls = (
+        name
+        if isinstance(name, type)
+        else type(name)
+        if isinstance(name, Policy)
+        else policy_class(name)
+    )
     return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
 

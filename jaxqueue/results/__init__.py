@@ -14,6 +14,15 @@ from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.results.stats import student_t_quantile, tolerance, within
 
 __all__ = [
-    "Estimate", "estimate", "Result", "SimulationResult", "METRICS", "SCALAR_METRICS",
-    "VECTOR_METRICS", "QUANTILES", "student_t_quantile", "tolerance", "within",
-]  # fmt: skip
+    "Estimate",
+    "estimate",
+    "Result",
+    "SimulationResult",
+    "METRICS",
+    "SCALAR_METRICS",
+    "VECTOR_METRICS",
+    "QUANTILES",
+    "student_t_quantile",
+    "tolerance",
+    "within",
+]

@@ -56,7 +56,7 @@ class Estimate:
         return {"mean": json_number(self.mean), "ci95": json_number(self.ci95), "n": n}
 
     @classmethod
-    def from_json(cls, data) -> "Estimate":
+    def from_json(cls, data) -> Estimate:
         """The Estimate of :meth:`to_json`'s dict (``None`` entries back to NaN)."""
         if not (isinstance(data, dict) and {"mean", "ci95"} <= set(data)):
             raise TypeError(f"an Estimate's JSON is a dict with mean, ci95 and n; got {data!r}")
@@ -67,8 +67,9 @@ class Estimate:
             return math.nan if x is None else float(x)
 
         n = data.get("n")
-        return cls(number(data["mean"]), number(data["ci95"]),
-                   np.asarray(n) if isinstance(n, list) else n)  # fmt: skip
+        return cls(
+            number(data["mean"]), number(data["ci95"]), np.asarray(n) if isinstance(n, list) else n
+        )
 
 
 def entries(value) -> list:
@@ -78,8 +79,10 @@ def entries(value) -> list:
     if not isinstance(value, Estimate):
         return list(np.atleast_1d(value))
     n = value.n if np.ndim(value.n) == 0 else np.asarray(value.n)
-    return [Estimate(m, h, n if np.ndim(n) == 0 else n[i])
-            for i, (m, h) in enumerate(zip(np.atleast_1d(value.mean), np.atleast_1d(value.ci95)))]
+    return [
+        Estimate(m, h, n if np.ndim(n) == 0 else n[i])
+        for i, (m, h) in enumerate(zip(np.atleast_1d(value.mean), np.atleast_1d(value.ci95)))
+    ]
 
 
 def json_number(x):

@@ -110,7 +110,9 @@ def _poisson_pmf(t: np.ndarray, k_max: int) -> np.ndarray:
     return np.where(positive, pmf, (j == 0).astype(np.float64))
 
 
-def _sf_cdf_pdf(p: np.ndarray, t: np.ndarray, sums=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sf_cdf_pdf(
+    p: np.ndarray, t: np.ndarray, sums=None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Survival, distribution function and density of the mixture.
 
     The survival is ``sum_j pois(j; t) W_j`` with ``W_j = sum_{k >= j} p_k``. Where
@@ -437,15 +439,28 @@ def ph_mixture_quantiles(components, levels):
         gamma, a = ph_response_terms(law, seen, seen_phase)
         parts.append((w, gamma, a))
     batch = np.broadcast_shapes(*(np.shape(w) for w, _, _ in parts)) if parts else ()
-    flat = [(np.broadcast_to(w, batch).reshape(-1), g, np.broadcast_to(a, batch + a.shape[-1:])
-             .reshape(-1, a.shape[-1])) for w, g, a in parts]  # fmt: skip
+    flat = [
+        (
+            np.broadcast_to(w, batch).reshape(-1),
+            g,
+            np.broadcast_to(a, batch + a.shape[-1:]).reshape(-1, a.shape[-1]),
+        )
+        for w, g, a in parts
+    ]
     rows = int(np.prod(batch, dtype=np.int64))
     # bisect a chunk of samples at a time: the Poisson weights are (rows, Q, terms)
     per = max(1, _CHUNK // max(1, levels.size * max((a.shape[-1] for _, _, a in flat), default=1)))
-    out = [_bisect([(w[i : i + per], g, a[i : i + per]) for w, g, a in flat], levels,
-                   min(per, rows - i)) for i in range(0, rows, per)]  # fmt: skip
-    return np.concatenate(out).reshape(batch + levels.shape) if out else np.full(
-        batch + levels.shape, np.nan)
+    out = [
+        _bisect(
+            [(w[i : i + per], g, a[i : i + per]) for w, g, a in flat], levels, min(per, rows - i)
+        )
+        for i in range(0, rows, per)
+    ]
+    return (
+        np.concatenate(out).reshape(batch + levels.shape)
+        if out
+        else np.full(batch + levels.shape, np.nan)
+    )
 
 
 def _bisect(parts, levels, rows):

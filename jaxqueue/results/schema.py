@@ -32,9 +32,21 @@ import numpy as np
 
 from jaxqueue.results.estimates import Estimate, entries, json_number
 
-__all__ = ["Result", "SCALAR_METRICS", "VECTOR_METRICS", "POOL_METRICS", "METRICS", "QUANTILES",
-           "QUANTILE_NAMES", "POOL_QUANTILE_NAMES", "SOURCES", "POOL_ROW_METRICS", "pool_row_metric",
-           "split_pool_row_metric", "pool_row_value"]
+__all__ = [
+    "Result",
+    "SCALAR_METRICS",
+    "VECTOR_METRICS",
+    "POOL_METRICS",
+    "METRICS",
+    "QUANTILES",
+    "QUANTILE_NAMES",
+    "POOL_QUANTILE_NAMES",
+    "SOURCES",
+    "POOL_ROW_METRICS",
+    "pool_row_metric",
+    "split_pool_row_metric",
+    "pool_row_value",
+]
 
 #: Scalar metrics, per server and per unit time where a rate.
 SCALAR_METRICS = (
@@ -207,8 +219,9 @@ class Result:
             return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
         if name in POOL_QUANTILE_NAMES:
             by_pool = self.pool_response_quantiles
-            return None if by_pool is None else by_pool.get(
-                QUANTILES[POOL_QUANTILE_NAMES.index(name)])  # fmt: skip
+            return (
+                None if by_pool is None else by_pool.get(QUANTILES[POOL_QUANTILE_NAMES.index(name)])
+            )
         if name not in SCALAR_METRICS + POOL_METRICS:
             valid = ", ".join(SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES)
             raise ValueError(f"metric={name!r} is not one of {valid}")
@@ -226,14 +239,18 @@ class Result:
         or ``None`` where it does not apply; ``response_quantiles``
         maps ``"0.99"`` etc. to the same form.
         """
-        out: dict[str, Any] = {name: metric_json(getattr(self, name))
-                               for name in METRICS + ("pool_occupancy",)}  # fmt: skip
+        out: dict[str, Any] = {
+            name: metric_json(getattr(self, name)) for name in METRICS + ("pool_occupancy",)
+        }
         out["response_quantiles"] = {
             str(q): metric_json(v) for q, v in sorted(self.response_quantiles.items())
         }
         by_pool = self.pool_response_quantiles
-        out["pool_response_quantiles"] = None if by_pool is None else {
-            str(q): metric_json(v) for q, v in sorted(by_pool.items())}  # fmt: skip
+        out["pool_response_quantiles"] = (
+            None
+            if by_pool is None
+            else {str(q): metric_json(v) for q, v in sorted(by_pool.items())}
+        )
         out["source"] = self.source
         out["settings"] = _json_setting(self.settings)
         out["diagnostics"] = _json_setting(self.diagnostics)
@@ -253,8 +270,13 @@ class Result:
                 mean, half = value.mean, value.ci95
             else:
                 mean, half = value, None
-            return {**base, "metric": metric, "index": index, "mean": _scalar(mean),
-                    "ci95": None if half is None else _scalar(half)}  # fmt: skip
+            return {
+                **base,
+                "metric": metric,
+                "index": index,
+                "mean": _scalar(mean),
+                "ci95": None if half is None else _scalar(half),
+            }
 
         rows = [row(name, None, v) for name, v in self.scalar_metrics().items()]
         for q, v in sorted(self.response_quantiles.items()):
@@ -268,8 +290,9 @@ class Result:
                 name = pool_row_metric("occupancy", i)
                 rows += [row(name, k, x) for k, x in enumerate(entries(per_pool))]
         for q, v in sorted((self.pool_response_quantiles or {}).items()):
-            rows += [row(pool_row_metric("response_quantile", i), q, x)
-                     for i, x in enumerate(entries(v))]  # fmt: skip
+            rows += [
+                row(pool_row_metric("response_quantile", i), q, x) for i, x in enumerate(entries(v))
+            ]
         return rows
 
     def to_frame(self):

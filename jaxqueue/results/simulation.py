@@ -50,14 +50,23 @@ import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE, event_rate
 from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
-from jaxqueue.results.response import (
-    erlang_mixture_mean, erlang_mixture_quantile, ph_mixture_quantiles, ph_response_mean,
-)  # fmt: skip
 from jaxqueue.results.pools import pool_metrics
+from jaxqueue.results.response import (
+    erlang_mixture_mean,
+    erlang_mixture_quantile,
+    ph_mixture_quantiles,
+    ph_response_mean,
+)
 from jaxqueue.results.schema import POOL_METRICS, QUANTILES, Result
 
-__all__ = ["SimulationResult", "from_stats", "metric_samples", "class_response_quantiles",
-           "pool_metric_samples", "batch_means"]
+__all__ = [
+    "SimulationResult",
+    "from_stats",
+    "metric_samples",
+    "class_response_quantiles",
+    "pool_metric_samples",
+    "batch_means",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,8 +92,16 @@ def _occupancy(tail: np.ndarray) -> np.ndarray:
     return tail - np.concatenate([tail[..., 1:], np.zeros_like(tail[..., :1])], axis=-1)
 
 
-def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
-                   rate=None, step_rate=None, laws=None, fractions=None) -> dict:  # fmt: skip
+def metric_samples(
+    sums: dict,
+    load: np.ndarray,
+    policy,
+    single_dispatcher: bool,
+    rate=None,
+    step_rate=None,
+    laws=None,
+    fractions=None,
+) -> dict:
     """Each metric of a set of windows (replicas, or replicas' batches).
 
     Args:
@@ -117,7 +134,9 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
             "arrival_seen": seen_dist,
         }
         if rate is None:
-            out["response_quantiles"] = erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
+            out["response_quantiles"] = (
+                erlang_mixture_quantile(seen, np.array(QUANTILES)) / SERVICE_RATE
+            )
         # messages per server per unit time: count / (N * time), time = steps / (N (lambda + mu))
         if step_rate is None:
             step_rate = event_rate(load, SERVICE_RATE if rate is None else rate)
@@ -125,8 +144,11 @@ def metric_samples(sums: dict, load: np.ndarray, policy, single_dispatcher: bool
         if rate is not None:  # the mean and quantiles of the mixture over what arrivals found
             out["mean_response_time"] = class_response_mean(sums["seen_class"], laws)
             out["response_quantiles"] = class_response_quantiles(sums["seen_class"], laws)
-        out.update(join_rate=sums["joins"] * per_time, delete_rate=sums["deletes"] * per_time,
-                   probe_rate=sums["probes"] * per_time)  # fmt: skip
+        out.update(
+            join_rate=sums["joins"] * per_time,
+            delete_rate=sums["deletes"] * per_time,
+            probe_rate=sums["probes"] * per_time,
+        )
         if policy.uses_iqueues:
             iq_tail = sums["iq"] / steps[:, None]
             out["p0"] = 1.0 - iq_tail[:, 1]
@@ -159,9 +181,14 @@ def pool_metric_samples(seen_class, sampled_class, laws, fractions) -> dict:
     drawn = np.asarray(sampled_class, np.float64)
     candidates = drawn.sum(axis=(1, 2))
     with np.errstate(invalid="ignore", divide="ignore"):
-        occupancy = np.stack([drawn[:, :, base : base + law.n_phases].sum(axis=2)
-                              / (candidates[:, None] * fraction)
-                              for (law, base), fraction in zip(laws, fractions)], axis=1)  # fmt: skip
+        occupancy = np.stack(
+            [
+                drawn[:, :, base : base + law.n_phases].sum(axis=2)
+                / (candidates[:, None] * fraction)
+                for (law, base), fraction in zip(laws, fractions)
+            ],
+            axis=1,
+        )
     return pool_metrics(_components(seen_class, laws), occupancy)
 
 
@@ -172,8 +199,9 @@ def class_response_mean(seen_class, laws) -> np.ndarray:
     arrivals)."""
     total = 0.0
     for share, law, seen, busy in _components(seen_class, laws):
-        total = total + np.where(share > 0, share * np.nan_to_num(ph_response_mean(law, seen, busy)),
-                                 0.0)  # fmt: skip
+        total = total + np.where(
+            share > 0, share * np.nan_to_num(ph_response_mean(law, seen, busy)), 0.0
+        )
     found = np.asarray(seen_class, np.float64).sum(axis=(1, 2))
     return np.where(found > 0, total, np.nan)
 
@@ -268,16 +296,29 @@ def _estimates(whole: dict, batches: dict | None):
         else:
             est, lag1, widened = batch_means(x, batches[name])
             if name == "mean_queue_length":
-                diag = {"batches": int(batches[name].shape[1]), "lag1_correlation": lag1,
-                        "widened": widened}  # fmt: skip
+                diag = {
+                    "batches": int(batches[name].shape[1]),
+                    "lag1_correlation": lag1,
+                    "widened": widened,
+                }
         out[name] = est
     return out, diag
 
 
-def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
-               settings: dict, *, batches: dict | None = None,
-               diagnostics: dict | None = None, rate=None, step_rate=None,
-               laws=None, fractions=None) -> SimulationResult:  # fmt: skip
+def from_stats(
+    sums: dict,
+    load: np.ndarray,
+    policy,
+    single_dispatcher: bool,
+    settings: dict,
+    *,
+    batches: dict | None = None,
+    diagnostics: dict | None = None,
+    rate=None,
+    step_rate=None,
+    laws=None,
+    fractions=None,
+) -> SimulationResult:
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
     Args:
@@ -318,15 +359,22 @@ def from_stats(sums: dict, load: np.ndarray, policy, single_dispatcher: bool,
     qe = est.pop("response_quantiles", None)
     if qe is not None:
         qn = np.broadcast_to(np.asarray(qe.n), (len(QUANTILES),))
-        quantiles = {q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
-                     for j, q in enumerate(QUANTILES)}  # fmt: skip
+        quantiles = {
+            q: Estimate(float(qe.mean[j]), float(qe.ci95[j]), int(qn[j]))
+            for j, q in enumerate(QUANTILES)
+        }
     pool_quantiles = None
     pq = est.pop("pool_response_quantiles", None)
     if pq is not None:  # (pools, Q): a per-pool Estimate per quantile
         pn = np.broadcast_to(np.asarray(pq.n), pq.mean.shape)
-        pool_quantiles = {q: Estimate(pq.mean[:, j], pq.ci95[:, j],
-                                      int(pn[0, j]) if np.all(pn[:, j] == pn[0, j]) else pn[:, j])
-                          for j, q in enumerate(QUANTILES)}  # fmt: skip
+        pool_quantiles = {
+            q: Estimate(
+                pq.mean[:, j],
+                pq.ci95[:, j],
+                int(pn[0, j]) if np.all(pn[:, j] == pn[0, j]) else pn[:, j],
+            )
+            for j, q in enumerate(QUANTILES)
+        }
     diag = {
         "overflow": int(np.sum(sums["overflow"])),
         "iq_overflow": int(np.sum(sums["iq_overflow"])),

@@ -29,9 +29,13 @@ import math
 import numpy as np
 
 __all__ = [
-    "student_t_cdf", "student_t_quantile", "comparison_level", "tolerance_factor", "tolerance",
+    "student_t_cdf",
+    "student_t_quantile",
+    "comparison_level",
+    "tolerance_factor",
+    "tolerance",
     "within",
-]  # fmt: skip
+]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -106,9 +110,7 @@ def student_t_quantile(p: float, dof: float) -> float:
     lo, hi = 0.0, 1.0
     while 1.0 - student_t_cdf(hi, dof) > tail:
         lo, hi = hi, 2.0 * hi
-    log_norm = (
-        math.lgamma(0.5 * (dof + 1)) - math.lgamma(0.5 * dof) - 0.5 * math.log(dof * math.pi)
-    )
+    log_norm = math.lgamma(0.5 * (dof + 1)) - math.lgamma(0.5 * dof) - 0.5 * math.log(dof * math.pi)
     x = 0.5 * (lo + hi)
     for _ in range(200):
         upper = 0.5 * _betainc(0.5 * dof, 0.5, dof / (dof + x * x))  # P(T > x)
@@ -141,8 +143,9 @@ def comparison_level(alpha: float, family: int, correction: str = "bonferroni") 
     raise ValueError(f"correction={correction!r} is not valid: use 'bonferroni' or 'sidak'")
 
 
-def tolerance_factor(replicas: int, family: int, alpha: float = 1e-3,
-                     correction: str = "bonferroni") -> float:  # fmt: skip
+def tolerance_factor(
+    replicas: int, family: int, alpha: float = 1e-3, correction: str = "bonferroni"
+) -> float:
     """``t_{1-a/2}(n-1) / t_{0.975}(n-1)``: what multiplies a 95% half-width of ``replicas`` samples."""
     if replicas < 2:
         raise ValueError(f"replicas={replicas} is out of range: an interval needs replicas >= 2")
@@ -151,8 +154,9 @@ def tolerance_factor(replicas: int, family: int, alpha: float = 1e-3,
     return student_t_quantile(1.0 - a / 2.0, dof) / student_t_quantile(0.975, dof)
 
 
-def tolerance(estimate, family: int, alpha: float = 1e-3, correction: str = "bonferroni",
-              allowance=0.0):  # fmt: skip
+def tolerance(
+    estimate, family: int, alpha: float = 1e-3, correction: str = "bonferroni", allowance=0.0
+):
     """Largest tolerated ``|estimate.mean - value|`` for one of ``family`` two-sided comparisons.
 
     Args:
@@ -199,8 +203,9 @@ def _as_estimate(value):
     return value
 
 
-def within(estimate, value, family: int, alpha: float = 1e-3, correction: str = "bonferroni",
-           allowance=0.0) -> bool:  # fmt: skip
+def within(
+    estimate, value, family: int, alpha: float = 1e-3, correction: str = "bonferroni", allowance=0.0
+) -> bool:
     """Whether every entry of ``estimate`` is within :func:`tolerance` of ``value``."""
     estimate = _as_estimate(estimate)
     err = np.abs(np.asarray(estimate.mean, np.float64) - np.asarray(value, np.float64))

@@ -14,17 +14,24 @@ import math
 
 import numpy as np
 
-from jaxqueue.core.host import host_float64
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
 from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
 __all__ = [
-    "mean_field_tail_bound", "required_levels", "default_levels", "default_iqueue_levels",
-    "mph1_tail", "phase_levels", "class_mean_field", "stress_path", "source_levels",
-]  # fmt: skip
+    "mean_field_tail_bound",
+    "required_levels",
+    "default_levels",
+    "default_iqueue_levels",
+    "mph1_tail",
+    "phase_levels",
+    "class_mean_field",
+    "stress_path",
+    "source_levels",
+]
 
 _MAX_SEARCH = 100_000
 
@@ -157,8 +164,9 @@ def mph1_tail(load: float, law, levels: int) -> np.ndarray:
     return out
 
 
-def phase_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float, law,
-                 pools=None) -> int:  # fmt: skip
+def phase_levels(
+    policy: Policy, n_servers: int, n_dispatchers: int, load: float, law, pools=None
+) -> int:
     """Default level bound with a phase-type law or pools: ``N * s_L < 1e-6`` plus a quarter.
 
     For the exchangeable policies with ``N >= 100`` (but ``jsew`` with pools),
@@ -202,8 +210,9 @@ def _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, law, pools=No
 
 
 @functools.lru_cache(maxsize=32)
-def class_mean_field(policy: Policy, load: float, n_servers: int, n_dispatchers: int, buffer,
-                     law, pools):  # fmt: skip
+def class_mean_field(
+    policy: Policy, load: float, n_servers: int, n_dispatchers: int, buffer, law, pools
+):
     """:func:`jaxqueue.theory.mean_field` of a system with a law or pools, cached: a run's
     default level bound and its mean-field start share one solve (callers only read it).
 
@@ -212,8 +221,14 @@ def class_mean_field(policy: Policy, load: float, n_servers: int, n_dispatchers:
     """
     from jaxqueue.theory import mean_field
 
-    return mean_field(policy, load, limit_ratio(policy, n_servers, n_dispatchers),
-                      buffer=buffer, service=law, pools=pools)  # fmt: skip
+    return mean_field(
+        policy,
+        load,
+        limit_ratio(policy, n_servers, n_dispatchers),
+        buffer=buffer,
+        service=law,
+        pools=pools,
+    )
 
 
 def limit_ratio(policy: Policy, n_servers: int, n_dispatchers: int) -> float | None:
@@ -226,8 +241,11 @@ def limit_ratio(policy: Policy, n_servers: int, n_dispatchers: int) -> float | N
     many-dispatcher limit at ``r = N``: about ``4N`` I-queue levels, and not
     the single-dispatcher system.)
     """
-    several = policy.uses_iqueues and not policy.single_dispatcher and (
-        n_dispatchers > 1 or policy.per_server)  # fmt: skip
+    several = (
+        policy.uses_iqueues
+        and not policy.single_dispatcher
+        and (n_dispatchers > 1 or policy.per_server)
+    )
     return n_servers / n_dispatchers if several else None
 
 
@@ -294,8 +312,9 @@ def stress_path(source, load: float, n_servers: int) -> list[tuple[float, float]
 
 
 @functools.lru_cache(maxsize=32)  # a run repeated (other seeds, replicas) solves it once
-def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float, source,
-                  law=None, pools=None) -> int | None:  # fmt: skip
+def source_levels(
+    policy: Policy, n_servers: int, n_dispatchers: int, load: float, source, law=None, pools=None
+) -> int | None:
     """Default level bound under an arrival source: ``N * s_L < 1e-6`` plus a
     quarter, ``s_L`` the largest tail of the mean-field ODE along the
     source's :func:`stress_path` from the fixed point at ``load``
@@ -314,8 +333,14 @@ def source_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: floa
     ratio = limit_ratio(policy, n_servers, n_dispatchers)
     try:
         tail = periodic.largest_tail(
-            policy, float(load), stress_path(source, float(load), n_servers), ratio,
-            service=law, pools=pools, iqueue_levels=STRESS_IQUEUE_LEVELS if ratio else None)
+            policy,
+            float(load),
+            stress_path(source, float(load), n_servers),
+            ratio,
+            service=law,
+            pools=pools,
+            iqueue_levels=STRESS_IQUEUE_LEVELS if ratio else None,
+        )
     except (ValueError, RuntimeError, NotImplementedError):
         return None
     below = np.nonzero(n_servers * tail < 1e-6)[0]

@@ -24,8 +24,13 @@ from jaxqueue.sim.per_server import even_sizes
 from jaxqueue.theory import mean_field
 
 __all__ = [
-    "ListedStart", "initial_state", "initial_counts", "initial_classes", "iqueue_counts",
-    "listed_counts", "round_counts",
+    "ListedStart",
+    "initial_state",
+    "initial_counts",
+    "initial_classes",
+    "iqueue_counts",
+    "listed_counts",
+    "round_counts",
 ]
 
 
@@ -139,8 +144,11 @@ def initial_classes(init, system: System, policy: Policy, load: float, counts: n
     if not system.classes:
         return None
     share = pool_share = None
-    if isinstance(init, str) and init == "mean-field" and (system.service is not None
-                                                           or system.pools is not None):
+    if (
+        isinstance(init, str)
+        and init == "mean-field"
+        and (system.service is not None or system.pools is not None)
+    ):
         mf = _mean_field(policy, float(load), system)
         share = mf.diagnostics.get("phase_occupancy")
         if system.pools is not None:  # each pool's share of every level
@@ -155,11 +163,19 @@ def _mean_field(policy: Policy, load: float, system: System):
     solved once with the default level bound's)."""
     if system.service is not None or system.pools is not None:
         if not policy.per_server:
-            return class_mean_field(policy, load, system.n_servers, system.n_dispatchers,
-                                    system.buffer, system.service, system.pools)  # fmt: skip
+            return class_mean_field(
+                policy,
+                load,
+                system.n_servers,
+                system.n_dispatchers,
+                system.buffer,
+                system.service,
+                system.pools,
+            )
     ratio = limit_ratio(policy, system.n_servers, system.n_dispatchers)
-    return mean_field(policy, load, ratio, buffer=system.buffer, service=system.service,
-                      pools=system.pools)  # fmt: skip
+    return mean_field(
+        policy, load, ratio, buffer=system.buffer, service=system.service, pools=system.pools
+    )
 
 
 def round_counts(frac: np.ndarray, n: int) -> np.ndarray:

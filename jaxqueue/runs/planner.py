@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -29,13 +29,25 @@ from jaxqueue.core.host import host_device
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import PhaseType, as_law, make_pools
 from jaxqueue.core.system import (
-    DEFAULT_WARMUP_TIME, MAX_SEED, MAX_SERVERS, MAX_STEPS, System, as_int, check_int, check_load,
-)  # fmt: skip
+    DEFAULT_WARMUP_TIME,
+    MAX_SEED,
+    MAX_SERVERS,
+    MAX_STEPS,
+    System,
+    as_int,
+    check_int,
+    check_load,
+)
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
 from jaxqueue.policies.registry import make
 from jaxqueue.runs.bounds import (
-    default_iqueue_levels, default_levels, limit_ratio, phase_levels, required_levels, source_levels,
-)  # fmt: skip
+    default_iqueue_levels,
+    default_levels,
+    limit_ratio,
+    phase_levels,
+    required_levels,
+    source_levels,
+)
 from jaxqueue.runs.initial import initial_state
 from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.registers import unsupported
@@ -43,9 +55,19 @@ from jaxqueue.sim.runner import BACKENDS, BATCH_MEANS_REPLICAS, MAX_EXTENSIONS, 
 from jaxqueue.sim.source import check_source
 
 __all__ = [
-    "plan", "plan_model", "BackendWarning", "StartWarning", "WindowWarning", "WINDOW_TOLERANCE",
-    "AUTO_MEAN_FIELD_SERVERS", "HOST_AUTO_STEPS", "DEFAULT_STEPS", "bound_load", "trough_load", "size_key",
-]  # fmt: skip
+    "plan",
+    "plan_model",
+    "BackendWarning",
+    "StartWarning",
+    "WindowWarning",
+    "WINDOW_TOLERANCE",
+    "AUTO_MEAN_FIELD_SERVERS",
+    "HOST_AUTO_STEPS",
+    "DEFAULT_STEPS",
+    "bound_load",
+    "trough_load",
+    "size_key",
+]
 
 #: Measured steps per replica when neither ``steps`` nor ``time`` is given.
 DEFAULT_STEPS = 1_000_000
@@ -53,6 +75,7 @@ DEFAULT_STEPS = 1_000_000
 #: ``init="auto"`` starts at the mean field from this many servers on; smaller
 #: systems fill in a few units of time, and the mean field is a poor guide there.
 AUTO_MEAN_FIELD_SERVERS = 100
+
 
 class BackendWarning(UserWarning):
     """The backend asked for cannot run this configuration; the run goes on ``"xla"``."""
@@ -80,8 +103,11 @@ def _start_or_empty(pol, attempt) -> str:
     try:
         attempt()
     except (RuntimeError, ValueError) as err:
-        warnings.warn(f"init='auto' starts {pol.label()} empty: its mean field is not available "
-                      f"here ({err})", StartWarning, stacklevel=5)  # fmt: skip
+        warnings.warn(
+            f"init='auto' starts {pol.label()} empty: its mean field is not available here ({err})",
+            StartWarning,
+            stacklevel=5,
+        )
         return "empty"
     return "mean-field"
 
@@ -108,25 +134,30 @@ def _sized_start(pol, system) -> str:
     return _start_or_empty(pol, lambda: meanfield.check_work(pol, ratio, buffer=system.buffer))
 
 
-def _run_steps(name: str, steps, time_name: str, units, per_unit: float, default: int, *,
-               least: int = 1) -> int:  # fmt: skip
+def _run_steps(
+    name: str, steps, time_name: str, units, per_unit: float, default: int, *, least: int = 1
+) -> int:
     """A run length in steps: ``steps`` as given, or ``ceil(units * per_unit)``
     (``units`` in time units, ``per_unit`` the uniformized steps per time unit
     at the largest load), or ``default``; both given is an error."""
     if units is None:
         return default if steps is None else steps
     if steps is not None:
-        raise ValueError(f"give {name} or {time_name}, not both ({name}={steps!r}, "
-                         f"{time_name}={units!r})")  # fmt: skip
+        raise ValueError(
+            f"give {name} or {time_name}, not both ({name}={steps!r}, {time_name}={units!r})"
+        )
     bad = isinstance(units, bool) or not isinstance(units, (int, float, np.integer, np.floating))
     if bad or not math.isfinite(units) or units < 0 or (least and units <= 0):
         need = "> 0" if least else ">= 0"
-        raise ValueError(f"{time_name}={units!r} is out of range: need a finite number {need} "
-                         "(time units)")  # fmt: skip
+        raise ValueError(
+            f"{time_name}={units!r} is out of range: need a finite number {need} (time units)"
+        )
     n = int(math.ceil(float(units) * per_unit))
     if n > MAX_STEPS:
-        raise ValueError(f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
-                         f"unit), out of range: need at most {MAX_STEPS}; run more replicas")  # fmt: skip
+        raise ValueError(
+            f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
+            f"unit), out of range: need at most {MAX_STEPS}; run more replicas"
+        )
     return max(n, least)
 
 
@@ -137,8 +168,10 @@ def _each_load(name: str, value, n_loads: int, noun: str = "values") -> list | N
         return None
     values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()]
     if len(values) != n_loads:
-        raise ValueError(f"{name} gives {len(values)} {noun} for {n_loads} loads: give one "
-                         f"per load, or a single {name}")  # fmt: skip
+        raise ValueError(
+            f"{name} gives {len(values)} {noun} for {n_loads} loads: give one "
+            f"per load, or a single {name}"
+        )
     return values
 
 
@@ -164,8 +197,10 @@ def _buffers(buffer, n_loads: int) -> tuple[int | None, list[int] | None]:
     if each is None:
         return as_int(buffer), None
     if any(b is None for b in each):
-        raise ValueError("buffer per load: give finite buffers only (an infinite buffer and a "
-                         "finite one run as programs of their own)")  # fmt: skip
+        raise ValueError(
+            "buffer per load: give finite buffers only (an infinite buffer and a "
+            "finite one run as programs of their own)"
+        )
     each = [check_int("buffer", b, 1, 10**6) for b in each]
     return max(each), each
 
@@ -196,8 +231,10 @@ def _check_sized(pol, sizes, bare: System, buffer) -> None:
     elif len(keys) > 1:
         why = f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive search)"
     if why is not None:
-        raise ValueError(f"n_servers, n_dispatchers or buffer per load: {why}; run each size "
-                         "on its own (one n_servers, n_dispatchers and buffer)")  # fmt: skip
+        raise ValueError(
+            f"n_servers, n_dispatchers or buffer per load: {why}; run each size "
+            "on its own (one n_servers, n_dispatchers and buffer)"
+        )
 
 
 def _sized_lengths(sizes, loads, bare: System, steps, time, warmup, warmup_time):
@@ -247,13 +284,20 @@ def plan(
     :func:`plan_model`. ``streams``: one stream word per load (grid points;
     :attr:`~jaxqueue.sim.runner.Plan.streams`).
     """
-    model, opts, bound = split_keywords(policy, n_servers, n_dispatchers, keywords, run, bounds,
-                                        where="plan")  # fmt: skip
+    model, opts, bound = split_keywords(
+        policy, n_servers, n_dispatchers, keywords, run, bounds, where="plan"
+    )
     return plan_model(model, loads, opts, bound, streams=streams)
 
 
-def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOptions(),
-               bounds: Bounds = Bounds(), *, streams: Sequence[int] | None = None) -> Plan:  # fmt: skip
+def plan_model(
+    model: Model,
+    loads: Sequence[float],
+    run: RunOptions = RunOptions(),
+    bounds: Bounds = Bounds(),
+    *,
+    streams: Sequence[int] | None = None,
+) -> Plan:
     """The :class:`~jaxqueue.sim.runner.Plan` of ``model`` at ``loads``, run as
     ``run`` within ``bounds``: every value checked (a ``ValueError`` names the
     parameter and its valid range), run lengths in steps, the level bounds,
@@ -263,23 +307,30 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     policy, n_servers, n_dispatchers = model.policy, model.n_servers, model.n_dispatchers
     d, z, order, buffer = model.d, model.z, model.order, model.buffer
     service, pools, arrivals = model.service, model.pools, model.arrivals
-    replicas, steps, time, warmup, warmup_time = (run.replicas, run.steps, run.time, run.warmup,
-                                                  run.warmup_time)  # fmt: skip
+    replicas, steps, time, warmup, warmup_time = (
+        run.replicas,
+        run.steps,
+        run.time,
+        run.warmup,
+        run.warmup_time,
+    )
     seed, init, interval, batches = run.seed, run.init, run.interval, run.batches
     backend, devices, on_overflow = run.backend, run.devices, run.on_overflow
     levels, iqueue_levels = bounds.levels, bounds.iqueue_levels
     pol = make(policy, d=d, z=z, order=order)
     # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
     replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
-        as_int(v) for v in (replicas, steps, warmup, seed, levels, iqueue_levels, batches))
+        as_int(v) for v in (replicas, steps, warmup, seed, levels, iqueue_levels, batches)
+    )
     n_loads = np.size(np.asarray(loads, dtype=object))
     sizes = _sizes(n_servers, n_dispatchers, n_loads)
     if sizes is not None:  # the System holds the largest; each load its own
         n_servers, n_dispatchers = max(n for n, _ in sizes), max(m for _, m in sizes)
     buffer, buffers = _buffers(buffer, n_loads)
     if buffers is not None:  # each load's own buffer below the System's (the largest)
-        sizes = [(n, m, b) for (n, m), b in zip(sizes or [(n_servers, n_dispatchers)] * n_loads,
-                                                buffers)]  # fmt: skip
+        sizes = [
+            (n, m, b) for (n, m), b in zip(sizes or [(n_servers, n_dispatchers)] * n_loads, buffers)
+        ]
     if sizes is not None:
         sizes = None if len(set(sizes)) == 1 else sizes
     n_servers = check_int("n_servers", n_servers, 1, MAX_SERVERS)
@@ -295,8 +346,9 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
         )
     # the servers, their laws and the arrivals, without level bounds (these come below)
     bare = System(n_servers, levels=1, service=law, pools=pool_set, arrivals=source)
-    loads = [check_load(x, buffer, bare.capacity)
-             for x in np.atleast_1d(np.asarray(loads, dtype=object))]  # fmt: skip
+    loads = [
+        check_load(x, buffer, bare.capacity) for x in np.atleast_1d(np.asarray(loads, dtype=object))
+    ]
     if not loads:
         raise ValueError("loads is empty: give at least one load")
     if source is not None:  # the clock must hold the profile's segments (before any compile)
@@ -308,15 +360,20 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
     if sizes is not None:  # time units at each load's own N and load
         _check_sized(pol, sizes, bare, buffer)
-        if isinstance(init, str) and init == "auto" and \
-                len({s[0] >= AUTO_MEAN_FIELD_SERVERS for s in sizes}) > 1:  # fmt: skip
+        if (
+            isinstance(init, str)
+            and init == "auto"
+            and len({s[0] >= AUTO_MEAN_FIELD_SERVERS for s in sizes}) > 1
+        ):
             raise ValueError(
                 f"init='auto' starts N < {AUTO_MEAN_FIELD_SERVERS} empty and larger N at the mean "
                 "field, so loads of these sizes would start otherwise together than alone: give "
                 "init='empty' or 'mean-field', or sizes on one side of "
-                f"{AUTO_MEAN_FIELD_SERVERS}")  # fmt: skip
-        steps, time, warmup, warmup_time = _sized_lengths(sizes, loads, bare, steps, time,
-                                                          warmup, warmup_time)  # fmt: skip
+                f"{AUTO_MEAN_FIELD_SERVERS}"
+            )
+        steps, time, warmup, warmup_time = _sized_lengths(
+            sizes, loads, bare, steps, time, warmup, warmup_time
+        )
     steps_each = _per_load("steps", steps, len(loads), 1, time)
     warmup_each = _per_load("warmup", warmup, len(loads), 0, warmup_time)
     if steps_each is not None:
@@ -331,17 +388,30 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     if auto_warmup and warmup != "auto":
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
     if auto_warmup and warmup_time is not None:
-        raise ValueError("warmup='auto' starts from the default warm-up and extends it: "
-                         "give warmup_time=None with it")  # fmt: skip
-    warmup = _run_steps("warmup", None if auto_warmup else warmup, "warmup_time", warmup_time,
-                        per_unit, int(math.ceil(DEFAULT_WARMUP_TIME * per_unit)), least=0)  # fmt: skip
+        raise ValueError(
+            "warmup='auto' starts from the default warm-up and extends it: "
+            "give warmup_time=None with it"
+        )
+    warmup = _run_steps(
+        "warmup",
+        None if auto_warmup else warmup,
+        "warmup_time",
+        warmup_time,
+        per_unit,
+        int(math.ceil(DEFAULT_WARMUP_TIME * per_unit)),
+        least=0,
+    )
     check_int("warmup", warmup, 0, MAX_STEPS)
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
     windows = None
     if steps_each is not None or warmup_each is not None:  # each load its own timeline
-        windows = tuple(zip([-(-w // BLOCK) for w in warmup_each or [warmup] * len(loads)],
-                            [-(-m // BLOCK) for m in steps_each or [steps] * len(loads)]))  # fmt: skip
+        windows = tuple(
+            zip(
+                [-(-w // BLOCK) for w in warmup_each or [warmup] * len(loads)],
+                [-(-m // BLOCK) for m in steps_each or [steps] * len(loads)],
+            )
+        )
         if len(set(windows)) == 1:  # all alike: the plan of one timeline
             windows = None
     extensions = MAX_EXTENSIONS if auto_warmup else 0
@@ -359,8 +429,11 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     n_batches = min(batches, shortest)
     if interval == "batch-means" and n_batches < 2 and replicas >= 2:
         # asked for by name: not replaced by replica intervals in silence
-        why = (f"batches={batches}" if batches < 2 else
-               f"steps={shortest * BLOCK} is one block of {BLOCK} steps")  # fmt: skip
+        why = (
+            f"batches={batches}"
+            if batches < 2
+            else f"steps={shortest * BLOCK} is one block of {BLOCK} steps"
+        )
         raise ValueError(
             f"interval='batch-means' needs at least 2 batches, and {why}: pass "
             f"2 <= batches <= 10000 with steps >= {2 * BLOCK}, or interval='replicas' "
@@ -383,7 +456,9 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     check_int("seed", seed, 0, MAX_SEED)
     # every argument first: the level bounds below may solve (and compile) the mean field
     if isinstance(init, str) and init not in ("auto", "empty", "mean-field"):
-        raise ValueError(f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array")
+        raise ValueError(
+            f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array"
+        )
     if not isinstance(init, str) and np.ndim(init) != 1:
         raise ValueError("init must be a 1-D occupancy (fractions of servers with k tasks)")
     if backend not in BACKENDS:
@@ -392,15 +467,35 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
     by_size = {}  # the loads of each size (one size without sizes); a buffer bounds its own
     for size, lam in zip(sizes or [(n_servers, n_dispatchers)] * len(loads), loads):
         by_size.setdefault(size[:2], []).append(lam)
-    system = System(n_servers, n_dispatchers, buffer,
-                    max(_levels(pol, n, m, buffer, levels,
-                                bound_load(max(lams), source, bare.capacity),
-                                law, pool_set, source, max(lams))
-                        for (n, m), lams in by_size.items()),
-                    max(_iqueue_levels(pol, n, m, iqueue_levels, trough_load(min(lams), source))
-                        for (n, m), lams in (by_size.items() if iqueue_levels is None else
-                                             [((n_servers, n_dispatchers), loads)])),
-                    law, pool_set, source)  # fmt: skip
+    system = System(
+        n_servers,
+        n_dispatchers,
+        buffer,
+        max(
+            _levels(
+                pol,
+                n,
+                m,
+                buffer,
+                levels,
+                bound_load(max(lams), source, bare.capacity),
+                law,
+                pool_set,
+                source,
+                max(lams),
+            )
+            for (n, m), lams in by_size.items()
+        ),
+        max(
+            _iqueue_levels(pol, n, m, iqueue_levels, trough_load(min(lams), source))
+            for (n, m), lams in (
+                by_size.items() if iqueue_levels is None else [((n_servers, n_dispatchers), loads)]
+            )
+        ),
+        law,
+        pool_set,
+        source,
+    )
     pol.validate(system)
     if isinstance(init, str):
         if init not in ("auto", "empty", "mean-field"):
@@ -410,14 +505,16 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
         start = init
         if init == "auto":
             kind = pol.mean_field_kind()
-            has = kind in ("closed-form", "generic") or (kind in PER_SERVER_MEAN_FIELDS
-                                                          and buffer is None)
+            has = kind in ("closed-form", "generic") or (
+                kind in PER_SERVER_MEAN_FIELDS and buffer is None
+            )
             # (the per-server policies take no pools; jsew routes by speed, which the
             # mean field of queue lengths does not cover)
             has = has and not (system.pools is not None and pol.routes_by_speed)
             start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
-            if start == "mean-field" and (kind in PER_SERVER_MEAN_FIELDS or buffer is not None
-                                          or system.pools is not None):  # fmt: skip
+            if start == "mean-field" and (
+                kind in PER_SERVER_MEAN_FIELDS or buffer is not None or system.pools is not None
+            ):
                 start = _solvable_start(pol, loads, system)
             elif start == "mean-field" and (kind == "generic" or system.service is not None):
                 start = _sized_start(pol, system)  # (a closed form needs no grid)
@@ -445,17 +542,37 @@ def plan_model(model: Model, loads: Sequence[float], run: RunOptions = RunOption
                 f"time={time:g} is {steps} steps per replica at N={n_servers} and load "
                 f"{lmax:g}, run as whole blocks of {BLOCK} steps: {measure_blocks * BLOCK} steps, "
                 f"{simulated:.4g} time units simulated (settings['time_measured'])",
-                WindowWarning, stacklevel=3)  # fmt: skip
+                WindowWarning,
+                stacklevel=3,
+            )
     _check_memory(system, pol, replicas * len(loads))
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     stepped = len(loads) * replicas * (warm_blocks + measure_blocks * (1 + extensions)) * BLOCK
     devs, host_note = _small_on_host(devs, devices is None and backend == "auto", stepped)
     used, note = _backend(backend, system, pol, devs)
     note = host_note or note
-    return Plan(pol, system, tuple(loads), replicas, warm_blocks, measure_blocks, int(seed),
-                start, on_overflow, devs, streams, min(batches, measure_blocks), interval,
-                auto_warmup, extensions, used, note, windows,
-                None if sizes is None else tuple(sizes), initial_state)  # fmt: skip
+    return Plan(
+        pol,
+        system,
+        tuple(loads),
+        replicas,
+        warm_blocks,
+        measure_blocks,
+        int(seed),
+        start,
+        on_overflow,
+        devs,
+        streams,
+        min(batches, measure_blocks),
+        interval,
+        auto_warmup,
+        extensions,
+        used,
+        note,
+        windows,
+        None if sizes is None else tuple(sizes),
+        initial_state,
+    )
 
 
 def host_memory() -> int | None:
@@ -483,10 +600,12 @@ def _check_memory(system: System, pol: Policy, replicas: int) -> None:
     allocation (1e8 replicas were killed by the system's out-of-memory killer)."""
     need, have = state_bytes(system, pol, replicas), host_memory()
     if have is not None and need > 0.8 * have:
-        raise ValueError(f"{replicas} replicas (all loads) need about {need / 2**30:.3g} GiB of "
-                         f"host memory for their state and sums, more than 80% of this "
-                         f"machine's {have / 2**30:.3g} GiB: run fewer replicas at a time "
-                         "(several runs with other seeds)")  # fmt: skip
+        raise ValueError(
+            f"{replicas} replicas (all loads) need about {need / 2**30:.3g} GiB of "
+            f"host memory for their state and sums, more than 80% of this "
+            f"machine's {have / 2**30:.3g} GiB: run fewer replicas at a time "
+            "(several runs with other seeds)"
+        )
 
 
 #: ``backend="auto"`` on a GPU runs a run of fewer replica-steps than this on
@@ -501,13 +620,18 @@ def _small_on_host(devices: tuple, auto: bool, stepped: int) -> tuple[tuple, str
     """The devices of a run: the host's CPU instead of JAX's default GPUs for
     a small run under ``backend="auto"`` with no devices given (one process),
     and why (or None)."""
-    if not auto or devices[0].platform != "gpu" or stepped >= HOST_AUTO_STEPS \
-            or jax.process_count() > 1:  # fmt: skip
+    if (
+        not auto
+        or devices[0].platform != "gpu"
+        or stepped >= HOST_AUTO_STEPS
+        or jax.process_count() > 1
+    ):
         return devices, None
     return (host_device(),), (
         f"backend='auto' runs on the host's CPU: {stepped:.3g} replica-steps are fewer than "
         f"{HOST_AUTO_STEPS:.0e}, below which compiling the GPU kernel takes longer than the "
-        "CPU's stepping; pass devices=jax.devices() (or backend='pallas') for the GPU")
+        "CPU's stepping; pass devices=jax.devices() (or backend='pallas') for the GPU"
+    )
 
 
 def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
@@ -524,10 +648,12 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
 
         values = step_values(system, pol)
         if values > AUTO_MAX_VALUES:  # the compiled step would spill: the engine is faster
-            return "xla", (f"backend='auto' runs 'xla': the kernel's step would carry {values} "
-                           f"values a replica (more than {AUTO_MAX_VALUES}, past which it spills "
-                           "registers and runs slower than the engine); fewer levels or "
-                           "iqueue_levels bring it back, backend='pallas' forces it")  # fmt: skip
+            return "xla", (
+                f"backend='auto' runs 'xla': the kernel's step would carry {values} "
+                f"values a replica (more than {AUTO_MAX_VALUES}, past which it spills "
+                "registers and runs slower than the engine); fewer levels or "
+                "iqueue_levels bring it back, backend='pallas' forces it"
+            )
         return "pallas", None
     if reason is not None:
         note = f"backend={backend!r} does not cover this run ({reason}); it runs on 'xla'"
@@ -594,8 +720,9 @@ def _phase_levels(pol, n, m, levels, lmax, law, pools) -> int:
     return levels
 
 
-def _levels(pol, n, m, buffer, levels, lmax, law=None, pools=None, source=None,
-            mean_load=None) -> int:  # fmt: skip
+def _levels(
+    pol, n, m, buffer, levels, lmax, law=None, pools=None, source=None, mean_load=None
+) -> int:
     """The level bound: ``buffer``; ``levels`` checked; or the default at
     ``lmax`` (:func:`bound_load`), and under a source where the mean field
     applies the queues its stress path builds (:func:`~jaxqueue.sim.bounds.source_levels`)."""
@@ -628,5 +755,3 @@ def _iqueue_levels(pol, n, m, iqueue_levels, lmin) -> int:
     iq = iqueue_levels if iqueue_levels is not None else default_iqueue_levels(pol, n, m, lmin)
     check_int("iqueue_levels", iq, 1, n)
     return iq
-
-

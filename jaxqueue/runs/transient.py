@@ -9,7 +9,7 @@ weights make every estimate exact in time (see that module).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -83,37 +83,79 @@ def transient(
     if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
         raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
     if not isinstance(replicas, (int, np.integer)) or isinstance(replicas, bool) or replicas < 2:
-        raise ValueError(f"replicas={replicas!r} is out of range: the estimates are across "
-                         "replicas, so need an integer >= 2")  # fmt: skip
-    given = {k: v for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service,
-                                    pools=pools, levels=levels, iqueue_levels=iqueue_levels).items()
-             if v is not None}  # fmt: skip
-    model, _, bound = split_keywords(policy, n_servers, n_dispatchers, given, None, bounds,
-                                     where="transient", run_keys=())  # fmt: skip
+        raise ValueError(
+            f"replicas={replicas!r} is out of range: the estimates are across "
+            "replicas, so need an integer >= 2"
+        )
+    given = {
+        k: v
+        for k, v in dict(
+            d=d,
+            z=z,
+            order=order,
+            buffer=buffer,
+            service=service,
+            pools=pools,
+            levels=levels,
+            iqueue_levels=iqueue_levels,
+        ).items()
+        if v is not None
+    }
+    model, _, bound = split_keywords(
+        policy, n_servers, n_dispatchers, given, None, bounds, where="transient", run_keys=()
+    )
     if model.arrivals is not None:
-        raise ValueError("transient: the model has arrivals, and a transient runs under "
-                         "Poisson arrivals; use arrivals=None")  # fmt: skip
+        raise ValueError(
+            "transient: the model has arrivals, and a transient runs under "
+            "Poisson arrivals; use arrivals=None"
+        )
     n_servers, n_dispatchers, buffer = model.n_servers, model.n_dispatchers, model.buffer
     levels, iqueue_levels = bound.levels, bound.iqueue_levels
     common = dict(replicas=replicas, seed=seed, devices=devices, backend="xla")
     if start_load is not None:
         check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
-        if not (isinstance(warmup_time, (int, float)) and math.isfinite(warmup_time) and warmup_time >= 0):
+        if not (
+            isinstance(warmup_time, (int, float))
+            and math.isfinite(warmup_time)
+            and warmup_time >= 0
+        ):
             raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
     if start_load is not None:  # one System for both loads: bounds from both
-        both = plan(model, [load, start_load], steps=BLOCK, warmup=0, init="empty",
-                    bounds=Bounds(levels, iqueue_levels), **common).system  # fmt: skip
+        both = plan(
+            model,
+            [load, start_load],
+            steps=BLOCK,
+            warmup=0,
+            init="empty",
+            bounds=Bounds(levels, iqueue_levels),
+            **common,
+        ).system
         levels = None if buffer is not None else both.levels
         iqueue_levels = both.iqueue_levels or None
-    p = plan(model, [load], steps=BLOCK, warmup=0, init=init if start_load is None else "empty",
-             bounds=Bounds(levels, iqueue_levels), **common)  # fmt: skip
+    p = plan(
+        model,
+        [load],
+        steps=BLOCK,
+        warmup=0,
+        init=init if start_load is None else "empty",
+        bounds=Bounds(levels, iqueue_levels),
+        **common,
+    )
     system, pol = p.system, p.policy
     first = 0
     if start_load is not None:
         per = n_servers * (start_load + system.service_rate)
         warm = max(BLOCK, int(math.ceil(warmup_time * per)))
-        wp = plan(model, [start_load], steps=warm, warmup=0, init=init, interval="replicas",
-                  bounds=Bounds(levels, iqueue_levels), **common)  # fmt: skip
+        wp = plan(
+            model,
+            [start_load],
+            steps=warm,
+            warmup=0,
+            init=init,
+            interval="replicas",
+            bounds=Bounds(levels, iqueue_levels),
+            **common,
+        )
         if wp.system != system:
             raise AssertionError("the warm-up and the transient run must share one System")
         r = Run.start(wp)
@@ -126,24 +168,49 @@ def transient(
     if pol.uses_iqueues:
         p0 = estimate(acc_p0)
     settings = {
-        "policy": pol.name, "policy_label": pol.label(), "options": pol.options(),
-        "n_servers": n_servers, "n_dispatchers": n_dispatchers, "load": float(load),
-        "start_load": start_load, "warmup_time": warmup_time if start_load is not None else None,
-        "init": init if isinstance(init, str) else "array", "buffer": buffer,
-        "levels": system.levels, "iqueue_levels": system.iqueue_levels, "replicas": replicas,
-        "seed": seed, "steps": steps, "steps_per_time_unit": rate,
+        "policy": pol.name,
+        "policy_label": pol.label(),
+        "options": pol.options(),
+        "n_servers": n_servers,
+        "n_dispatchers": n_dispatchers,
+        "load": float(load),
+        "start_load": start_load,
+        "warmup_time": warmup_time if start_load is not None else None,
+        "init": init if isinstance(init, str) else "array",
+        "buffer": buffer,
+        "levels": system.levels,
+        "iqueue_levels": system.iqueue_levels,
+        "replicas": replicas,
+        "seed": seed,
+        "steps": steps,
+        "steps_per_time_unit": rate,
         "service": "exp" if system.service is None else system.service.to_dict(),
-        "pools": None if system.pools is None else [  # as a simulation's settings record them
-            {"servers": q.count, "speed": q.speed,
-             "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
-        "devices": len(p.devices), "platform": p.devices[0].platform, "versions": versions(),
-    }  # fmt: skip
+        "pools": None
+        if system.pools is None
+        else [  # as a simulation's settings record them
+            {
+                "servers": q.count,
+                "speed": q.speed,
+                "service": None if q.law is None else q.law.to_dict(),
+            }
+            for q in system.pools
+        ],
+        "devices": len(p.devices),
+        "platform": p.devices[0].platform,
+        "versions": versions(),
+    }
     by_pool = {}
     if system.pools is not None:
-        by_pool = {"pool_utilization": estimate(acc_pool[:, :, 0]),
-                   "pool_mean_queue_length": estimate(acc_pool[:, :, 1])}  # fmt: skip
+        by_pool = {
+            "pool_utilization": estimate(acc_pool[:, :, 0]),
+            "pool_mean_queue_length": estimate(acc_pool[:, :, 1]),
+        }
     return TransientResult(
-        times=t, tail=estimate(acc), idle_fraction=estimate(1.0 - acc[:, :, 1]),
-        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)), p0=p0, settings=settings,
+        times=t,
+        tail=estimate(acc),
+        idle_fraction=estimate(1.0 - acc[:, :, 1]),
+        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)),
+        p0=p0,
+        settings=settings,
         **by_pool,
-    )  # fmt: skip
+    )

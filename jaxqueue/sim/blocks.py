@@ -25,9 +25,18 @@ from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
 from jaxqueue.sim.step import step
 
 __all__ = [
-    "run_blocks", "advance_blocks", "spread", "zero_rows", "add64", "max_chunk_blocks", "max_per_step",
-    "block_words", "time_sum_scale", "PACK", "unpack",
-]  # fmt: skip
+    "run_blocks",
+    "advance_blocks",
+    "spread",
+    "zero_rows",
+    "add64",
+    "max_chunk_blocks",
+    "max_per_step",
+    "block_words",
+    "time_sum_scale",
+    "PACK",
+    "unpack",
+]
 
 
 def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
@@ -91,8 +100,9 @@ def unpack(packed: jax.Array):
     return packed - arrivals * PACK, arrivals
 
 
-def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, system: System,
-           policy: Policy):  # fmt: skip
+def _block(
+    core: Core, stats: Stats, replica_key, block_lo, block_hi, load, system: System, policy: Policy
+):
     """Run one block of BLOCK steps for one replica; add its sums to ``stats``."""
     bkey = block_keys(replica_key, block_lo, block_hi)
     nw = n_words(system, policy)
@@ -152,8 +162,15 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         return (core, acc_tail, acc_iq, cnt, cands, idle_of(core), by_class), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
-    carry0 = (core, jnp.zeros_like(core.tail), jnp.zeros_like(iq0), zeros, jnp.int32(0),
-              idle_of(core), stats.by_class)
+    carry0 = (
+        core,
+        jnp.zeros_like(core.tail),
+        jnp.zeros_like(iq0),
+        zeros,
+        jnp.int32(0),
+        idle_of(core),
+        stats.by_class,
+    )
     (new_core, packed, acc_iq, cnt, cands, _, by_class), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
@@ -170,11 +187,17 @@ def _block(core: Core, stats: Stats, replica_key, block_lo, block_hi, load, syst
         iq_lo, iq_hi = add64(iq_lo, iq_hi, iq_add)
     updates = {name: getattr(stats, name) + c for name, c in zip(COUNTERS, cnt)}
     return new_core, Stats(
-        tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=stats.tail_delta + acc_tail,
-        iq_lo=iq_lo, iq_hi=iq_hi, iq_delta=stats.iq_delta + acc_iq,
-        seen=stats.seen + seen, steps=stats.steps + (cands if trace else BLOCK), **updates,
+        tail_lo=tail_lo,
+        tail_hi=tail_hi,
+        tail_delta=stats.tail_delta + acc_tail,
+        iq_lo=iq_lo,
+        iq_hi=iq_hi,
+        iq_delta=stats.iq_delta + acc_iq,
+        seen=stats.seen + seen,
+        steps=stats.steps + (cands if trace else BLOCK),
+        **updates,
         by_class=by_class,
-    )  # fmt: skip
+    )
 
 
 def time_sum_scale(system: System) -> int:
@@ -254,6 +277,9 @@ def spread(run, mesh, core, keys, first_block, n_blocks, load, *shared):
         return run(core, keys, first_block, n_blocks, load, *shared)
     spec, rep = PartitionSpec("replica"), PartitionSpec()
     return jax.shard_map(
-        run, mesh=mesh, in_specs=(spec, spec, rep, rep, spec) + (rep,) * len(shared),
-        out_specs=spec, check_vma=False,
-    )(core, keys, first_block, n_blocks, load, *shared)  # fmt: skip
+        run,
+        mesh=mesh,
+        in_specs=(spec, spec, rep, rep, spec) + (rep,) * len(shared),
+        out_specs=spec,
+        check_vma=False,
+    )(core, keys, first_block, n_blocks, load, *shared)

@@ -46,8 +46,18 @@ from jaxqueue.core.service import Pool, exponential
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import level_of
 
-__all__ = ["Classes", "class_table", "service_outcome", "classes_after", "split_classes",
-           "wait_ranks", "shortest_expected_wait", "thresholds", "count_at_least", "select"]
+__all__ = [
+    "Classes",
+    "class_table",
+    "service_outcome",
+    "classes_after",
+    "split_classes",
+    "wait_ranks",
+    "shortest_expected_wait",
+    "thresholds",
+    "count_at_least",
+    "select",
+]
 
 _SCALE = 2**32
 
@@ -183,8 +193,9 @@ def shortest_expected_wait(classes, words, system: System):
     return level, jnp.where(total > 0, flat % n_cls, 0)
 
 
-def classes_after(classes, tail, words, is_arrival, up, service, system: System,
-                  arrival_class=None):  # fmt: skip
+def classes_after(
+    classes, tail, words, is_arrival, up, service, system: System, arrival_class=None
+):
     """The class counts after a step (one replica).
 
     Args:
@@ -237,23 +248,30 @@ def classes_after(classes, tail, words, is_arrival, up, service, system: System,
     # one count leaves a (level, class) and one enters another; past the end: none
     nowhere = (levels + 1) * n_cls
     flat = lambda lv, c: lv * n_cls + c  # noqa: E731
-    leave = jnp.where(joins, flat(k, c_arr), jnp.where(completes | moves, flat(k_dep, c_dep), nowhere))
+    leave = jnp.where(
+        joins, flat(k, c_arr), jnp.where(completes | moves, flat(k_dep, c_dep), nowhere)
+    )
     enter = jnp.where(
-        joins, flat(k + 1, jnp.where(k == 0, start, c_arr)),
-        jnp.where(moves, flat(k_dep, base + outcome - 1),
-                  jnp.where(completes, flat(k_dep - 1, jnp.where(k_dep >= 2, start, base)),
-                            nowhere)),
-    )  # fmt: skip
+        joins,
+        flat(k + 1, jnp.where(k == 0, start, c_arr)),
+        jnp.where(
+            moves,
+            flat(k_dep, base + outcome - 1),
+            jnp.where(completes, flat(k_dep - 1, jnp.where(k_dep >= 2, start, base)), nowhere),
+        ),
+    )
     out = classes.reshape(-1).at[leave].add(-1, mode="drop").at[enter].add(1, mode="drop")
     # a real candidate: not an arrival, and not thinned out by the source (outcome -1)
     candidate = ~is_arrival & (outcome >= 0)
-    found = jnp.where(joins, flat(k, c_arr),
-                      jnp.where(candidate, nowhere + flat(k_dep, c_dep), 2 * nowhere))  # fmt: skip
+    found = jnp.where(
+        joins, flat(k, c_arr), jnp.where(candidate, nowhere + flat(k_dep, c_dep), 2 * nowhere)
+    )
     return out.reshape(classes.shape), found
 
 
-def split_classes(counts: np.ndarray, system: System, phase_share=None,
-                  pool_share=None) -> np.ndarray:  # fmt: skip
+def split_classes(
+    counts: np.ndarray, system: System, phase_share=None, pool_share=None
+) -> np.ndarray:
     """Class counts of a start (host side): each pool gets its share of every
     level (largest remainders, the pools' counts kept exact), and a pool's
     busy servers are split over its phases by the law's in-service mix.

@@ -10,8 +10,23 @@ from jaxqueue.core.system import System
 __all__ = ["step_event", "move"]
 
 
-def step_event(system: System, *, up, down, iq_up, iq_down, accepted, level, is_arrival, full,
-               iq_overflow, joins, deletes, probes, stale) -> dict:  # fmt: skip
+def step_event(
+    system: System,
+    *,
+    up,
+    down,
+    iq_up,
+    iq_down,
+    accepted,
+    level,
+    is_arrival,
+    full,
+    iq_overflow,
+    joins,
+    deletes,
+    probes,
+    stale,
+) -> dict:
     """The record of one step that the block accumulators consume (int32 scalars).
 
     ``up``/``down``: levels gaining and losing a server; ``iq_up``/``iq_down``:

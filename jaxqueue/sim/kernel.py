@@ -44,12 +44,28 @@ from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.blocks import spread, zero_rows
 from jaxqueue.sim.registers import (
-    Regs, block_keys_rows, from_rows, run_block, to_rows, unsupported,
-)  # fmt: skip
+    Regs,
+    block_keys_rows,
+    from_rows,
+    run_block,
+    to_rows,
+    unsupported,
+)
 from jaxqueue.sim.state import Core, Stats
 
-__all__ = ["run_kernel", "advance_kernel", "TILE", "KEY_BLOCKS", "lower_for_cuda", "step_ops",
-           "step_values", "AUTO_MAX_VALUES", "triton_module", "GROUP_ROWS", "eqns"]
+__all__ = [
+    "run_kernel",
+    "advance_kernel",
+    "TILE",
+    "KEY_BLOCKS",
+    "lower_for_cuda",
+    "step_ops",
+    "step_values",
+    "AUTO_MAX_VALUES",
+    "triton_module",
+    "GROUP_ROWS",
+    "eqns",
+]
 
 #: Replicas per program (one per GPU thread: 4 warps of 32).
 TILE = 128
@@ -90,8 +106,11 @@ def _pow2(n: int) -> int:
 def _groups(leaves: list) -> list[tuple[list[int], jnp.dtype]]:
     """The leaves' indices by dtype (uint32, int32): one matrix of rows each."""
     is_u = [x.dtype == jnp.uint32 for x in leaves]
-    return [([i for i, u in enumerate(is_u) if u == want], dtype)
-            for want, dtype in ((True, jnp.uint32), (False, jnp.int32)) if want in is_u]  # fmt: skip
+    return [
+        ([i for i, u in enumerate(is_u) if u == want], dtype)
+        for want, dtype in ((True, jnp.uint32), (False, jnp.int32))
+        if want in is_u
+    ]
 
 
 def _pack(rows: list, dtype) -> jax.Array:
@@ -148,13 +167,12 @@ def _pack_rows(vectors: list, shape, dtype) -> jax.Array:
     index = jax.lax.broadcasted_iota(jnp.int32, grouped, 0)
     mat = jnp.zeros(grouped, dtype)
     for g in range(0, len(vectors), size):
-        group = _stack_rows(vectors[g:g + size], (size, width), dtype)
+        group = _stack_rows(vectors[g : g + size], (size, width), dtype)
         mat = jnp.where(index == g // size, jnp.broadcast_to(group[None], grouped), mat)
     return mat.reshape(shape)
 
 
-def _launch(count, keys, p, mats, treedef, groups, system, policy, tile, interpret,
-            debug=False):  # fmt: skip
+def _launch(count, keys, p, mats, treedef, groups, system, policy, tile, interpret, debug=False):
     """One launch: ``count`` blocks (at most ``keys.shape[0] // 2``) for every replica.
 
     The state is two matrices (uint32 and int32 rows), each read with one
@@ -196,8 +214,12 @@ def _launch(count, keys, p, mats, treedef, groups, system, policy, tile, interpr
         kernel,
         out_shape=tuple(jax.ShapeDtypeStruct(m.shape, m.dtype) for m in mats),
         grid=(replicas // tile,),
-        in_specs=[pl.BlockSpec((1,), lambda j: (0,)), tiled(keys.shape[0]), tiled(1),
-                  *(tiled(m.shape[0]) for m in mats)],  # fmt: skip
+        in_specs=[
+            pl.BlockSpec((1,), lambda j: (0,)),
+            tiled(keys.shape[0]),
+            tiled(1),
+            *(tiled(m.shape[0]) for m in mats),
+        ],
         out_specs=tuple(tiled(m.shape[0]) for m in mats),
         input_output_aliases={3 + g: g for g in range(n_mats)},
         interpret=interpret,
@@ -207,9 +229,20 @@ def _launch(count, keys, p, mats, treedef, groups, system, policy, tile, interpr
     )(count, keys, p, *mats)
 
 
-def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System,
-                   policy: Policy, *, interpret: bool = False, tile: int = TILE,
-                   key_blocks: int = KEY_BLOCKS, debug: bool = False):  # fmt: skip
+def advance_kernel(
+    core: Core,
+    keys,
+    first_block,
+    n_blocks,
+    load,
+    system: System,
+    policy: Policy,
+    *,
+    interpret: bool = False,
+    tile: int = TILE,
+    key_blocks: int = KEY_BLOCKS,
+    debug: bool = False,
+):
     """:func:`jaxqueue.sim.blocks.advance_blocks` as the Pallas kernel.
 
     Same arguments and bit-identical results. ``tile`` (a power of two)
@@ -242,11 +275,13 @@ def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System
             jnp.arange(key_blocks, dtype=jnp.int32)
         )
         # rows 2b, 2b + 1: the two words of block b's keys
-        key_rows = jnp.pad(jnp.stack([k0, k1], axis=1).reshape(2 * key_blocks, padded),
-                           ((0, 0), (0, 1)))  # fmt: skip
+        key_rows = jnp.pad(
+            jnp.stack([k0, k1], axis=1).reshape(2 * key_blocks, padded), ((0, 0), (0, 1))
+        )
         count = jnp.minimum(key_blocks, n_blocks - start).astype(jnp.int32)[None]
-        return _launch(count, key_rows, p, mats, treedef, groups, system, policy, tile,
-                       interpret, debug)  # fmt: skip
+        return _launch(
+            count, key_rows, p, mats, treedef, groups, system, policy, tile, interpret, debug
+        )
 
     mats = jax.lax.fori_loop(0, n_launch, launch, mats)
     leaves = [None] * len(leaves)
@@ -261,8 +296,9 @@ def advance_kernel(core: Core, keys, first_block, n_blocks, load, system: System
 @functools.partial(
     jax.jit, static_argnames=("system", "policy", "mesh", "interpret"), donate_argnames=("core",)
 )
-def run_kernel(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None,
-               interpret=False):  # fmt: skip
+def run_kernel(
+    core, keys, first_block, n_blocks, load, *, system, policy, mesh=None, interpret=False
+):
     """:func:`advance_kernel`, jit-compiled and spread over a mesh (as ``run_blocks``)."""
     run = functools.partial(advance_kernel, system=system, policy=policy, interpret=interpret)
     return spread(run, mesh, core, keys, first_block, n_blocks, load)
@@ -275,17 +311,22 @@ def _zero_core(system: System, policy: Policy, replicas: int) -> Core:
     return Core(z(system.levels + 1), z(width), z(width))
 
 
-def lower_for_cuda(system: System, policy: Policy, replicas: int = 2 * TILE, *,
-                   debug: bool = False):  # fmt: skip
+def lower_for_cuda(
+    system: System, policy: Policy, replicas: int = 2 * TILE, *, debug: bool = False
+):
     """Lower the kernel for CUDA (no GPU needed) and return the lowered program.
 
     A construct the Triton lowering rejects fails here, on any machine.
     ``debug`` prints the kernel's Triton module (:func:`triton_module`).
     """
     core = jax.eval_shape(lambda: _zero_core(system, policy, replicas))
-    args = (core, jax.ShapeDtypeStruct((replicas, 2), jnp.uint32),
-            jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.int32),
-            jax.ShapeDtypeStruct((replicas,), jnp.float32))  # fmt: skip
+    args = (
+        core,
+        jax.ShapeDtypeStruct((replicas, 2), jnp.uint32),
+        jax.ShapeDtypeStruct((2,), jnp.uint32),
+        jax.ShapeDtypeStruct((), jnp.int32),
+        jax.ShapeDtypeStruct((replicas,), jnp.float32),
+    )
     fn = functools.partial(advance_kernel, system=system, policy=policy, debug=debug)
     with _cuda_target():
         return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
@@ -308,8 +349,9 @@ def _cuda_target():
         yield
         return
     device = abstract(device_kind=CUDA_TARGET, num_cores=132, platform="gpu")
-    mesh = jax.sharding.AbstractMesh((1,), ("replica",), (jax.sharding.AxisType.Explicit,),
-                                     abstract_device=device)  # fmt: skip
+    mesh = jax.sharding.AbstractMesh(
+        (1,), ("replica",), (jax.sharding.AxisType.Explicit,), abstract_device=device
+    )
     with jax.sharding.use_abstract_mesh(mesh):
         yield
 
@@ -329,9 +371,11 @@ def triton_module(system: System, policy: Policy) -> str:
     if "The Triton module" not in text or start < 0:
         raise RuntimeError("Pallas printed no Triton module (its debug output has changed)")
     # drop the printed locations (not valid MLIR in this pretty form)
-    lines = [re.sub(r' (\[unknown\]|"[^"]*"\(#loc\d*\))', "", ln)
-             for ln in text[start + 1:].splitlines()]  # fmt: skip
-    return "\n".join(lines[:lines.index("}") + 1]) + "\n"  # without the location table after it
+    lines = [
+        re.sub(r' (\[unknown\]|"[^"]*"\(#loc\d*\))', "", ln)
+        for ln in text[start + 1 :].splitlines()
+    ]
+    return "\n".join(lines[: lines.index("}") + 1]) + "\n"  # without the location table after it
 
 
 def eqns(jaxpr):
@@ -348,10 +392,15 @@ def eqns(jaxpr):
 
 def _count_eqns(jaxpr) -> int:
     """Equations of a jaxpr that hold no sub-jaxpr, those of its sub-jaxprs included."""
-    return sum(1 for e in eqns(jaxpr)
-               if not any(hasattr(getattr(sub, "jaxpr", sub), "eqns")
-                          for v in e.params.values()
-                          for sub in (v if isinstance(v, (tuple, list)) else (v,))))  # fmt: skip
+    return sum(
+        1
+        for e in eqns(jaxpr)
+        if not any(
+            hasattr(getattr(sub, "jaxpr", sub), "eqns")
+            for v in e.params.values()
+            for sub in (v if isinstance(v, (tuple, list)) else (v,))
+        )
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -364,8 +413,9 @@ def _step_loop(system: System, policy: Policy):
     def one_block(regs, stats, k0, k1, p):
         return run_block(regs, stats, k0, k1, p, system, policy)
 
-    jaxpr = jax.make_jaxpr(one_block)(regs, stats, vec(jnp.uint32), vec(jnp.uint32),
-                                      vec(jnp.float32))  # fmt: skip
+    jaxpr = jax.make_jaxpr(one_block)(
+        regs, stats, vec(jnp.uint32), vec(jnp.uint32), vec(jnp.float32)
+    )
     return next(e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("while", "scan"))
 
 
@@ -396,8 +446,10 @@ def step_values(system: System, policy: Policy) -> int:
     parameter is read: JAX 0.11's scan has no ``num_carry``. Needs no GPU."""
     eqn = _step_loop(system, policy)
     if any(getattr(v.aval, "shape", ())[:1] == (BLOCK,) for v in eqn.outvars):
-        raise RuntimeError("the block's step loop has per-step outputs: step_values cannot "
-                           "tell its carry from them")  # fmt: skip
+        raise RuntimeError(
+            "the block's step loop has per-step outputs: step_values cannot "
+            "tell its carry from them"
+        )
     if eqn.primitive.name == "scan":
         return len(eqn.outvars)
     return len(eqn.outvars) - 1  # a while loop's carry holds its upper bound too

@@ -70,9 +70,13 @@ def even_sizes(listed: int, system: System) -> np.ndarray:
     return np.full(m, listed // m, np.int64) + (np.arange(m) < listed % m)
 
 
-def init_lists(counts: np.ndarray, system: System, listed_max: int,
-               by_length: np.ndarray | None = None,
-               by_size: np.ndarray | None = None) -> Lists:  # fmt: skip
+def init_lists(
+    counts: np.ndarray,
+    system: System,
+    listed_max: int,
+    by_length: np.ndarray | None = None,
+    by_size: np.ndarray | None = None,
+) -> Lists:
     """Servers with the given occupancy counts, longest first, and their I-queues (host side).
 
     Args:
@@ -100,8 +104,9 @@ def init_lists(counts: np.ndarray, system: System, listed_max: int,
         if by_length.shape != counts.shape or np.any(by_length < 0) or np.any(by_length > counts):
             raise ValueError("by_length must give, per level k, 0 to counts[k] listed servers")
         first = n - np.cumsum(counts)  # level k's servers start here in q (longest first)
-        listed = np.concatenate([first[k] + np.arange(by_length[k])
-                                 for k in range(counts.size - 1, -1, -1)]).astype(np.int64)  # fmt: skip
+        listed = np.concatenate(
+            [first[k] + np.arange(by_length[k]) for k in range(counts.size - 1, -1, -1)]
+        ).astype(np.int64)
     if by_size is None:
         room = even_sizes(listed.size, system)
     else:
@@ -164,8 +169,20 @@ def _shortest_of(words: jax.Array, sizes: jax.Array, m: int, d: int) -> jax.Arra
     return chosen[first]
 
 
-def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int, deletes: bool,
-                fifo: bool = False, join_d: int = 1, p_arrival=None, serves=None):
+def step_listed(
+    tail,
+    iq_tail,
+    lists: Lists,
+    words,
+    load,
+    system: System,
+    z: int,
+    deletes: bool,
+    fifo: bool = False,
+    join_d: int = 1,
+    p_arrival=None,
+    serves=None,
+):
     """One uniformized step of JIQ-Original (``deletes=False``: no delete
     requests; an unlisted server joins when a completion leaves it with at most
     ``z`` tasks) or JIQ-Threshold(z) (``deletes=True``: listed exactly while
@@ -214,9 +231,16 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     d_safe = jnp.clip(w_target // cap, 0, m - 1)
     out_size = sizes[d_safe]
     reads = [
-        size, target, q[target], w_target, q[server], where[server], out_size,
-        slots[d_safe, jnp.clip(out_size - 1, 0, cap - 1)], sizes[join_to],
-    ]  # fmt: skip
+        size,
+        target,
+        q[target],
+        w_target,
+        q[server],
+        where[server],
+        out_size,
+        slots[d_safe, jnp.clip(out_size - 1, 0, cap - 1)],
+        sizes[join_to],
+    ]
     if join_d > 1:  # the shortest of join_d was read from sizes
         reads.append(join_to)
     if fifo:  # the heads of the picking and of the joined I-queue
@@ -287,9 +311,19 @@ def step_listed(tail, iq_tail, lists: Lists, words, load, system: System, z: int
     iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
     probes = jnp.where(join, join_d, 0).astype(jnp.int32) if join_d >= 2 else jnp.int32(0)
     event = step_event(
-        system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k_arr,
-        is_arrival=is_arrival, full=full, iq_overflow=iq_over,
-        joins=ok.astype(jnp.int32), deletes=deleted.astype(jnp.int32),
-        probes=probes, stale=stale.astype(jnp.int32),
-    )  # fmt: skip
+        system,
+        up=up,
+        down=down,
+        iq_up=iq_up,
+        iq_down=iq_down,
+        accepted=accepted,
+        level=k_arr,
+        is_arrival=is_arrival,
+        full=full,
+        iq_overflow=iq_over,
+        joins=ok.astype(jnp.int32),
+        deletes=deleted.astype(jnp.int32),
+        probes=probes,
+        stale=stale.astype(jnp.int32),
+    )
     return tail, iq_tail, lists, event

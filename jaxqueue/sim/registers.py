@@ -40,9 +40,17 @@ from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
 
 __all__ = [
-    "Regs", "unsupported", "to_rows", "from_rows", "run_block", "advance_registers",
-    "run_registers", "block_keys_rows", "UNROLLED_PROBES", "MAX_LEVELS",
-]  # fmt: skip
+    "Regs",
+    "unsupported",
+    "to_rows",
+    "from_rows",
+    "run_block",
+    "advance_registers",
+    "run_registers",
+    "block_keys_rows",
+    "UNROLLED_PROBES",
+    "MAX_LEVELS",
+]
 
 #: Largest ``d`` whose distinct probes are drawn by unrolled compares (above
 #: it the engine loops over an array of picks, which this layout does not do).
@@ -71,22 +79,28 @@ class Regs(NamedTuple):
 def unsupported(system: System, policy: Policy) -> str | None:
     """Why the register layout (and so the Pallas kernel) cannot run ``policy``, or None."""
     if policy.per_server:
-        return (f"{policy.label()} steps on per-server state (each dispatcher's list of "
-                "servers), not on occupancy tails")  # fmt: skip
+        return (
+            f"{policy.label()} steps on per-server state (each dispatcher's list of "
+            "servers), not on occupancy tails"
+        )
     if system.classes:
         return "phase-type service and server pools keep per-class counts"
     if system.arrivals is not None:
         return "time-varying and trace-driven arrivals keep a per-replica clock"
     for name in ("levels", "iqueue_levels"):
         if getattr(system, name) > MAX_LEVELS:
-            return (f"{name}={getattr(system, name)} > {MAX_LEVELS}: the register layout holds "
-                    f"every level in registers (pass {name} <= {MAX_LEVELS})")  # fmt: skip
+            return (
+                f"{name}={getattr(system, name)} > {MAX_LEVELS}: the register layout holds "
+                f"every level in registers (pass {name} <= {MAX_LEVELS})"
+            )
     for draw in policy.draws(system) + policy.join_draws(system):
         d = getattr(draw, "d", 1)
         exhaustive = isinstance(draw, Servers) and draw.exhaustive
         if isinstance(draw, (Servers, Dispatchers)) and d > UNROLLED_PROBES and not exhaustive:
-            return (f"{policy.label()} probes d={d} > {UNROLLED_PROBES}, drawn by a loop over "
-                    "an array of picks")  # fmt: skip
+            return (
+                f"{policy.label()} probes d={d} > {UNROLLED_PROBES}, drawn by a loop over "
+                "an array of picks"
+            )
     return None
 
 
@@ -104,8 +118,12 @@ def to_rows(core: Core, stats: Stats) -> tuple[Regs, Stats]:
 def from_rows(regs: Regs, stats: Stats) -> tuple[Core, Stats]:
     """The inverse of :func:`to_rows`."""
     stack = lambda rows: jnp.stack(rows, axis=1)  # noqa: E731
-    core = Core(stack(regs.tail), stack(regs.iq_tail), stack(regs.iq_listed),
-                sizes=stack(regs.sizes) if regs.sizes else None)  # fmt: skip
+    core = Core(
+        stack(regs.tail),
+        stack(regs.iq_tail),
+        stack(regs.iq_listed),
+        sizes=stack(regs.sizes) if regs.sizes else None,
+    )
     return core, Stats(*(stack(x) if isinstance(x, tuple) else x for x in stats))
 
 
@@ -148,9 +166,13 @@ def _block_carry(regs: Regs, stats: Stats, system: System, policy: Policy) -> tu
     n_seen = len(stats.seen) - 1
     if by_changes:
         regs = regs._replace(iq_listed=())
-    return (regs, tuple(zero for _ in regs.tail), tuple(zero for _ in range(n_iq)),
-            tuple(zero for _ in range(-(-n_seen // 3))),
-            tuple(getattr(stats, name) for name in COUNTERS))  # fmt: skip
+    return (
+        regs,
+        tuple(zero for _ in regs.tail),
+        tuple(zero for _ in range(n_iq)),
+        tuple(zero for _ in range(-(-n_seen // 3))),
+        tuple(getattr(stats, name) for name in COUNTERS),
+    )
 
 
 def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, policy: Policy):
@@ -191,8 +213,15 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         if by_changes:  # iq_listed follows from iq_tail: not carried (fewer registers)
             regs = regs._replace(iq_listed=listed_of(regs.iq_tail))
         tail, iq_tail, iq_listed, ev = occupancy_step(
-            regs.tail, regs.iq_tail, regs.iq_listed, words, p_arrival, system, policy,
-            sizes=regs.sizes or None)  # fmt: skip
+            regs.tail,
+            regs.iq_tail,
+            regs.iq_listed,
+            words,
+            p_arrival,
+            system,
+            policy,
+            sizes=regs.sizes or None,
+        )
         if by_changes:
             iq_listed = ()
         acc_tail = acc_tail[:1] + tuple(a + x for a, x in zip(acc_tail[1:], tail[1:]))
@@ -200,10 +229,14 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         shift = ev["seen"] * field  # levels + 1 (none) falls past every word
         one = jnp.ones_like(shift)
         packed = tuple(
-            w + jnp.where((shift - 3 * j * field).astype(jnp.uint32) < 3 * SEEN_BITS,
-                          jnp.left_shift(one, shift - 3 * j * field), 0)
+            w
+            + jnp.where(
+                (shift - 3 * j * field).astype(jnp.uint32) < 3 * SEEN_BITS,
+                jnp.left_shift(one, shift - 3 * j * field),
+                0,
+            )
             for j, w in enumerate(packed)
-        )  # fmt: skip
+        )
         cnt = tuple(c + ev[name] for c, name in zip(cnt, COUNTERS))
         return Regs(tail, iq_tail, iq_listed, regs.sizes), acc_tail, acc_iq, packed, cnt
 
@@ -212,13 +245,19 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
     if by_changes:
         new = new._replace(iq_listed=listed_of(new.iq_tail))
     mask = jnp.int32(2**SEEN_BITS - 1)
-    seen = tuple(c + (jnp.right_shift(packed[k // 3], (k % 3) * SEEN_BITS) & mask)
-                 for k, c in enumerate(stats.seen[:-1])) + stats.seen[-1:]  # fmt: skip
+    seen = (
+        tuple(
+            c + (jnp.right_shift(packed[k // 3], (k % 3) * SEEN_BITS) & mask)
+            for k, c in enumerate(stats.seen[:-1])
+        )
+        + stats.seen[-1:]
+    )
 
     tail_lo, tail_hi = _add64(stats.tail_lo, stats.tail_hi, regs.tail)
     # level 0 holds N servers at every step: its delta is 0
-    tail_delta = stats.tail_delta[:1] + _sum_since(acc_tail[1:], regs.tail[1:],
-                                                   stats.tail_delta[1:])  # fmt: skip
+    tail_delta = stats.tail_delta[:1] + _sum_since(
+        acc_tail[1:], regs.tail[1:], stats.tail_delta[1:]
+    )
     if by_changes:
         iq_lo, iq_hi = _add64(stats.iq_lo, stats.iq_hi, regs.iq_tail)
         iq_delta = _sum_since(acc_iq, regs.iq_tail, stats.iq_delta)
@@ -226,9 +265,16 @@ def run_block(regs: Regs, stats: Stats, k0, k1, p_arrival, system: System, polic
         iq_lo, iq_hi = stats.iq_lo, stats.iq_hi
         iq_delta = tuple(d + a for d, a in zip(stats.iq_delta, acc_iq))
     return new, Stats(
-        tail_lo=tail_lo, tail_hi=tail_hi, tail_delta=tail_delta, iq_lo=iq_lo, iq_hi=iq_hi,
-        iq_delta=iq_delta, seen=seen, steps=stats.steps + BLOCK, **dict(zip(COUNTERS, cnt)),
-    )  # fmt: skip
+        tail_lo=tail_lo,
+        tail_hi=tail_hi,
+        tail_delta=tail_delta,
+        iq_lo=iq_lo,
+        iq_hi=iq_hi,
+        iq_delta=iq_delta,
+        seen=seen,
+        steps=stats.steps + BLOCK,
+        **dict(zip(COUNTERS, cnt)),
+    )
 
 
 def block_keys_rows(keys: jax.Array, lo0, hi0, index) -> tuple:
@@ -243,8 +289,9 @@ def block_keys_rows(keys: jax.Array, lo0, hi0, index) -> tuple:
     return bk[:, 0], bk[:, 1]
 
 
-def advance_registers(core: Core, keys, first_block, n_blocks, load, system: System,
-                      policy: Policy):  # fmt: skip
+def advance_registers(
+    core: Core, keys, first_block, n_blocks, load, system: System, policy: Policy
+):
     """:func:`jaxqueue.sim.blocks.advance_blocks` in the register layout, in plain XLA.
 
     Same arguments and the same (bit-identical) results.

@@ -55,7 +55,7 @@ import os
 import sys
 import time
 import zipfile
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +66,9 @@ from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.rng import BLOCK, replica_keys
 from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import (
-    System, check_int,
-)  # fmt: skip
+    System,
+    check_int,
+)
 from jaxqueue.core.versions import __version__, source_digest, versions
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult, from_stats
@@ -81,9 +82,18 @@ from jaxqueue.sim.totals import Totals
 from jaxqueue.sim.windows import Window
 
 __all__ = [
-    "Plan", "Run", "run", "placement", "LevelOverflowError", "CheckpointMismatch", "BATCHES",
-    "BATCH_MEANS_REPLICAS", "MAX_EXTENSIONS", "BACKENDS", "CHECKPOINT_FORMAT",
-]  # fmt: skip
+    "Plan",
+    "Run",
+    "run",
+    "placement",
+    "LevelOverflowError",
+    "CheckpointMismatch",
+    "BATCHES",
+    "BATCH_MEANS_REPLICAS",
+    "MAX_EXTENSIONS",
+    "BACKENDS",
+    "CHECKPOINT_FORMAT",
+]
 
 #: The paths that step the replicas: ``"xla"`` (the vmapped engine,
 #: :mod:`jaxqueue.sim.blocks`), ``"registers"`` (the register layout in plain
@@ -225,24 +235,39 @@ class Plan:
     def fingerprint(self) -> dict:
         """Everything that fixes the run's result (what a checkpoint must match)."""
         system = dataclasses.asdict(self.system)
-        for name in ("service", "pools", "arrivals"):  # as before they existed: old checkpoints resume
+        for name in (
+            "service",
+            "pools",
+            "arrivals",
+        ):  # as before they existed: old checkpoints resume
             if system[name] is None:
                 del system[name]
         if self.system.arrivals is not None:
             system["arrivals"] = self.system.arrivals.to_dict()
         return {
-            "jaxqueue": __version__, "source": source_digest(), "format": CHECKPOINT_FORMAT,
+            "jaxqueue": __version__,
+            "source": source_digest(),
+            "format": CHECKPOINT_FORMAT,
             "block": BLOCK,
-            "policy": self.policy.name, "options": self.policy.options(), "system": system,
-            "loads": [float(x).hex() for x in self.loads], "replicas": self.replicas,
-            "warmup_blocks": self.warmup_blocks, "measure_blocks": self.measure_blocks,
-            "seed": self.seed, "init": self.init if isinstance(self.init, str) else
-            [float(x).hex() for x in self.init], "streams": list(self.streams or []) or None,
-            "batches": self.batches, "interval": self.interval,
-            "warmup_auto": self.warmup_auto, "max_extensions": self.max_extensions,
+            "policy": self.policy.name,
+            "options": self.policy.options(),
+            "system": system,
+            "loads": [float(x).hex() for x in self.loads],
+            "replicas": self.replicas,
+            "warmup_blocks": self.warmup_blocks,
+            "measure_blocks": self.measure_blocks,
+            "seed": self.seed,
+            "init": self.init
+            if isinstance(self.init, str)
+            else [float(x).hex() for x in self.init],
+            "streams": list(self.streams or []) or None,
+            "batches": self.batches,
+            "interval": self.interval,
+            "warmup_auto": self.warmup_auto,
+            "max_extensions": self.max_extensions,
             **({"windows": [list(w) for w in self.windows]} if self.windows else {}),
             **({"sizes": [list(s) for s in self.sizes]} if self.sizes else {}),
-        }  # fmt: skip
+        }
 
     @property
     def n_replicas(self) -> int:
@@ -259,8 +284,6 @@ class Plan:
         """float32 ``(padded,)``: each replica's load (padding repeats the last)."""
         vec = np.repeat(np.asarray(self.loads, np.float32), self.replicas)
         return np.concatenate([vec, np.full(self.padded - vec.size, vec[-1], np.float32)])
-
-
 
 
 @functools.lru_cache(maxsize=8)
@@ -295,6 +318,7 @@ def _put(tree, sharding):
     communication, unlike ``jax.device_put``, which checks across processes
     that the values are equal.
     """
+
     def one(x):
         x = np.asarray(x)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
@@ -371,19 +395,26 @@ class Run:
         self.block = 0  # the next block to run
         self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, its windows
         self.windows = [
-            Window(warm, measure, n_batches, slice(j * p.replicas, (j + 1) * p.replicas),
-                   p.warmup_auto, p.max_extensions)
+            Window(
+                warm,
+                measure,
+                n_batches,
+                slice(j * p.replicas, (j + 1) * p.replicas),
+                p.warmup_auto,
+                p.max_extensions,
+            )
             for j, (warm, measure, n_batches) in enumerate(p.load_windows())
-        ]  # fmt: skip
+        ]
         width = iq_width(p.system, p.policy)
         n_classes = class_table(p.system).n_classes if p.system.classes else 0
         n, m = np.repeat(np.asarray(p.load_sizes(), np.int64), p.replicas, axis=0).T
-        self.totals = Totals.zeros(p.n_replicas, p.system.levels, width, n, m,
-                                   time_sum_scale(p.system), n_classes)  # fmt: skip
+        self.totals = Totals.zeros(
+            p.n_replicas, p.system.levels, width, n, m, time_sum_scale(p.system), n_classes
+        )
         self.mark = self.totals.copy()  # the totals at each load's last batch boundary
 
     @classmethod
-    def start(cls, p: Plan) -> "Run":
+    def start(cls, p: Plan) -> Run:
         """A run at its first block, every replica at its initial state."""
         return cls(p, _initial_core(p))
 
@@ -415,8 +446,14 @@ class Run:
 
     # -- advancing -----------------------------------------------------------
 
-    def advance(self, n_blocks: int | None = None, *, progress: bool = False,
-                checkpoint: str | None = None, checkpoint_every: float = 300.0) -> "Run":  # fmt: skip
+    def advance(
+        self,
+        n_blocks: int | None = None,
+        *,
+        progress: bool = False,
+        checkpoint: str | None = None,
+        checkpoint_every: float = 300.0,
+    ) -> Run:
         """Run ``n_blocks`` more blocks (default: to the end), in chunks.
 
         Raises :class:`LevelOverflowError` at the first chunk that overflowed
@@ -443,9 +480,15 @@ class Run:
             n = int(min(chunk, stop - self.block, cap))
             t0 = time.perf_counter()
             self.core, stats = _stepper(p)(
-                self.core, keys, jnp.asarray(block_words(self.block)), jnp.int32(n), loads,
-                system=p.system, policy=p.policy, mesh=mesh,
-            )  # fmt: skip
+                self.core,
+                keys,
+                jnp.asarray(block_words(self.block)),
+                jnp.int32(n),
+                loads,
+                system=p.system,
+                policy=p.policy,
+                mesh=mesh,
+            )
             fields = {k: v for k, v in stats._asdict().items() if v is not None}
             if multi:  # global arrays: every process gets all replicas' stats
                 fields = multihost_utils.process_allgather(fields, tiled=True)
@@ -461,8 +504,12 @@ class Run:
                     self._boundary(w)
             if progress:
                 rate = n * BLOCK * p.padded / max(dt, 1e-9)
-                print(f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
-                      f"({rate:.3g} replica-steps/s)", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
+                    f"({rate:.3g} replica-steps/s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             now = time.perf_counter()
             every = min(checkpoint_every, FIRST_CHECKPOINT) if first else checkpoint_every
             due = checkpoint is not None and (self.done or now - saved >= every)
@@ -474,8 +521,11 @@ class Run:
                 self.save(checkpoint)
                 saved, first = now, False
                 if progress:
-                    print(f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
-                          file=sys.stderr, flush=True)  # fmt: skip
+                    print(
+                        f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         return self
 
     def _add(self, host: dict) -> None:
@@ -502,8 +552,10 @@ class Run:
         if self.block == w.warmup_end:
             self._restart(w)
             return
-        w.finish_batch(self.totals.sums(since=self.mark, rows=w.rows),
-                       keep_sums=self.plan.interval == "batch-means")  # fmt: skip
+        w.finish_batch(
+            self.totals.sums(since=self.mark, rows=w.rows),
+            keep_sums=self.plan.interval == "batch-means",
+        )
         self.mark.assign(self.totals, w.rows)
         if self.block < w.end:
             return
@@ -530,8 +582,7 @@ class Run:
 
     def _write(self, path: str, fields: dict) -> None:
         p = self.plan
-        arrays = {f"core/{k}": np.asarray(v)[: p.n_replicas]
-                  for k, v in fields.items()}  # fmt: skip
+        arrays = {f"core/{k}": np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
         for name, totals in (("totals", self.totals), ("mark", self.mark)):
             arrays.update({f"{name}/{k}": v for k, v in totals.arrays.items()})
         arrays["overflow"] = self.overflow
@@ -540,8 +591,11 @@ class Run:
                 arrays[f"queue/{j}"] = np.stack(w.queue, axis=1)
             for i, window in enumerate(w.sums):
                 arrays.update({f"batch/{j}/{i}/{k}": v for k, v in window.items()})
-        meta = {"fingerprint": p.fingerprint(), "block": self.block,
-                "windows": [w.meta() for w in self.windows]}  # fmt: skip
+        meta = {
+            "fingerprint": p.fingerprint(),
+            "block": self.block,
+            "windows": [w.meta() for w in self.windows],
+        }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         tmp = f"{path}.tmp{os.getpid()}"
         try:
@@ -551,11 +605,13 @@ class Run:
         except OSError as err:  # a full disk, a folder gone: the last good checkpoint stays
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-            raise RuntimeError(f"checkpoint {path} cannot be written ({err.strerror or err}); "
-                               "the last one saved, if any, is kept") from None
+            raise RuntimeError(
+                f"checkpoint {path} cannot be written ({err.strerror or err}); "
+                "the last one saved, if any, is kept"
+            ) from None
 
     @classmethod
-    def resume(cls, p: Plan, path: str) -> "Run":
+    def resume(cls, p: Plan, path: str) -> Run:
         """The run saved at ``path``, which must have been written under the same plan.
 
         With several processes every process reads the file (it must be on a
@@ -571,13 +627,16 @@ class Run:
             meta = json.loads(arrays.pop("meta").tobytes().decode())
             theirs = meta["fingerprint"]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            raise CheckpointMismatch(f"checkpoint {path} cannot be read ({type(err).__name__}: "
-                                     f"{err}); delete it or give another path") from None
+            raise CheckpointMismatch(
+                f"checkpoint {path} cannot be read ({type(err).__name__}: "
+                f"{err}); delete it or give another path"
+            ) from None
         ours = json.loads(json.dumps(p.fingerprint()))
         if theirs != ours:
             keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            detail = ", ".join(f"{k}: {_shown(theirs.get(k))!r} there, {_shown(ours.get(k))!r} here"
-                               for k in keys)  # fmt: skip
+            detail = ", ".join(
+                f"{k}: {_shown(theirs.get(k))!r} there, {_shown(ours.get(k))!r} here" for k in keys
+            )
             raise CheckpointMismatch(
                 f"checkpoint {path} was written by another run ({detail}); delete it or "
                 "give another path"
@@ -589,23 +648,31 @@ class Run:
                 "response-time quantiles and the pools' metrics with phase-type service or "
                 "pools need them); delete it and run again, or give another path"
             )
-        core = _core_from_fields(
-            {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p
-        )
+        core = _core_from_fields({k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p)
         run = cls(p, core)
         run.block = meta["block"]
         run.overflow = arrays["overflow"]
         for name in ("totals", "mark"):
-            getattr(run, name).arrays = {k[len(name) + 1 :]: v for k, v in arrays.items()
-                                         if k.startswith(name + "/")}  # fmt: skip
+            getattr(run, name).arrays = {
+                k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "/")
+            }
         for j, (w, saved) in enumerate(zip(run.windows, meta["windows"])):
-            w.extensions, w.done, w.diagnostic = saved["extensions"], saved["done"], saved["diagnostic"]
+            w.extensions, w.done, w.diagnostic = (
+                saved["extensions"],
+                saved["done"],
+                saved["diagnostic"],
+            )
             if saved["batches_done"]:
                 w.queue = list(arrays[f"queue/{j}"].T)
             if p.interval == "batch-means":
-                w.sums = [{k.split("/", 3)[3]: v for k, v in arrays.items()
-                           if k.startswith(f"batch/{j}/{i}/")}
-                          for i in range(saved["batches_done"])]  # fmt: skip
+                w.sums = [
+                    {
+                        k.split("/", 3)[3]: v
+                        for k, v in arrays.items()
+                        if k.startswith(f"batch/{j}/{i}/")
+                    }
+                    for i in range(saved["batches_done"])
+                ]
         _check_consistent(run, arrays["core/tail"], path)
         return run
 
@@ -645,9 +712,16 @@ class Run:
                 "levels": own[j].levels,
                 "iqueue_levels": system.iqueue_levels,
                 "service": "exp" if system.service is None else system.service.to_dict(),
-                "pools": None if system.pools is None else [
-                    {"servers": q.count, "speed": q.speed,
-                     "service": None if q.law is None else q.law.to_dict()} for q in system.pools],
+                "pools": None
+                if system.pools is None
+                else [
+                    {
+                        "servers": q.count,
+                        "speed": q.speed,
+                        "service": None if q.law is None else q.law.to_dict(),
+                    }
+                    for q in system.pools
+                ],
                 "arrivals": None if system.arrivals is None else system.arrivals.to_dict(),
                 "replicas": p.replicas,
                 "steps": w.measure_blocks * BLOCK,
@@ -671,16 +745,30 @@ class Run:
             if p.interval == "batch-means":
                 bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
             if own[j].levels < system.levels:  # a load's own buffer: its levels, as alone
-                part, bpart = (None if x is None else {k: v[..., : own[j].levels + 1]
-                                                       if k in LEVEL_SUMS else v
-                                                       for k, v in x.items()}
-                               for x in (part, bpart))  # fmt: skip
-            results.append(from_stats(part, load_vec[sl].astype(np.float64), pol, single,
-                                      settings, batches=bpart,
-                                      rate=system.service_rate if system.classes else None,
-                                      step_rate=_sample_rate(system, lam), laws=laws,
-                                      fractions=fractions,
-                                      diagnostics={"warmup_diagnostic": w.diagnostic}))  # fmt: skip
+                part, bpart = (
+                    None
+                    if x is None
+                    else {
+                        k: v[..., : own[j].levels + 1] if k in LEVEL_SUMS else v
+                        for k, v in x.items()
+                    }
+                    for x in (part, bpart)
+                )
+            results.append(
+                from_stats(
+                    part,
+                    load_vec[sl].astype(np.float64),
+                    pol,
+                    single,
+                    settings,
+                    batches=bpart,
+                    rate=system.service_rate if system.classes else None,
+                    step_rate=_sample_rate(system, lam),
+                    laws=laws,
+                    fractions=fractions,
+                    diagnostics={"warmup_diagnostic": w.diagnostic},
+                )
+            )
         return results
 
 
@@ -701,7 +789,7 @@ def _core_fields(core: Core) -> dict:
     return out
 
 
-def _check_consistent(run: "Run", tail: np.ndarray, path: str) -> None:
+def _check_consistent(run: Run, tail: np.ndarray, path: str) -> None:
     """Refuse a resumed state that no run could have reached: a ``tail`` (as
     saved, on the host) that does not start at each replica's N or grows with
     the level, a negative count, a block past the run's end (a file edited or
@@ -720,8 +808,10 @@ def _check_consistent(run: "Run", tail: np.ndarray, path: str) -> None:
     elif any((np.asarray(v) < 0).any() for v in run.totals.arrays.values()):
         why = "a window sum is negative"
     if why is not None:
-        raise CheckpointMismatch(f"checkpoint {path} holds a state no run reaches ({why}); "
-                                 "delete it or give another path")  # fmt: skip
+        raise CheckpointMismatch(
+            f"checkpoint {path} holds a state no run reaches ({why}); "
+            "delete it or give another path"
+        )
 
 
 def _core_from_fields(fields: dict, p: Plan) -> Core:
@@ -736,8 +826,9 @@ def _core_from_fields(fields: dict, p: Plan) -> Core:
     sizes = None
     if p.sizes is not None:  # not saved: the plan's (the fingerprint holds them)
         sizes = np.asarray(p.sizes, np.int32)[np.minimum(group // p.replicas, len(p.loads) - 1)]
-    return Core(pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock,
-                sizes)  # fmt: skip
+    return Core(
+        pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock, sizes
+    )
 
 
 def _shown(value):
@@ -780,12 +871,19 @@ def _check_writable(path: str) -> None:
             pass
         os.remove(probe)
     except OSError as err:
-        raise ValueError(f"checkpoint={path!r} cannot be written ({err.strerror or err}): "
-                         "give a path in a folder that exists and can be written") from None
+        raise ValueError(
+            f"checkpoint={path!r} cannot be written ({err.strerror or err}): "
+            "give a path in a folder that exists and can be written"
+        ) from None
 
 
-def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
-        checkpoint_every: float = 300.0) -> list[SimulationResult]:  # fmt: skip
+def run(
+    p: Plan,
+    *,
+    progress: bool = False,
+    checkpoint: str | None = None,
+    checkpoint_every: float = 300.0,
+) -> list[SimulationResult]:
     """Run a plan from its initial state (or its checkpoint) to the end; one result per load.
 
     With ``checkpoint``: a file there is resumed when it matches the plan (a
@@ -798,10 +896,16 @@ def run(p: Plan, *, progress: bool = False, checkpoint: str | None = None,
     file system every process sees.
     """
     t0 = time.perf_counter()
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, float)) \
-            or not math.isfinite(checkpoint_every) or checkpoint_every < 0:  # fmt: skip
-        raise ValueError(f"checkpoint_every={checkpoint_every!r} is out of range: need a finite "
-                         "number of seconds >= 0 (0: a save after every chunk)")  # fmt: skip
+    if (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, (int, float))
+        or not math.isfinite(checkpoint_every)
+        or checkpoint_every < 0
+    ):
+        raise ValueError(
+            f"checkpoint_every={checkpoint_every!r} is out of range: need a finite "
+            "number of seconds >= 0 (0: a save after every chunk)"
+        )
     exists = checkpoint is not None and os.path.exists(checkpoint)
     if checkpoint is not None and not exists and jax.process_index() == 0:
         _check_writable(checkpoint)

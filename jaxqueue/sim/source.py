@@ -44,8 +44,15 @@ from jaxqueue.core.rng import BLOCK, bernoulli
 from jaxqueue.core.system import System
 from jaxqueue.sim.classes import count_at_least, select, thresholds
 
-__all__ = ["Clock", "SOURCE_WORDS", "MAX_CROSSINGS", "crossings", "init_clock", "advance_source",
-           "check_source"]  # fmt: skip
+__all__ = [
+    "Clock",
+    "SOURCE_WORDS",
+    "MAX_CROSSINGS",
+    "crossings",
+    "init_clock",
+    "advance_source",
+    "check_source",
+]
 
 #: Random words a step with an arrival source adds (the gap, or the MMPP's jump).
 SOURCE_WORDS = 1
@@ -121,9 +128,7 @@ def check_source(system: System, loads) -> None:
                 f"at N = {system.n_servers}; each must span at least "
                 f"{GAP_LIMIT / (MAX_CROSSINGS - 1):.3g}: merge short segments"
             )
-        longest = system.n_servers * system.step_rate(max(loads)) * float(
-            src.durations.max()
-        )
+        longest = system.n_servers * system.step_rate(max(loads)) * float(src.durations.max())
         if longest >= 2**31 - 64:
             raise ValueError(
                 f"arrivals: the profile's longest segment spans {longest:.3g} uniformized steps "

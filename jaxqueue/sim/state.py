@@ -33,8 +33,16 @@ from jaxqueue.sim.classes import class_table
 from jaxqueue.sim.per_server import N_WORDS, Lists, init_lists
 from jaxqueue.sim.source import SOURCE_WORDS, Clock
 
-__all__ = ["Core", "Stats", "COUNTERS", "zero_stats", "core_from_counts", "n_words", "iq_width",
-           "PHASE_WORDS"]
+__all__ = [
+    "Core",
+    "Stats",
+    "COUNTERS",
+    "zero_stats",
+    "core_from_counts",
+    "n_words",
+    "iq_width",
+    "PHASE_WORDS",
+]
 
 
 class Core(NamedTuple):
@@ -46,7 +54,9 @@ class Core(NamedTuple):
     lists: Lists | None = None  # per-server state (JIQ-Original, JIQ-Threshold)
     classes: jax.Array | None = None  # (levels + 1, C): phase-type service or pools only
     clock: Clock | None = None  # arrival sources only (jaxqueue.sim.source)
-    sizes: jax.Array | None = None  # (2,) or (3,): this replica's N, M (and buffer), where they differ
+    sizes: jax.Array | None = (
+        None  # (2,) or (3,): this replica's N, M (and buffer), where they differ
+    )
 
 
 class Stats(NamedTuple):
@@ -125,8 +135,25 @@ def zero_stats(system: System, policy: Policy) -> Stats:
     levels, w = system.levels + 1, iq_width(system, policy)
     c = jnp.int32(0)
     by_class = i(2 * levels * class_table(system).n_classes) if system.classes else None
-    return Stats(u(levels), u(levels), i(levels), u(w), u(w), i(w), i(levels),
-                 c, c, c, c, c, c, c, c, c, by_class)  # fmt: skip
+    return Stats(
+        u(levels),
+        u(levels),
+        i(levels),
+        u(w),
+        u(w),
+        i(w),
+        i(levels),
+        c,
+        c,
+        c,
+        c,
+        c,
+        c,
+        c,
+        c,
+        c,
+        by_class,
+    )
 
 
 def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_counts=None) -> Core:
@@ -165,8 +192,10 @@ def core_from_counts(counts, iq_counts, system: System, policy: Policy, class_co
     classes = None
     if system.classes:
         classes = np.asarray(class_counts, np.int64)
-        if classes.ndim != 2 or classes.shape[0] != counts.size or np.any(
-            classes.sum(axis=1) != counts
+        if (
+            classes.ndim != 2
+            or classes.shape[0] != counts.size
+            or np.any(classes.sum(axis=1) != counts)
         ):
             raise ValueError("class_counts must split each level's servers over the classes")
         classes = as32(classes)

@@ -12,6 +12,7 @@ averages, and one unit of time is ``N * (lambda + mu)`` steps
 (:func:`jaxqueue.core.system.steps_per_time_unit`). Every replica takes the
 same steps, so replicas advance together as batched array updates.
 """
+
 from __future__ import annotations
 
 import jax
@@ -20,17 +21,24 @@ import jax.numpy as jnp
 from jaxqueue.core.rng import bernoulli, uniform_index
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Policy, View, level_of
+from jaxqueue.sim.classes import classes_after, service_outcome
 from jaxqueue.sim.events import move, step_event
 from jaxqueue.sim.per_server import step_listed
-from jaxqueue.sim.classes import classes_after, service_outcome
 from jaxqueue.sim.source import advance_source
 from jaxqueue.sim.state import Core
 
 __all__ = ["step", "occupancy_step"]
 
 
-def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: Policy,
-         p_arrival=None, idle=None):  # fmt: skip
+def step(
+    core: Core,
+    words: jax.Array,
+    load: jax.Array,
+    system: System,
+    policy: Policy,
+    p_arrival=None,
+    idle=None,
+):
     """One uniformized step of one replica.
 
     Args:
@@ -60,10 +68,19 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         clock, p_arrival, serves = advance_source(clock, words[0], words[-1], load, system)
     if policy.per_server:
         tail, iq_tail, lists, event = step_listed(
-            core.tail, core.iq_tail, core.lists, words, load, system,
-            policy.threshold, deletes=policy.delete_requests, fifo=policy.fifo,
-            join_d=policy.join_choices, p_arrival=p_arrival, serves=serves,
-        )  # fmt: skip
+            core.tail,
+            core.iq_tail,
+            core.lists,
+            words,
+            load,
+            system,
+            policy.threshold,
+            deletes=policy.delete_requests,
+            fifo=policy.fifo,
+            join_d=policy.join_choices,
+            p_arrival=p_arrival,
+            serves=serves,
+        )
         return core._replace(tail=tail, iq_tail=iq_tail, lists=lists, clock=clock), event
     if p_arrival is None:
         p_arrival = arrival_probability(load, system.service_rate)
@@ -73,17 +90,39 @@ def step(core: Core, words: jax.Array, load: jax.Array, system: System, policy: 
         if serves is not None:  # a service candidate the source thinned out: nothing happens
             service = service[:2] + (jnp.where(serves, service[2], -1),)
         tail, iq_tail, iq_listed, event = occupancy_step(
-            core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy,
-            serves=service[2] == 0, classes=core.classes, idle=idle,
-        )  # fmt: skip
+            core.tail,
+            core.iq_tail,
+            core.iq_listed,
+            words,
+            p_arrival,
+            system,
+            policy,
+            serves=service[2] == 0,
+            classes=core.classes,
+            idle=idle,
+        )
         classes, event["by_class"] = classes_after(
-            core.classes, core.tail, own, event["arrivals"] > 0, event["up"], service, system,
+            core.classes,
+            core.tail,
+            own,
+            event["arrivals"] > 0,
+            event["up"],
+            service,
+            system,
             event.pop("arrival_class", None),
-        )  # fmt: skip
+        )
         return Core(tail, iq_tail, iq_listed, None, classes, clock), event
     tail, iq_tail, iq_listed, event = occupancy_step(
-        core.tail, core.iq_tail, core.iq_listed, words, p_arrival, system, policy, serves=serves,
-        idle=idle, sizes=core.sizes,
+        core.tail,
+        core.iq_tail,
+        core.iq_listed,
+        words,
+        p_arrival,
+        system,
+        policy,
+        serves=serves,
+        idle=idle,
+        sizes=core.sizes,
     )
     return Core(tail, iq_tail, iq_listed, None, None, clock, core.sizes), event
 
@@ -118,8 +157,19 @@ def _relist(iq_listed, leave, s_out, join, s_in):
     return iq_listed + change(jnp.arange(iq_listed.shape[0], dtype=jnp.int32))
 
 
-def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, policy: Policy,
-                   serves=None, classes=None, idle=None, sizes=None):  # fmt: skip
+def occupancy_step(
+    tail,
+    iq_tail,
+    iq_listed,
+    words,
+    p_arrival,
+    system: System,
+    policy: Policy,
+    serves=None,
+    classes=None,
+    idle=None,
+    sizes=None,
+):
     """One uniformized step of an exchangeable policy, in either layout.
 
     The same function steps one replica's arrays (vmapped over replicas by
@@ -159,8 +209,14 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
     levels = system.levels
     if idle is None:
         idle = jnp.int32(n) - tail[1]
-    view = View(tail, iq_tail, iq_listed, idle, classes,
-                *((None, None) if sizes is None else (sizes[0], sizes[1])))  # fmt: skip
+    view = View(
+        tail,
+        iq_tail,
+        iq_listed,
+        idle,
+        classes,
+        *((None, None) if sizes is None else (sizes[0], sizes[1])),
+    )
     is_arrival = bernoulli(words[0], p_arrival)
 
     # Departure branch: a uniformly random server completes a task if busy.
@@ -206,10 +262,21 @@ def occupancy_step(tail, iq_tail, iq_listed, words, p_arrival, system: System, p
             new_listed = _relist(iq_listed, leave, s_out, join, s_in)
 
     event = step_event(
-        system, up=up, down=down, iq_up=iq_up, iq_down=iq_down, accepted=accepted, level=k,
-        is_arrival=is_arrival, full=full, iq_overflow=iq_overflow, joins=joins,
-        deletes=jnp.where(is_arrival, route.deletes, 0), probes=probes, stale=jnp.int32(0),
-    )  # fmt: skip
+        system,
+        up=up,
+        down=down,
+        iq_up=iq_up,
+        iq_down=iq_down,
+        accepted=accepted,
+        level=k,
+        is_arrival=is_arrival,
+        full=full,
+        iq_overflow=iq_overflow,
+        joins=joins,
+        deletes=jnp.where(is_arrival, route.deletes, 0),
+        probes=probes,
+        stale=jnp.int32(0),
+    )
     if route.server_class is not None:
         event["arrival_class"] = route.server_class
     return new_tail, new_iq, new_listed, event

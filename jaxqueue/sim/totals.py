@@ -49,8 +49,10 @@ class Totals:
 
     def __init__(self, arrays: dict, n_servers, n_dispatchers, scale: int = BLOCK):
         self.arrays = arrays
-        self.n_servers, self.n_dispatchers = (int(x) if np.ndim(x) == 0 else np.asarray(x, np.int64)
-                                              for x in (n_servers, n_dispatchers))  # fmt: skip
+        self.n_servers, self.n_dispatchers = (
+            int(x) if np.ndim(x) == 0 else np.asarray(x, np.int64)
+            for x in (n_servers, n_dispatchers)
+        )
         self.scale = int(scale)
 
     def _divisor(self, name: str, rows: slice = slice(None)):
@@ -60,16 +62,29 @@ class Totals:
         return div if isinstance(div, int) else div[rows][:, None]
 
     @classmethod
-    def zeros(cls, replicas: int, levels: int, iq_width: int, n_servers, n_dispatchers,
-              scale: int = BLOCK, n_classes: int = 0) -> "Totals":  # fmt: skip
+    def zeros(
+        cls,
+        replicas: int,
+        levels: int,
+        iq_width: int,
+        n_servers,
+        n_dispatchers,
+        scale: int = BLOCK,
+        n_classes: int = 0,
+    ) -> Totals:
         """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail
         entries (and, with ``n_classes`` server classes, ``seen_class`` and
         ``sampled_class``: ``(levels + 1, n_classes)`` counts of the level and
         class accepted arrivals found, and service candidates drew,
         :class:`~jaxqueue.sim.state.Stats`)."""
         z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
-        arrays = {"tail_q": z(levels + 1), "tail_r": z(levels + 1),
-                  "iq_q": z(iq_width), "iq_r": z(iq_width), "seen": z(levels + 1)}  # fmt: skip
+        arrays = {
+            "tail_q": z(levels + 1),
+            "tail_r": z(levels + 1),
+            "iq_q": z(iq_width),
+            "iq_r": z(iq_width),
+            "seen": z(levels + 1),
+        }
         arrays.update({name: z() for name in COUNTERS + ("steps",)})
         if n_classes:
             arrays["seen_class"] = z(levels + 1, n_classes)
@@ -79,10 +94,14 @@ class Totals:
     def _counts(self) -> tuple:
         return COUNTS + (CLASS_COUNTS if "seen_class" in self.arrays else ())
 
-    def copy(self) -> "Totals":
+    def copy(self) -> Totals:
         """An independent copy."""
-        return Totals({k: v.copy() for k, v in self.arrays.items()}, self.n_servers,
-                      self.n_dispatchers, self.scale)  # fmt: skip
+        return Totals(
+            {k: v.copy() for k, v in self.arrays.items()},
+            self.n_servers,
+            self.n_dispatchers,
+            self.scale,
+        )
 
     def add(self, chunk: dict, rows: slice = slice(None)) -> None:
         """Add one chunk's :class:`~jaxqueue.sim.state.Stats` (numpy, leading
@@ -90,7 +109,9 @@ class Totals:
         a = self.arrays
         for name in TIME_SUMS:
             div = self._divisor(name, rows)
-            base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(np.int64)
+            base = (chunk[f"{name}_hi"].astype(np.int64) << 32) | chunk[f"{name}_lo"].astype(
+                np.int64
+            )
             exact = self.scale * base + chunk[f"{name}_delta"].astype(np.int64)
             r = a[f"{name}_r"][rows] + exact
             a[f"{name}_q"][rows] += r // div
@@ -108,12 +129,12 @@ class Totals:
         for v in self.arrays.values():
             v[rows] = 0
 
-    def assign(self, other: "Totals", rows: slice = slice(None)) -> None:
+    def assign(self, other: Totals, rows: slice = slice(None)) -> None:
         """Copy the replicas ``rows`` of ``other`` into these."""
         for k, v in self.arrays.items():
             v[rows] = other.arrays[k][rows]
 
-    def sums(self, since: "Totals | None" = None, rows: slice = slice(None)) -> dict:
+    def sums(self, since: Totals | None = None, rows: slice = slice(None)) -> dict:
         """The window's sums since ``since`` (default: since the reset), of the replicas ``rows``.
 
         Returns:

@@ -83,15 +83,29 @@ class TransientResult:
 
     def to_dict(self) -> dict:
         """A JSON-ready dict: ``{"mean": [...], "ci95": [...]}`` per metric."""
+
         def js(e):
-            return None if e is None else {"mean": np.asarray(e.mean).tolist(),
-                                           "ci95": np.asarray(e.ci95).tolist(), "n": e.n}  # fmt: skip
-        return {"source": "transient", "times": self.times.tolist(), "tail": js(self.tail),
-                "idle_fraction": js(self.idle_fraction),
-                "mean_queue_length": js(self.mean_queue_length), "p0": js(self.p0),
-                "pool_utilization": js(self.pool_utilization),
-                "pool_mean_queue_length": js(self.pool_mean_queue_length),
-                "settings": self.settings}  # fmt: skip
+            return (
+                None
+                if e is None
+                else {
+                    "mean": np.asarray(e.mean).tolist(),
+                    "ci95": np.asarray(e.ci95).tolist(),
+                    "n": e.n,
+                }
+            )
+
+        return {
+            "source": "transient",
+            "times": self.times.tolist(),
+            "tail": js(self.tail),
+            "idle_fraction": js(self.idle_fraction),
+            "mean_queue_length": js(self.mean_queue_length),
+            "p0": js(self.p0),
+            "pool_utilization": js(self.pool_utilization),
+            "pool_mean_queue_length": js(self.pool_mean_queue_length),
+            "settings": self.settings,
+        }
 
 
 def poisson_weights(rate_times: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -100,8 +114,11 @@ def poisson_weights(rate_times: np.ndarray, n: np.ndarray) -> np.ndarray:
     k = np.asarray(n, np.float64)[None, :]
     lgam = np.vectorize(math.lgamma)(k + 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logp = np.where(mu > 0, k * np.log(np.where(mu > 0, mu, 1.0)) - mu - lgam,
-                        np.where(k == 0, 0.0, -np.inf))  # fmt: skip
+        logp = np.where(
+            mu > 0,
+            k * np.log(np.where(mu > 0, mu, 1.0)) - mu - lgam,
+            np.where(k == 0, 0.0, -np.inf),
+        )
     return np.exp(logp)
 
 
@@ -109,7 +126,11 @@ def _last_step(mu_max: float) -> int:
     """A step count past which the Poisson(mu_max) tail is below :data:`TAIL_MASS`."""
     n = int(mu_max + 8.0 * math.sqrt(mu_max) + 40)
     while True:  # the tail past n is below the pmf at n times a geometric factor
-        tail = poisson_weights(np.array([mu_max]), np.array([n]))[0, 0] * (n + 1) / max(1.0, n + 1 - mu_max)
+        tail = (
+            poisson_weights(np.array([mu_max]), np.array([n]))[0, 0]
+            * (n + 1)
+            / max(1.0, n + 1 - mu_max)
+        )
         if tail < TAIL_MASS:
             return n
         n += int(2 * math.sqrt(mu_max) + 10)
@@ -136,7 +157,9 @@ def _by_pool(core, system: System):
     k = jnp.arange(system.levels + 1, dtype=jnp.float32)
     out = []
     for pool, base in zip(table.pools, table.base):
-        servers = core.classes[:, :, base : base + pool.law.n_phases].sum(axis=2).astype(jnp.float32)
+        servers = (
+            core.classes[:, :, base : base + pool.law.n_phases].sum(axis=2).astype(jnp.float32)
+        )
         out.append(jnp.stack([servers[:, 1:].sum(axis=1), servers @ k], axis=1) / pool.count)
     return jnp.stack(out, axis=2)
 
@@ -174,14 +197,20 @@ def _weighted(core, keys, first_block, n_blocks, load, weights, *, system, polic
             over = over + ev["overflow"] + ev["iq_overflow"]
             return (core, acc, acc_p0, acc_pool, over), None
 
-        out, _ = jax.lax.scan(body, (core, acc, acc_p0, acc_pool, over),
-                              jnp.arange(BLOCK, dtype=jnp.int32))  # fmt: skip
+        out, _ = jax.lax.scan(
+            body, (core, acc, acc_p0, acc_pool, over), jnp.arange(BLOCK, dtype=jnp.int32)
+        )
         return out
 
     acc = jnp.zeros((r, t_count, system.levels + 1), jnp.float32)
     n_pools = 0 if system.pools is None else len(system.pools)
-    start = (core, acc, jnp.zeros((r, t_count), jnp.float32),
-             jnp.zeros((r, t_count, 2, n_pools), jnp.float32), jnp.zeros((r,), jnp.int32))  # fmt: skip
+    start = (
+        core,
+        acc,
+        jnp.zeros((r, t_count), jnp.float32),
+        jnp.zeros((r, t_count, 2, n_pools), jnp.float32),
+        jnp.zeros((r,), jnp.int32),
+    )
     return jax.lax.fori_loop(0, n_blocks, block, start)
 
 
@@ -219,9 +248,17 @@ def weighted_sums(p: runner.Plan, core, first_block: int, t: np.ndarray):
         todo = min(CHUNK_BLOCKS, blocks - done)
         n = np.arange(done * BLOCK + 1, (done + CHUNK_BLOCKS) * BLOCK + 1)  # post-step indices
         w = poisson_weights(rate * t, n).T.reshape(CHUNK_BLOCKS, BLOCK, t.size)
-        core, a, a0, ap, o = _run_weighted(core, keys, jnp.asarray(block_words(first_block + done)),
-                                           jnp.int32(todo), lam, jnp.asarray(w, jnp.float32),
-                                           system=system, policy=pol, mesh=mesh)  # fmt: skip
+        core, a, a0, ap, o = _run_weighted(
+            core,
+            keys,
+            jnp.asarray(block_words(first_block + done)),
+            jnp.int32(todo),
+            lam,
+            jnp.asarray(w, jnp.float32),
+            system=system,
+            policy=pol,
+            mesh=mesh,
+        )
         acc += np.asarray(a, np.float64)
         acc_p0 += np.asarray(a0, np.float64)
         acc_pool += np.asarray(ap, np.float64)
@@ -235,5 +272,3 @@ def weighted_sums(p: runner.Plan, core, first_block: int, t: np.ndarray):
             f"iqueue_levels={system.iqueue_levels} during the transient; rerun with larger bounds"
         )
     return acc, acc_p0, acc_pool, blocks * BLOCK, rate
-
-

@@ -107,5 +107,9 @@ class Window:
 
     def meta(self) -> dict:
         """What a checkpoint records of the window besides its arrays."""
-        return {"extensions": self.extensions, "done": self.done,
-                "diagnostic": self.diagnostic, "batches_done": len(self.queue)}  # fmt: skip
+        return {
+            "extensions": self.extensions,
+            "done": self.done,
+            "diagnostic": self.diagnostic,
+            "batches_done": len(self.queue),
+        }

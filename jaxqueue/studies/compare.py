@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -164,26 +164,56 @@ def compare(
         limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
         if pol.mean_field_kind() != "none":
             try:  # under a profile: the start (the periodic regime comes after the run)
-                theory = [mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
-                                     with_quantiles=source is None) for lam in loads]  # fmt: skip
+                theory = [
+                    mean_field(
+                        pol,
+                        lam,
+                        limit,
+                        buffer=buffer,
+                        service=service,
+                        pools=pools,
+                        with_quantiles=source is None,
+                    )
+                    for lam in loads
+                ]
             # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
             # model the mean field does not cover (jsew with pools)
             except (RuntimeError, NotImplementedError) as err:
-                print(f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True)
+                print(
+                    f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True
+                )
         has_mf = theory is not None
         if has_mf and source is not None and not isinstance(source, Profile):
-            print(f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
-                  "the periodic mean field takes a rate profile", file=out, flush=True)  # fmt: skip
+            print(
+                f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
+                "the periodic mean field takes a rate profile",
+                file=out,
+                flush=True,
+            )
         if log is not None:
-            print(f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True)
-        model = Model(pol, n_servers, m, buffer=buffer, service=service, pools=pools,
-                      arrivals=source)  # fmt: skip
-        run = RunOptions(replicas=replicas, time=time_units, warmup_time=warmup_time, seed=seed,
-                         init="mean-field" if has_mf else "empty")  # fmt: skip
+            print(
+                f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True
+            )
+        model = Model(
+            pol, n_servers, m, buffer=buffer, service=service, pools=pools, arrivals=source
+        )
+        run = RunOptions(
+            replicas=replicas,
+            time=time_units,
+            warmup_time=warmup_time,
+            seed=seed,
+            init="mean-field" if has_mf else "empty",
+        )
         results = sweep(model, loads, run=run, progress=progress)
         if source is not None:  # the constant-load values were the start only
-            theory = ([_periodic_theory(pol, res, limit, source, buffer, service, pools, log)
-                       for res in results] if has_mf and isinstance(source, Profile) else None)  # fmt: skip
+            theory = (
+                [
+                    _periodic_theory(pol, res, limit, source, buffer, service, pools, log)
+                    for res in results
+                ]
+                if has_mf and isinstance(source, Profile)
+                else None
+            )
         for mf in theory or ():
             _record_nominal(mf, nominal)
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
@@ -204,13 +234,28 @@ def _periodic_theory(pol, res, limit, profile, buffer, service, pools, log) -> R
     lam = res.settings["load"]
     window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
     if log is not None:
-        print(f"[jaxqueue] periodic mean field of {pol.label()} at load {lam:g} over t in "
-              f"[{window[0]:g}, {window[0] + window[1]:g}]", file=log, flush=True)  # fmt: skip
+        print(
+            f"[jaxqueue] periodic mean field of {pol.label()} at load {lam:g} over t in "
+            f"[{window[0]:g}, {window[0] + window[1]:g}]",
+            file=log,
+            flush=True,
+        )
     try:
-        return mean_field(pol, lam, limit, buffer=buffer, service=service, pools=pools,
-                          arrivals=profile, window=window)  # fmt: skip
+        return mean_field(
+            pol,
+            lam,
+            limit,
+            buffer=buffer,
+            service=service,
+            pools=pools,
+            arrivals=profile,
+            window=window,
+        )
     # the periodic regime was not found, or a setting its solver does not cover
     except (RuntimeError, NotImplementedError) as err:
-        print(f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
-              file=log or sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
+            file=log or sys.stderr,
+            flush=True,
+        )
         return None

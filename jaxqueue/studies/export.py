@@ -37,10 +37,29 @@ from jaxqueue.studies.store import COLUMNS
 __all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSIONS"]
 
 #: Candidate dimensions of :func:`to_dataset`, in order.
-DIMENSIONS = ("policy", "servers", "ratio", "dispatchers", "buffer", "load", "alpha", "beta", "d",
-              "z", "order", "service", "pools", "arrivals")  # fmt: skip
-_INDEX_DIM = {"tail": "k", "occupancy": "k", "arrival_seen": "k",
-              "iqueue_distribution": "iqueue_size", "response_quantile": "quantile"}  # fmt: skip
+DIMENSIONS = (
+    "policy",
+    "servers",
+    "ratio",
+    "dispatchers",
+    "buffer",
+    "load",
+    "alpha",
+    "beta",
+    "d",
+    "z",
+    "order",
+    "service",
+    "pools",
+    "arrivals",
+)
+_INDEX_DIM = {
+    "tail": "k",
+    "occupancy": "k",
+    "arrival_seen": "k",
+    "iqueue_distribution": "iqueue_size",
+    "response_quantile": "quantile",
+}
 
 
 def _need(module: str, extra: str):
@@ -68,25 +87,32 @@ def export_parquet(rows: list[dict], path) -> int:
 
 def _dimensions(frame) -> tuple[list[str], list[str]]:
     """The dimensions, and the parameters that vary but follow others (coordinates)."""
-    skip = {"dispatchers" if frame["ratio"].nunique() <= frame["dispatchers"].nunique()
-            else "ratio"}  # fmt: skip
+    skip = {
+        "dispatchers" if frame["ratio"].nunique() <= frame["dispatchers"].nunique() else "ratio"
+    }
     if frame["alpha"].notna().any() or frame["beta"].notna().any():
         skip.add("load")
     for key in ("d", "z", "order"):  # an option fixed per policy goes into the policy's name
         if frame.groupby("policy")[key].nunique(dropna=False).max() <= 1:
             skip.add(key)
     dims = [k for k in DIMENSIONS if k not in skip and frame[k].nunique(dropna=False) > 1]
-    coords = [k for k in ("ratio", "dispatchers", "load")
-              if k in skip and frame[k].nunique(dropna=False) > 1]  # fmt: skip
+    coords = [
+        k
+        for k in ("ratio", "dispatchers", "load")
+        if k in skip and frame[k].nunique(dropna=False) > 1
+    ]
     return dims, coords
 
 
 def _policy_names(frame, dims: list[str]):
     """``pod(d=2)`` for a policy whose options are not dimensions; the name otherwise."""
+
     def name(row):
-        opts = [f"{k}={row[k]}" for k in ("d", "z", "order")
-                if k not in dims and row[k] not in (-1, "")]  # fmt: skip
+        opts = [
+            f"{k}={row[k]}" for k in ("d", "z", "order") if k not in dims and row[k] not in (-1, "")
+        ]
         return f"{row['policy']}({','.join(opts)})" if opts else row["policy"]
+
     return frame.apply(name, axis=1)
 
 
@@ -118,9 +144,14 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
             g[extra] = g["idx"].astype("float64" if extra == "quantile" else "int64")
         g = g.drop_duplicates(subset=index)
         cols = g.set_index(index)[["mean", "ci95", "theory", "refined"]]
-        cols = cols.rename(columns={"mean": metric, "ci95": f"{metric}_ci95",
-                                    "theory": f"{metric}_theory",
-                                    "refined": f"{metric}_refined"})  # fmt: skip
+        cols = cols.rename(
+            columns={
+                "mean": metric,
+                "ci95": f"{metric}_ci95",
+                "theory": f"{metric}_theory",
+                "refined": f"{metric}_refined",
+            }
+        )
         parts.append(xr.Dataset.from_dataframe(cols.astype("float64")))
     ds = xr.merge(parts, join="outer", compat="no_conflicts") if parts else xr.Dataset()
     for key in coords:  # a parameter that follows some dimensions (M from N and r, ...)
@@ -139,8 +170,11 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     attrs["missing_option"] = "-1 on d and z, '' on order: the policy does not take it"
     attrs["buffer_0"] = "0 on buffer means an infinite buffer"
     if meta:
-        attrs.update(spec_name=meta.get("spec_name", ""), spec_hash=meta.get("spec_hash", ""),
-                     versions=json.dumps(meta.get("versions", {}), sort_keys=True))  # fmt: skip
+        attrs.update(
+            spec_name=meta.get("spec_name", ""),
+            spec_hash=meta.get("spec_hash", ""),
+            versions=json.dumps(meta.get("versions", {}), sort_keys=True),
+        )
     ds.attrs.update({k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()})
     return ds
 

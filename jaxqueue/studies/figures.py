@@ -51,20 +51,61 @@ import numpy as np
 
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
 from jaxqueue.results.schema import (
-    POOL_METRICS, SCALAR_METRICS, VECTOR_METRICS, split_pool_row_metric,
-)  # fmt: skip
+    POOL_METRICS,
+    SCALAR_METRICS,
+    VECTOR_METRICS,
+    split_pool_row_metric,
+)
 
 __all__ = [
-    "FigureSpec", "Series", "parse_figure", "figure_series", "cdf_quantiles", "summarize",
-    "PARAMETERS", "FIGURE_KEYS", "METRIC_NAMES", "CDF", "check_expression", "evaluate_expression",
-]  # fmt: skip
+    "FigureSpec",
+    "Series",
+    "parse_figure",
+    "figure_series",
+    "cdf_quantiles",
+    "summarize",
+    "PARAMETERS",
+    "FIGURE_KEYS",
+    "METRIC_NAMES",
+    "CDF",
+    "check_expression",
+    "evaluate_expression",
+]
 
 #: Point parameters a figure can use (the store's columns of the same names).
-PARAMETERS = ("policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "buffer", "d",
-              "z", "order", "service", "pools", "arrivals")  # fmt: skip
+PARAMETERS = (
+    "policy",
+    "servers",
+    "dispatchers",
+    "ratio",
+    "load",
+    "alpha",
+    "beta",
+    "buffer",
+    "d",
+    "z",
+    "order",
+    "service",
+    "pools",
+    "arrivals",
+)
 #: Keys of a ``[[figure]]`` table.
-FIGURE_KEYS = ("name", "metric", "x", "series", "panels", "index", "y_scale", "where", "logx",
-               "logy", "title", "xlabel", "ylabel", "theory")  # fmt: skip
+FIGURE_KEYS = (
+    "name",
+    "metric",
+    "x",
+    "series",
+    "panels",
+    "index",
+    "y_scale",
+    "where",
+    "logx",
+    "logy",
+    "title",
+    "xlabel",
+    "ylabel",
+    "theory",
+)
 #: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
 CDF = "response_cdf"
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as
@@ -82,8 +123,13 @@ _DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
 _TEXT = ("policy", "order", "service", "pools", "arrivals")
 _NUMERIC = tuple(p for p in PARAMETERS if p not in _TEXT)
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.Div: operator.truediv, ast.Pow: operator.pow}  # fmt: skip
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +192,10 @@ def _evaluate(node, params: dict):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _evaluate(node.operand, params)
         return -value if isinstance(node.op, ast.USub) else value
-    raise ValueError("an expression allows numbers, the parameters "
-                     f"{', '.join(_NUMERIC)}, + - * / ** and parentheses")  # fmt: skip
+    raise ValueError(
+        "an expression allows numbers, the parameters "
+        f"{', '.join(_NUMERIC)}, + - * / ** and parentheses"
+    )
 
 
 def evaluate_expression(text: str, params: dict) -> float:
@@ -173,8 +221,9 @@ def check_expression(text, key: str = "y_scale") -> str:
         raise ValueError(f"{key}={text!r} is not an expression") from None
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if bad := sorted(names - set(_NUMERIC)):
-        raise ValueError(f"{key}={text!r} names {', '.join(bad)}: valid names are "
-                         f"{', '.join(_NUMERIC)}")  # fmt: skip
+        raise ValueError(
+            f"{key}={text!r} names {', '.join(bad)}: valid names are {', '.join(_NUMERIC)}"
+        )
     try:
         _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
     except ValueError as err:
@@ -219,17 +268,20 @@ def parse_figure(table: dict, fail) -> FigureSpec:
             raise ValueError("metric is empty: give at least one metric")
         for m in metrics:
             if m not in METRIC_NAMES and split_pool_row_metric(m) is None:
-                raise ValueError(f"metric={m!r} is not a metric: use one of "
-                                 f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
-                                 "poolI_response_quantile for pool I (from 0)")  # fmt: skip
+                raise ValueError(
+                    f"metric={m!r} is not a metric: use one of "
+                    f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
+                    "poolI_response_quantile for pool I (from 0)"
+                )
         out["metrics"] = tuple(metrics)
     except ValueError as err:
         fail("metric", str(err))
     checks = {
         "x": lambda v: _parameter("x", v, allow_index=True),
         "panels": lambda v: _parameter("panels", v),
-        "series": lambda v: tuple(_parameter("series", s) for s in
-                                  (v if isinstance(v, list) else [v])),  # fmt: skip
+        "series": lambda v: tuple(
+            _parameter("series", s) for s in (v if isinstance(v, list) else [v])
+        ),
         "index": lambda v: _index(v),
         "y_scale": check_expression,
         "where": _where,
@@ -253,11 +305,17 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     fig = FigureSpec(**out)
     vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
     if vector and fig.x != "index" and fig.index is None:
-        fail("metric", f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
-             'quantile level, or the pool from 0), or x = "index"')  # fmt: skip
+        fail(
+            "metric",
+            f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
+            'quantile level, or the pool from 0), or x = "index"',
+        )
     if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
-        fail("x", 'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
-             "iqueue_distribution, response_quantile, the pool metrics)")  # fmt: skip
+        fail(
+            "x",
+            'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
+            "iqueue_distribution, response_quantile, the pool metrics)",
+        )
     if fig.x == "index" and fig.index is not None:
         fail("index", 'give either x = "index" or index = k, not both')
     if fig.panels is not None and fig.panels == fig.x:
@@ -275,18 +333,21 @@ def _check_cdf(table: dict, metrics: tuple, fail) -> None:
         fail("x", f'metric {CDF!r} is drawn against x = "time" (the response time)')
     for key in ("index", "y_scale"):
         if key in table:
-            fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of "
-                 "arrival_seen")  # fmt: skip
+            fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of arrival_seen")
     where = table.get("where")
     if isinstance(where, dict) and "index" in where:
-        fail("where", f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot "
-             "filter index")  # fmt: skip
+        fail(
+            "where",
+            f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot filter index",
+        )
 
 
 def _index(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"index={value!r} is out of range: need a number >= 0 (k, or a "
-                         "quantile level in (0, 1))")  # fmt: skip
+        raise ValueError(
+            f"index={value!r} is out of range: need a number >= 0 (k, or a "
+            "quantile level in (0, 1))"
+        )
     return float(value)
 
 
@@ -319,8 +380,9 @@ def _matches(row: dict, key: str, values: tuple) -> bool:
     have = row["idx"] if key == "index" else row.get(key)
     for v in values:
         if isinstance(v, str) or isinstance(have, str) or have is None:
-            if v == have or (have is None and v == ("inf" if key == "buffer" else
-                                                     _DEFAULTS.get(key))):  # fmt: skip
+            if v == have or (
+                have is None and v == ("inf" if key == "buffer" else _DEFAULTS.get(key))
+            ):
                 return True
         elif math.isclose(float(have), float(v), rel_tol=1e-9, abs_tol=1e-12):
             return True
@@ -361,9 +423,11 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         if all(_matches(r, k, v) for k, v in fig.where):
             picked.append(r)
     if not picked:
-        raise ValueError(f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
-                         + (f", index {fig.index:g}" if fig.index is not None else "")
-                         + (f" and filters {dict(fig.where)}" if fig.where else ""))  # fmt: skip
+        raise ValueError(
+            f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
+            + (f", index {fig.index:g}" if fig.index is not None else "")
+            + (f" and filters {dict(fig.where)}" if fig.where else "")
+        )
     series_keys = fig.series
     if series_keys is None:
         series_keys = _varying(picked, fig, lambda r: r["idx"] if fig.x == "index" else r[fig.x])
@@ -379,13 +443,22 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         xs = np.array([float(m["idx"] if fig.x == "index" else m[fig.x]) for m in members])
         order = np.argsort(xs, kind="stable")
         scale = np.array([fig.scale(m) for m in members])
-        col = lambda name: _column(members, name)  # noqa: E731
+        col = lambda name, members=members: _column(members, name)  # noqa: E731
         label = _label(series_keys, key)
         if len(fig.metrics) > 1:
             label = f"{label} {gkey[2]}".strip()
-        out.append(Series(panel, label or gkey[2], gkey[2], xs[order], (col("mean") * scale)[order],
-                          (col("ci95") * scale)[order], (col("theory") * scale)[order],
-                          (col("refined") * scale)[order]))  # fmt: skip
+        out.append(
+            Series(
+                panel,
+                label or gkey[2],
+                gkey[2],
+                xs[order],
+                (col("mean") * scale)[order],
+                (col("ci95") * scale)[order],
+                (col("theory") * scale)[order],
+                (col("refined") * scale)[order],
+            )
+        )
     return out
 
 
@@ -396,8 +469,11 @@ def _varying(picked: list[dict], fig: FigureSpec, x_of) -> tuple:
     for r in picked:
         key = (_sort_key(x_of(r)), _sort_key(r.get(fig.panels)) if fig.panels else None)
         buckets.setdefault(key, []).append(r)
-    varying = [p for p in PARAMETERS if p not in (fig.x, fig.panels)
-               and any(_varies(b, p) for b in buckets.values())]  # fmt: skip
+    varying = [
+        p
+        for p in PARAMETERS
+        if p not in (fig.x, fig.panels) and any(_varies(b, p) for b in buckets.values())
+    ]
     if "ratio" in varying:  # M follows N and r
         varying = [p for p in varying if p != "dispatchers"]
     if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
@@ -420,12 +496,18 @@ def _label(series_keys: tuple, key: tuple) -> str:
 def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
     """``(panel, label, rows)`` per curve of a ``response_cdf`` figure: the ``arrival_seen``
     and ``response_quantile`` rows of one point each, in a stable order."""
-    picked = [r for r in rows if r["metric"] in ("arrival_seen", "response_quantile")
-              and all(_matches(r, k, v) for k, v in fig.where)]  # fmt: skip
+    picked = [
+        r
+        for r in rows
+        if r["metric"] in ("arrival_seen", "response_quantile")
+        and all(_matches(r, k, v) for k, v in fig.where)
+    ]
     seen = [r for r in picked if r["metric"] == "arrival_seen"]
     if not seen:
-        raise ValueError(f"figure {fig.name!r}: no arrival_seen rows match"
-                         + (f" its filters {dict(fig.where)}" if fig.where else ""))  # fmt: skip
+        raise ValueError(
+            f"figure {fig.name!r}: no arrival_seen rows match"
+            + (f" its filters {dict(fig.where)}" if fig.where else "")
+        )
     for r in seen:
         if r.get("service") is not None or r.get("pools") is not None:
             raise ValueError(
@@ -472,19 +554,37 @@ def _seen_weights(members: list[dict], column: str):
 
 def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     curves = _cdf_curves(rows, fig)
-    weights = [{c: _seen_weights(members, c) for c in ("mean", "theory", "refined")}
-               for _, _, members in curves]  # fmt: skip
-    ends = [float(erlang_mixture_quantile(w, CDF_LEVEL))
-            for ws in weights for w in ws.values() if w is not None]  # fmt: skip
+    weights = [
+        {c: _seen_weights(members, c) for c in ("mean", "theory", "refined")}
+        for _, _, members in curves
+    ]
+    ends = [
+        float(erlang_mixture_quantile(w, CDF_LEVEL))
+        for ws in weights
+        for w in ws.values()
+        if w is not None
+    ]
     if not ends:
         raise ValueError(f"figure {fig.name!r}: no point has a finite arrival_seen")
     t = np.linspace(0.0, max(ends), CDF_POINTS)
     out = []
     for (panel, label, _), ws in zip(curves, weights):
-        law = {c: np.full(t.size, math.nan) if w is None else erlang_mixture_cdf(w, t)
-               for c, w in ws.items()}  # fmt: skip
-        out.append(Series(panel, label, CDF, t, law["mean"], np.full(t.size, math.nan),
-                          law["theory"], law["refined"]))  # fmt: skip
+        law = {
+            c: np.full(t.size, math.nan) if w is None else erlang_mixture_cdf(w, t)
+            for c, w in ws.items()
+        }
+        out.append(
+            Series(
+                panel,
+                label,
+                CDF,
+                t,
+                law["mean"],
+                np.full(t.size, math.nan),
+                law["theory"],
+                law["refined"],
+            )
+        )
     return out
 
 
@@ -498,11 +598,21 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
     """
     out = []
     for panel, label, members in _cdf_curves(rows, fig):
-        qs = sorted((m for m in members if m["metric"] == "response_quantile"),
-                    key=lambda m: m["idx"])  # fmt: skip
-        out.append(Series(panel, label, "response_quantile", _column(qs, "idx"),
-                          _column(qs, "mean"), _column(qs, "ci95"), _column(qs, "theory"),
-                          _column(qs, "refined")))  # fmt: skip
+        qs = sorted(
+            (m for m in members if m["metric"] == "response_quantile"), key=lambda m: m["idx"]
+        )
+        out.append(
+            Series(
+                panel,
+                label,
+                "response_quantile",
+                _column(qs, "idx"),
+                _column(qs, "mean"),
+                _column(qs, "ci95"),
+                _column(qs, "theory"),
+                _column(qs, "refined"),
+            )
+        )
     return out
 
 

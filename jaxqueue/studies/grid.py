@@ -48,9 +48,14 @@ from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.runs import planner
+from jaxqueue.runs.bounds import (
+    default_iqueue_levels,
+    default_levels,
+    limit_ratio,
+    phase_levels,
+    source_levels,
+)
 from jaxqueue.sim import runner
-from jaxqueue.runs.bounds import (default_iqueue_levels, default_levels, limit_ratio, phase_levels,
-                                 source_levels)
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.spec import GridSpec, Point
@@ -75,11 +80,18 @@ def _shape_key(point: Point, init: str = "empty"):
     size = (point.servers, point.dispatchers, point.buffer) if key is None else key
     if key is not None and init == "auto":
         size += (point.servers >= planner.AUTO_MEAN_FIELD_SERVERS,)
-    return (point.policy, point.options, size, point.buffer is None, point.service, point.pools,
-            point.arrivals)  # fmt: skip
+    return (
+        point.policy,
+        point.options,
+        size,
+        point.buffer is None,
+        point.service,
+        point.pools,
+        point.arrivals,
+    )
 
 
-def shape_groups(spec: GridSpec) -> "OrderedDict[tuple, list[Point]]":
+def shape_groups(spec: GridSpec) -> OrderedDict[tuple, list[Point]]:
     """The spec's points grouped by compiled program (policy, options, an infinite buffer
     or finite ones, service law, pools, arrivals; N, M and the buffer where the program
     depends on them), in order."""
@@ -124,7 +136,9 @@ def _warn_overruns(spec: GridSpec) -> None:
         f"than {planner.WINDOW_TOLERANCE:.0%} past it at {len(over)} of {len(spec.points)} "
         f"points; most at {point.label()}: {simulated:.4g} time units for {units:.4g} "
         "(the rows' settings record the steps run)",
-        planner.WindowWarning, stacklevel=3)  # fmt: skip
+        planner.WindowWarning,
+        stacklevel=3,
+    )
 
 
 #: Points of other run lengths share a batch while the longest is at most this
@@ -151,8 +165,14 @@ def merge_ratio(devices=None) -> float:
     return math.inf if _platform(devices) == "gpu" else CPU_MERGE_RATIO
 
 
-def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
-             ratio: float = CPU_MERGE_RATIO, latency: int = LATENCY_REPLICAS["cpu"]):  # fmt: skip
+def _batches(
+    points: list[Point],
+    spec: GridSpec,
+    batch_points: int,
+    todo=None,
+    ratio: float = CPU_MERGE_RATIO,
+    latency: int = LATENCY_REPLICAS["cpu"],
+):
     """``(size, batches)`` of one shape group: at most ``size`` points a batch.
 
     The points are taken shortest first; a batch takes the next ones while
@@ -165,6 +185,7 @@ def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
     for the whole group, so a resumed sweep compiles the same shapes.
     ``todo(point)`` says whether a point still has to run (default: all do).
     """
+
     def pack(chosen, most):
         batches = []
         for p in sorted(chosen, key=lambda p: _length(p, spec)):
@@ -193,26 +214,46 @@ def _batches(points: list[Point], spec: GridSpec, batch_points: int, todo=None,
 #: (2.2e9 for JIQ at 2^17 replicas) for what the kernel does not cover
 #: (per-server lists, server classes, arrival sources); and a compile of each
 #: program (3 to 44 s measured).
-GPU_RATES = {"kernel": 3.5e10, "kernel_iqueues": 2.1e10, "engine": 2.2e9,
-             "per_replica": 1.3e6, "compile_s": 20.0}  # fmt: skip
+GPU_RATES = {
+    "kernel": 3.5e10,
+    "kernel_iqueues": 2.1e10,
+    "engine": 2.2e9,
+    "per_replica": 1.3e6,
+    "compile_s": 20.0,
+}
 
 
-def gpu_seconds(points: list[Point], spec: GridSpec, batches: list[list[Point]], size: int) -> float:
+def gpu_seconds(
+    points: list[Point], spec: GridSpec, batches: list[list[Point]], size: int
+) -> float:
     """Estimated seconds of one shape group's batches on one H200 (see
     :data:`GPU_RATES`): each batch takes its longest point's steps at the
     rate of one replica, or its replica-steps at the device's full rate,
     whichever is longer, plus one compile for the group."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
-    system = dataclasses.replace(first.system(), n_dispatchers=first.dispatchers, levels=32,
-                                 buffer=None, iqueue_levels=32 if first.dispatchers > 1 else 0)  # fmt: skip
+    system = dataclasses.replace(
+        first.system(),
+        n_dispatchers=first.dispatchers,
+        levels=32,
+        buffer=None,
+        iqueue_levels=32 if first.dispatchers > 1 else 0,
+    )
     kernel = unsupported(system, pol) is None
-    full = GPU_RATES["engine"] if not kernel else (
-        GPU_RATES["kernel_iqueues"] if pol.uses_iqueues and first.dispatchers > 1
-        else GPU_RATES["kernel"])  # fmt: skip
+    full = (
+        GPU_RATES["engine"]
+        if not kernel
+        else (
+            GPU_RATES["kernel_iqueues"]
+            if pol.uses_iqueues and first.dispatchers > 1
+            else GPU_RATES["kernel"]
+        )
+    )
     width = size * spec.run.replicas
-    seconds = sum(max(_length(p, spec) for p in b) * max(1 / GPU_RATES["per_replica"], width / full)
-                  for b in batches)  # fmt: skip
+    seconds = sum(
+        max(_length(p, spec) for p in b) * max(1 / GPU_RATES["per_replica"], width / full)
+        for b in batches
+    )
     return seconds + GPU_RATES["compile_s"]
 
 
@@ -223,8 +264,9 @@ CPU_REFERENCE_RATE = 1e8
 LARGE_REPLICA_STEPS = 86_400 * CPU_REFERENCE_RATE
 
 
-def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
-              store_path=None, devices=None) -> dict:  # fmt: skip
+def plan_grid(
+    spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS, store_path=None, devices=None
+) -> dict:
     """What :func:`run_grid` would run, without running or compiling anything.
 
     Args:
@@ -263,47 +305,74 @@ def plan_grid(spec: GridSpec, *, batch_points: int = DEFAULT_BATCH_POINTS,
     elif store_path is not None:  # a new store: its folder must take it
         folder = os.path.dirname(os.path.abspath(store_path))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            store_error = (f"{store_path} cannot be created: its folder {folder} does not exist "
-                           "or cannot be written")  # fmt: skip
+            store_error = (
+                f"{store_path} cannot be created: its folder {folder} does not exist "
+                "or cannot be written"
+            )
     run = spec.run
     groups, total_steps, total_batches, n_done = [], 0, 0, 0
     for points in shape_groups(spec).values():
         ids = {p: p.point_id() for p in points}
         n_done += sum(ids[p] in done for p in points)
-        size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
-                                 merge_ratio(devices), LATENCY_REPLICAS.get(_platform(devices), 1))  # fmt: skip
+        todo = lambda p, ids=ids: ids[p] not in done  # noqa: E731
+        size, batches = _batches(
+            points,
+            spec,
+            batch_points,
+            todo,
+            merge_ratio(devices),
+            LATENCY_REPLICAS.get(_platform(devices), 1),
+        )
         steps = sum(size * run.replicas * max(_length(p, spec) for p in b) for b in batches)
-        todo = lambda p: ids[p] not in done  # noqa: E731
-        gpu_size, gpu_batches = _batches(points, spec, batch_points, todo, math.inf,
-                                         LATENCY_REPLICAS["gpu"])  # fmt: skip
+        gpu_size, gpu_batches = _batches(
+            points, spec, batch_points, todo, math.inf, LATENCY_REPLICAS["gpu"]
+        )
         gpu = gpu_seconds(points, spec, gpu_batches, gpu_size) if gpu_batches else 0.0
         first = points[0]
         servers = sorted({p.servers for p in points})
         buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)
         dispatchers = sorted({p.dispatchers for p in points})
-        groups.append({"policy": make(first.policy, **dict(first.options)).label(),
-                       "servers": servers[0] if len(servers) == 1 else servers,
-                       "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
-                       "buffer": buffers[0] if len(buffers) == 1 else buffers,
-                       "points": len(points), "batches": len(batches),
-                       "replica_steps": steps, "gpu_seconds": gpu})  # fmt: skip
+        groups.append(
+            {
+                "policy": make(first.policy, **dict(first.options)).label(),
+                "servers": servers[0] if len(servers) == 1 else servers,
+                "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
+                "buffer": buffers[0] if len(buffers) == 1 else buffers,
+                "points": len(points),
+                "batches": len(batches),
+                "replica_steps": steps,
+                "gpu_seconds": gpu,
+            }
+        )
         total_steps += steps
         total_batches += len(batches)
     gpu_total = sum(g["gpu_seconds"] for g in groups)
     warnings_ = []
     if len(spec.points) > LARGE_POINTS:
-        warnings_.append(f"{len(spec.points)} points (more than {LARGE_POINTS}): check the "
-                         "spec's axes; each point is a batch member and a set of store rows")  # fmt: skip
+        warnings_.append(
+            f"{len(spec.points)} points (more than {LARGE_POINTS}): check the "
+            "spec's axes; each point is a batch member and a set of store rows"
+        )
     if total_steps > LARGE_REPLICA_STEPS:
-        warnings_.append(f"{total_steps:.3g} replica-steps: about "
-                         f"{total_steps / CPU_REFERENCE_RATE / 3600:.3g} hours on 2 CPU cores (at "
-                         f"{CPU_REFERENCE_RATE:.0e} a second) and {gpu_total / 3600:.3g} on one "
-                         "H200 by the estimate")  # fmt: skip
-    return {"spec": spec.name, "points": len(spec.points), "done": n_done,
-            "shapes": len(groups), "batches": total_batches, "replica_steps": total_steps,
-            "groups": groups, "store_error": store_error,
-            "window_overruns": len(window_overruns(spec)),
-            "gpu_seconds": gpu_total, "warnings": warnings_}  # fmt: skip
+        warnings_.append(
+            f"{total_steps:.3g} replica-steps: about "
+            f"{total_steps / CPU_REFERENCE_RATE / 3600:.3g} hours on 2 CPU cores (at "
+            f"{CPU_REFERENCE_RATE:.0e} a second) and {gpu_total / 3600:.3g} on one "
+            "H200 by the estimate"
+        )
+    return {
+        "spec": spec.name,
+        "points": len(spec.points),
+        "done": n_done,
+        "shapes": len(groups),
+        "batches": total_batches,
+        "replica_steps": total_steps,
+        "groups": groups,
+        "store_error": store_error,
+        "window_overruns": len(window_overruns(spec)),
+        "gpu_seconds": gpu_total,
+        "warnings": warnings_,
+    }
 
 
 def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
@@ -312,8 +381,9 @@ def _bounds(points: list[Point]) -> tuple[int | None, int | None]:
     for p in points:
         sizes.setdefault((p.servers, p.dispatchers), []).append(p)
     bounds = [_size_bounds(same) for same in sizes.values()]
-    levels, iq = (None if any(b[i] is None for b in bounds) else max(b[i] for b in bounds)
-                  for i in range(2))  # fmt: skip
+    levels, iq = (
+        None if any(b[i] is None for b in bounds) else max(b[i] for b in bounds) for i in range(2)
+    )
     return levels, iq
 
 
@@ -330,8 +400,9 @@ def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
     low = planner.trough_load(min(p.load for p in points), system.arrivals)
     levels = None
     if first.buffer is None and system.arrivals is not None:  # as the runner sizes them
-        levels = source_levels(pol, n, m, max(p.load for p in points), system.arrivals,
-                               first.law(), first.pool_set())  # fmt: skip
+        levels = source_levels(
+            pol, n, m, max(p.load for p in points), system.arrivals, first.law(), first.pool_set()
+        )
     if levels is None and first.buffer is None and (first.service or first.pools):
         levels = phase_levels(pol, n, m, top, first.law(), first.pool_set())
     elif levels is None and first.buffer is None:
@@ -344,19 +415,36 @@ def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
 
 def _limit_ratio(point: Point) -> float | None:
     """The ratio the point's mean field is solved at (None: one dispatcher's limit)."""
-    return limit_ratio(make(point.policy, **dict(point.options)), point.servers,
-                       point.dispatchers)  # fmt: skip
+    return limit_ratio(make(point.policy, **dict(point.options)), point.servers, point.dispatchers)
 
 
 def _theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``), but
     on the fractions of N's whole servers that its pools hold (``Point.pool_set``, as simulated)."""
     if kind == "mean-field":
-        return (kind, point.policy, point.options, point.load, _limit_ratio(point),
-                point.buffer, point.service, pool_shares(point.pool_set()),
-                point.arrivals)  # fmt: skip
-    return (kind, point.policy, point.options, point.load, point.servers, point.dispatchers,
-            point.buffer, point.service, point.pools, point.arrivals)  # fmt: skip
+        return (
+            kind,
+            point.policy,
+            point.options,
+            point.load,
+            _limit_ratio(point),
+            point.buffer,
+            point.service,
+            pool_shares(point.pool_set()),
+            point.arrivals,
+        )
+    return (
+        kind,
+        point.policy,
+        point.options,
+        point.load,
+        point.servers,
+        point.dispatchers,
+        point.buffer,
+        point.service,
+        point.pools,
+        point.arrivals,
+    )
 
 
 def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=None) -> list:
@@ -379,8 +467,13 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
     keys, windows = [], []
     for i, point in enumerate(points):
         key, window = _theory_key(point, kind), None
-        if (point.arrivals is not None and kind == "mean-field" and sources is not None
-                and results is not None and isinstance(sources(point.arrivals), Profile)):
+        if (
+            point.arrivals is not None
+            and kind == "mean-field"
+            and sources is not None
+            and results is not None
+            and isinstance(sources(point.arrivals), Profile)
+        ):
             s = results[i].settings
             window = (float(s["time_warmup"]), float(s["time_measured"]))
             key += (window,)
@@ -395,28 +488,59 @@ def _theory(points: list[Point], kind: str, cache: dict, results=None, sources=N
         if point.arrivals is not None:
             new[key] = None
             pol = make(point.policy, **opts)
-            if window is not None and periodic.refusal(
-                    pol, point.load, sources(point.arrivals), _limit_ratio(point),
-                    buffer=point.buffer, service=point.service,
-                    pools=point.pool_set()) is None:  # fmt: skip
-                new[key] = mean_field(pol, point.load, _limit_ratio(point),
-                                      buffer=point.buffer, with_quantiles=False,
-                                      arrivals=sources(point.arrivals), window=window,
-                                      service=point.service, pools=point.pool_set())  # fmt: skip
+            if (
+                window is not None
+                and periodic.refusal(
+                    pol,
+                    point.load,
+                    sources(point.arrivals),
+                    _limit_ratio(point),
+                    buffer=point.buffer,
+                    service=point.service,
+                    pools=point.pool_set(),
+                )
+                is None
+            ):
+                new[key] = mean_field(
+                    pol,
+                    point.load,
+                    _limit_ratio(point),
+                    buffer=point.buffer,
+                    with_quantiles=False,
+                    arrivals=sources(point.arrivals),
+                    window=window,
+                    service=point.service,
+                    pools=point.pool_set(),
+                )
         elif kind == "mean-field":
             pol = make(point.policy, **opts)
             new[key] = None
             per_server = PER_SERVER_MEAN_FIELDS if point.buffer is None else ()  # infinite buffers
             if not (point.pools is not None and pol.routes_by_speed) and pol.mean_field_kind() in (
                 ("generic", "closed-form") + (per_server if plain else ())
-            ):  # fmt: skip
-                new[key] = mean_field(pol, point.load, _limit_ratio(point),
-                                      buffer=point.buffer, with_quantiles=False,
-                                      service=point.service, pools=point.pool_set())  # fmt: skip
+            ):
+                new[key] = mean_field(
+                    pol,
+                    point.load,
+                    _limit_ratio(point),
+                    buffer=point.buffer,
+                    with_quantiles=False,
+                    service=point.service,
+                    pools=point.pool_set(),
+                )
         else:
-            new[key] = solve_exact(Model(point.policy, point.servers, point.dispatchers,
-                                         buffer=point.buffer, service=point.service,
-                                         pools=point.pools, **opts), point.load)  # fmt: skip
+            new[key] = solve_exact(
+                Model(
+                    point.policy,
+                    point.servers,
+                    point.dispatchers,
+                    buffer=point.buffer,
+                    service=point.service,
+                    pools=point.pools,
+                    **opts,
+                ),
+                point.load,
+            )
     cache.update(zip(new, fill_quantiles(list(new.values()))))
     return [cache[key] for key in keys]
 
@@ -438,9 +562,17 @@ def _refined(points: list[Point], cache: dict) -> list:
             pol = make(point.policy, **dict(point.options))
             value = None
             plain = point.service is None and point.pools is None and point.arrivals is None
-            if plain and pol.mean_field_kind() in ("generic", "closed-form"):  # (r unused with one queue)
-                value = refined_mean_field(pol, point.load, _limit_ratio(point),
-                                           buffer=point.buffer, n_servers=point.servers)  # fmt: skip
+            if plain and pol.mean_field_kind() in (
+                "generic",
+                "closed-form",
+            ):  # (r unused with one queue)
+                value = refined_mean_field(
+                    pol,
+                    point.load,
+                    _limit_ratio(point),
+                    buffer=point.buffer,
+                    n_servers=point.servers,
+                )
             cache[key] = value
         out.append(None if cache[key] is None else cache[key].at(point.servers))
     return out
@@ -465,23 +597,59 @@ def _theory_value(result, metric: str, index):
 
 def _rows(point: Point, point_id: str, spec: GridSpec, res, theory, refined=None) -> list[dict]:
     params = point.params()
-    base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load",
-                                       "alpha", "beta", "d", "z", "order", "buffer",
-                                       "service", "pools", "arrivals")}  # fmt: skip
-    run = {"replicas": spec.run.replicas, "steps": res.settings["steps"],
-           "warmup": res.settings["warmup"], "seed": spec.run.seed}  # fmt: skip
+    base = {
+        k: params.get(k)
+        for k in (
+            "policy",
+            "servers",
+            "dispatchers",
+            "ratio",
+            "load",
+            "alpha",
+            "beta",
+            "d",
+            "z",
+            "order",
+            "buffer",
+            "service",
+            "pools",
+            "arrivals",
+        )
+    }
+    run = {
+        "replicas": spec.run.replicas,
+        "steps": res.settings["steps"],
+        "warmup": res.settings["warmup"],
+        "seed": spec.run.seed,
+    }
     rows = []
     for rec in res.records():
         metric, index = rec["metric"], rec["index"]
-        rows.append({"point_id": point_id, **base, "metric": metric, "idx": index,
-                     "mean": rec["mean"], "ci95": rec["ci95"],
-                     "theory": _theory_value(theory, metric, index),
-                     "refined": _theory_value(refined, metric, index), **run})  # fmt: skip
+        rows.append(
+            {
+                "point_id": point_id,
+                **base,
+                "metric": metric,
+                "idx": index,
+                "mean": rec["mean"],
+                "ci95": rec["ci95"],
+                "theory": _theory_value(theory, metric, index),
+                "refined": _theory_value(refined, metric, index),
+                **run,
+            }
+        )
     return rows
 
 
-def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_POINTS,
-             progress: bool = False, devices=None, log=sys.stderr) -> int:  # fmt: skip
+def run_grid(
+    spec: GridSpec,
+    store_path,
+    *,
+    batch_points: int = DEFAULT_BATCH_POINTS,
+    progress: bool = False,
+    devices=None,
+    log=sys.stderr,
+) -> int:
     """Run every point of ``spec`` not yet in the store at ``store_path``; returns points run.
 
     Args:
@@ -521,7 +689,7 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         if run.init == "mean-field" and pol.mean_field_kind() == "none":
             raise ValueError(
                 f"init='mean-field' needs a mean field, and {pol.name!r} has none "
-                f"({pol.no_mean_field}); use init = \"empty\" for this spec"
+                f'({pol.no_mean_field}); use init = "empty" for this spec'
             )
         if points[0].source is not None:  # a profile's segments against the step rate
             check_source(points[0].system(), [p.load for p in points])
@@ -534,10 +702,12 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         store = writer = None
         if lead:  # one writer per store: a second sweep into it stops here
             stack.enter_context(writer_lock(store_path))
-            store = stack.enter_context(Store(store_path, spec.spec_hash(), spec.name,
-                                              versions(), spec.source_text))  # fmt: skip
-            writer = stack.enter_context(ThreadPoolExecutor(max_workers=1,
-                                                            thread_name_prefix="jaxqueue-store"))
+            store = stack.enter_context(
+                Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text)
+            )
+            writer = stack.enter_context(
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store")
+            )
         done = _done(spec, ids, store)
         total = len(spec.points)
         finished = sum(ids[p] in done for p in spec.points)
@@ -547,9 +717,14 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
         pending, cache = None, {}
         for points in groups.values():
             levels, iq = _bounds(points)  # over the whole group: shapes and starts fixed
-            size, batches = _batches(points, spec, batch_points, lambda p: ids[p] not in done,
-                                     merge_ratio(devices),
-                                     LATENCY_REPLICAS.get(_platform(devices), 1))  # fmt: skip
+            size, batches = _batches(
+                points,
+                spec,
+                batch_points,
+                lambda p: ids[p] not in done,
+                merge_ratio(devices),
+                LATENCY_REPLICAS.get(_platform(devices), 1),
+            )
             for batch in batches:
                 pad = [batch[-1]] * (size - len(batch))
                 first = batch[0]
@@ -559,16 +734,23 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                     n_servers=[p.servers for p in everyone],
                     n_dispatchers=[p.dispatchers for p in everyone],
                     buffer=None if first.buffer is None else [p.buffer for p in everyone],
-                )  # fmt: skip
+                )
                 options = RunOptions(
-                    replicas=run.replicas, steps=[run.steps_for(p) for p in everyone],
-                    warmup=[run.warmup_for(p) for p in everyone], seed=run.seed, init=run.init,
-                    interval="replicas", devices=devices,
-                )  # fmt: skip
+                    replicas=run.replicas,
+                    steps=[run.steps_for(p) for p in everyone],
+                    warmup=[run.warmup_for(p) for p in everyone],
+                    seed=run.seed,
+                    init=run.init,
+                    interval="replicas",
+                    devices=devices,
+                )
                 plan = planner.plan_model(
-                    model, [p.load for p in everyone], options, Bounds(levels, iq),
+                    model,
+                    [p.load for p in everyone],
+                    options,
+                    Bounds(levels, iq),
                     streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
-                )  # fmt: skip
+                )
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch
                 ran += len(batch)
@@ -578,10 +760,10 @@ def run_grid(spec: GridSpec, store_path, *, batch_points: int = DEFAULT_BATCH_PO
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = [], []
                 kind = "mean-field" if run.theory == "refined" else run.theory
-                refined = (_refined(batch, cache) if run.theory == "refined"
-                           else [None] * len(batch))  # fmt: skip
-                theories = _theory(batch, kind, cache, results,
-                                   lambda text: spec.arrivals_file(text).source)  # fmt: skip
+                refined = _refined(batch, cache) if run.theory == "refined" else [None] * len(batch)
+                theories = _theory(
+                    batch, kind, cache, results, lambda text: spec.arrivals_file(text).source
+                )
                 for p, res, th, rf in zip(batch, results, theories, refined):
                     rows += _rows(p, ids[p], spec, res, th, rf)
                     committed.append((ids[p], p.params(), wall / len(batch)))
@@ -650,11 +832,16 @@ class _Progress:
             from tqdm.auto import tqdm
         except ModuleNotFoundError:
             self.bar = None
-            print(f"[jaxqueue] {name}: a progress bar needs the progress extra (pip install "
-                  "'jaxqueue[progress]'); reporting a line per batch", file=log, flush=True)
+            print(
+                f"[jaxqueue] {name}: a progress bar needs the progress extra (pip install "
+                "'jaxqueue[progress]'); reporting a line per batch",
+                file=log,
+                flush=True,
+            )
         else:
-            self.bar = tqdm(total=total, initial=done, desc=name, unit="pt", file=log,
-                            dynamic_ncols=True)  # fmt: skip
+            self.bar = tqdm(
+                total=total, initial=done, desc=name, unit="pt", file=log, dynamic_ncols=True
+            )
 
     def update(self, n: int, rate: float) -> None:
         self.done += n
@@ -665,8 +852,12 @@ class _Progress:
             return
         elapsed = time.perf_counter() - self.t0
         left = elapsed / self.ran * (self.total - self.done)
-        print(f"[jaxqueue] {self.name}: {self.done}/{self.total} points, {rate:.3g} "
-              f"replica-steps/s, about {left:.0f} s left", file=self.log, flush=True)  # fmt: skip
+        print(
+            f"[jaxqueue] {self.name}: {self.done}/{self.total} points, {rate:.3g} "
+            f"replica-steps/s, about {left:.0f} s left",
+            file=self.log,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.bar is not None:

@@ -141,7 +141,5 @@ def headline_ratio(load: float = 0.98, d: int = 2, targets: dict | None = None) 
                 x2 = lo + golden * (hi - lo)
                 f2 = misfit(x2)
         ratio = math.exp(0.5 * (lo + hi))
-        times = {
-            p: float(_mean_response_time(p, load, ratio, d)) for p in HEADLINE_POLICIES
-        }
+        times = {p: float(_mean_response_time(p, load, ratio, d)) for p in HEADLINE_POLICIES}
     return HeadlineFit(float(load), int(d), ratio, ratios, times, targets)

@@ -18,27 +18,46 @@ import os
 import numpy as np
 
 from jaxqueue.studies.figures import (
-    CDF, FigureSpec, Series, cdf_quantiles, figure_series, summarize,
-)  # fmt: skip
+    CDF,
+    FigureSpec,
+    Series,
+    cdf_quantiles,
+    figure_series,
+    summarize,
+)
 from jaxqueue.studies.spec import parse_spec
 from jaxqueue.studies.store import Store
 
 __all__ = ["plot_series", "plot_cdf", "plot_figure", "plot_store", "axis_label"]
 
 _LABELS = {
-    "load": r"$\lambda$", "servers": "N", "ratio": "r = N / M", "dispatchers": "M",
-    "alpha": r"$\alpha$", "beta": r"$\beta$", "buffer": "buffer b", "d": "d", "z": "z",
-    "index": "k", "mean_response_time": "mean response time T",
-    "waiting_probability": "P(wait)", "blocking_probability": "P(blocked)",
-    "mean_queue_length": "mean tasks per server", "p0": r"$p_0$",
+    "load": r"$\lambda$",
+    "servers": "N",
+    "ratio": "r = N / M",
+    "dispatchers": "M",
+    "alpha": r"$\alpha$",
+    "beta": r"$\beta$",
+    "buffer": "buffer b",
+    "d": "d",
+    "z": "z",
+    "index": "k",
+    "mean_response_time": "mean response time T",
+    "waiting_probability": "P(wait)",
+    "blocking_probability": "P(blocked)",
+    "mean_queue_length": "mean tasks per server",
+    "p0": r"$p_0$",
     "join_rate": "join requests per server per unit time",
     "delete_rate": "delete requests per server per unit time",
-    "probe_rate": "probes per server per unit time", "stale_fraction": "stale picks",
-    "tail": r"$s_k$ (servers with $\geq k$ tasks)", "occupancy": "servers with exactly k tasks",
-    "arrival_seen": "arrivals that find k tasks", "iqueue_distribution": "I-queues of size k",
-    "response_quantile": "response-time quantile", "time": "response time t",
+    "probe_rate": "probes per server per unit time",
+    "stale_fraction": "stale picks",
+    "tail": r"$s_k$ (servers with $\geq k$ tasks)",
+    "occupancy": "servers with exactly k tasks",
+    "arrival_seen": "arrivals that find k tasks",
+    "iqueue_distribution": "I-queues of size k",
+    "response_quantile": "response-time quantile",
+    "time": "response time t",
     CDF: r"$P(T \leq t)$",
-}  # fmt: skip
+}
 
 
 #: Line style and width of a response-time law: simulated, theory, refined mean field.
@@ -68,9 +87,18 @@ def _titles(ax, title, xlabel, ylabel) -> None:
         ax.set_ylabel(ylabel)
 
 
-def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool = False,
-                theory: bool = True, title: str | None = None, xlabel: str | None = None,
-                ylabel: str | None = None, colors: dict | None = None):  # fmt: skip
+def plot_series(
+    series: list[Series],
+    ax=None,
+    *,
+    logx: bool = False,
+    logy: bool = False,
+    theory: bool = True,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    colors: dict | None = None,
+):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
 
     Args:
@@ -101,8 +129,9 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
             lowest = min(lowest, s.y[keep].min(initial=np.inf))
         else:
             err = ci[keep]
-        ax.errorbar(s.x[keep], s.y[keep], yerr=err, fmt="o", ms=4, capsize=2, color=color,
-                    label=s.label)  # fmt: skip
+        ax.errorbar(
+            s.x[keep], s.y[keep], yerr=err, fmt="o", ms=4, capsize=2, color=color, label=s.label
+        )
         if theory:
             th = np.isfinite(s.theory) & ((s.theory > 0) if logy else True)
             if logx:
@@ -110,16 +139,18 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
             if logy:
                 lowest = min(lowest, s.theory[th].min(initial=np.inf))
             if th.sum() >= 1:
-                ax.plot(s.x[th], s.theory[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2,
-                        ms=12)  # fmt: skip
+                ax.plot(
+                    s.x[th], s.theory[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2, ms=12
+                )
             rf = np.isfinite(s.refined) & ((s.refined > 0) if logy else True)
             if logx:
                 rf &= s.x > 0
             if rf.sum() >= 1:
                 if logy:
                     lowest = min(lowest, s.refined[rf].min(initial=np.inf))
-                ax.plot(s.x[rf], s.refined[rf], "--" if rf.sum() > 1 else "x", color=color,
-                        lw=1.0, ms=6)  # fmt: skip
+                ax.plot(
+                    s.x[rf], s.refined[rf], "--" if rf.sum() > 1 else "x", color=color, lw=1.0, ms=6
+                )
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -144,10 +175,19 @@ def plot_series(series: list[Series], ax=None, *, logx: bool = False, logy: bool
     return ax
 
 
-def plot_cdf(curves: list[Series], marks: list[Series] = (), ax=None, *, logx: bool = False,
-             logy: bool = False, theory: bool = True, title: str | None = None,
-             xlabel: str | None = None, ylabel: str | None = None,
-             colors: dict | None = None):  # fmt: skip
+def plot_cdf(
+    curves: list[Series],
+    marks: list[Series] = (),
+    ax=None,
+    *,
+    logx: bool = False,
+    logy: bool = False,
+    theory: bool = True,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    colors: dict | None = None,
+):
     """Draw response-time laws on ``ax`` (a new figure's axes if None); returns ``ax``.
 
     Args:
@@ -172,16 +212,29 @@ def plot_cdf(curves: list[Series], marks: list[Series] = (), ax=None, *, logx: b
             keep = np.isfinite(y) & ((y > 0) if logy else True) & ((s.x > 0) if logx else True)
             if keep.any():
                 ls, lw = _CDF_STYLES[field]
-                ax.plot(s.x[keep], y[keep], ls, color=color, lw=lw,
-                        label=s.label if field == "y" else None)  # fmt: skip
+                ax.plot(
+                    s.x[keep],
+                    y[keep],
+                    ls,
+                    color=color,
+                    lw=lw,
+                    label=s.label if field == "y" else None,
+                )
                 drawn.add(field)
     levels = set()
     for m in marks:
         keep = np.isfinite(m.y) & ((m.y > 0) if logx else True)
         if keep.any():
             ci = np.where(np.isfinite(m.ci95), m.ci95, 0.0)
-            ax.errorbar(m.y[keep], m.x[keep], xerr=ci[keep], fmt="o", ms=3, capsize=2,
-                        color=colors.get(m.label, "0.3"))  # fmt: skip
+            ax.errorbar(
+                m.y[keep],
+                m.x[keep],
+                xerr=ci[keep],
+                fmt="o",
+                ms=3,
+                capsize=2,
+                color=colors.get(m.label, "0.3"),
+            )
             levels.update(m.x[keep].tolist())
     if logx:
         ax.set_xscale("log")
@@ -192,16 +245,19 @@ def plot_cdf(curves: list[Series], marks: list[Series] = (), ax=None, *, logx: b
         from matplotlib.lines import Line2D
 
         handles, labels = ax.get_legend_handles_labels()
-        for field, text in (("theory", "theory (dotted)"),
-                            ("refined", "refined mean field at N (dashed)")):  # fmt: skip
+        for field, text in (
+            ("theory", "theory (dotted)"),
+            ("refined", "refined mean field at N (dashed)"),
+        ):
             if field in drawn:
                 ls, lw = _CDF_STYLES[field]
                 handles.append(Line2D([], [], color="0.3", ls=ls, lw=lw))
                 labels.append(text)
         if levels:
             handles.append(Line2D([], [], color="0.3", marker="o", ms=3, ls=""))
-            labels.append(f"quantiles at q = {', '.join(f'{q:g}' for q in sorted(levels))} "
-                          "(95% intervals)")  # fmt: skip
+            labels.append(
+                f"quantiles at q = {', '.join(f'{q:g}' for q in sorted(levels))} (95% intervals)"
+            )
         ax.legend(handles, labels, fontsize=7, frameon=False, loc="lower right")
     ax.grid(True, which="major", alpha=0.3)
     return ax
@@ -239,13 +295,19 @@ def plot_figure(rows: list[dict], fig: FigureSpec, ax=None, *, spec_name: str | 
         mine = [s for s in series if fig.panels is None or s.panel == panel]
         if fig.panels is not None:
             title = f"{axis_label(fig.panels)} = {panel if panel is not None else 'inf'}"
-        style = dict(logx=fig.logx, logy=fig.logy, theory=fig.theory, title=title,
-                     xlabel=fig.xlabel or axis_label(fig.x), ylabel=ylabel, colors=colors)
+        style = dict(
+            logx=fig.logx,
+            logy=fig.logy,
+            theory=fig.theory,
+            title=title,
+            xlabel=fig.xlabel or axis_label(fig.x),
+            ylabel=ylabel,
+            colors=colors,
+        )
         if marks is None:
             plot_series(mine, a, **style)
         else:
-            plot_cdf(mine, [m for m in marks if fig.panels is None or m.panel == panel], a,
-                     **style)  # fmt: skip
+            plot_cdf(mine, [m for m in marks if fig.panels is None or m.panel == panel], a, **style)
     return axes if fig.panels is not None else axes[0]
 
 

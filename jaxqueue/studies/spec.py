@@ -64,9 +64,16 @@ from jaxqueue.core.config import Model
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import (
-    DEFAULT_WARMUP_TIME, MAX_SERVERS, MAX_STEPS, System, check_int, check_load,
-    dispatchers_for_ratio, halfin_whitt_load, heavy_traffic_load,
-)  # fmt: skip
+    DEFAULT_WARMUP_TIME,
+    MAX_SERVERS,
+    MAX_STEPS,
+    System,
+    check_int,
+    check_load,
+    dispatchers_for_ratio,
+    halfin_whitt_load,
+    heavy_traffic_load,
+)
 from jaxqueue.policies.registry import make, option_names, policy_class
 from jaxqueue.studies.figures import FigureSpec, check_expression, evaluate_expression, parse_figure
 
@@ -79,13 +86,39 @@ except ModuleNotFoundError:  # Python 3.10
         _toml = None
 
 __all__ = [
-    "SpecError", "Point", "RunSettings", "GridSpec", "ArrivalsFile", "load_spec", "parse_spec",
-    "GRID_KEYS", "RUN_KEYS", "INITS", "THEORIES", "DEFAULT_WARMUP_TIME", "MAX_WARMUP_RATIO",
-    "EXACT_MAX_STATES", "MODES",
-]  # fmt: skip
+    "SpecError",
+    "Point",
+    "RunSettings",
+    "GridSpec",
+    "ArrivalsFile",
+    "load_spec",
+    "parse_spec",
+    "GRID_KEYS",
+    "RUN_KEYS",
+    "INITS",
+    "THEORIES",
+    "DEFAULT_WARMUP_TIME",
+    "MAX_WARMUP_RATIO",
+    "EXACT_MAX_STATES",
+    "MODES",
+]
 
-GRID_KEYS = ("policy", "servers", "ratio", "dispatchers", "load", "alpha", "beta", "buffer", "d",
-             "z", "order", "service", "pools", "arrivals")  # fmt: skip
+GRID_KEYS = (
+    "policy",
+    "servers",
+    "ratio",
+    "dispatchers",
+    "load",
+    "alpha",
+    "beta",
+    "buffer",
+    "d",
+    "z",
+    "order",
+    "service",
+    "pools",
+    "arrivals",
+)
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
@@ -98,8 +131,12 @@ EXACT_MAX_STATES = 200_000
 #: The modes a spec may define: a table of overrides each, chosen by ``--quick`` or ``--gpu``.
 MODES = ("quick", "gpu")
 _TOP_KEYS = ("name", "grid", "run", *MODES, "figure")
-_GROUPS = (("ratio", "dispatchers"), ("load", "alpha", "beta"), ("time", "steps"),
-           ("warmup_time", "warmup"))  # fmt: skip
+_GROUPS = (
+    ("ratio", "dispatchers"),
+    ("load", "alpha", "beta"),
+    ("time", "steps"),
+    ("warmup_time", "warmup"),
+)
 _HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
 _ARRAY = re.compile(r"""^\s*\[\[\s*["']?([\w.-]+)["']?\s*\]\]""")
 _KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
@@ -115,12 +152,14 @@ class SpecError(ValueError):
 
 def _canonical(obj) -> str:
     """Compact JSON with sorted keys and floats rounded to 12 significant digits."""
+
     def norm(x):
         if isinstance(x, float):
             return float(f"{x:.12g}")
         if isinstance(x, dict):
             return {str(k): norm(v) for k, v in x.items()}
         return [norm(v) for v in x] if isinstance(x, (list, tuple)) else x
+
     return json.dumps(norm(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
@@ -168,14 +207,23 @@ class Point:
         other points do not depend on them.
         """
         opts = dict(self.options)
-        return {"policy": self.policy, "options": opts, "servers": self.servers,
-                "dispatchers": self.dispatchers, "ratio": self.servers / self.dispatchers,
-                "buffer": self.buffer, "load": self.load, "alpha": self.alpha, "beta": self.beta,
-                "d": opts.get("d"), "z": opts.get("z"),
-                **({"order": opts["order"]} if "order" in opts else {}),
-                **({"service": self.service} if self.service is not None else {}),
-                **({"pools": self.pools} if self.pools is not None else {}),
-                **({"arrivals": self.arrivals} if self.arrivals is not None else {})}  # fmt: skip
+        return {
+            "policy": self.policy,
+            "options": opts,
+            "servers": self.servers,
+            "dispatchers": self.dispatchers,
+            "ratio": self.servers / self.dispatchers,
+            "buffer": self.buffer,
+            "load": self.load,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "d": opts.get("d"),
+            "z": opts.get("z"),
+            **({"order": opts["order"]} if "order" in opts else {}),
+            **({"service": self.service} if self.service is not None else {}),
+            **({"pools": self.pools} if self.pools is not None else {}),
+            **({"arrivals": self.arrivals} if self.arrivals is not None else {}),
+        }
 
     def law(self):
         """The service law (a PhaseType), or None for exponential service."""
@@ -191,8 +239,9 @@ class Point:
 
     def system(self) -> System:
         """The point's servers, service and arrivals (what fixes its step rate)."""
-        return System(self.servers, levels=1, service=self.law(), pools=self.pool_set(),
-                      arrivals=self.source)  # fmt: skip
+        return System(
+            self.servers, levels=1, service=self.law(), pools=self.pool_set(), arrivals=self.source
+        )
 
     def steps_per_time_unit(self) -> float:
         """Uniformized steps per unit time: ``N (load + rate)``, more with a rate
@@ -272,8 +321,10 @@ class RunSettings:
             raise SpecError(f"{key} at {point.label()}: {err}") from None
         if not math.isfinite(units) or units < 0 or (units == 0 and key == "time"):
             need = ">= 0" if key == "warmup_time" else "> 0"
-            raise SpecError(f"{key}={value!r} is {units:g} at {point.label()}, out of range: "
-                            f"need a finite value {need} (a parameter it names may be unset)")
+            raise SpecError(
+                f"{key}={value!r} is {units:g} at {point.label()}, out of range: "
+                f"need a finite value {need} (a parameter it names may be unset)"
+            )
         return units
 
     def _steps(self, key: str, count, point: Point) -> int:
@@ -281,8 +332,10 @@ class RunSettings:
         per = point.steps_per_time_unit()
         n = count if units is None else math.ceil(units * per)
         if n > MAX_STEPS:
-            raise SpecError(f"{key}={units:g} is {n} steps per replica at {point.label()}, out "
-                            f"of range: need at most {MAX_STEPS}; run more replicas instead")
+            raise SpecError(
+                f"{key}={units:g} is {n} steps per replica at {point.label()}, out "
+                f"of range: need at most {MAX_STEPS}; run more replicas instead"
+            )
         return n
 
     def steps_for(self, point: Point) -> int:
@@ -341,18 +394,27 @@ class GridSpec:
         """The :class:`~jaxqueue.core.config.Model` of one of the spec's points
         (its arrivals file as the path it was found at; see :meth:`arrivals_file`)."""
         arrivals = None if point.arrivals is None else self.arrivals_file(point.arrivals).path
-        return Model(point.policy, point.servers, point.dispatchers, buffer=point.buffer,
-                     service=point.service, pools=point.pools, arrivals=arrivals,
-                     **dict(point.options))  # fmt: skip
+        return Model(
+            point.policy,
+            point.servers,
+            point.dispatchers,
+            buffer=point.buffer,
+            service=point.service,
+            pools=point.pools,
+            arrivals=arrivals,
+            **dict(point.options),
+        )
 
     def arrivals_file(self, text: str) -> ArrivalsFile:
         """The :class:`ArrivalsFile` of an ``arrivals`` value of the spec."""
         for source in self.arrivals:
             if source.text == text:
                 return source
-        raise ValueError(f"spec {self.name!r} was parsed without its folder, so its arrivals "
-                         f"file {text!r} was not read: load it with load_spec(path) or "
-                         "parse_spec(text, base=FOLDER)")  # fmt: skip
+        raise ValueError(
+            f"spec {self.name!r} was parsed without its folder, so its arrivals "
+            f"file {text!r} was not read: load it with load_spec(path) or "
+            "parse_spec(text, base=FOLDER)"
+        )
 
     def figure(self, name: str) -> FigureSpec:
         """The ``[[figure]]`` named ``name``."""
@@ -393,12 +455,14 @@ def _span(name: str, zero: bool):
         if isinstance(value, str):  # checked per point by RunSettings.time_units
             return check_expression(value, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a finite number or an expression string, "
-                            f"got {value!r}")  # fmt: skip
+            raise TypeError(
+                f"{name} must be a finite number or an expression string, got {value!r}"
+            )
         if _number(name, value) < 0 or (value == 0 and not zero):
             need = f"{name} {'>=' if zero else '>'} 0"
             raise ValueError(f"{name}={value} is out of range: need {need}")
         return float(value)
+
     return check
 
 
@@ -407,6 +471,7 @@ def _choice(name: str, valid: tuple):
         if value not in valid:
             raise ValueError(f"{name}={value!r} is not valid: use one of {str(valid)[1:-1]}")
         return value
+
     return check
 
 
@@ -429,8 +494,9 @@ def _pools_text(value):
 def _arrivals_text(value):
     """An ``arrivals`` value: a file path as written; ``"poisson"`` is None (the default)."""
     if not isinstance(value, str) or not value.strip():
-        raise TypeError(f"arrivals must be a file path such as 'data/trace.csv' (or 'poisson'), "
-                        f"got {value!r}")  # fmt: skip
+        raise TypeError(
+            f"arrivals must be a file path such as 'data/trace.csv' (or 'poisson'), got {value!r}"
+        )
     return None if value == "poisson" else value
 
 
@@ -451,8 +517,10 @@ def _buffer(value):
     if value == "inf" or (not isinstance(value, bool) and value in (0, math.inf)):
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        raise ValueError(f"buffer={value} is out of range: need 1 <= buffer <= 10**6, or 0 or "
-                         '"inf" for infinite buffers')  # fmt: skip
+        raise ValueError(
+            f"buffer={value} is out of range: need 1 <= buffer <= 10**6, or 0 or "
+            '"inf" for infinite buffers'
+        )
     return check_int("buffer", value, 1, 10**6) or value
 
 
@@ -486,14 +554,19 @@ class _Parser:
                     self.fail("", key, "figures are tables: write [[figure]] above each")
             elif key != "name" and not isinstance(value, dict):
                 self.fail("", key, f"{key} must be a table ([{key}]), got {value!r}")
-        parts = (("grid", GRID_KEYS), ("run", RUN_KEYS), *((m, GRID_KEYS + RUN_KEYS) for m in MODES))
+        parts = (
+            ("grid", GRID_KEYS),
+            ("run", RUN_KEYS),
+            *((m, GRID_KEYS + RUN_KEYS) for m in MODES),
+        )
         for part, valid in parts:
             if part not in MODES and part not in self.data:
                 raise SpecError(f"the spec has no [{part}] table", len(self.rows) or 1)
             for key in self.data.get(part, {}):
                 if key not in valid:
-                    self.fail(part, key,
-                              f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}")
+                    self.fail(
+                        part, key, f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}"
+                    )
             self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
         if mode is not None and mode not in self.data:
             raise SpecError(f"--{mode} needs a [{mode}] table (any key of [grid] or [run])", 1)
@@ -507,8 +580,13 @@ class _Parser:
         """The line of ``key`` in the table it came from, else of that table, else 1."""
         table = self.vals.get(part, {}).get(key, (None, part))[1]
         keys = self.keys
-        return (keys.get((table, key)) or keys.get(("", f"{table}.{key}"))
-                or keys.get((table or key, "")) or keys.get(("", table)) or 1)  # fmt: skip
+        return (
+            keys.get((table, key))
+            or keys.get(("", f"{table}.{key}"))
+            or keys.get((table or key, ""))
+            or keys.get(("", table))
+            or 1
+        )
 
     def entry(self, start: int, name: str, nth: int) -> int:
         """The line of the ``nth`` string ``name`` (from 0) in the value of the key at ``start``."""
@@ -531,8 +609,11 @@ class _Parser:
     def one_of(self, part: str, group: tuple, required: bool):
         given = [k for k in group if self.has(part, k)]
         if len(given) > 1:
-            self.fail(part, max(given, key=lambda k: self.line(part, k)),
-                      f"[{part}] gives {' and '.join(given)}: give only one of {' / '.join(group)}")
+            self.fail(
+                part,
+                max(given, key=lambda k: self.line(part, k)),
+                f"[{part}] gives {' and '.join(given)}: give only one of {' / '.join(group)}",
+            )
         if required and not given:
             self.fail(part, group[0], f"[{part}] needs one of {' / '.join(group)}")
         return given[0] if given else None
@@ -546,8 +627,9 @@ class _Parser:
             except (TypeError, ValueError) as err:
                 self.fail("grid", key, str(err))
             if checked in out:
-                self.fail("grid", key, f"{key} lists {value!r} twice (or two values that mean "
-                          "the same)")  # fmt: skip
+                self.fail(
+                    "grid", key, f"{key} lists {value!r} twice (or two values that mean the same)"
+                )
             out.append(checked)
         return out or self.fail("grid", key, f"{key} is empty: give at least one value")
 
@@ -567,8 +649,12 @@ class _Parser:
             table = dict(entry) if isinstance(entry, dict) else {"name": entry}
             name = table.pop("name", None)
             if not isinstance(name, str):
-                self.fail("grid", "policy", "a policy is a name or an inline table of a name and "
-                          f'options, e.g. {{ name = "pod", d = [2, 3] }}; got {entry!r}')
+                self.fail(
+                    "grid",
+                    "policy",
+                    "a policy is a name or an inline table of a name and "
+                    f'options, e.g. {{ name = "pod", d = [2, 3] }}; got {entry!r}',
+                )
             line = self.entry(start, name, [e[0] for e in entries].count(name))
             try:
                 takes = option_names(policy_class(name))
@@ -578,8 +664,11 @@ class _Parser:
             for key in [*table, *shared]:
                 lines[key] = line if key in table else self.line("grid", key)
                 if key not in takes:
-                    raise SpecError(f"policy {name!r} takes no option {key}; its options: "
-                                    f"{', '.join(takes) or 'none'}", lines[key])  # fmt: skip
+                    raise SpecError(
+                        f"policy {name!r} takes no option {key}; its options: "
+                        f"{', '.join(takes) or 'none'}",
+                        lines[key],
+                    )
                 if key in table and key in shared:
                     self.fail("grid", key, f"{key} is given both in [grid] and for policy {name!r}")
                 values = shared.get(key) or _as_list(table[key])
@@ -596,11 +685,13 @@ class _Parser:
 
         def from_ratio(ratio):
             return dispatchers_for_ratio(n, _number("ratio", ratio), "servers")
+
         return self.axis(key, from_ratio) if key else [1]
 
     def loads(self, key: str, n: int, buffer, cap: float = 1.0) -> list:
         """``(load, alpha, beta)`` per value of the load axis at ``n`` servers
         (``cap``: the servers' capacity, for the stability check)."""
+
         def check(value):
             x = _number(key, value)
             if key == "load":
@@ -611,6 +702,7 @@ class _Parser:
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{key}={value} at servers={n}: {err}") from None
             return lam, (x if key == "alpha" else None), (x if key == "beta" else None)
+
         return self.axis(key, check)
 
     def resolve(self, name, opts, lines, n, m, buffer, run: RunSettings):
@@ -625,8 +717,12 @@ class _Parser:
                 line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
             raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
         if run.init == "mean-field" and pol.mean_field_kind() == "none":
-            self.fail("run", "init", f"init='mean-field' needs a mean field, and {name!r} has "
-                      f'none ({pol.no_mean_field}); use init = "empty" or split the grid')
+            self.fail(
+                "run",
+                "init",
+                f"init='mean-field' needs a mean field, and {name!r} has "
+                f'none ({pol.no_mean_field}); use init = "empty" or split the grid',
+            )
         if run.theory == "exact":
             from jaxqueue.exact.chain import estimate_states  # numpy only
 
@@ -635,13 +731,21 @@ class _Parser:
             except NotImplementedError as err:
                 self.fail("run", "theory", f"theory='exact': {err}")
             bound = buffer or 4
-            states = math.inf if n > 100 else estimate_states(rule, n, m, options.get("z", 0),
-                                                              bound, True,
-                                                              options.get("order", "random"))  # fmt: skip
+            states = (
+                math.inf
+                if n > 100
+                else estimate_states(
+                    rule, n, m, options.get("z", 0), bound, True, options.get("order", "random")
+                )
+            )
             if states > EXACT_MAX_STATES:
-                self.fail("run", "theory", f"theory='exact' is for small systems: {pol.label()} "
-                          f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "
-                          f'states, more than {EXACT_MAX_STATES}; use "mean-field" or "none"')
+                self.fail(
+                    "run",
+                    "theory",
+                    f"theory='exact' is for small systems: {pol.label()} "
+                    f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "
+                    f'states, more than {EXACT_MAX_STATES}; use "mean-field" or "none"',
+                )
         return pol
 
     def figures(self) -> tuple:
@@ -670,13 +774,16 @@ class _Parser:
             replicas=self.scalar("replicas", _int("replicas", 2, 10**8), None),
             time=self.scalar("time", _span("time", zero=False), None),
             steps=self.scalar("steps", _int("steps", 1, MAX_STEPS), None),
-            warmup_time=self.scalar("warmup_time", _span("warmup_time", zero=True),
-                                    None if warm else DEFAULT_WARMUP_TIME),
+            warmup_time=self.scalar(
+                "warmup_time",
+                _span("warmup_time", zero=True),
+                None if warm else DEFAULT_WARMUP_TIME,
+            ),
             warmup=self.scalar("warmup", _int("warmup", 0, MAX_STEPS), None),
             seed=self.scalar("seed", _int("seed", 0, 2**63 - 1), 0),
             init=self.scalar("init", _choice("init", INITS), "empty"),
             theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
-        )  # fmt: skip
+        )
 
     def check_steps(self, run: RunSettings, point: Point) -> None:
         measure = "time" if run.steps is None else "steps"
@@ -686,13 +793,21 @@ class _Parser:
             self.fail("run", str(err).split("=")[0], str(err))
         per = point.steps_per_time_unit()
         if warm > MAX_WARMUP_RATIO * steps:
-            self.fail("run", measure, f"a run too short for its warm-up: the warm-up is {warm} "
-                      f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
-                      f"({steps / per:.4g} time units) at {point.label()}; need warm-up <= "
-                      f"{MAX_WARMUP_RATIO} x measured part")  # fmt: skip
+            self.fail(
+                "run",
+                measure,
+                f"a run too short for its warm-up: the warm-up is {warm} "
+                f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
+                f"({steps / per:.4g} time units) at {point.label()}; need warm-up <= "
+                f"{MAX_WARMUP_RATIO} x measured part",
+            )
         if (-(-steps // BLOCK) - (-warm // BLOCK)) * BLOCK > MAX_STEPS:
-            self.fail("run", measure, f"steps + warmup = {steps + warm} at {point.label()} is out "
-                      f"of range: need at most {MAX_STEPS} per replica; run more replicas instead")
+            self.fail(
+                "run",
+                measure,
+                f"steps + warmup = {steps + warm} at {point.label()} is out "
+                f"of range: need at most {MAX_STEPS} per replica; run more replicas instead",
+            )
 
 
 def _same_point(point: Point, other: Point, line: int) -> tuple[str, str | None]:
@@ -705,17 +820,20 @@ def _same_point(point: Point, other: Point, line: int) -> tuple[str, str | None]
     keys = [k for k in sorted(a) if a[k] != b.get(k)]
     apart = ", ".join(f"{k}={b[k]!r} and {k}={a[k]!r}" for k in keys)
     given = next((k for k in keys if k in ("alpha", "beta")), keys[0])  # load follows alpha, beta
-    return (f"{apart} agree to 12 significant digits, so they would be one point "
-            f"({point.label()}, one id): give values apart within 12 digits",
-            given if given in GRID_KEYS else None)  # fmt: skip
+    return (
+        f"{apart} agree to 12 significant digits, so they would be one point "
+        f"({point.label()}, one id): give values apart within 12 digits",
+        given if given in GRID_KEYS else None,
+    )
 
 
 def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def parse_spec(text: str, name: str | None = None, quick: bool = False,
-               base=None, mode: str | None = None) -> GridSpec:  # fmt: skip
+def parse_spec(
+    text: str, name: str | None = None, quick: bool = False, base=None, mode: str | None = None
+) -> GridSpec:
     """Parse and check the text of a spec.
 
     Args:
@@ -740,10 +858,17 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
         raise ImportError("reading spec files on Python 3.10 needs tomli: pip install tomli")
     p = _Parser(text, _mode(mode, quick))
     spec_name = p.data.get("name", name if name is not None else "spec")
-    if not isinstance(spec_name, str) or not spec_name.strip() or "/" in spec_name \
-            or not spec_name.isprintable():  # fmt: skip
-        p.fail("", "name", "name must be a non-empty string without '/' or control characters, "
-               f"got {spec_name!r}")
+    if (
+        not isinstance(spec_name, str)
+        or not spec_name.strip()
+        or "/" in spec_name
+        or not spec_name.isprintable()
+    ):
+        p.fail(
+            "",
+            "name",
+            f"name must be a non-empty string without '/' or control characters, got {spec_name!r}",
+        )
     run = p.run()
     policies = p.policies()
     if not p.has("grid", "servers"):
@@ -768,49 +893,68 @@ def parse_spec(text: str, name: str | None = None, quick: bool = False,
             caps[n, law, pools] = capacity(law and parse_service(law), make_pools(pools, n), n)
         except (TypeError, ValueError) as err:
             p.fail("grid", "pools", f"pools={pools!r} at servers={n}: {err}")
-    for (n, law, pools), cap in caps.items():
+    for (n, _law, _pools), cap in caps.items():
         for b in buffers:
             loads.setdefault((n, b, cap), p.loads(key, n, b, cap))
     points, seen, with_mean_field = [], {}, False
     for policy, opts, lines in policies:
         for n in servers:
-            for m, b, law, pools, arr in itertools.product(dispatchers[n], buffers, services,
-                                                            pool_texts, arrival_texts):
+            for m, b, law, pools, arr in itertools.product(
+                dispatchers[n], buffers, services, pool_texts, arrival_texts
+            ):
                 src = sources[arr].source if arr in sources else None
                 if src is not None and src.kind == "trace" and (law or pools):
-                    p.fail("grid", "arrivals", f"arrivals={arr!r} is a trace, and a trace run "
-                           "estimates the response time from the queue lengths arrivals find, "
-                           "which needs identical exponential servers: give service or pools, "
-                           "or a trace, not both")  # fmt: skip
+                    p.fail(
+                        "grid",
+                        "arrivals",
+                        f"arrivals={arr!r} is a trace, and a trace run "
+                        "estimates the response time from the queue lengths arrivals find, "
+                        "which needs identical exponential servers: give service or pools, "
+                        "or a trace, not both",
+                    )
                 for combo in itertools.product(*(opts[k] for k in sorted(opts))):
                     given = dict(zip(sorted(opts), combo, strict=True))
                     pol = p.resolve(policy, given, lines, n, m, b, run)
                     if pol.per_server and (law or pools):
-                        p.fail("grid", "service" if law else "pools",
-                               f"{policy} steps on per-server lists: service laws and pools "
-                               "cover the exchangeable policies only")  # fmt: skip
+                        p.fail(
+                            "grid",
+                            "service" if law else "pools",
+                            f"{policy} steps on per-server lists: service laws and pools "
+                            "cover the exchangeable policies only",
+                        )
                     # a mean field follows Poisson arrivals, and a rate profile (its
                     # periodic regime); a file not read (no base folder) may be a profile
-                    with_mean_field |= pol.mean_field_kind() != "none" and (arr is None or (
-                        run.theory == "mean-field" and (src is None or src.kind == "profile")
-                        and pol.mean_field_kind() in ("generic", "closed-form")))
+                    with_mean_field |= pol.mean_field_kind() != "none" and (
+                        arr is None
+                        or (
+                            run.theory == "mean-field"
+                            and (src is None or src.kind == "profile")
+                            and pol.mean_field_kind() in ("generic", "closed-form")
+                        )
+                    )
                     options = tuple(sorted(pol.options().items()))
                     for lam, alpha, beta in loads[n, b, caps[n, law, pools]]:
-                        point = Point(policy, options, n, m, b, lam, alpha, beta, law, pools, arr,
-                                      src)  # fmt: skip
+                        point = Point(
+                            policy, options, n, m, b, lam, alpha, beta, law, pools, arr, src
+                        )
                         pid = point.point_id()
                         if pid in seen:
                             message, key = _same_point(point, *seen[pid])
-                            raise SpecError(message, p.line("grid", key) if key else
-                                            lines["policy"])  # fmt: skip
+                            raise SpecError(
+                                message, p.line("grid", key) if key else lines["policy"]
+                            )
                         seen[pid] = (point, lines["policy"])
                         p.check_steps(run, point)
                         points.append(point)
     if run.theory in ("mean-field", "refined") and not with_mean_field:
-        p.fail("run", "theory", f"theory={run.theory!r} needs a mean field, and no policy of "
-               "the grid has one for Poisson arrivals (nor, with theory = \"mean-field\", for "
-               "a rate profile); use theory = \"none\" (a point without "
-               "one gets no theory value)")  # fmt: skip
+        p.fail(
+            "run",
+            "theory",
+            f"theory={run.theory!r} needs a mean field, and no policy of "
+            'the grid has one for Poisson arrivals (nor, with theory = "mean-field", for '
+            'a rate profile); use theory = "none" (a point without '
+            "one gets no theory value)",
+        )
     return GridSpec(spec_name, tuple(points), run, text, p.figures(), tuple(sources.values()))
 
 
@@ -829,8 +973,13 @@ def load_spec(path, quick: bool = False, mode: str | None = None) -> GridSpec:
     """
     path = Path(path)
     try:
-        return parse_spec(path.read_text(encoding="utf-8"), name=path.stem, quick=quick,
-                          base=path.parent, mode=mode)  # fmt: skip
+        return parse_spec(
+            path.read_text(encoding="utf-8"),
+            name=path.stem,
+            quick=quick,
+            base=path.parent,
+            mode=mode,
+        )
     except SpecError as err:
         new = SpecError(f"{path}: {err}")
         new.line = err.line

@@ -32,7 +32,7 @@ import csv
 import json
 import os
 import sqlite3
-from typing import Iterable
+from collections.abc import Iterable
 
 try:
     import fcntl
@@ -47,18 +47,59 @@ SCHEMA = "4"
 
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
-    "point_id", "policy", "servers", "dispatchers", "ratio", "load", "alpha", "beta", "d", "z",
-    "order", "buffer", "service", "pools", "arrivals", "metric", "idx", "mean", "ci95", "theory",
-    "refined", "replicas", "steps", "warmup", "seed",
-)  # fmt: skip
+    "point_id",
+    "policy",
+    "servers",
+    "dispatchers",
+    "ratio",
+    "load",
+    "alpha",
+    "beta",
+    "d",
+    "z",
+    "order",
+    "buffer",
+    "service",
+    "pools",
+    "arrivals",
+    "metric",
+    "idx",
+    "mean",
+    "ci95",
+    "theory",
+    "refined",
+    "replicas",
+    "steps",
+    "warmup",
+    "seed",
+)
 _TYPES = {
-    "point_id": "TEXT NOT NULL", "policy": "TEXT NOT NULL", "servers": "INTEGER",
-    "dispatchers": "INTEGER", "ratio": "REAL", "load": "REAL", "alpha": "REAL", "beta": "REAL",
-    "d": "INTEGER", "z": "INTEGER", "order": "TEXT", "buffer": "INTEGER", "service": "TEXT",
-    "pools": "TEXT", "arrivals": "TEXT", "metric": "TEXT NOT NULL",
-    "idx": "REAL NOT NULL", "mean": "REAL", "ci95": "REAL", "theory": "REAL", "refined": "REAL",
-    "replicas": "INTEGER", "steps": "INTEGER", "warmup": "INTEGER", "seed": "INTEGER",
-}  # fmt: skip
+    "point_id": "TEXT NOT NULL",
+    "policy": "TEXT NOT NULL",
+    "servers": "INTEGER",
+    "dispatchers": "INTEGER",
+    "ratio": "REAL",
+    "load": "REAL",
+    "alpha": "REAL",
+    "beta": "REAL",
+    "d": "INTEGER",
+    "z": "INTEGER",
+    "order": "TEXT",
+    "buffer": "INTEGER",
+    "service": "TEXT",
+    "pools": "TEXT",
+    "arrivals": "TEXT",
+    "metric": "TEXT NOT NULL",
+    "idx": "REAL NOT NULL",
+    "mean": "REAL",
+    "ci95": "REAL",
+    "theory": "REAL",
+    "refined": "REAL",
+    "replicas": "INTEGER",
+    "steps": "INTEGER",
+    "warmup": "INTEGER",
+    "seed": "INTEGER",
+}
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
 #: ``idx`` of scalar metrics (SQLite primary keys must not be NULL).
 SCALAR_INDEX = -1.0
@@ -83,11 +124,14 @@ def _connect(path: str) -> sqlite3.Connection:
                 db.close()
                 raise StoreMismatchError(
                     f"{path} is an SQLite file but not a jaxqueue store (its tables: "
-                    f"{', '.join(sorted(tables)) or 'none'}): give a new store file")  # fmt: skip
+                    f"{', '.join(sorted(tables)) or 'none'}): give a new store file"
+                )
         return db
     except sqlite3.DatabaseError as err:  # not SQLite; a folder missing or read-only
-        raise StoreMismatchError(f"{path} cannot be used as a store ({err}): give a store file "
-                                 "in a folder that exists and can be written") from None
+        raise StoreMismatchError(
+            f"{path} cannot be used as a store ({err}): give a store file "
+            "in a folder that exists and can be written"
+        ) from None
 
 
 class StoreBusyError(RuntimeError):
@@ -106,9 +150,11 @@ def writer_lock(path):
     try:
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
     except OSError as err:
-        raise StoreMismatchError(f"{os.fspath(path)} cannot be used as a store: {lock_path} "
-                                 f"cannot be created ({err.strerror or err}); give a store file "
-                                 "in a folder that exists and can be written") from None
+        raise StoreMismatchError(
+            f"{os.fspath(path)} cannot be used as a store: {lock_path} "
+            f"cannot be created ({err.strerror or err}); give a store file "
+            "in a folder that exists and can be written"
+        ) from None
     try:
         try:
             if fcntl is not None:
@@ -139,8 +185,9 @@ class Store:
         StoreMismatchError: the file holds results of another spec or versions.
     """
 
-    def __init__(self, path, spec_hash: str, spec_name: str, versions: dict,
-                 spec_text: str | None = None):  # fmt: skip
+    def __init__(
+        self, path, spec_hash: str, spec_name: str, versions: dict, spec_text: str | None = None
+    ):
         self.path = os.fspath(path)
         # One writer thread of run_grid commits while the caller simulates; the
         # connection is used by one thread at a time.
@@ -155,8 +202,12 @@ class Store:
             self._db.execute(
                 f"CREATE TABLE IF NOT EXISTS results ({cols}, PRIMARY KEY (point_id, metric, idx))"
             )
-        want = {"spec_hash": spec_hash, "spec_name": spec_name, "schema": SCHEMA,
-                "versions": json.dumps(versions, sort_keys=True)}  # fmt: skip
+        want = {
+            "spec_hash": spec_hash,
+            "spec_name": spec_name,
+            "schema": SCHEMA,
+            "versions": json.dumps(versions, sort_keys=True),
+        }
         have = dict(self._db.execute("SELECT key, value FROM meta"))
         if not have:
             with self._db:
@@ -216,8 +267,9 @@ class Store:
         (last,) = self._db.execute("SELECT MAX(batch) FROM points").fetchone()
         return 0 if last is None else last + 1
 
-    def commit_batch(self, batch: int, points: Iterable[tuple[str, dict, float]],
-                     rows: Iterable[dict]) -> None:  # fmt: skip
+    def commit_batch(
+        self, batch: int, points: Iterable[tuple[str, dict, float]], rows: Iterable[dict]
+    ) -> None:
         """Write a finished batch in one transaction: its points and their result rows.
 
         Args:
@@ -235,15 +287,15 @@ class Store:
             self._db.executemany(f"INSERT INTO results VALUES ({marks})", values)
             self._db.executemany(
                 "INSERT INTO points VALUES (?, ?, ?, ?)",
-                [(pid, json.dumps(params, sort_keys=True), batch, wall)
-                 for pid, params, wall in points],
-            )  # fmt: skip
+                [
+                    (pid, json.dumps(params, sort_keys=True), batch, wall)
+                    for pid, params, wall in points
+                ],
+            )
 
     def rows(self) -> list[dict]:
         """Every result row, ordered by point id, metric and index."""
-        cur = self._db.execute(
-            f"SELECT {_QUOTED} FROM results ORDER BY point_id, metric, idx"
-        )
+        cur = self._db.execute(f"SELECT {_QUOTED} FROM results ORDER BY point_id, metric, idx")
         return [dict(zip(COLUMNS, r)) for r in cur]
 
     def export_csv(self, path) -> int:
@@ -265,7 +317,7 @@ class Store:
             writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
 
     @staticmethod
-    def open_existing(path) -> "Store":
+    def open_existing(path) -> Store:
         """Open a store for reading, whatever wrote it (export, plots)."""
         if not os.path.exists(path):
             raise FileNotFoundError(f"no store at {path}")
@@ -273,6 +325,8 @@ class Store:
         meta = dict(db.execute("SELECT key, value FROM meta"))
         db.close()
         if not {"spec_hash", "spec_name", "versions"} <= set(meta):
-            raise StoreMismatchError(f"{path} is not a jaxqueue store (its meta table lacks "
-                                     "spec_hash, spec_name or versions)")  # fmt: skip
+            raise StoreMismatchError(
+                f"{path} is not a jaxqueue store (its meta table lacks "
+                "spec_hash, spec_name or versions)"
+            )
         return Store(path, meta["spec_hash"], meta["spec_name"], json.loads(meta["versions"]))

@@ -26,9 +26,17 @@ __all__ = ["transient_study", "plot_transient"]
 SHOWN = (1, 2, 3)
 
 
-def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1, *,
-                    times, start_load: float | None = None, dt: float = 0.01,
-                    **kwargs) -> dict:  # fmt: skip
+def transient_study(
+    policy,
+    load: float,
+    n_servers: int,
+    n_dispatchers: int = 1,
+    *,
+    times,
+    start_load: float | None = None,
+    dt: float = 0.01,
+    **kwargs,
+) -> dict:
     """A transient run beside the mean-field ODE from the same start.
 
     Args:
@@ -55,8 +63,16 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     if pools is not None:  # the pools as simulated, whole servers each (said if rounded)
         pools = kwargs["pools"] = realized_pools(pools, n_servers, stacklevel=2)
     init = "mean-field" if start_load is not None else "empty"
-    res: TransientResult = transient(policy, load, n_servers, n_dispatchers, times=times,
-                                     start_load=start_load, init=init, **kwargs)  # fmt: skip
+    res: TransientResult = transient(
+        policy,
+        load,
+        n_servers,
+        n_dispatchers,
+        times=times,
+        start_load=start_load,
+        init=init,
+        **kwargs,
+    )
     ratio = limit_ratio(pol, n_servers, n_dispatchers)
     levels = res.settings["levels"]
     opts = dict(d=kwargs.get("d"), buffer=kwargs.get("buffer"), levels=levels)
@@ -64,12 +80,16 @@ def transient_study(policy, load: float, n_servers: int, n_dispatchers: int = 1,
     if kwargs.get("service") is not None or pools is not None:
         if pools is not None:
             opts["pools"] = pools
-        tt, tails, iq, busy = _phase_ode(pol, load, kwargs.get("service"), ratio, res,
-                                         start_load, dt, opts)  # fmt: skip
+        tt, tails, iq, busy = _phase_ode(
+            pol, load, kwargs.get("service"), ratio, res, start_load, dt, opts
+        )
     else:
         tt, tails, iq = _exponential_ode(pol, load, ratio, res, start_load, dt, opts)
-    return {"result": res, "rows": _rows(res, tt, tails, iq, levels, busy),
-            "ode": {"times": tt, "tails": tails, "iq_tails": iq, "pool_busy": busy}}
+    return {
+        "result": res,
+        "rows": _rows(res, tt, tails, iq, levels, busy),
+        "ode": {"times": tt, "tails": tails, "iq_tails": iq, "pool_busy": busy},
+    }
 
 
 def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
@@ -82,9 +102,14 @@ def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
         fp = meanfield.fixed_point(pol, start_load, ratio, **opts)
         x0 = np.concatenate([np.asarray(fp.tail)[1:], np.asarray(fp.iq_tail)[1:]])
     t_end = float(np.max(res.times))
-    tt, tails, iq = meanfield.transient(pol, load, ratio, t_end=max(t_end, dt), dt=dt, x0=x0, **opts)
-    return (np.concatenate([[0.0], tt]), np.vstack([_start(x0, tails), tails]),
-            np.vstack([_start_iq(x0, iq, levels), iq]))  # fmt: skip
+    tt, tails, iq = meanfield.transient(
+        pol, load, ratio, t_end=max(t_end, dt), dt=dt, x0=x0, **opts
+    )
+    return (
+        np.concatenate([[0.0], tt]),
+        np.vstack([_start(x0, tails), tails]),
+        np.vstack([_start_iq(x0, iq, levels), iq]),
+    )
 
 
 def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
@@ -105,8 +130,13 @@ def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
     if opts.get("pools") is not None:  # x[k, c] summed over a pool's busy classes, over its share
         classes = phases.server_classes(service, opts["pools"])
         counts = np.asarray(ode.phase_counts)
-        busy = np.stack([counts[:, 1:, b : b + lw.n_phases].sum(axis=(1, 2)) / f for b, lw, f in
-                         zip(classes.base, classes.laws, classes.fractions)], axis=1)  # fmt: skip
+        busy = np.stack(
+            [
+                counts[:, 1:, b : b + lw.n_phases].sum(axis=(1, 2)) / f
+                for b, lw, f in zip(classes.base, classes.laws, classes.fractions)
+            ],
+            axis=1,
+        )
     return grid, np.asarray(ode.tails), np.asarray(iq), busy
 
 
@@ -166,23 +196,47 @@ def plot_transient(study: dict, out=None, *, title: str | None = None, dpi: int 
             continue
         color = f"C{i}"
         ax.plot(ode["times"], ode["tails"][:, k], color=color, lw=1.2, label=f"mean field $s_{k}$")
-        ax.errorbar(res.times, res.tail.mean[:, k], yerr=res.tail.ci95[:, k], fmt="o", ms=3,
-                    color=color, capsize=2, label=f"simulation $s_{k}$")  # fmt: skip
+        ax.errorbar(
+            res.times,
+            res.tail.mean[:, k],
+            yerr=res.tail.ci95[:, k],
+            fmt="o",
+            ms=3,
+            color=color,
+            capsize=2,
+            label=f"simulation $s_{k}$",
+        )
     ax.set_xlabel("time t (mean service times)")
     ax.set_ylabel(r"$s_k(t)$")
     ax.legend(fontsize=8)
     if has_p0:
         ax = axes[1]
         ax.plot(ode["times"], 1.0 - ode["iq_tails"][:, 1], color="C3", lw=1.2, label="mean field")
-        ax.errorbar(res.times, res.p0.mean, yerr=res.p0.ci95, fmt="o", ms=3, color="C3",
-                    capsize=2, label="simulation")  # fmt: skip
+        ax.errorbar(
+            res.times,
+            res.p0.mean,
+            yerr=res.p0.ci95,
+            fmt="o",
+            ms=3,
+            color="C3",
+            capsize=2,
+            label="simulation",
+        )
         ax.set_xlabel("time t (mean service times)")
         ax.set_ylabel(r"$p_0(t)$")
         ax.legend(fontsize=8)
     s = res.settings
-    step = f"{s['start_load']} -> {s['load']}" if s["start_load"] is not None else f"{s['load']} from empty"
-    fig.suptitle(title or f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
-                 f"load {step}  ({s['replicas']} replicas)", fontsize=10)  # fmt: skip
+    step = (
+        f"{s['start_load']} -> {s['load']}"
+        if s["start_load"] is not None
+        else f"{s['load']} from empty"
+    )
+    fig.suptitle(
+        title
+        or f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+        f"load {step}  ({s['replicas']} replicas)",
+        fontsize=10,
+    )
     if out is not None:
         fig.savefig(out, dpi=dpi)
     return fig

@@ -48,18 +48,29 @@ Example:
 """
 
 from jaxqueue.core.status import Status
-from jaxqueue.theory import meanfield
-from jaxqueue.theory import phases
+from jaxqueue.theory import meanfield, phases, refined
 from jaxqueue.theory.closed_forms import mean_response_time, tail
 from jaxqueue.theory.design import MaxLoadResult, max_load_for_target
 from jaxqueue.theory.dispatch import mean_field
 from jaxqueue.theory.p0 import P0Solution, iqueue_distribution, p0_grid, solve_p0
-from jaxqueue.theory import refined
 from jaxqueue.theory.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = [
-    "solve_p0", "p0_grid", "iqueue_distribution", "P0Solution", "tail", "mean_response_time",
-    "mean_field", "MeanFieldResult", "max_load_for_target", "MaxLoadResult", "Status",
-    "meanfield", "phases", "refined", "refined_mean_field", "RefinedMeanField",
-]  # fmt: skip
+    "solve_p0",
+    "p0_grid",
+    "iqueue_distribution",
+    "P0Solution",
+    "tail",
+    "mean_response_time",
+    "mean_field",
+    "MeanFieldResult",
+    "max_load_for_target",
+    "MaxLoadResult",
+    "Status",
+    "meanfield",
+    "phases",
+    "refined",
+    "refined_mean_field",
+    "RefinedMeanField",
+]

@@ -36,8 +36,8 @@ from jaxqueue.core.system import check_int
 from jaxqueue.policies import ClosedForm, Policy, make
 from jaxqueue.results import response
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.result import MeanFieldResult, build
 from jaxqueue.theory.p0 import _as_float_arrays, _check_d, host_p0, solve_p0
+from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = ["FAMILIES", "closed_form_of", "tail", "mean_response_time", "closed_form_result"]
 
@@ -317,7 +317,11 @@ def _iqueue_host(p0: float, load: float, ratio: float, d: int) -> tuple[np.ndarr
 
 
 def closed_form_result(
-    pol: Policy, cf: ClosedForm, load: float, ratio: float | None, levels: int | None = None,
+    pol: Policy,
+    cf: ClosedForm,
+    load: float,
+    ratio: float | None,
+    levels: int | None = None,
     with_quantiles: bool = True,
 ) -> MeanFieldResult:
     """All mean-field metrics of a closed form at one point (float64, host side).
@@ -395,8 +399,11 @@ def closed_form_result(
             quantiles = [-math.log1p(-q) / one_minus_rho for q in QUANTILES]
         else:
             mean_q = float(np.sum(tail_arr[1:])) + remainder
-            quantiles = (response.erlang_mixture_quantile(seen, np.array(QUANTILES))
-                         if with_quantiles else [math.nan] * len(QUANTILES))  # fmt: skip
+            quantiles = (
+                response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+                if with_quantiles
+                else [math.nan] * len(QUANTILES)
+            )
 
     iq_dist, iq_rest = None, 0.0
     join = delete = probe = 0.0
@@ -410,12 +417,24 @@ def closed_form_result(
         probe = d * lam
 
     return build(
-        pol, load=lam, ratio=ratio, d=d, buffer=None,
-        tail=tail_arr, occupancy=occupancy, arrival_seen=seen,
-        mean_queue_length=mean_q, mean_response_time=float(mean_q) / lam,
-        waiting_probability=wait, blocking_probability=0.0,
-        p0=p0, iqueue_distribution=iq_dist,
-        join_rate=join, delete_rate=delete, probe_rate=probe,
+        pol,
+        load=lam,
+        ratio=ratio,
+        d=d,
+        buffer=None,
+        tail=tail_arr,
+        occupancy=occupancy,
+        arrival_seen=seen,
+        mean_queue_length=mean_q,
+        mean_response_time=float(mean_q) / lam,
+        waiting_probability=wait,
+        blocking_probability=0.0,
+        p0=p0,
+        iqueue_distribution=iq_dist,
+        join_rate=join,
+        delete_rate=delete,
+        probe_rate=probe,
         response_quantiles=quantiles,
-        tail_remainder=remainder, iqueue_remainder=iq_rest,
-    )  # fmt: skip
+        tail_remainder=remainder,
+        iqueue_remainder=iq_rest,
+    )

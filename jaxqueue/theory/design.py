@@ -120,8 +120,10 @@ def max_load_for_target(
     """
     pol, (family, d) = closed_form_of(policy, d)
     if not is_real(target) or not float(target) > 0:
-        raise ValueError(f"target={target!r} is out of range: need a mean response time > 0 "
-                         "(in mean service times; above 1 to be feasible)")  # fmt: skip
+        raise ValueError(
+            f"target={target!r} is out of range: need a mean response time > 0 "
+            "(in mean service times; above 1 to be feasible)"
+        )
     target = float(target)
     if family == "jiq-pod":
         _need_ratio(pol, ratio)

@@ -141,8 +141,9 @@ def mean_field(
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
     buffer, levels = as_int(buffer), as_int(levels)
-    result = _mean_field(pol, load, ratio, buffer, levels, with_quantiles, service, pools,
-                         arrivals, window)  # fmt: skip
+    result = _mean_field(
+        pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals, window
+    )
     left_out = result.tail_remainder
     if buffer is None and levels is not None and not left_out <= TRUNCATION_LIMIT:
         raise ValueError(
@@ -153,13 +154,15 @@ def mean_field(
     return result
 
 
-def _mean_field(pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals,
-                window) -> MeanFieldResult:
+def _mean_field(
+    pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals, window
+) -> MeanFieldResult:
     """:func:`mean_field` of a built policy, before the check of a given ``levels``."""
     law = as_law(service)
     if arrivals is not None:
-        return _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels,
-                         with_quantiles)  # fmt: skip
+        return _periodic(
+            pol, load, ratio, arrivals, window, law, pools, buffer, levels, with_quantiles
+        )
     if window is not None:
         raise ValueError("window= averages a periodic regime: it needs arrivals= (a rate profile)")
     if pools is not None or (law is not None and not law.is_unit_exponential):
@@ -168,8 +171,9 @@ def _mean_field(pol, load, ratio, buffer, levels, with_quantiles, service, pools
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() in PER_SERVER_MEAN_FIELDS:
         if buffer is not None:
-            raise NotImplementedError(f"the mean field of {pol.name!r} is for infinite buffers; "
-                                      f"got buffer={buffer}")  # fmt: skip
+            raise NotImplementedError(
+                f"the mean field of {pol.name!r} is for infinite buffers; got buffer={buffer}"
+            )
         lam = check_load(load, None)
         if levels is not None:
             check_int("levels", levels, 1, _MAX_LEVELS)
@@ -214,8 +218,10 @@ def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, wi
 
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         reason = pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
-        raise NotImplementedError(f"no mean field under a rate profile for {pol.name!r}: the "
-                                  f"periodic regime needs the generic mean field ({reason})")  # fmt: skip
+        raise NotImplementedError(
+            f"no mean field under a rate profile for {pol.name!r}: the "
+            f"periodic regime needs the generic mean field ({reason})"
+        )
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
@@ -224,14 +230,25 @@ def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, wi
     fp_ratio = None if one_dispatcher else ratio
     if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
         raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
-    orbit = periodic.periodic_orbit(pol, load, arrivals, fp_ratio, buffer=buffer,
-                                    levels=levels, window=window, service=law,
-                                    pools=pools)  # fmt: skip
+    orbit = periodic.periodic_orbit(
+        pol,
+        load,
+        arrivals,
+        fp_ratio,
+        buffer=buffer,
+        levels=levels,
+        window=window,
+        service=law,
+        pools=pools,
+    )
     if orbit.status != 0:
-        raise RuntimeError(f"the periodic regime of {pol.label()!r} was not found: "
-                           f"{orbit.status.name} (residual {orbit.residual:.3g})")  # fmt: skip
-    return periodic.as_result(orbit, pol, float(load), ratio, arrivals,
-                              buffer=buffer, with_quantiles=with_quantiles)  # fmt: skip
+        raise RuntimeError(
+            f"the periodic regime of {pol.label()!r} was not found: "
+            f"{orbit.status.name} (residual {orbit.residual:.3g})"
+        )
+    return periodic.as_result(
+        orbit, pol, float(load), ratio, arrivals, buffer=buffer, with_quantiles=with_quantiles
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -247,8 +264,15 @@ def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
     from jaxqueue.theory import phases
 
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
-    fp = phases.fixed_point(pol, load, service, None if one_dispatcher else ratio,
-                            buffer=buffer, levels=levels, pools=pools)  # fmt: skip
+    fp = phases.fixed_point(
+        pol,
+        load,
+        service,
+        None if one_dispatcher else ratio,
+        buffer=buffer,
+        levels=levels,
+        pools=pools,
+    )
     if fp.status != 0:
         what = "phase-type" if pools is None else "pools"
         raise RuntimeError(

@@ -69,24 +69,47 @@ from jax.custom_derivatives import SymbolicZero
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, check_int
-
-#: The stand-in N of the limit's System: it only has to make M = N / r valid.
-_LIMIT_SERVERS = (2**31 - 1) // 256
 from jaxqueue.policies import JIQSQ, Dispatchers, Policy, View, make
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "Rates", "FixedPoint", "Sliding", "DEFAULT_LEVELS", "LEVEL_TOL", "MAX_AUTO_LEVELS",
-    "MAX_DENSE_LEVELS", "limit_system", "drift", "drift_from_rates", "rates", "arrival_law", "kinked", "sliding",
-    "ode_drift", "fixed_point", "transient", "as_result", "iqueue_gap", "round8", "grown_levels",
-    "extend_levels", "default_iqueue_levels", "working_bytes", "check_work", "MAX_WORKING_BYTES",
-]  # fmt: skip
+    "Rates",
+    "FixedPoint",
+    "Sliding",
+    "DEFAULT_LEVELS",
+    "LEVEL_TOL",
+    "MAX_AUTO_LEVELS",
+    "MAX_DENSE_LEVELS",
+    "limit_system",
+    "drift",
+    "drift_from_rates",
+    "rates",
+    "arrival_law",
+    "kinked",
+    "sliding",
+    "ode_drift",
+    "fixed_point",
+    "transient",
+    "as_result",
+    "iqueue_gap",
+    "round8",
+    "grown_levels",
+    "extend_levels",
+    "default_iqueue_levels",
+    "working_bytes",
+    "check_work",
+    "MAX_WORKING_BYTES",
+]
+
+#: The stand-in N of the limit's System: it only has to make M = N / r valid.
+_LIMIT_SERVERS = (2**31 - 1) // 256
 
 
-def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels: int,
-                 buffer: int | None = None) -> System:  # fmt: skip
+def limit_system(
+    policy: Policy, ratio: float | None, levels: int, iqueue_levels: int, buffer: int | None = None
+) -> System:
     """A stand-in System for the limit: many servers, one or many dispatchers.
 
     ``ratio = None`` or ``inf`` means one dispatcher (its I-queue holds every
@@ -96,8 +119,9 @@ def limit_system(policy: Policy, ratio: float | None, levels: int, iqueue_levels
     ratio enters the computations as a traced value), so every ratio shares
     one compiled program.
     """
-    single = (ratio is None or math.isinf(ratio) or not policy.uses_iqueues
-              or policy.single_dispatcher)  # fmt: skip
+    single = (
+        ratio is None or math.isinf(ratio) or not policy.uses_iqueues or policy.single_dispatcher
+    )
     n = _LIMIT_SERVERS
     m = 1 if single else n // 2
     iq = 0 if single else iqueue_levels
@@ -174,8 +198,10 @@ def _marginal(outcomes_law, *functions):
     k = len(outcomes_law)
     dep = jnp.broadcast_shapes(*(jnp.shape(f) for f in functions))
     dep = (1,) * (k - len(dep)) + tuple(dep)
-    return tuple(law if dep[i] > 1 or law.size == 1 else jnp.sum(law).reshape((1,) * k)
-                 for i, law in enumerate(outcomes_law))  # fmt: skip
+    return tuple(
+        law if dep[i] > 1 or law.size == 1 else jnp.sum(law).reshape((1,) * k)
+        for i, law in enumerate(outcomes_law)
+    )
 
 
 def _law_of(outcomes_law, values, size):
@@ -342,8 +368,9 @@ def sliding(x, load, ratio, policy: Policy, system: System) -> Sliding:
     f_below = drift_from_rates(y, load, ratio, r_below, system)
     a, b = f_below[k], f_at[k]
     slide = on & (a > 0.0) & (b < 0.0)
-    alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
-                      jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
+    alpha = jnp.where(
+        slide, -b / jnp.where(slide, a - b, 1.0), jnp.where(on & (a <= 0.0), 1.0, 0.0)
+    )
     rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
     f = alpha * f_below + (1.0 - alpha) * f_at  # the drift is affine in the rates
     f = jnp.where(slide, f.at[k].set(0.0), f)
@@ -370,8 +397,16 @@ def split_at_filling(step, x, h, new, extra, slope, system: System):
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - x[k], h * slope[k]
     crossed = (top < L) & (rise > gap)
-    return cut_step(step, x, h, new, extra, crossed, gap / jnp.maximum(rise, 1e-300),
-                    lambda y: jnp.clip(y, 0.0, 1.0).at[k].set(1.0))  # fmt: skip
+    return cut_step(
+        step,
+        x,
+        h,
+        new,
+        extra,
+        crossed,
+        gap / jnp.maximum(rise, 1e-300),
+        lambda y: jnp.clip(y, 0.0, 1.0).at[k].set(1.0),
+    )
 
 
 def cut_step(step, x, h, new, extra, crossed, theta, fill):
@@ -392,8 +427,9 @@ def cut_step(step, x, h, new, extra, crossed, theta, fill):
         return (end, jax.tree_util.tree_map(jnp.add, total, 0.0 if none else more)), None
 
     def split(_):
-        return jax.lax.scan(part, (x, jax.tree_util.tree_map(jnp.zeros_like, extra)),
-                            jnp.array([True, False]))[0]  # fmt: skip
+        return jax.lax.scan(
+            part, (x, jax.tree_util.tree_map(jnp.zeros_like, extra)), jnp.array([True, False])
+        )[0]
 
     new, extra = jax.lax.cond(crossed, split, lambda _: (new, extra), None)
     return new, None if none else extra
@@ -457,8 +493,9 @@ def _rk4_end(x, load, ratio, dt, steps, policy, system):
     """The state after ``steps`` RK4 steps of ``dt`` (both traced: the fixed
     point's start, the sliding flow's runs and any other length share one
     compiled program per policy and system, and no trajectory is kept)."""
-    return jax.lax.fori_loop(0, steps, lambda _, y: _rk4_step(y, load, ratio, dt, policy, system),
-                             x)  # fmt: skip
+    return jax.lax.fori_loop(
+        0, steps, lambda _, y: _rk4_step(y, load, ratio, dt, policy, system), x
+    )
 
 
 #: :func:`rates` compiled, for the host side (not op by op: each op would compile on its own).
@@ -549,7 +586,7 @@ def _jiq_sq_iqueues(log_p0: float, c: float, ratio: float, d: int, J: int) -> np
         gone += math.exp(log_delta)
         j += 1
         Q[j] = 1.0 - gone
-    for j in range(j + 1, J + 1):
+    for j in range(j + 1, J + 1):  # noqa: B020 (continues after the loop above)
         Q[j] = c * max(Q[j - 1], 0.0) ** d / (1.0 + p0 * j / ratio)
     return Q
 
@@ -573,9 +610,13 @@ def _jiq_sq_start(pol: Policy, system: System, load, ratio) -> np.ndarray | None
     of ``lambda r`` meanwhile, none converging at ``r = 800`` or 1000); at
     ``r = 500`` the run also took 156 of the solve's 210 s.
     """
-    if not (isinstance(pol, JIQSQ) and system.iqueue_levels and float(load) > 0.0
-            and not kinked(pol, system)):
-        return None  # fmt: skip
+    if not (
+        isinstance(pol, JIQSQ)
+        and system.iqueue_levels
+        and float(load) > 0.0
+        and not kinked(pol, system)
+    ):
+        return None
     lam, r, L, J, d = float(load), float(ratio), system.levels, system.iqueue_levels, pol.d
 
     def excess(log_p0):
@@ -663,7 +704,7 @@ def extend_levels(x, L_old: int, L_new: int, P: int, J: int) -> np.ndarray:
     out = np.zeros((L_new, P))
     out[:base] = X[:base]
     k = np.arange(base, L_new) - (base - 1)
-    out[base:] = X[base - 1][None, :] * (eta ** k)[:, None]
+    out[base:] = X[base - 1][None, :] * (eta**k)[:, None]
     return np.concatenate([out.reshape(-1), q[:J]])
 
 
@@ -679,8 +720,10 @@ def _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels):
     if pol.no_mean_field is not None:
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() != "generic" and pol.closed_form() is None:
-        raise NotImplementedError(f"policy {pol.name!r} has no generic mean field: its mean "
-                                  f"field is {pol.mean_field_kind()!r}")  # fmt: skip
+        raise NotImplementedError(
+            f"policy {pol.name!r} has no generic mean field: its mean "
+            f"field is {pol.mean_field_kind()!r}"
+        )
     if "d" in pol.options():
         check_int("d", pol.options()["d"], 1, MAX_SERVERS)
     if levels is None:
@@ -803,9 +846,15 @@ def _check_work(pol: Policy, system: System, ratio) -> None:
         )
 
 
-def check_work(policy, ratio: float | None = None, *, d: int | None = None,
-               buffer: int | None = None, levels: int | None = None,
-               iqueue_levels: int | None = None) -> int:  # fmt: skip
+def check_work(
+    policy,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+) -> int:
     """The working memory (bytes) :func:`fixed_point` is estimated to take at its first
     level count (:func:`working_bytes`), or a ValueError past :data:`MAX_WORKING_BYTES`
     (also one for a policy not valid with one dispatcher at ``ratio=None``), without
@@ -814,11 +863,22 @@ def check_work(policy, ratio: float | None = None, *, d: int | None = None,
     return working_bytes(pol, system)
 
 
-def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | None = None,
-                buffer: int | None = None, levels: int | None = None,
-                iqueue_levels: int | None = None, tol: float = 1e-12, warmup_time: float = 50.0,
-                dt: float = 0.1, max_newton: int = 50, start=None,
-                level_tol: float = LEVEL_TOL) -> FixedPoint:  # fmt: skip
+def fixed_point(
+    policy,
+    load: float,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    tol: float = 1e-12,
+    warmup_time: float = 50.0,
+    dt: float = 0.1,
+    max_newton: int = 50,
+    start=None,
+    level_tol: float = LEVEL_TOL,
+) -> FixedPoint:
     """Fixed point of the generic mean field (float64: x64 is switched on for the call).
 
     With infinite buffers and ``levels`` left to it, the level count is
@@ -884,13 +944,28 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
         # the queues reach (at most level_tol at their bound), zero above
         if float(load) < 1.0:
             pol, system = _policy_and_system(policy, ratio, d, None, None, iqueue_levels)
-            fp, system = _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time,
-                               dt, max_newton, level_tol, min(buffer, MAX_AUTO_LEVELS))  # fmt: skip
+            fp, system = _grow(
+                pol,
+                system,
+                load,
+                ratio,
+                d,
+                iqueue_levels,
+                tol,
+                warmup_time,
+                dt,
+                max_newton,
+                level_tol,
+                min(buffer, MAX_AUTO_LEVELS),
+            )
             if fp.status == Status.CONVERGED and fp.tail[system.levels] <= level_tol:
                 return _padded(fp, buffer)
         if buffer > MAX_DENSE_LEVELS:
-            why = ("at a load of 1 or more the queues fill it" if float(load) >= 1.0 else
-                   f"the queues reach past {min(buffer, MAX_AUTO_LEVELS)} places")  # fmt: skip
+            why = (
+                "at a load of 1 or more the queues fill it"
+                if float(load) >= 1.0
+                else f"the queues reach past {min(buffer, MAX_AUTO_LEVELS)} places"
+            )
             raise ValueError(
                 f"buffer={buffer} is too large for the mean field at load={load}: {why}, and a "
                 f"finite buffer's fixed point is solved on at most {MAX_DENSE_LEVELS} levels; "
@@ -900,24 +975,39 @@ def fixed_point(policy, load: float, ratio: float | None = None, *, d: int | Non
     pol, system = _policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     dim = system.levels + system.iqueue_levels
     if start is not None and np.shape(start) != (dim,):
-        raise ValueError(f"start must have shape ({dim},) (levels + iqueue_levels), "
-                         f"got {np.shape(start)}")  # fmt: skip
+        raise ValueError(
+            f"start must have shape ({dim},) (levels + iqueue_levels), got {np.shape(start)}"
+        )
     if not adaptive:
         return _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
-    fp, system = _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt,
-                       max_newton, level_tol, MAX_AUTO_LEVELS)  # fmt: skip
+    fp, system = _grow(
+        pol,
+        system,
+        load,
+        ratio,
+        d,
+        iqueue_levels,
+        tol,
+        warmup_time,
+        dt,
+        max_newton,
+        level_tol,
+        MAX_AUTO_LEVELS,
+    )
     L = system.levels
     if fp.status == Status.CONVERGED and fp.tail[L] > level_tol:
         warnings.warn(
             f"meanfield.fixed_point: the tail mass at levels={L} is {fp.tail[L]:.3g} > "
             f"level_tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
-            f"{MAX_AUTO_LEVELS}; pass levels to choose", stacklevel=2,
-        )  # fmt: skip
+            f"{MAX_AUTO_LEVELS}; pass levels to choose",
+            stacklevel=2,
+        )
     return fp
 
 
-def _grow(pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt, max_newton,
-          level_tol, cap) -> tuple:  # fmt: skip
+def _grow(
+    pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt, max_newton, level_tol, cap
+) -> tuple:
     """The adaptive level count (infinite buffers): ``(fixed point, system)`` with at most
     ``level_tol`` at the bound, or at ``cap`` levels with more (or not converged)."""
     start = None
@@ -968,7 +1058,7 @@ def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
         # the ODE run ended on a full level (JSQ-like routing above capacity): Newton's drift
         # jumps there, so the sliding flow settles on the fixed point instead (below)
         on_level = kinked(pol, system) and start is None and x[0] >= 1.0
-        for it in range(1, 0 if on_level else max_newton + 1):
+        for it in range(1, 0 if on_level else max_newton + 1):  # noqa: B007 (the count is returned)
             f, dx = (np.asarray(v, np.float64) for v in _newton_step(x, lam, r, pol, system))
             res = float(np.max(np.abs(f)))
             if not np.all(np.isfinite(dx)):
@@ -989,10 +1079,19 @@ def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
     return FixedPoint(s, q, rt, res, status, it, truncated)
 
 
-def transient(policy, load: float, ratio: float | None = None, *, d: int | None = None,
-              buffer: int | None = None, levels: int | None = None,
-              iqueue_levels: int | None = None, t_end: float = 50.0, dt: float = 0.1,
-              x0=None):  # fmt: skip
+def transient(
+    policy,
+    load: float,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    t_end: float = 50.0,
+    dt: float = 0.1,
+    x0=None,
+):
     """The mean-field ODE from ``x0`` (default: empty system), by RK4.
 
     Arguments as for :func:`fixed_point`; ``x0`` is ``[s_1..s_L, Q_1..Q_J]``.
@@ -1004,9 +1103,15 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
     steps = int(math.ceil(t_end / dt))
     with host_float64():
         start = _empty_start(system, ratio or 1.0) if x0 is None else np.asarray(x0)
-        _, xs = _rk4(jnp.asarray(start, jnp.float64), jnp.float64(load),
-                     jnp.float64(ratio if system.iqueue_levels else 1.0), jnp.float64(dt),
-                     pol, system, steps)  # fmt: skip
+        _, xs = _rk4(
+            jnp.asarray(start, jnp.float64),
+            jnp.float64(load),
+            jnp.float64(ratio if system.iqueue_levels else 1.0),
+            jnp.float64(dt),
+            pol,
+            system,
+            steps,
+        )
         xs = np.asarray(xs)
     L = system.levels
     ones = np.ones((steps, 1))
@@ -1015,8 +1120,15 @@ def transient(policy, load: float, ratio: float | None = None, *, d: int | None 
     return dt * np.arange(1, steps + 1), tails, iq
 
 
-def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
-              buffer: int | None = None, with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
+def as_result(
+    fp: FixedPoint,
+    policy,
+    load: float,
+    ratio: float | None,
+    *,
+    buffer: int | None = None,
+    with_quantiles: bool = True,
+) -> MeanFieldResult:
     """A :class:`~jaxqueue.theory.result.MeanFieldResult` from a generic fixed point.
 
     ``arrival_seen[k]`` is the law of the tasks an *accepted* arrival finds
@@ -1039,8 +1151,11 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     blocked = float(rt.level[L]) if buffer is not None else 0.0
     seen = rt.level[:L] / max(1e-300, 1.0 - blocked) if buffer is not None else rt.level[:L]
     seen = np.append(seen / seen.sum(), 0.0)
-    quantiles = (erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
-                 else [math.nan] * len(QUANTILES))  # fmt: skip
+    quantiles = (
+        erlang_mixture_quantile(seen, np.array(QUANTILES))
+        if with_quantiles
+        else [math.nan] * len(QUANTILES)
+    )
     idle_rate = float(s[1] - (s[2] if L >= 2 else 0.0))
     iq = q.size > 1
     join = idle_rate if pol.uses_iqueues else 0.0
@@ -1053,13 +1168,25 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     else:
         p0 = None
     return build(
-        pol, load=load, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
-        tail=s, occupancy=occupancy, arrival_seen=seen,
-        mean_queue_length=float(s[1:].sum()), mean_response_time=erlang_mixture_mean(seen),
-        waiting_probability=1.0 - seen[0], blocking_probability=blocked,
-        p0=p0, iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
-        join_rate=join, delete_rate=load * rt.deletes,
+        pol,
+        load=load,
+        ratio=ratio,
+        d=int(pol.options().get("d", 1)),
+        buffer=buffer,
+        tail=s,
+        occupancy=occupancy,
+        arrival_seen=seen,
+        mean_queue_length=float(s[1:].sum()),
+        mean_response_time=erlang_mixture_mean(seen),
+        waiting_probability=1.0 - seen[0],
+        blocking_probability=blocked,
+        p0=p0,
+        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
+        join_rate=join,
+        delete_rate=load * rt.deletes,
         probe_rate=load * rt.probes + join * rt.join_probes,
-        response_quantiles=quantiles, status=fp.status,
-        tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
-    )  # fmt: skip
+        response_quantiles=quantiles,
+        status=fp.status,
+        tail_remainder=fp.truncated[0],
+        iqueue_remainder=fp.truncated[1],
+    )

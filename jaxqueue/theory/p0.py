@@ -238,9 +238,7 @@ def _residual_and_slope(u, load, ratio, d: int):
     scale = jnp.where(
         small,
         jnp.abs(u) + jnp.log1p(rest),
-        jnp.where(
-            near_one, jnp.abs(log_lam_d) - log1p_term, jnp.abs(jnp.log(rg)) + jnp.abs(log_g)
-        ),
+        jnp.where(near_one, jnp.abs(log_lam_d) - log1p_term, jnp.abs(jnp.log(rg)) + jnp.abs(log_g)),
     )
     return f, slope, scale
 
@@ -492,4 +490,3 @@ def iqueue_distribution(p0, load, ratio, d: int = 1, jmax: int = 64):
         [jnp.zeros_like(log_ratio[..., :1]), jnp.cumsum(log_ratio, axis=-1)], axis=-1
     )
     return jnp.exp(log_p)
-

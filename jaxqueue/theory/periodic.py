@@ -78,8 +78,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxqueue.core.host import host_float64
 from jaxqueue.core.arrivals import Profile, as_arrivals
+from jaxqueue.core.host import host_float64
 from jaxqueue.core.service import as_law
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_load
@@ -160,8 +160,11 @@ def _schedule(profile: Profile, load: float, t0: float, t1: float, dt: float):
     lengths = np.repeat(span / np.maximum(n, 1), n)
     size = max(_MIN_STEPS, 1 << max(0, int(loads.size) - 1).bit_length())
     pad = size - loads.size
-    return (np.concatenate([loads, np.zeros(pad)]), np.concatenate([lengths, np.zeros(pad)]),
-            int(loads.size))  # fmt: skip
+    return (
+        np.concatenate([loads, np.zeros(pad)]),
+        np.concatenate([lengths, np.zeros(pad)]),
+        int(loads.size),
+    )
 
 
 def _classes(x, system, law):
@@ -194,8 +197,7 @@ def _integrand(x, lam, rt: Rates, p0, joined, policy, system, law):
         X, _ = _classes(x, system, law)
         share, pick = joined
         join = X[0] @ -jnp.sum(law.generator, axis=1)  # completions at level 1
-        where = [(lam * rt.level[1:L, None] * share[: L - 1]).reshape(-1),
-                 lam * rt.level[0] * pick]  # fmt: skip
+        where = [(lam * rt.level[1:L, None] * share[: L - 1]).reshape(-1), lam * rt.level[0] * pick]
     join = join if policy.uses_iqueues else jnp.zeros((), x.dtype)
     rest = jnp.stack([lam * rt.deletes, lam * rt.probes, join * rt.join_probes, join, p0, lam])
     return jnp.concatenate([x, lam * rt.level, *where, rest])
@@ -246,12 +248,23 @@ def _observe(x, rt: Rates, p0, joined, system, law, means=None):
         share, pick = joined
         rest, pool_mean = means  # (classes,), (pools,): _class_means
         per_class = rest[None, :] + k[1:, None] * (law.member @ pool_mean)[None, :]
-        response = (seen[0] * (pick @ pool_mean)
-                    + jnp.sum(seen[1:, None] * share[: L - 1] * per_class))  # fmt: skip
+        response = seen[0] * (pick @ pool_mean) + jnp.sum(
+            seen[1:, None] * share[: L - 1] * per_class
+        )
     zero = jnp.zeros((), x.dtype)
     J = system.iqueue_levels
-    out = jnp.stack([jnp.sum(s[1:]), 1.0 - seen[0], response, p0, s[L],
-                     q[J] if J else zero, s[L - 1], q[J - 1] if J else zero])  # fmt: skip
+    out = jnp.stack(
+        [
+            jnp.sum(s[1:]),
+            1.0 - seen[0],
+            response,
+            p0,
+            s[L],
+            q[J] if J else zero,
+            s[L - 1],
+            q[J - 1] if J else zero,
+        ]
+    )
     if law is None:
         return out
     return jnp.concatenate([out, jnp.sum(X, axis=0) @ law.member / law.fractions])
@@ -268,8 +281,9 @@ def _stage(y, lam, ratio, policy, system, law):
     if law is not None:
         if kinked:
             sl = phases.sliding(y, lam, ratio, law, policy, system)
-            p0 = (sl.inside * _p0(sl.below, policy, system)
-                  + (1.0 - sl.inside) * _p0(sl.state, policy, system))  # fmt: skip
+            p0 = sl.inside * _p0(sl.below, policy, system) + (1.0 - sl.inside) * _p0(
+                sl.state, policy, system
+            )
             return sl.drift, sl.rates, p0, (sl.share, sl.pick)
         X, q = _classes(y, system, law)
         joined = phases._joined(X, law)
@@ -278,8 +292,9 @@ def _stage(y, lam, ratio, policy, system, law):
         return f, rt, _p0(phases._flat(X, q), policy, system), joined
     if kinked:
         sl = meanfield.sliding(y, lam, ratio, policy, system)
-        p0 = (sl.inside * _p0(sl.below, policy, system)
-              + (1.0 - sl.inside) * _p0(sl.state, policy, system))  # fmt: skip
+        p0 = sl.inside * _p0(sl.below, policy, system) + (1.0 - sl.inside) * _p0(
+            sl.state, policy, system
+        )
         return sl.drift, sl.rates, p0, None
     rt = meanfield.rates(y, policy, system)
     return meanfield.drift_from_rates(y, lam, ratio, rt, system), rt, _p0(y, policy, system), None
@@ -305,18 +320,19 @@ def _rk4_step(x, lam, h, ratio, law, policy, system, integrate: bool):
             return (f, k + coef[1] * f, g + coef[1] * area if integrate else None), None
 
         coefs = jnp.asarray(_LATER_STAGES, y.dtype)
-        (_, k, g), _ = jax.lax.scan(later, (k1, k1 / 6.0, g1 / 6.0 if integrate else None),
-                                    coefs)  # fmt: skip
+        (_, k, g), _ = jax.lax.scan(later, (k1, k1 / 6.0, g1 / 6.0 if integrate else None), coefs)
         return y + h * k, h * g if integrate else None, (obs, k1)
 
     new, area, (obs, slope) = step(x, h)
     if law is None and meanfield.kinked(policy, system):
-        new, area = meanfield.split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area,
-                                               slope, system)  # fmt: skip
+        new, area = meanfield.split_at_filling(
+            lambda y, h: step(y, h)[:2], x, h, new, area, slope, system
+        )
     elif meanfield.kinked(policy, system):
         L, C = system.levels, law.alpha.shape[0]
-        new, area = phases._split_at_filling(lambda y, h: step(y, h)[:2], x, h, new, area, slope,
-                                             law, L, C)  # fmt: skip
+        new, area = phases._split_at_filling(
+            lambda y, h: step(y, h)[:2], x, h, new, area, slope, law, L, C
+        )
         return phases._onto_full(jnp.clip(new, 0.0, 1.0), law, L, C), area, obs
     return jnp.clip(new, 0.0, 1.0), area, obs
 
@@ -332,8 +348,9 @@ def _flow(x, loads, lengths, ratio, law, policy, system):
         new, _, _ = _rk4_step(x, step[0], step[1], ratio, law, policy, system, False)
         return new, None
 
-    return _conserve(jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0], ratio,
-                     system, law)  # fmt: skip
+    return _conserve(
+        jax.lax.scan(body, x, jnp.stack([loads, lengths], axis=1))[0], ratio, system, law
+    )
 
 
 def _busy(x, system, law):
@@ -374,8 +391,9 @@ def _flow_integrals(x, loads, lengths, ratio, law, policy, system):
 
     def body(carry, step):
         x, total = carry
-        new, area, (rt, p0, joined) = _rk4_step(x, step[0], step[1], ratio, law, policy, system,
-                                                True)  # fmt: skip
+        new, area, (rt, p0, joined) = _rk4_step(
+            x, step[0], step[1], ratio, law, policy, system, True
+        )
         return (new, total + area), _observe(x, rt, p0, joined, system, law, means)
 
     means = _class_means(law)
@@ -409,8 +427,10 @@ def _as_profile(arrivals) -> Profile:
     if isinstance(src, Profile):
         return src
     if src is None:
-        raise ValueError("arrivals is None: give a rate profile (use meanfield.fixed_point "
-                         "for Poisson arrivals at a constant rate)")  # fmt: skip
+        raise ValueError(
+            "arrivals is None: give a rate profile (use meanfield.fixed_point "
+            "for Poisson arrivals at a constant rate)"
+        )
     raise NotImplementedError(
         f"no mean field for {src.kind} arrivals: the periodic mean field takes a rate "
         "profile (an MMPP modulates the whole system's rate at random, so its limit is a "
@@ -432,10 +452,23 @@ def _check_window(window, period: float):
     return (start, length)
 
 
-def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
-                   d: int | None = None, buffer: int | None = None, levels: int | None = None,
-                   iqueue_levels: int | None = None, dt: float = DEFAULT_DT, tol: float = 1e-10,
-                   max_newton: int = 30, window=None, service=None, pools=None) -> PeriodicOrbit:  # fmt: skip
+def periodic_orbit(
+    policy,
+    load: float,
+    arrivals,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    dt: float = DEFAULT_DT,
+    tol: float = 1e-10,
+    max_newton: int = 30,
+    window=None,
+    service=None,
+    pools=None,
+) -> PeriodicOrbit:
     """The periodic regime of the generic mean field under a rate profile (float64).
 
     Args:
@@ -478,35 +511,49 @@ def periodic_orbit(policy, load: float, arrivals, ratio: float | None = None, *,
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
         raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
     win = _check_window(window, profile.period)
-    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, buffer,
-                                              levels)  # fmt: skip
+    classes, lam, cap, levels = _first_bounds(
+        policy, load, service, pools, ratio, d, buffer, levels
+    )
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield._policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     while True:
-        orbit, decay = _solve(pol, lam, ratio, system, profile, float(dt), tol, max_newton, win,
-                              classes)  # fmt: skip
+        orbit, decay = _solve(
+            pol, lam, ratio, system, profile, float(dt), tol, max_newton, win, classes
+        )
         mass = orbit.averages.truncated
         grow_s = auto_levels and mass[0] > REMAINDER
         grow_q = auto_iq and system.iqueue_levels and mass[1] > REMAINDER
         if not (grow_s or grow_q):
             return orbit
         levels = min(_grown(system.levels, mass[0], decay[0]), cap) if grow_s else system.levels
-        iqueue_levels = (_grown(system.iqueue_levels, mass[1], decay[1]) if grow_q
-                         else system.iqueue_levels)  # fmt: skip
+        iqueue_levels = (
+            _grown(system.iqueue_levels, mass[1], decay[1]) if grow_q else system.iqueue_levels
+        )
         if (levels, iqueue_levels) == (system.levels, system.iqueue_levels):
             raise RuntimeError(
                 f"the orbit of {pol.label()!r} still reaches the bound at {system.levels} levels "
                 f"and {system.iqueue_levels} I-queue levels (mass {orbit.averages.truncated}); "
                 "the profile's peak builds queues too long to represent: give a finite buffer "
                 "or a lower load"
-            )  # fmt: skip
-        _, system = meanfield._policy_and_system(pol, ratio, None, buffer, levels,
-                                                 iqueue_levels if system.iqueue_levels else None)  # fmt: skip
+            )
+        _, system = meanfield._policy_and_system(
+            pol, ratio, None, buffer, levels, iqueue_levels if system.iqueue_levels else None
+        )
 
 
-def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
-                 d: int | None = None, service=None, pools=None, levels: int | None = None,
-                 iqueue_levels: int | None = None, dt: float = 0.1) -> np.ndarray:  # fmt: skip
+def largest_tail(
+    policy,
+    load: float,
+    segments,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    service=None,
+    pools=None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    dt: float = 0.1,
+) -> np.ndarray:
     """The largest queue-length tail along the mean-field ODE through a load path.
 
     From the fixed point at ``load`` (the mean load: a run's start), the ODE
@@ -541,8 +588,7 @@ def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
     spans = np.array([float(b) for _, b in segments], np.float64)
     if loads.size == 0 or not (np.all(loads >= 0) and np.all(spans > 0)):
         raise ValueError("segments must be (load >= 0, duration > 0) pairs, at least one")
-    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, None,
-                                              levels)  # fmt: skip
+    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, None, levels)
     pol, system = meanfield._policy_and_system(policy, ratio, d, None, levels, iqueue_levels)
     r = float(ratio) if system.iqueue_levels else 1.0
     if classes is not None:
@@ -559,11 +605,21 @@ def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
             law = None if classes is None else phases.law_arrays(classes)
             # the start on grown bounds: the mean load's fixed point, empty past its bound
             at = start_levels * per_level
-            x = np.concatenate([start[:at], np.zeros((system.levels - start_levels) * per_level),
-                                start[at:]])  # fmt: skip
+            x = np.concatenate(
+                [start[:at], np.zeros((system.levels - start_levels) * per_level), start[at:]]
+            )
             x = jnp.asarray(x, jnp.float64)
-            top = np.asarray(_flow_largest(x, jnp.asarray(step_loads), jnp.asarray(lengths),
-                                           jnp.float64(r), law, pol, system))  # fmt: skip
+            top = np.asarray(
+                _flow_largest(
+                    x,
+                    jnp.asarray(step_loads),
+                    jnp.asarray(lengths),
+                    jnp.float64(r),
+                    law,
+                    pol,
+                    system,
+                )
+            )
         tail = np.concatenate([[1.0], top])
         L = system.levels
         if tail[L] <= REMAINDER:
@@ -575,8 +631,9 @@ def largest_tail(policy, load: float, segments, ratio: float | None = None, *,
                 f"under {pol.label()!r} the load path builds queues past {L} levels "
                 f"(s_{L} = {tail[L]:.3g}): too long to represent"
             )
-        _, system = meanfield._policy_and_system(pol, ratio, None, None, grown,
-                                                 system.iqueue_levels or None)  # fmt: skip
+        _, system = meanfield._policy_and_system(
+            pol, ratio, None, None, grown, system.iqueue_levels or None
+        )
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system"))
@@ -621,8 +678,17 @@ def _by_class(service, pools) -> bool:
     return law is not None and not law.is_unit_exponential
 
 
-def refusal(policy, load: float, arrivals, ratio: float | None = None, *, d: int | None = None,
-            buffer: int | None = None, service=None, pools=None) -> str | None:  # fmt: skip
+def refusal(
+    policy,
+    load: float,
+    arrivals,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    service=None,
+    pools=None,
+) -> str | None:
     """Why :func:`periodic_orbit` does not cover a setting it would be given, or
     None where it does: a policy without the generic mean field, or one that
     routes by the pools' speeds (``jsew``) with pools of different mean
@@ -696,8 +762,9 @@ def _find(x, loads, lengths, rj, law, pol, system, tol, max_newton):
             left = math.log(tol / residual) / math.log(rate) if 0.0 < rate < 1.0 else math.inf
             if left > _SLOW:
                 newton_allowed = False  # one try
-                x, done, res, it = _newton_phase(x, loads, lengths, rj, law, pol, system, tol,
-                                                 max_newton)  # fmt: skip
+                x, done, res, it = _newton_phase(
+                    x, loads, lengths, rj, law, pol, system, tol, max_newton
+                )
                 if done:
                     return x, Status.CONVERGED, res, it, periods
         previous = residual
@@ -709,15 +776,22 @@ def _start(pol, lam, ratio, system, classes, r) -> np.ndarray:
     system where Newton cannot reach it)."""
     J = system.iqueue_levels
     if classes is None:
-        fp = meanfield.fixed_point(pol, lam, ratio if J else None, buffer=system.buffer,
-                                   levels=system.levels, iqueue_levels=J or None)  # fmt: skip
+        fp = meanfield.fixed_point(
+            pol,
+            lam,
+            ratio if J else None,
+            buffer=system.buffer,
+            levels=system.levels,
+            iqueue_levels=J or None,
+        )
         if fp.status == Status.CONVERGED:
             return np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
         return meanfield._empty_start(system, r)
     fp = phases._fixed_point_of(classes, pol, lam, ratio if J else None, system)
     if fp.status == Status.CONVERGED:
-        return np.concatenate([fp.phase_counts[1:].reshape(-1),
-                               fp.iq_tail[1:] if J else np.zeros(0)])  # fmt: skip
+        return np.concatenate(
+            [fp.phase_counts[1:].reshape(-1), fp.iq_tail[1:] if J else np.zeros(0)]
+        )
     return phases._empty_start(system.levels, classes.n_classes, system, r)
 
 
@@ -738,8 +812,9 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window, classe
         loads, lengths, n = _schedule(profile, lam, 0.0, period, dt)
         loads, lengths = jnp.asarray(loads), jnp.asarray(lengths)
         x = jnp.asarray(_start(pol, lam, ratio, system, classes, r), jnp.float64)
-        x, status, residual, it, periods = _find(x, loads, lengths, rj, law, pol, system, tol,
-                                                 max_newton)  # fmt: skip
+        x, status, residual, it, periods = _find(
+            x, loads, lengths, rj, law, pol, system, tol, max_newton
+        )
         start = np.asarray(x)
         # the averages over the window, and the orbit over one period from phase 0
         _, total_p, seen = _flow_integrals(x, loads, lengths, rj, law, pol, system)
@@ -759,13 +834,27 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window, classe
             total = total + np.asarray(part)
             if phase + rest > period:  # the window wraps into the next period
                 a, b, _ = _schedule(profile, lam, 0.0, phase + rest - period, dt)
-                _, part, _ = _flow_integrals(y, jnp.asarray(a), jnp.asarray(b), rj, law, pol,
-                                             system)  # fmt: skip
+                _, part, _ = _flow_integrals(
+                    y, jnp.asarray(a), jnp.asarray(b), rj, law, pol, system
+                )
                 total = total + np.asarray(part)
     seen = seen[:n]
     times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
-    args = (pol, system, lam, start, total / length, seen, times, np.asarray(loads)[:n], status,
-            residual, it, periods, window)  # fmt: skip
+    args = (
+        pol,
+        system,
+        lam,
+        start,
+        total / length,
+        seen,
+        times,
+        np.asarray(loads)[:n],
+        status,
+        residual,
+        it,
+        periods,
+        window,
+    )
     orbit = _averages(*args) if classes is None else _class_averages(classes, *args)
     return orbit, _decay(seen)
 
@@ -780,8 +869,9 @@ def _decay(seen) -> tuple:
     return tuple(out)
 
 
-def _averages(pol, system, load, start, mean, seen, times, loads, status, residual, it,
-              periods, window) -> PeriodicOrbit:  # fmt: skip
+def _averages(
+    pol, system, load, start, mean, seen, times, loads, status, residual, it, periods, window
+) -> PeriodicOrbit:
     """The window's averages as a FixedPoint whose rates give, through
     :func:`jaxqueue.theory.meanfield.as_result` (which multiplies per-arrival
     rates by ``load``), the window's averages per unit time."""
@@ -789,24 +879,58 @@ def _averages(pol, system, load, start, mean, seen, times, loads, status, residu
     x_avg, rest = mean[: L + J], mean[L + J :]
     level, (deletes, probes, join_probes, join, p0, lam) = rest[: L + 1], rest[L + 1 :]
     s, q = meanfield._split(np.asarray(x_avg), system)
-    rates = Rates(level=level / lam, iq_remove=np.zeros(J + 1), join=np.zeros(J + 1),
-                  deletes=deletes / load, probes=probes / load,
-                  join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
-    truncated = (float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
-                 float(seen[:, _AT_J].max()) if J else 0.0)  # fmt: skip
+    rates = Rates(
+        level=level / lam,
+        iq_remove=np.zeros(J + 1),
+        join=np.zeros(J + 1),
+        deletes=deletes / load,
+        probes=probes / load,
+        join_probes=join_probes / join if join > 0 else 0.0,
+    )
+    truncated = (
+        float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
+        float(seen[:, _AT_J].max()) if J else 0.0,
+    )
     averages = FixedPoint(s, q, rates, residual, status, it, truncated)
-    curve = {"time": times, "load": loads, "mean_queue_length": seen[:, 0],
-             "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
+    curve = {
+        "time": times,
+        "load": loads,
+        "mean_queue_length": seen[:, 0],
+        "waiting_probability": seen[:, 1],
+        "mean_response_time": seen[:, 2],
+    }
     if pol.uses_iqueues:
         curve["p0"] = seen[:, 3]
-    return PeriodicOrbit(start=start, averages=averages,
-                         p0=float(p0) if pol.uses_iqueues else None, window=window, curve=curve,
-                         status=Status(status), residual=float(residual), newton_iterations=it,
-                         periods=periods, system=system)  # fmt: skip
+    return PeriodicOrbit(
+        start=start,
+        averages=averages,
+        p0=float(p0) if pol.uses_iqueues else None,
+        window=window,
+        curve=curve,
+        status=Status(status),
+        residual=float(residual),
+        newton_iterations=it,
+        periods=periods,
+        system=system,
+    )
 
 
-def _class_averages(classes, pol, system, load, start, mean, seen, times, loads, status,
-                    residual, it, periods, window) -> PeriodicOrbit:  # fmt: skip
+def _class_averages(
+    classes,
+    pol,
+    system,
+    load,
+    start,
+    mean,
+    seen,
+    times,
+    loads,
+    status,
+    residual,
+    it,
+    periods,
+    window,
+) -> PeriodicOrbit:
     """:func:`_averages` by class: the averages as a
     :class:`jaxqueue.theory.phases.FixedPoint` whose ``seen_phase`` and
     ``seen_idle`` hold where the accepted arrivals found their servers
@@ -817,31 +941,64 @@ def _class_averages(classes, pol, system, load, start, mean, seen, times, loads,
     deletes, probes, join_probes, join, p0, lam = rest
     level = level / lam  # the law of the level an arrival joins (level[L]: blocked)
     accepted = level[:L].sum()
-    rates = Rates(level=level, iq_remove=np.zeros(J + 1), join=np.zeros(J + 1),
-                  deletes=deletes / load, probes=probes / load,
-                  join_probes=join_probes / join if join > 0 else 0.0)  # fmt: skip
+    rates = Rates(
+        level=level,
+        iq_remove=np.zeros(J + 1),
+        join=np.zeros(J + 1),
+        deletes=deletes / load,
+        probes=probes / load,
+        join_probes=join_probes / join if join > 0 else 0.0,
+    )
     X = x_avg.reshape(L, C)
     tail = phases.tail_of(X)
-    fp = phases._summarize(pol, load, classes, system, X, tail, q, rates, system.buffer, status,
-                           residual, it)  # fmt: skip
-    truncated = (float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
-                 float(seen[:, _AT_J].max()) if J else 0.0)  # fmt: skip
-    fp = fp._replace(p0=float(p0) if pol.uses_iqueues else None, truncated=truncated,
-                     seen_phase=joint.reshape(L - 1, C) / lam / accepted,
-                     seen_idle=idle / lam / accepted)  # fmt: skip
-    curve = {"time": times, "load": loads, "mean_queue_length": seen[:, 0],
-             "waiting_probability": seen[:, 1], "mean_response_time": seen[:, 2]}  # fmt: skip
+    fp = phases._summarize(
+        pol, load, classes, system, X, tail, q, rates, system.buffer, status, residual, it
+    )
+    truncated = (
+        float(seen[:, _AT_L].max()) if system.buffer is None else 0.0,
+        float(seen[:, _AT_J].max()) if J else 0.0,
+    )
+    fp = fp._replace(
+        p0=float(p0) if pol.uses_iqueues else None,
+        truncated=truncated,
+        seen_phase=joint.reshape(L - 1, C) / lam / accepted,
+        seen_idle=idle / lam / accepted,
+    )
+    curve = {
+        "time": times,
+        "load": loads,
+        "mean_queue_length": seen[:, 0],
+        "waiting_probability": seen[:, 1],
+        "mean_response_time": seen[:, 2],
+    }
     if pol.uses_iqueues:
         curve["p0"] = seen[:, 3]
     if classes.given:
         curve["pool_utilization"] = seen[:, 8:]
-    return PeriodicOrbit(start=start, averages=fp, p0=fp.p0, window=window, curve=curve,
-                         status=Status(status), residual=float(residual), newton_iterations=it,
-                         periods=periods, system=system)  # fmt: skip
+    return PeriodicOrbit(
+        start=start,
+        averages=fp,
+        p0=fp.p0,
+        window=window,
+        curve=curve,
+        status=Status(status),
+        residual=float(residual),
+        newton_iterations=it,
+        periods=periods,
+        system=system,
+    )
 
 
-def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, arrivals, *,
-              buffer: int | None = None, with_quantiles: bool = True):  # fmt: skip
+def as_result(
+    orbit: PeriodicOrbit,
+    policy,
+    load: float,
+    ratio: float | None,
+    arrivals,
+    *,
+    buffer: int | None = None,
+    with_quantiles: bool = True,
+):
     """A :class:`~jaxqueue.theory.result.MeanFieldResult` of the orbit's averages.
 
     ``settings["arrivals"]`` records the profile and ``settings["window"]``
@@ -854,10 +1011,17 @@ def as_result(orbit: PeriodicOrbit, policy, load: float, ratio: float | None, ar
     if isinstance(orbit.averages, phases.FixedPoint):
         res = phases.as_result(orbit.averages, policy, load, ratio, buffer=buffer)
     else:
-        res = meanfield.as_result(orbit.averages, policy, load, ratio, buffer=buffer,
-                                  with_quantiles=with_quantiles)  # fmt: skip
-    settings = dict(res.settings, arrivals=_as_profile(arrivals).to_dict(),
-                    window=list(orbit.window))  # fmt: skip
-    diagnostics = dict(res.diagnostics, orbit=orbit.curve, residual=orbit.residual,
-                       periods=orbit.periods, newton_iterations=orbit.newton_iterations)  # fmt: skip
+        res = meanfield.as_result(
+            orbit.averages, policy, load, ratio, buffer=buffer, with_quantiles=with_quantiles
+        )
+    settings = dict(
+        res.settings, arrivals=_as_profile(arrivals).to_dict(), window=list(orbit.window)
+    )
+    diagnostics = dict(
+        res.diagnostics,
+        orbit=orbit.curve,
+        residual=orbit.residual,
+        periods=orbit.periods,
+        newton_iterations=orbit.newton_iterations,
+    )
     return dataclasses.replace(res, p0=orbit.p0, settings=settings, diagnostics=diagnostics)

@@ -134,21 +134,42 @@ from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import System, check_int, is_real
 from jaxqueue.policies import Policy, available, make, policy_class
-from jaxqueue.theory import meanfield
 from jaxqueue.results.pools import pool_metrics, result_fields
 from jaxqueue.results.response import (
-    ph_mixture_quantiles, ph_response_mean, ph_response_quantiles,
-)  # fmt: skip
+    ph_mixture_quantiles,
+    ph_response_mean,
+    ph_response_quantiles,
+)
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.meanfield import (DEFAULT_LEVELS, LEVEL_TOL, MAX_DENSE_LEVELS, Rates,
-                                       _policy_and_system, extend_levels, grown_levels, round8)
+from jaxqueue.theory import meanfield
+from jaxqueue.theory.meanfield import (
+    DEFAULT_LEVELS,
+    LEVEL_TOL,
+    MAX_DENSE_LEVELS,
+    Rates,
+    _policy_and_system,
+    extend_levels,
+    grown_levels,
+    round8,
+)
 from jaxqueue.theory.result import MeanFieldResult, build
 
 __all__ = [
-    "FixedPoint", "Transient", "ServerClasses", "MAX_STATE", "LEVEL_TOL", "drift", "law_arrays",
-    "server_classes", "fixed_point", "transient", "mph1_tail_decay", "sliding", "Sliding",
+    "FixedPoint",
+    "Transient",
+    "ServerClasses",
+    "MAX_STATE",
+    "LEVEL_TOL",
+    "drift",
+    "law_arrays",
+    "server_classes",
+    "fixed_point",
+    "transient",
+    "mph1_tail_decay",
+    "sliding",
+    "Sliding",
     "ode_drift",
-]  # fmt: skip
+]
 
 #: Most state coordinates ``levels * phases`` the adaptive level count grows to.
 MAX_STATE = 2048
@@ -240,8 +261,12 @@ def law_arrays(law) -> _Law:
         gen[b : b + P, b : b + P] = lw.matrix
         mix[b : b + P] = f * lw.in_service_mix()
     f = np.asarray(classes.fractions)
-    return _Law(*(jnp.asarray(v, jnp.float64) for v in
-                  (f @ starts, gen, mix / mix.sum(), starts, member, f)))  # fmt: skip
+    return _Law(
+        *(
+            jnp.asarray(v, jnp.float64)
+            for v in (f @ starts, gen, mix / mix.sum(), starts, member, f)
+        )
+    )
 
 
 def _split(x, L: int, P: int):
@@ -325,9 +350,12 @@ def _class_drift(X, q, load, ratio, law, rt, share, pick):
         start = load * level[0] * (pick @ law.starts)[None, :]
         # the next task starts in the phase law of the pool of the class that completed
         restart = ((X[1:] * exits[None, :]) @ law.member) @ law.starts
-    dX = (X @ law.generator  # phase changes; every completion leaves its (k, p)
-          + jnp.concatenate([start, up]) - jnp.concatenate([up, none])
-          + jnp.concatenate([restart, none]))
+    dX = (
+        X @ law.generator  # phase changes; every completion leaves its (k, p)
+        + jnp.concatenate([start, up])
+        - jnp.concatenate([up, none])
+        + jnp.concatenate([restart, none])
+    )
     dx = dX.reshape(-1)
     if J:
         dq = ratio * (done[0] * rt.join[:J] - load * rt.iq_remove[1:])
@@ -406,8 +434,9 @@ def sliding(x, load, ratio, law: _Law, policy: Policy, system: System) -> Slidin
     done = X[k] @ exits
     a, b = load * r_below.level[k] - done, load * r_at.level[k] - done
     slide = on & (a > 0.0) & (b < 0.0)
-    alpha = jnp.where(slide, -b / jnp.where(slide, a - b, 1.0),
-                      jnp.where(on & (a <= 0.0), 1.0, 0.0))  # fmt: skip
+    alpha = jnp.where(
+        slide, -b / jnp.where(slide, a - b, 1.0), jnp.where(on & (a <= 0.0), 1.0, 0.0)
+    )
     rt = jax.tree_util.tree_map(lambda u, v: alpha * u + (1.0 - alpha) * v, r_below, r_at)
     f = _class_drift(X, q, load, ratio, law, rt, share, pick)  # affine in the rates
     still = jnp.repeat(slide & (idx < k), P)  # the empty levels below the full one
@@ -459,8 +488,16 @@ def _split_at_filling(step, x, h, new, extra, slope, law: _Law, L: int, P: int):
     k = jnp.minimum(top, L - 1)
     gap, rise = 1.0 - s[k], h * _tails(_split(slope, L, P)[0])[k]
     crossed = (top < L) & (rise > gap)
-    return meanfield.cut_step(step, x, h, new, extra, crossed, gap / jnp.maximum(rise, 1e-300),
-                              lambda y: _fill(jnp.clip(y, 0.0, 1.0), k, law, L, P))  # fmt: skip
+    return meanfield.cut_step(
+        step,
+        x,
+        h,
+        new,
+        extra,
+        crossed,
+        gap / jnp.maximum(rise, 1e-300),
+        lambda y: _fill(jnp.clip(y, 0.0, 1.0), k, law, L, P),
+    )
 
 
 def ode_drift(x, load, ratio, law: _Law, policy: Policy, system: System) -> jax.Array:
@@ -519,8 +556,9 @@ def _advance(x, n_steps, h, load, ratio, law, policy, system):
     def body(_, y):
         new, slope = step(y, h)
         if kinked:
-            new, _ = _split_at_filling(lambda z, dt: (step(z, dt)[0], None), y, h, new, None,
-                                       slope, law, L, P)  # fmt: skip
+            new, _ = _split_at_filling(
+                lambda z, dt: (step(z, dt)[0], None), y, h, new, None, slope, law, L, P
+            )
             return _onto_full(jnp.clip(new, 0.0, 1.0), law, L, P)
         return jnp.clip(new, 0.0, 1.0)
 
@@ -683,12 +721,20 @@ def _check(policy, load, service, ratio, d, buffer, levels, pools=None):
             )
     if levels is not None:
         check_int("levels", levels, 1, _MAX_LEVELS)
-    if buffer is None and lam >= classes.capacity:  # capacity sum_i f_i / mean_i (one law: 1 / mean)
-        need = (f"the load per server load * service mean = {lam * classes.laws[0].mean:.6g} "
-                "must be < 1" if pools is None else "it must be below the pools' capacity "
-                f"sum_i fraction_i * speed_i / mean_i = {classes.capacity:.6g}")  # fmt: skip
-        raise ValueError(f"load={load} is out of range: with infinite buffers {need} "
-                         "(give a finite buffer otherwise)")  # fmt: skip
+    if (
+        buffer is None and lam >= classes.capacity
+    ):  # capacity sum_i f_i / mean_i (one law: 1 / mean)
+        need = (
+            f"the load per server load * service mean = {lam * classes.laws[0].mean:.6g} "
+            "must be < 1"
+            if pools is None
+            else "it must be below the pools' capacity "
+            f"sum_i fraction_i * speed_i / mean_i = {classes.capacity:.6g}"
+        )
+        raise ValueError(
+            f"load={load} is out of range: with infinite buffers {need} "
+            "(give a finite buffer otherwise)"
+        )
     worst = max(lam * lw.mean for lw in classes.laws)
     if buffer is None and _random_only(pol) and worst >= 1.0:  # (with one pool: caught above)
         raise ValueError(
@@ -782,7 +828,7 @@ def _newton(x, lam, r, lawa, pol, system, tol, max_newton):
     x = np.asarray(x, np.float64)
     f, dx, rt = _newton_step(x, lam, r, lawa, pol, system)
     res = float(np.max(np.abs(f)))
-    for it in range(1, max_newton + 1):
+    for it in range(1, max_newton + 1):  # noqa: B007 (the count is returned)
         if not (math.isfinite(res) and np.all(np.isfinite(dx))):
             status = Status.NON_FINITE
             break
@@ -847,15 +893,20 @@ def _settle(x, lam, r, lawa, pol, system, dt, tol):
     returns (``MAX_ITERATIONS`` if it does not settle; the count is of runs)."""
     steps = int(math.ceil(_SETTLE_TIME / dt))
     res, status, it = math.inf, Status.MAX_ITERATIONS, 0
-    for it in range(1, _SETTLE_RUNS + 1):
+    for it in range(1, _SETTLE_RUNS + 1):  # noqa: B007 (the count is returned)
         x = _advance(x, steps, jnp.float64(_SETTLE_TIME / steps), lam, r, lawa, pol, system)
         sl, res = _sliding_at(x, lam, r, lawa, pol, system)
         res = float(res)
         if res < tol:
             status = Status.CONVERGED
             break
-    return np.asarray(x, np.float64), status, it, res, Rates(*(np.asarray(v, np.float64)
-                                                              for v in sl.rates))  # fmt: skip
+    return (
+        np.asarray(x, np.float64),
+        status,
+        it,
+        res,
+        Rates(*(np.asarray(v, np.float64) for v in sl.rates)),
+    )
 
 
 def _seen_on_level(x, lam, r, lawa, pol, system):
@@ -873,11 +924,23 @@ def _seen_on_level(x, lam, r, lawa, pol, system):
     return seen[1:, None] * share[: L - 1], seen[0] * pick
 
 
-def fixed_point(policy, load: float, service, ratio: float | None = None, *,
-                d: int | None = None, buffer: int | None = None, levels: int | None = None,
-                iqueue_levels: int | None = None, tol: float = 1e-12,
-                level_tol: float = LEVEL_TOL, warmup_time: float = 20.0, dt: float | None = None,
-                max_newton: int = 50, pools=None) -> FixedPoint:  # fmt: skip
+def fixed_point(
+    policy,
+    load: float,
+    service,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    tol: float = 1e-12,
+    level_tol: float = LEVEL_TOL,
+    warmup_time: float = 20.0,
+    dt: float | None = None,
+    max_newton: int = 50,
+    pools=None,
+) -> FixedPoint:
     """Fixed point of the phase-type mean field (float64: x64 is switched on for the call).
 
     Args:
@@ -934,11 +997,13 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
         while True:
             step = _dt(classes, lam, pol, system, one_r) if dt is None else float(dt)
-            x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, start,
-                                            warmup_time, step, tol, max_newton)  # fmt: skip
+            x, status, it, res, rt = _solve(
+                lawa, lam64, r64, pol, system, ratio, start, warmup_time, step, tol, max_newton
+            )
             if start is not None and status is not Status.CONVERGED:  # the extension failed
-                x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None,
-                                            warmup_time, step, tol, max_newton)  # fmt: skip
+                x, status, it, res, rt = _solve(
+                    lawa, lam64, r64, pol, system, ratio, None, warmup_time, step, tol, max_newton
+                )
             L = system.levels
             X = np.asarray(x[: L * P]).reshape(L, P)
             tail = tail_of(X)
@@ -949,8 +1014,9 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
                 warnings.warn(
                     f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
                     f"level_tol={level_tol:g}, and more levels would pass MAX_STATE={MAX_STATE} "
-                    f"coordinates ({P} classes); pass levels to choose", stacklevel=2,
-                )  # fmt: skip
+                    f"coordinates ({P} classes); pass levels to choose",
+                    stacklevel=2,
+                )
                 break
             start = extend_levels(np.asarray(x), L, grown, P, system.iqueue_levels)
             pol, system = _policy_and_system(pol, ratio, d, buffer, grown, iqueue_levels)
@@ -959,9 +1025,16 @@ def fixed_point(policy, load: float, service, ratio: float | None = None, *,
     return _summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it, seen)
 
 
-def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, system: System,
-                    tol: float = 1e-12, warmup_time: float = 20.0,
-                    max_newton: int = 50) -> FixedPoint:  # fmt: skip
+def _fixed_point_of(
+    classes: ServerClasses,
+    pol: Policy,
+    lam: float,
+    ratio,
+    system: System,
+    tol: float = 1e-12,
+    warmup_time: float = 20.0,
+    max_newton: int = 50,
+) -> FixedPoint:
     """The fixed point on ``system``'s bounds, for validated settings (no level
     search): the start of the periodic solver (:mod:`jaxqueue.theory.periodic`)."""
     one_r = float(ratio) if system.iqueue_levels else 1.0
@@ -970,18 +1043,33 @@ def _fixed_point_of(classes: ServerClasses, pol: Policy, lam: float, ratio, syst
         lawa = law_arrays(classes)
         step = _dt(classes, lam, pol, system, one_r)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
-        x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None, warmup_time,
-                                        step, tol, max_newton)  # fmt: skip
+        x, status, it, res, rt = _solve(
+            lawa, lam64, r64, pol, system, ratio, None, warmup_time, step, tol, max_newton
+        )
         x = np.asarray(x, np.float64)
         seen = _seen_on_level(x, lam64, r64, lawa, pol, system)
     X = x[: L * P].reshape(L, P)
     tail = tail_of(X)
-    return _summarize(pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status,
-                      res, it, seen)  # fmt: skip
+    return _summarize(
+        pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status, res, it, seen
+    )
 
 
-def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer, status, res,
-               it, seen=(None, None)) -> FixedPoint:  # fmt: skip
+def _summarize(
+    pol,
+    lam,
+    classes: ServerClasses,
+    system,
+    X,
+    tail,
+    q,
+    rt,
+    buffer,
+    status,
+    res,
+    it,
+    seen=(None, None),
+) -> FixedPoint:
     L, J = system.levels, system.iqueue_levels
     counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
     iq_tail = np.concatenate([[1.0], q]) if J else None
@@ -996,15 +1084,41 @@ def _summarize(pol, lam, classes: ServerClasses, system, X, tail, q, rt, buffer,
     else:
         p0 = None
     truncated = (float(tail[L]) if buffer is None else 0.0, float(q[-1]) if J else 0.0)
-    return FixedPoint(tail, counts, iq_tail, mql, mrt, p0, blocked, Status(status), float(res),
-                      int(it), truncated, L, rt, classes.laws[0] if not classes.given else None,
-                      classes if classes.given else None, *seen)  # fmt: skip
+    return FixedPoint(
+        tail,
+        counts,
+        iq_tail,
+        mql,
+        mrt,
+        p0,
+        blocked,
+        Status(status),
+        float(res),
+        int(it),
+        truncated,
+        L,
+        rt,
+        classes.laws[0] if not classes.given else None,
+        classes if classes.given else None,
+        *seen,
+    )
 
 
-def transient(policy, load: float, service, ratio: float | None = None, *, times,
-              start=None, d: int | None = None, buffer: int | None = None,
-              levels: int | None = None, iqueue_levels: int | None = None,
-              dt: float | None = None, pools=None) -> Transient:  # fmt: skip
+def transient(
+    policy,
+    load: float,
+    service,
+    ratio: float | None = None,
+    *,
+    times,
+    start=None,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    dt: float | None = None,
+    pools=None,
+) -> Transient:
     """The phase-type mean-field ODE by RK4, recorded at ``times``.
 
     Arguments as for :func:`fixed_point`, except:
@@ -1026,8 +1140,13 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     classes, pol, lam = _check(policy, load, service, ratio, d, buffer, levels, pools)
     P = classes.n_classes
     t = np.asarray(times, np.float64)
-    if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)) or np.any(t < 0) \
-            or np.any(np.diff(t) < 0):  # fmt: skip
+    if (
+        t.ndim != 1
+        or t.size == 0
+        or not np.all(np.isfinite(t))
+        or np.any(t < 0)
+        or np.any(np.diff(t) < 0)
+    ):
         raise ValueError(
             "times must be a non-empty 1-D sequence of finite, non-decreasing times >= 0"
         )
@@ -1042,18 +1161,25 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     if start is None:
         x0 = _empty_start(L, P, system, ratio)
     elif isinstance(start, FixedPoint):
-        if start.phase_counts.shape != (L + 1, P) or (start.iq_tail is None) != (J == 0) \
-                or (J and start.iq_tail.size != J + 1):  # fmt: skip
-            raise ValueError(f"start: a FixedPoint with levels={start.levels} and "
-                             f"{start.phase_counts.shape[1]} phases does not match levels={L}, "
-                             f"{P} phases, iqueue_levels={J}")  # fmt: skip
-        x0 = np.concatenate([start.phase_counts[1:].reshape(-1),
-                             start.iq_tail[1:] if J else np.zeros(0)])  # fmt: skip
+        if (
+            start.phase_counts.shape != (L + 1, P)
+            or (start.iq_tail is None) != (J == 0)
+            or (J and start.iq_tail.size != J + 1)
+        ):
+            raise ValueError(
+                f"start: a FixedPoint with levels={start.levels} and "
+                f"{start.phase_counts.shape[1]} phases does not match levels={L}, "
+                f"{P} phases, iqueue_levels={J}"
+            )
+        x0 = np.concatenate(
+            [start.phase_counts[1:].reshape(-1), start.iq_tail[1:] if J else np.zeros(0)]
+        )
     else:
         x0 = np.asarray(start, np.float64)
         if x0.shape != (dim,):
-            raise ValueError(f"start must have shape ({dim},) (levels * phases + iqueue_levels), "
-                             f"got {x0.shape}")  # fmt: skip
+            raise ValueError(
+                f"start must have shape ({dim},) (levels * phases + iqueue_levels), got {x0.shape}"
+            )
     step = _dt(classes, lam, pol, system, one_r) if dt is None else float(dt)
     out = np.empty((t.size, dim))
     with host_float64():
@@ -1074,8 +1200,9 @@ def transient(policy, load: float, service, ratio: float | None = None, *, times
     return Transient(t, tails, counts, iq)
 
 
-def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
-              buffer: int | None = None) -> MeanFieldResult:  # fmt: skip
+def as_result(
+    fp: FixedPoint, policy, load: float, ratio: float | None, *, buffer: int | None = None
+) -> MeanFieldResult:
     """A :class:`~jaxqueue.theory.result.MeanFieldResult` from a phase-type fixed point.
 
     ``arrival_seen[k]`` is the law of the tasks an accepted arrival finds. The
@@ -1108,8 +1235,12 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     counts = np.asarray(fp.phase_counts, np.float64)
     if fp.seen_phase is None:
         x = counts[1:L]  # k = 1..L-1
-        share = np.divide(x, x.sum(axis=1, keepdims=True), out=np.zeros_like(x),
-                          where=x.sum(axis=1, keepdims=True) > 0)  # fmt: skip
+        share = np.divide(
+            x,
+            x.sum(axis=1, keepdims=True),
+            out=np.zeros_like(x),
+            where=x.sum(axis=1, keepdims=True) > 0,
+        )
         seen_phase = seen[1:, None] * share
     else:
         seen_phase = np.asarray(fp.seen_phase, np.float64)
@@ -1131,16 +1262,28 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
     accepted = load * (1.0 - fp.blocking_probability)
     join = accepted * seen[0] if pol.uses_iqueues else 0.0  # servers that become idle
     result = build(
-        pol, load=load, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
-        tail=s, occupancy=occupancy, arrival_seen=seen_all,
-        mean_queue_length=fp.mean_queue_length, mean_response_time=mean_response,
-        waiting_probability=1.0 - seen[0], blocking_probability=fp.blocking_probability,
-        p0=fp.p0, iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if q is not None else None,
-        join_rate=join, delete_rate=load * float(rt.deletes),
+        pol,
+        load=load,
+        ratio=ratio,
+        d=int(pol.options().get("d", 1)),
+        buffer=buffer,
+        tail=s,
+        occupancy=occupancy,
+        arrival_seen=seen_all,
+        mean_queue_length=fp.mean_queue_length,
+        mean_response_time=mean_response,
+        waiting_probability=1.0 - seen[0],
+        blocking_probability=fp.blocking_probability,
+        p0=fp.p0,
+        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if q is not None else None,
+        join_rate=join,
+        delete_rate=load * float(rt.deletes),
         probe_rate=load * float(rt.probes) + join * float(rt.join_probes),
-        response_quantiles=quantiles, status=fp.status,
-        tail_remainder=fp.truncated[0], iqueue_remainder=fp.truncated[1],
-    )  # fmt: skip
+        response_quantiles=quantiles,
+        status=fp.status,
+        tail_remainder=fp.truncated[0],
+        iqueue_remainder=fp.truncated[1],
+    )
     # x[k, c]: the joint law of (queue length, class in service), what a simulation starts from
     result.diagnostics["phase_occupancy"] = counts.tolist()
     if fp.pools is None:
@@ -1149,7 +1292,7 @@ def as_result(fp: FixedPoint, policy, load: float, ratio: float | None, *,
         result.settings["pools"] = [
             {"fraction": f, "speed": v, "service": lw.scaled(lw.mean * v).to_dict()}
             for f, v, lw in zip(fp.pools.fractions, fp.pools.speeds, fp.pools.laws)
-        ]  # fmt: skip
+        ]
         result = dataclasses.replace(result, **result_fields(by_pool))
     return result
 
@@ -1171,8 +1314,9 @@ def _pool_response(pools: ServerClasses, seen, seen_phase, counts, seen_idle=Non
         with exactly ``k`` tasks.
     """
     fracs = np.asarray(pools.fractions)
-    busy = np.array([counts[1:, b : b + lw.n_phases].sum(axis=1)
-                     for b, lw in zip(pools.base, pools.laws)])  # (I, L) fractions of all servers
+    busy = np.array(
+        [counts[1:, b : b + lw.n_phases].sum(axis=1) for b, lw in zip(pools.base, pools.laws)]
+    )  # (I, L) fractions of all servers
     idle = np.maximum(fracs - busy.sum(axis=1), 0.0)
     occupancy = np.concatenate([idle[:, None], busy], axis=1) / fracs[:, None]
     components = []

@@ -96,10 +96,19 @@ from jaxqueue.theory import meanfield
 from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult, build
 
 __all__ = [
-    "RefinedMeanField", "RefinedGrid", "Corrections", "GRID_METRICS", "refined_mean_field",
-    "refined_grid", "transitions", "jump_covariance", "corrections", "lyapunov",
-    "working_bytes", "MAX_WORKING_BYTES",
-]  # fmt: skip
+    "RefinedMeanField",
+    "RefinedGrid",
+    "Corrections",
+    "GRID_METRICS",
+    "refined_mean_field",
+    "refined_grid",
+    "transitions",
+    "jump_covariance",
+    "corrections",
+    "lyapunov",
+    "working_bytes",
+    "MAX_WORKING_BYTES",
+]
 
 _MAX_LEVELS = 10**6
 _DIRECTIONS = 64  # derivative directions evaluated at once
@@ -131,7 +140,8 @@ def _check_work(pol, system: System, points: int = 1) -> None:
         what = "the correction" if points == 1 else f"a chunk of {points} points"
         advice = ("give a smaller chunk, or " if points > 1 else "") + (
             "lower the load (the levels the tail needs grow like 1 / (1 - load)), "
-            "or raise jaxqueue.theory.refined.MAX_WORKING_BYTES on a machine with more memory")
+            "or raise jaxqueue.theory.refined.MAX_WORKING_BYTES on a machine with more memory"
+        )
         raise ValueError(
             f"the refined mean field of {pol.label()} with levels={system.levels} and "
             f"iqueue_levels={system.iqueue_levels}: {what} would take about "
@@ -269,11 +279,13 @@ def _model(y, eps, load, ratio, policy, system):
     L = system.levels
     idle = x[0] - (x[1] if L >= 2 else 0.0)
     join = idle if policy.uses_iqueues else 0.0
-    h = jnp.concatenate([
-        load * rt.level,
-        (load * rt.deletes)[None],
-        (load * rt.probes + join * rt.join_probes)[None],
-    ])  # fmt: skip
+    h = jnp.concatenate(
+        [
+            load * rt.level,
+            (load * rt.deletes)[None],
+            (load * rt.probes + join * rt.join_probes)[None],
+        ]
+    )
     return jnp.concatenate([_project(f, policy, system), h])
 
 
@@ -374,8 +386,7 @@ def _corrections(x, load, ratio, policy, system, with_covariance=True):
         return jax.jvp(lambda y: jax.jvp(model, (y,), (we,))[1], (y0,), (e,))[1]
 
     # B : W, drift and observables
-    contraction = jnp.sum(jax.lax.map(lambda ew: second(*ew), (eye, w.T),
-                                      batch_size=batch), axis=0)  # fmt: skip
+    contraction = jnp.sum(jax.lax.map(lambda ew: second(*ew), (eye, w.T), batch_size=batch), axis=0)
     v_plane = -jnp.linalg.solve(a, 0.5 * contraction[:n] + by_eps[:n])
     dobs = dh @ v_plane + 0.5 * contraction[n:] + by_eps[n:]
     embed_lin = jax.jacfwd(lambda y: _embed(y, ratio, policy, system))(y0)  # [L + J, n]
@@ -386,8 +397,9 @@ def _corrections(x, load, ratio, policy, system, with_covariance=True):
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "system", "with_covariance"))
-def corrections(x, load, ratio, policy: Policy, system: System,
-                with_covariance: bool = True) -> Corrections:  # fmt: skip
+def corrections(
+    x, load, ratio, policy: Policy, system: System, with_covariance: bool = True
+) -> Corrections:
     """The refined mean field at the fixed point ``x`` (jitted; vmappable over ``x``, load, ratio).
 
     Args:
@@ -435,10 +447,16 @@ def _metrics(x, v, obs, dobs, load, policy, system, buffer):
         "mean_queue_length": (jnp.sum(s[1:]), jnp.sum(vs[1:])),
         "mean_response_time": (jnp.sum(k1 * seen), jnp.sum(k1 * dseen)),
         "waiting_probability": (1.0 - seen[0], -dseen[0]),
-        "blocking_probability": ((arrivals[L] / load, darrivals[L] / load) if buffer is not None
-                                 else (zero, zero)),  # fmt: skip
-        "join_rate": ((s[1] - s[2], vs[1] - vs[2]) if policy.uses_iqueues and L >= 2 else
-                      (s[1], vs[1]) if policy.uses_iqueues else (zero, zero)),  # fmt: skip
+        "blocking_probability": (
+            (arrivals[L] / load, darrivals[L] / load) if buffer is not None else (zero, zero)
+        ),
+        "join_rate": (
+            (s[1] - s[2], vs[1] - vs[2])
+            if policy.uses_iqueues and L >= 2
+            else (s[1], vs[1])
+            if policy.uses_iqueues
+            else (zero, zero)
+        ),
         "delete_rate": (obs[L + 1], dobs[L + 1]),
         "probe_rate": (obs[L + 2], dobs[L + 2]),
     }
@@ -520,8 +538,15 @@ class RefinedMeanField:
         pol = make(mf.settings["policy"], **mf.settings["options"])
         if pol.uses_iqueues and not pol.single_dispatcher:
             _check_whole(n_servers, _check_ratio(mf.settings["ratio"], None))
-        return _refined_result(mf, self.correction, pol, mf.settings["load"],
-                               mf.settings["ratio"], mf.settings["buffer"], n_servers)  # fmt: skip
+        return _refined_result(
+            mf,
+            self.correction,
+            pol,
+            mf.settings["load"],
+            mf.settings["ratio"],
+            mf.settings["buffer"],
+            n_servers,
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready: ``refined`` (the keys of the mean field's ``to_dict``),
@@ -529,10 +554,14 @@ class RefinedMeanField:
         and ``reason``."""
         corr = None
         if self.correction is not None:
-            corr = {k: (v if v is None or isinstance(v, dict) else json_number(v))
-                    for k, v in self.correction.items()}  # fmt: skip
-            corr["response_quantiles"] = {str(q): json_number(v) for q, v in
-                                          sorted(self.correction["response_quantiles"].items())}  # fmt: skip
+            corr = {
+                k: (v if v is None or isinstance(v, dict) else json_number(v))
+                for k, v in self.correction.items()
+            }
+            corr["response_quantiles"] = {
+                str(q): json_number(v)
+                for q, v in sorted(self.correction["response_quantiles"].items())
+            }
         return {
             "n_servers": self.n_servers,
             "status": self.status.name,
@@ -552,8 +581,10 @@ def _check_ratio(ratio, n_servers):
     if not (r > 0 and math.isfinite(r)):
         raise ValueError(f"ratio={ratio!r} is out of range: need 0 < ratio")
     if n_servers is not None and r > n_servers:
-        raise ValueError(f"ratio={ratio!r} is out of range: need ratio <= n_servers "
-                         f"({n_servers}), at least one dispatcher")  # fmt: skip
+        raise ValueError(
+            f"ratio={ratio!r} is out of range: need ratio <= n_servers "
+            f"({n_servers}), at least one dispatcher"
+        )
     return r
 
 
@@ -604,9 +635,17 @@ def _finite_system(pol, system, n_servers, ratio, buffer) -> System:
     return System(n_servers, m, buffer, buffer if buffer is not None else system.levels, 0)
 
 
-def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: int | None = None,
-                       buffer: int | None = None, n_servers: int, levels: int | None = None,
-                       iqueue_levels: int | None = None) -> RefinedMeanField:  # fmt: skip
+def refined_mean_field(
+    policy,
+    load: float,
+    ratio: float | None = None,
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    n_servers: int,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+) -> RefinedMeanField:
     """The 1/N-refined mean field of a policy at one point (float64, host side).
 
     The fixed point is the generic one (:func:`jaxqueue.theory.meanfield.fixed_point`;
@@ -650,10 +689,12 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
         >>> rf.refined.mean_response_time > rf.mean_field.mean_response_time
         True
     """
-    buffer, n_servers, levels, iqueue_levels = (as_int(v) for v in (buffer, n_servers, levels,
-                                                                     iqueue_levels))  # fmt: skip
-    pol, system, lam, r, _ = _setup(policy, load, ratio, d, buffer, n_servers, levels,
-                                    iqueue_levels)  # fmt: skip
+    buffer, n_servers, levels, iqueue_levels = (
+        as_int(v) for v in (buffer, n_servers, levels, iqueue_levels)
+    )
+    pol, system, lam, r, _ = _setup(
+        policy, load, ratio, d, buffer, n_servers, levels, iqueue_levels
+    )
     _check_whole(n_servers, r)
     fsys = _finite_system(pol, system, n_servers, r, buffer)
     pol.validate(fsys)  # d against N (and M for jiq-sq)
@@ -662,16 +703,25 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     start = None
     if _closed_form_starts(pol, buffer):
         with host_float64():  # Newton from the closed form, not from an ODE run
-            start = np.asarray(_closed_form_start(pol, system, jnp.asarray([lam]),
-                                                  jnp.asarray([r or 1.0]))[0, 0])  # fmt: skip
-    fp = meanfield.fixed_point(pol, lam, r, buffer=buffer, levels=system.levels,
-                               iqueue_levels=system.iqueue_levels or None, start=start)  # fmt: skip
+            start = np.asarray(
+                _closed_form_start(pol, system, jnp.asarray([lam]), jnp.asarray([r or 1.0]))[0, 0]
+            )
+    fp = meanfield.fixed_point(
+        pol,
+        lam,
+        r,
+        buffer=buffer,
+        levels=system.levels,
+        iqueue_levels=system.iqueue_levels or None,
+        start=start,
+    )
     converged = fp.status == Status.CONVERGED
     if converged and buffer is None and levels is None and fp.truncated[0] > meanfield.LEVEL_TOL:
         # the load builds longer queues than the first level count holds: the adaptive one
         fp = meanfield.fixed_point(pol, lam, r, iqueue_levels=system.iqueue_levels or None)
-        pol, system, lam, r, _ = _setup(pol, lam, ratio, d, buffer, n_servers,
-                                        fp.tail.size - 1, iqueue_levels)  # fmt: skip
+        pol, system, lam, r, _ = _setup(
+            pol, lam, ratio, d, buffer, n_servers, fp.tail.size - 1, iqueue_levels
+        )
         converged = fp.status == Status.CONVERGED
         if converged:
             _check_work(pol, system)
@@ -685,23 +735,46 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     if kink is not None:  # whether or not Newton converged there
         return RefinedMeanField(mf, None, None, n_servers, Status.NOT_DIFFERENTIABLE, reason=kink)
     if not converged:
-        return RefinedMeanField(None, None, None, n_servers, Status(fp.status),
-                                reason=f"the mean-field fixed point did not converge: "
-                                       f"{Status(fp.status).name} (residual {fp.residual:.3g})")  # fmt: skip
+        return RefinedMeanField(
+            None,
+            None,
+            None,
+            n_servers,
+            Status(fp.status),
+            reason=f"the mean-field fixed point did not converge: "
+            f"{Status(fp.status).name} (residual {fp.residual:.3g})",
+        )
     x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
     with host_float64():
-        c = corrections(jnp.asarray(x, jnp.float64), jnp.float64(lam), jnp.float64(r or 1.0),
-                        pol, system)  # fmt: skip
-        metrics = _metrics(jnp.asarray(x), c.state, c.observables, c.observables_correction,
-                           jnp.float64(lam), pol, system, buffer)  # fmt: skip
-        metrics = {k: (np.asarray(a, np.float64), np.asarray(b, np.float64))
-                   for k, (a, b) in metrics.items()}  # fmt: skip
+        c = corrections(
+            jnp.asarray(x, jnp.float64), jnp.float64(lam), jnp.float64(r or 1.0), pol, system
+        )
+        metrics = _metrics(
+            jnp.asarray(x),
+            c.state,
+            c.observables,
+            c.observables_correction,
+            jnp.float64(lam),
+            pol,
+            system,
+            buffer,
+        )
+        metrics = {
+            k: (np.asarray(a, np.float64), np.asarray(b, np.float64))
+            for k, (a, b) in metrics.items()
+        }
         c = Corrections(*(np.asarray(v, np.float64) for v in c))
     finite = all(np.all(np.isfinite(b)) for _, b in metrics.values())
     if not finite or not float(c.spectral_abscissa) < 0:
-        return RefinedMeanField(mf, None, None, n_servers, Status.NON_FINITE,
-                                reason="the correction is not finite, or the fixed point is not "
-                                       f"stable (spectral abscissa {float(c.spectral_abscissa):.3g})")  # fmt: skip
+        return RefinedMeanField(
+            mf,
+            None,
+            None,
+            n_servers,
+            Status.NON_FINITE,
+            reason="the correction is not finite, or the fixed point is not "
+            f"stable (spectral abscissa {float(c.spectral_abscissa):.3g})",
+        )
     correction = {k: (float(b) if b.ndim == 0 else b) for k, (_, b) in metrics.items()}
     for name in ("p0", "iqueue_distribution"):
         if name not in correction and getattr(mf, name) is not None:
@@ -711,8 +784,15 @@ def refined_mean_field(policy, load: float, ratio: float | None = None, *, d: in
     seen, dseen = metrics["arrival_seen"]
     correction["response_quantiles"] = _quantile_corrections(seen, dseen, mf.response_quantiles)
     refined = _refined_result(mf, correction, pol, lam, ratio, buffer, n_servers)
-    return RefinedMeanField(mf, correction, refined, n_servers, Status.CONVERGED,
-                            state_correction=c.state, covariance=c.covariance)  # fmt: skip
+    return RefinedMeanField(
+        mf,
+        correction,
+        refined,
+        n_servers,
+        Status.CONVERGED,
+        state_correction=c.state,
+        covariance=c.covariance,
+    )
 
 
 def _refined_result(mf, corr, pol, lam, ratio, buffer, n) -> MeanFieldResult:
@@ -725,19 +805,30 @@ def _refined_result(mf, corr, pol, lam, ratio, buffer, n) -> MeanFieldResult:
         return base + corr[name] / n
 
     res = build(
-        pol, load=lam, ratio=ratio, d=int(pol.options().get("d", 1)), buffer=buffer,
-        tail=at_n("tail"), occupancy=at_n("occupancy"), arrival_seen=at_n("arrival_seen"),
+        pol,
+        load=lam,
+        ratio=ratio,
+        d=int(pol.options().get("d", 1)),
+        buffer=buffer,
+        tail=at_n("tail"),
+        occupancy=at_n("occupancy"),
+        arrival_seen=at_n("arrival_seen"),
         mean_queue_length=at_n("mean_queue_length"),
         mean_response_time=at_n("mean_response_time"),
         waiting_probability=at_n("waiting_probability"),
-        blocking_probability=at_n("blocking_probability"), p0=at_n("p0"),
-        iqueue_distribution=at_n("iqueue_distribution"), join_rate=at_n("join_rate"),
-        delete_rate=at_n("delete_rate"), probe_rate=at_n("probe_rate"),
-        response_quantiles={q: t + corr["response_quantiles"][q] / n
-                            for q, t in mf.response_quantiles.items()},
-        status=Status.CONVERGED, tail_remainder=mf.tail_remainder,
+        blocking_probability=at_n("blocking_probability"),
+        p0=at_n("p0"),
+        iqueue_distribution=at_n("iqueue_distribution"),
+        join_rate=at_n("join_rate"),
+        delete_rate=at_n("delete_rate"),
+        probe_rate=at_n("probe_rate"),
+        response_quantiles={
+            q: t + corr["response_quantiles"][q] / n for q, t in mf.response_quantiles.items()
+        },
+        status=Status.CONVERGED,
+        tail_remainder=mf.tail_remainder,
         iqueue_remainder=mf.iqueue_remainder,
-    )  # fmt: skip
+    )
     res.settings["n_servers"] = n
     res.settings["approximation"] = "refined"
     return res
@@ -749,9 +840,15 @@ def _refined_result(mf, corr, pol, lam, ratio, buffer, n) -> MeanFieldResult:
 
 #: The scalar metrics a grid reports (each ``[A, B]``; refined ``[A, B, K]``).
 GRID_METRICS = (
-    "mean_queue_length", "mean_response_time", "waiting_probability", "blocking_probability",
-    "p0", "join_rate", "delete_rate", "probe_rate",
-)  # fmt: skip
+    "mean_queue_length",
+    "mean_response_time",
+    "waiting_probability",
+    "blocking_probability",
+    "p0",
+    "join_rate",
+    "delete_rate",
+    "probe_rate",
+)
 
 
 class RefinedGrid(NamedTuple):
@@ -808,8 +905,11 @@ def _newton(x0, load, ratio, policy, system, tol, max_newton):
         done = res < tol
         bad = ~jnp.all(jnp.isfinite(dy)) & ~done
         y = jnp.where(done | bad, y, jnp.clip(y + dy, 0.0, 1.0))
-        status = jnp.where(done, int(Status.CONVERGED),
-                           jnp.where(bad, int(Status.NON_FINITE), int(Status.MAX_ITERATIONS)))
+        status = jnp.where(
+            done,
+            int(Status.CONVERGED),
+            jnp.where(bad, int(Status.NON_FINITE), int(Status.MAX_ITERATIONS)),
+        )
         return it + jnp.where(done | bad, 0, 1), y, status.astype(jnp.int32), done | bad
 
     def cond(state):
@@ -866,25 +966,42 @@ def _grid_core(x0, loads, ratios, policy, system, buffer, tol, max_newton, chunk
         x_start, load, ratio = args
         x, status, it = _newton(x_start, load, ratio, policy, system, tol, max_newton)
         c = _corrections(x, load, ratio, policy, system, with_covariance=False)
-        metrics = _metrics(x, c.state, c.observables, c.observables_correction, load, policy,
-                           system, buffer)  # fmt: skip
+        metrics = _metrics(
+            x, c.state, c.observables, c.observables_correction, load, policy, system, buffer
+        )
         ok = (status == int(Status.CONVERGED)) & (c.spectral_abscissa < 0)
         scal = {k: v for k, v in metrics.items() if k in GRID_METRICS}
         finite = functools.reduce(jnp.logical_and, [jnp.isfinite(b) for _, b in scal.values()])
         converged = status == int(Status.CONVERGED)
         status = jnp.where(converged & ~(ok & finite), int(Status.NON_FINITE), status)
-        return ({k: a for k, (a, _) in scal.items()}, {k: b for k, (_, b) in scal.items()},
-                metrics["tail"][0], metrics["tail"][1], status, it)
+        return (
+            {k: a for k, (a, _) in scal.items()},
+            {k: b for k, (_, b) in scal.items()},
+            metrics["tail"][0],
+            metrics["tail"][1],
+            status,
+            it,
+        )
 
     out = jax.lax.map(point, flat, batch_size=chunk)
     shape = lam.shape
     return jax.tree_util.tree_map(lambda a: a.reshape(shape + a.shape[1:]), out)
 
 
-def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None = None,
-                 buffer: int | None = None, levels: int | None = None,
-                 iqueue_levels: int | None = None, tol: float = 1e-12, max_newton: int = 30,
-                 chunk: int = 64) -> RefinedGrid:  # fmt: skip
+def refined_grid(
+    policy,
+    loads,
+    ratios=None,
+    n_servers=(100,),
+    *,
+    d: int | None = None,
+    buffer: int | None = None,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    tol: float = 1e-12,
+    max_newton: int = 30,
+    chunk: int = 64,
+) -> RefinedGrid:
     """The refined mean field on the grid ``loads x ratios``, vmapped (float64).
 
     One compiled program for the whole grid: per point a Newton solve of the
@@ -946,14 +1063,17 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
         raise ValueError(f"ratios is required for {pol.label()} with several dispatchers")
     if not system.iqueue_levels:
         ratio_list = [None] if ratios is None else ratio_list
-    kinks = np.array([[pol.mean_field_kink(_finite_system(pol, system, n, r, buffer)) is not None
-                       for n in ns] for r in ratio_list])  # fmt: skip  # [B, K]
+    kinks = np.array(
+        [
+            [pol.mean_field_kink(_finite_system(pol, system, n, r, buffer)) is not None for n in ns]
+            for r in ratio_list
+        ]
+    )  # [B, K]
     for r in ratio_list:
         pol.validate(_finite_system(pol, system, min(ns), r, buffer))
     _check_work(pol, system, min(chunk, loads.size * len(ratio_list)))
     limit_kink = pol.mean_field_kink(system) is not None
-    r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r
-                         for r in ratio_list])  # fmt: skip
+    r_values = np.array([1.0 if (r is None or not system.iqueue_levels) else r for r in ratio_list])
     with host_float64():
         lam_j, r_j = jnp.asarray(loads), jnp.asarray(r_values)
         if _closed_form_starts(pol, buffer):
@@ -963,7 +1083,7 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
         mf, corr, tail, dtail, status, its = jax.tree_util.tree_map(
             np.asarray,
             _grid_core(x0, lam_j, r_j, pol, system, buffer, jnp.float64(tol), max_newton, chunk),
-        )  # fmt: skip
+        )
     status = np.broadcast_to(status[:, :, None], status.shape + (len(ns),)).copy()
     if limit_kink:
         status[:] = int(Status.NOT_DIFFERENTIABLE)
@@ -976,13 +1096,26 @@ def refined_grid(policy, loads, ratios=None, n_servers=(100,), *, d: int | None 
     if buffer is None:  # the shared bound cuts these points' tails: no mean field there either
         cut = tail[..., -1] > TRUNCATION_LIMIT  # [A, B]
         status[cut] = int(Status.TRUNCATED)
-        mf = {k: np.where(cut.reshape(cut.shape + (1,) * (v.ndim - 2)), np.nan, v)
-              for k, v in mf.items()}  # fmt: skip
+        mf = {
+            k: np.where(cut.reshape(cut.shape + (1,) * (v.ndim - 2)), np.nan, v)
+            for k, v in mf.items()
+        }
     good_any = np.any(status == int(Status.CONVERGED), axis=-1)
     n_arr = np.asarray(ns, np.float64)
     corr = {k: np.where(good_any, v, np.nan) for k, v in corr.items()}
     dtail = np.where(good_any[..., None], dtail, np.nan)
-    refined = {k: np.where(status == 0, mf[k][..., None] + corr[k][..., None] / n_arr, np.nan)
-               for k in mf}  # fmt: skip
-    return RefinedGrid(loads, r_values if ratios is not None else np.array([np.nan]),
-                       np.asarray(ns, np.int64), mf, corr, refined, status, tail, dtail, its)
+    refined = {
+        k: np.where(status == 0, mf[k][..., None] + corr[k][..., None] / n_arr, np.nan) for k in mf
+    }
+    return RefinedGrid(
+        loads,
+        r_values if ratios is not None else np.array([np.nan]),
+        np.asarray(ns, np.int64),
+        mf,
+        corr,
+        refined,
+        status,
+        tail,
+        dtail,
+        its,
+    )

@@ -22,8 +22,8 @@ import numpy as np
 
 from jaxqueue.core.status import Status
 from jaxqueue.core.versions import versions
-from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.policies import Policy
+from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES, Result
 
 __all__ = ["MeanFieldResult", "build", "per_server_result", "fill_quantiles", "TRUNCATION_LIMIT"]
@@ -152,12 +152,28 @@ def build(
     )
 
 
-def per_server_result(policy: Policy, *, load: float, ratio: float, d: int, occupancy,
-                      tail, seen, p0: float, iqueue_distribution, join_rate: float,
-                      delete_rate: float, probe_rate: float, with_quantiles: bool,
-                      tail_remainder: float, iqueue_remainder: float,
-                      stale_fraction: float | None, residual: float, join_law,
-                      listed_occupancy) -> MeanFieldResult:  # fmt: skip
+def per_server_result(
+    policy: Policy,
+    *,
+    load: float,
+    ratio: float,
+    d: int,
+    occupancy,
+    tail,
+    seen,
+    p0: float,
+    iqueue_distribution,
+    join_rate: float,
+    delete_rate: float,
+    probe_rate: float,
+    with_quantiles: bool,
+    tail_remainder: float,
+    iqueue_remainder: float,
+    stale_fraction: float | None,
+    residual: float,
+    join_law,
+    listed_occupancy,
+) -> MeanFieldResult:
     """The result of a host-side mean field of a per-server policy
     (:mod:`~jaxqueue.theory.tagged_server`, :mod:`~jaxqueue.theory.threshold`).
 
@@ -172,18 +188,35 @@ def per_server_result(policy: Policy, *, load: float, ratio: float, d: int, occu
     mean_q = float(np.arange(occupancy.size) @ occupancy)
     t_little = mean_q / load
     t_seen = float((np.arange(seen.size) + 1) @ seen)
-    quantiles = (erlang_mixture_quantile(seen, np.array(QUANTILES)) if with_quantiles
-                 else [math.nan] * len(QUANTILES))  # fmt: skip
+    quantiles = (
+        erlang_mixture_quantile(seen, np.array(QUANTILES))
+        if with_quantiles
+        else [math.nan] * len(QUANTILES)
+    )
     result = build(
-        policy, load=load, ratio=ratio, d=d, buffer=None,
-        tail=tail, occupancy=occupancy, arrival_seen=seen,
-        mean_queue_length=mean_q, mean_response_time=t_little,
-        waiting_probability=float(1.0 - seen[0]), blocking_probability=0.0,
-        p0=p0, iqueue_distribution=iqueue_distribution, join_rate=join_rate,
-        delete_rate=delete_rate, probe_rate=probe_rate, response_quantiles=quantiles,
-        status=Status.CONVERGED, tail_remainder=float(tail_remainder),
-        iqueue_remainder=float(iqueue_remainder), stale_fraction=stale_fraction,
-    )  # fmt: skip
+        policy,
+        load=load,
+        ratio=ratio,
+        d=d,
+        buffer=None,
+        tail=tail,
+        occupancy=occupancy,
+        arrival_seen=seen,
+        mean_queue_length=mean_q,
+        mean_response_time=t_little,
+        waiting_probability=float(1.0 - seen[0]),
+        blocking_probability=0.0,
+        p0=p0,
+        iqueue_distribution=iqueue_distribution,
+        join_rate=join_rate,
+        delete_rate=delete_rate,
+        probe_rate=probe_rate,
+        response_quantiles=quantiles,
+        status=Status.CONVERGED,
+        tail_remainder=float(tail_remainder),
+        iqueue_remainder=float(iqueue_remainder),
+        stale_fraction=stale_fraction,
+    )
     result.diagnostics.update(
         busy_fraction_error=abs(float(tail[1]) - load),
         little_error=abs(t_seen - t_little) / t_little,

@@ -96,8 +96,9 @@ def _k_generator(up: float, levels: int) -> np.ndarray:
 class _Phases:
     """The linear maps of one tagged-server cycle at a given ``p0``."""
 
-    def __init__(self, lam: float, ratio: float, p0: float, order: str, z: int, d: int,
-                 levels: int):  # fmt: skip
+    def __init__(
+        self, lam: float, ratio: float, p0: float, order: str, z: int, d: int, levels: int
+    ):
         self.lam, self.ratio, self.p0, self.order, self.z, self.d = lam, ratio, p0, order, z, d
         self.levels = levels
         rho = 1.0 - p0
@@ -205,6 +206,7 @@ class _Phases:
 
 def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
     """The ``p0`` at which the cycle's fractions sum to 1 (bisection), and its phases."""
+
     def excess(p0):
         ph = _Phases(lam, ratio, p0, order, z, d, levels)
         listed, unlisted, _, _ = ph.cycle()
@@ -228,8 +230,9 @@ def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
         hi, f_hi = lo, f_lo
         lo = max(lo / 2 if guess is None else lo * 0.9, _P0_LOW)
     if not f_hi < 0:
-        raise RuntimeError(f"the tagged-server fixed point has no root: excess {f_hi:.3g} at "
-                           "p0 -> 1")  # fmt: skip
+        raise RuntimeError(
+            f"the tagged-server fixed point has no root: excess {f_hi:.3g} at p0 -> 1"
+        )
     # Regula falsi with the Illinois rule, bisecting when it stalls.
     side = 0
     for _ in range(200):
@@ -252,8 +255,9 @@ def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
     raise RuntimeError("the tagged-server fixed point did not converge in 200 iterations")
 
 
-def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | None = None,
-                             with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
+def jiq_no_delete_mean_field(
+    policy, load: float, ratio: float, levels: int | None = None, with_quantiles: bool = True
+) -> MeanFieldResult:
     """The mean field of JIQ-Original with its options (``order``, ``z``, ``d``).
 
     Args:
@@ -281,8 +285,9 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
     n_levels = 32 if auto else int(levels)
     p0 = None
     while True:
-        p0, ph, residual = _solve_p0(lam, ratio, order, z, d, n_levels,
-                                     None if p0 is None else 0.98 * p0)  # fmt: skip
+        p0, ph, residual = _solve_p0(
+            lam, ratio, order, z, d, n_levels, None if p0 is None else 0.98 * p0
+        )
         listed, unlisted, picked, g = ph.cycle()
         occupancy = listed + unlisted
         at_bound = occupancy[-1]
@@ -293,8 +298,10 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
         extra = math.log(TAIL_EPS / at_bound) / math.log(min(max(decay, 1e-3), 1 - 1e-6))
         grown = max(2 * n_levels, int(1.25 * (n_levels + extra)) + 8)
         if grown > MAX_LEVELS:
-            raise RuntimeError(f"the queue lengths need more than {MAX_LEVELS} levels at "
-                               f"load={lam}: the load is too close to 1 for this solver")
+            raise RuntimeError(
+                f"the queue lengths need more than {MAX_LEVELS} levels at "
+                f"load={lam}: the load is too close to 1 for this solver"
+            )
         n_levels = grown
     occupancy = np.maximum(occupancy, 0.0)  # rounding can leave -1e-18 in empty states
     total = occupancy.sum()
@@ -306,10 +313,23 @@ def jiq_no_delete_mean_field(policy, load: float, ratio: float, levels: int | No
     seen = seen / seen.sum()
     iq = ph.size_tail - np.append(ph.size_tail[1:], 0.0)
     return per_server_result(
-        policy, load=lam, ratio=ratio, d=d, occupancy=occupancy, tail=tail, seen=seen, p0=p0,
-        iqueue_distribution=iq, join_rate=join, delete_rate=0.0,
-        probe_rate=d * join if d >= 2 else 0.0, with_quantiles=with_quantiles,
-        tail_remainder=at_bound, iqueue_remainder=ph.size_tail[-1],
-        stale_fraction=float(picked[1:].sum()) / lam, residual=residual, join_law=g,
+        policy,
+        load=lam,
+        ratio=ratio,
+        d=d,
+        occupancy=occupancy,
+        tail=tail,
+        seen=seen,
+        p0=p0,
+        iqueue_distribution=iq,
+        join_rate=join,
+        delete_rate=0.0,
+        probe_rate=d * join if d >= 2 else 0.0,
+        with_quantiles=with_quantiles,
+        tail_remainder=at_bound,
+        iqueue_remainder=ph.size_tail[-1],
+        stale_fraction=float(picked[1:].sum()) / lam,
+        residual=residual,
+        join_law=g,
         listed_occupancy=listed,
-    )  # fmt: skip
+    )

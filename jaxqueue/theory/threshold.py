@@ -62,9 +62,13 @@ import numpy as np
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = [
-    "jiq_threshold_mean_field", "TAIL_EPS", "MAX_STATES", "BUSY_ACCEPT", "SIZE_ACCEPT",
+    "jiq_threshold_mean_field",
+    "TAIL_EPS",
+    "MAX_STATES",
+    "BUSY_ACCEPT",
+    "SIZE_ACCEPT",
     "MAX_ENTRIES",
-]  # fmt: skip
+]
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
 #: tail mass of the queue lengths left out.
@@ -124,11 +128,14 @@ class _Chain:
     def __init__(self, z: int, size_max: int, busy_max: int):
         self.z, self.size_max, self.busy_max = z, size_max, min(busy_max, size_max)
         if math.comb(self.busy_max + z, z) > MAX_STATES:
-            raise ValueError(f"busy_max={busy_max} is out of range: at most {_busy_limit(z)} "
-                             f"for z={z}")
+            raise ValueError(
+                f"busy_max={busy_max} is out of range: at most {_busy_limit(z)} for z={z}"
+            )
         busy = sorted(_bounded_tuples(z, self.busy_max), key=sum)
-        self.levels = [np.array([(m - sum(b),) + b for b in busy if sum(b) <= m], np.int64)
-                       .reshape(-1, z + 1) for m in range(size_max + 1)]  # fmt: skip
+        self.levels = [
+            np.array([(m - sum(b),) + b for b in busy if sum(b) <= m], np.int64).reshape(-1, z + 1)
+            for m in range(size_max + 1)
+        ]
         self.index = [{tuple(n): i for i, n in enumerate(lv)} for lv in self.levels]
 
     def laws(self, pis) -> tuple[np.ndarray, np.ndarray]:
@@ -278,8 +285,16 @@ def _jacobian(chain: _Chain, lam: float, ratio: float, x: np.ndarray, res: np.nd
     return jac
 
 
-def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, tol=1e-13,
-            iterations=60, strict=True):  # fmt: skip
+def _newton(
+    chain: _Chain,
+    lam: float,
+    ratio: float,
+    x: np.ndarray,
+    jac=None,
+    tol=1e-13,
+    iterations=60,
+    strict=True,
+):
     """Newton's method with a finite-difference Jacobian, kept (also from a
     previous, smaller chain: ``jac``) while each step at least halves the
     residual. Not ``strict``: the last iterate where ``iterations`` do not
@@ -305,11 +320,14 @@ def _newton(chain: _Chain, lam: float, ratio: float, x: np.ndarray, jac=None, to
         x, res, info = xn, rn, info_n
     if np.max(np.abs(res)) < max(tol, 1e-10) or not strict:
         return x, res, info, jac
-    raise RuntimeError(f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})")
+    raise RuntimeError(
+        f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})"
+    )
 
 
-def jiq_threshold_mean_field(policy, load: float, ratio: float, levels: int | None = None,
-                             with_quantiles: bool = True) -> MeanFieldResult:  # fmt: skip
+def jiq_threshold_mean_field(
+    policy, load: float, ratio: float, levels: int | None = None, with_quantiles: bool = True
+) -> MeanFieldResult:
     """The mean field of JIQ-Threshold(z) (see the module docstring).
 
     Args:
@@ -403,8 +421,11 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
                 if at_limit >= _HOPELESS:
                     refuse(at_limit, estimated=True)
             busy_max = min(want, limit)
-        if (_entries(z, size_max, busy_max) > MAX_ENTRIES and sizes[-1] < SIZE_ACCEPT
-                and (not busy_left or busy[-1] < BUSY_ACCEPT)):
+        if (
+            _entries(z, size_max, busy_max) > MAX_ENTRIES
+            and sizes[-1] < SIZE_ACCEPT
+            and (not busy_left or busy[-1] < BUSY_ACCEPT)
+        ):
             break  # the next chain would pass the memory bound, and this one is close enough
         chain = built(size_max, busy_max)
     x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
@@ -412,7 +433,11 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
     # unlisted servers: fraction u f^(k - z - 1) with k > z tasks
     u = info["unlisted_flux"] / ratio
     if levels is None:
-        extra = 1 if u <= 0 or f <= 0 else max(1, int(math.ceil(math.log(TAIL_EPS / u) / math.log(f))) + 1)
+        extra = (
+            1
+            if u <= 0 or f <= 0
+            else max(1, int(math.ceil(math.log(TAIL_EPS / u) / math.log(f))) + 1)
+        )
         n_levels = z + 1 + extra
     else:
         n_levels = int(levels)
@@ -434,13 +459,30 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
     sizes = np.array([p.sum() for p in info["pis"]])
     joins = float(a.sum())
     result = per_server_result(
-        policy, load=lam, ratio=ratio, d=1, occupancy=occupancy, tail=tail, seen=seen, p0=p0,
-        iqueue_distribution=sizes, join_rate=joins / ratio,
-        delete_rate=f * float(mean[z]) / ratio, probe_rate=0.0, with_quantiles=with_quantiles,
-        tail_remainder=left_out, iqueue_remainder=sizes[-1], stale_fraction=None,
-        residual=np.max(np.abs(res)), join_law=a / joins, listed_occupancy=listed,
-    )  # fmt: skip
+        policy,
+        load=lam,
+        ratio=ratio,
+        d=1,
+        occupancy=occupancy,
+        tail=tail,
+        seen=seen,
+        p0=p0,
+        iqueue_distribution=sizes,
+        join_rate=joins / ratio,
+        delete_rate=f * float(mean[z]) / ratio,
+        probe_rate=0.0,
+        with_quantiles=with_quantiles,
+        tail_remainder=left_out,
+        iqueue_remainder=sizes[-1],
+        stale_fraction=None,
+        residual=np.max(np.abs(res)),
+        join_law=a / joins,
+        listed_occupancy=listed,
+    )
     busy_remainder = float(chain.laws(info["pis"])[1][-1]) if z > 0 else 0.0
-    result.diagnostics.update(iqueue_sizes=int(chain.size_max), busy_members=int(chain.busy_max),
-                              busy_remainder=busy_remainder)  # fmt: skip
+    result.diagnostics.update(
+        iqueue_sizes=int(chain.size_max),
+        busy_members=int(chain.busy_max),
+        busy_remainder=busy_remainder,
+    )
     return result
