@@ -1,18 +1,42 @@
-"""Tests of the Erlang-mixture response-time law (jaxqueue.results.response)."""
+"""Tests of the response-time laws (jaxqueue.results.response) and the pools' metrics
+(jaxqueue.results.pools): closed forms, and laws computed here from small chains."""
 
 import numpy as np
 import pytest
+from chains import (
+    ERLANG2,
+    EXP,
+    Rule,
+    expm,
+    farm,
+    farm_metrics,
+    hyperexp,
+    response_ph,
+    seen_rates,
+    shortest_queue,
+    solve_farm,
+)
 from scipy import special, stats
+from scipy.optimize import brentq
 
+from jaxqueue.core.service import PhaseType
+from jaxqueue.exact import solve_exact
+from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.response import (
     erlang_mixture_cdf,
     erlang_mixture_mean,
     erlang_mixture_pdf,
     erlang_mixture_quantile,
     erlang_mixture_sf,
+    ph_mixture_quantiles,
+    ph_response_mean,
+    ph_response_quantiles,
 )
+from jaxqueue.results.schema import QUANTILES
 
 LEVELS = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])
+#: The levels every result reports.
+LEVELS_REPORTED = np.array(QUANTILES)
 
 
 def geometric(rho: float) -> np.ndarray:
@@ -175,3 +199,123 @@ def test_class_quantiles_batched_as_one_by_one_and_against_the_law():
     idle[0, 0, 2] = 7  # only the fast Erlang pool's idle servers
     q = class_response_quantiles(idle, classes)[0]
     np.testing.assert_allclose(laws[1].cdf(q), [0.5, 0.9, 0.99, 0.999], rtol=1e-11)
+
+
+# ---- anchors beyond M/M/1: laws computed here, from small chains (tests/chains.py) ----
+
+
+def _quantiles_of(cdf, levels=LEVELS_REPORTED):
+    """The roots of ``cdf(t) = q`` (brentq, to about 1e-14 relative)."""
+    out = []
+    for q in levels:
+        hi = 1.0
+        while cdf(hi) < q:
+            hi *= 2.0
+        out.append(brentq(lambda t, q=q: cdf(t) - q, 0.0, hi, xtol=1e-15, rtol=1e-14))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.9, 1.0, 1.5])
+def test_mm1_with_a_finite_buffer(rho):
+    """M/M/1/K with K = 4 places: ``pi_n`` proportional to ``rho**n``; an
+    accepted arrival finds ``k < K`` with probability ``pi_k / (1 - pi_K)``
+    and stays Erlang(``k + 1``, 1). The mean by Little's law, ``P(wait)``,
+    the quantiles by brentq on the mixture's distribution function."""
+    k = 4
+    pi = rho ** np.arange(k + 1.0)
+    pi /= pi.sum()
+    w = pi[:k] / (1.0 - pi[k])
+    little = float(np.arange(k + 1) @ pi) / (rho * (1.0 - pi[k]))
+
+    def cdf(t):
+        return float(w @ stats.gamma.cdf(t, np.arange(1, k + 1)))
+
+    want = _quantiles_of(cdf)
+    np.testing.assert_allclose(erlang_mixture_quantile(w, LEVELS_REPORTED), want, rtol=1e-9)
+    assert erlang_mixture_mean(w) == pytest.approx(little, rel=1e-12)
+    t = np.array([0.1, 1.0, 4.0, 12.0])
+    np.testing.assert_allclose(erlang_mixture_cdf(w, t), [cdf(x) for x in t], rtol=1e-12)
+    # the phase-type form with exp(1) service: the one in service is in its one phase
+    law = PhaseType(*EXP)
+    np.testing.assert_allclose(
+        ph_response_quantiles(law, w, w[1:, None], LEVELS_REPORTED), want, rtol=1e-9
+    )
+    assert ph_response_mean(law, w, w[1:, None]) == pytest.approx(little, rel=1e-12)
+    # and the exact solver's M/M/1/K (Random on one server)
+    ex = solve_exact("random", rho, 1, buffer=k)
+    assert ex.mean_response_time == pytest.approx(little, rel=1e-9)
+    assert ex.waiting_probability == pytest.approx(1.0 - w[0], rel=1e-9)
+    assert ex.blocking_probability == pytest.approx(pi[k], rel=1e-9)
+    np.testing.assert_allclose([ex.response_quantiles[q] for q in LEVELS_REPORTED], want, rtol=1e-9)
+
+
+def test_tagged_law_of_a_jsq_pair():
+    """JSQ on two servers with 4 places each: the law of what an accepted
+    arrival finds, from the chain, gives the Erlang mixture; its quantiles and
+    distribution function against the tagged task's phase-type law (matrix
+    exponential, brentq), its mean against Little's law."""
+    f = farm(2, 1, 0.8, 4)
+    states, pi, rewards = solve_farm(f, Rule(shortest_queue))
+    ref = farm_metrics(f, states, pi, rewards)
+    w = ref["arrival_seen"]
+    want = [ref["response_quantiles"][q] for q in LEVELS_REPORTED]
+    np.testing.assert_allclose(erlang_mixture_quantile(w, LEVELS_REPORTED), want, rtol=1e-9)
+    assert erlang_mixture_mean(w) == pytest.approx(ref["mean_response_time"], rel=1e-12)
+    beta, gen = response_ph(f, seen_rates(f, rewards))
+    for t in (0.2, 1.5, 6.0):
+        assert erlang_mixture_sf(w, t) == pytest.approx(beta @ expm(gen * t).sum(axis=1), rel=1e-10)
+    assert 1.0 - w[0] == pytest.approx(ref["waiting_probability"], rel=1e-12)
+
+
+@pytest.mark.parametrize("law", [ERLANG2, hyperexp(4.0)], ids=["erlang2", "hyperexp4"])
+def test_phase_type_tagged_law_of_mph1k(law):
+    """M/PH/1/K (K = 4, load 0.8): the joint law of the tasks found and the
+    phase in service, from the chain, gives :func:`ph_response_quantiles` and
+    :func:`ph_response_mean`; against the tagged task's law (matrix
+    exponential, brentq) and Little's law."""
+    f = farm(1, 1, 0.8, 4, law=law)
+    states, pi, rewards = solve_farm(f, Rule(shortest_queue))  # one server: any rule
+    ref = farm_metrics(f, states, pi, rewards)
+    seen = seen_rates(f, rewards)[0]  # (k, phase)
+    x = PhaseType(*law)
+    want = [ref["response_quantiles"][q] for q in LEVELS_REPORTED]
+    got = ph_response_quantiles(x, seen[:, 0], seen[1:], LEVELS_REPORTED)
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    mean = ph_response_mean(x, seen[:, 0], seen[1:])
+    assert mean == pytest.approx(ref["mean_response_time"], rel=1e-10)
+
+
+def test_pool_metrics_of_a_two_speed_farm():
+    """JSQ (blind to speeds) on one speed-2 Erlang-2 server and two speed-1
+    exp servers, 3 places each, load 0.9: every by-pool metric of
+    :func:`pool_metrics`, from the chain's law of (pool, tasks found, phase)
+    and the pools' occupancy, against the same metrics computed from the
+    chain (shares and waiting from the arrivals' rates, the mean by Little's
+    law pool by pool, the quantiles from each pool's tagged law)."""
+    pools = [(1, 2.0, ERLANG2), (2, 1.0, None)]
+    f = farm(3, 1, 0.9, 3, pools)
+    states, pi, rewards = solve_farm(f, Rule(shortest_queue))
+    ref = farm_metrics(f, states, pi, rewards)
+    seen = seen_rates(f, rewards)
+    seen /= seen.sum()
+    components = []
+    for i, (_, speed, law) in enumerate(pools):
+        alpha, s = law or EXP
+        x = PhaseType(alpha, tuple(tuple(speed * v for v in row) for row in s))
+        components.append((seen[i].sum(), x, seen[i, :, 0], seen[i, 1:, : x.n_phases]))
+    got = pool_metrics(components, ref["pool_occupancy"])
+    for key in (
+        "pool_arrival_share",
+        "pool_utilization",
+        "pool_mean_queue_length",
+        "pool_mean_response_time",
+        "pool_waiting_probability",
+        "pool_occupancy",
+    ):
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-9, err_msg=key)
+    table = np.array([ref["pool_response_quantiles"][q] for q in LEVELS_REPORTED]).T
+    np.testing.assert_allclose(got["pool_response_quantiles"], table, rtol=1e-9)
+    overall = [ref["response_quantiles"][q] for q in LEVELS_REPORTED]
+    np.testing.assert_allclose(
+        ph_mixture_quantiles(components, LEVELS_REPORTED), overall, rtol=1e-9
+    )
