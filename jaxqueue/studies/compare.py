@@ -142,16 +142,7 @@ def compare(
     """
     m = dispatchers_for_ratio(n_servers, ratio)
     check_distinct("loads", loads)
-    pols = [with_options(name, d, z) for name in policies]  # every name checked before any run
-    if not pols:
-        raise ValueError("policies is empty: give at least one policy")
-    named = [name for name in policies if not isinstance(name, Policy)]
-    for key, value in (("d", d), ("z", z)):
-        if value is not None and not any(key in option_names(name) for name in named):
-            raise ValueError(
-                f"{key}={value} applies to the policies given by name that take {key}, and "
-                f"none of {', '.join(named) or 'them'} does"
-            )
+    pols = _policies(policies, d, z)  # every name checked before any run
     source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
     pools = pools if pools is None or isinstance(pools, str) else tuple(pools)
     nominal = pool_shares(pools)
@@ -160,36 +151,9 @@ def compare(
     out = log or sys.stderr
     rows = []
     for pol in pols:
-        theory = None
         limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
-        if pol.mean_field_kind() != "none":
-            try:  # under a profile: the start (the periodic regime comes after the run)
-                theory = [
-                    mean_field(
-                        pol,
-                        lam,
-                        limit,
-                        buffer=buffer,
-                        service=service,
-                        pools=pools,
-                        with_quantiles=source is None,
-                    )
-                    for lam in loads
-                ]
-            # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
-            # model the mean field does not cover (jsew with pools)
-            except (RuntimeError, NotImplementedError) as err:
-                print(
-                    f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True
-                )
+        theory = _mean_fields(pol, loads, limit, buffer, service, pools, source, out)
         has_mf = theory is not None
-        if has_mf and source is not None and not isinstance(source, Profile):
-            print(
-                f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
-                "the periodic mean field takes a rate profile",
-                file=out,
-                flush=True,
-            )
         if log is not None:
             print(
                 f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True
@@ -218,6 +182,55 @@ def compare(
             _record_nominal(mf, nominal)
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
+
+
+def _policies(policies, d, z) -> list[Policy]:
+    """The Policies of ``compare``'s names (with the shared ``d`` and ``z``), checked:
+    at least one, and each shared option taken by some policy given by name."""
+    pols = [with_options(name, d, z) for name in policies]
+    if not pols:
+        raise ValueError("policies is empty: give at least one policy")
+    named = [name for name in policies if not isinstance(name, Policy)]
+    for key, value in (("d", d), ("z", z)):
+        if value is not None and not any(key in option_names(name) for name in named):
+            raise ValueError(
+                f"{key}={value} applies to the policies given by name that take {key}, and "
+                f"none of {', '.join(named) or 'them'} does"
+            )
+    return pols
+
+
+def _mean_fields(pol, loads, limit, buffer, service, pools, source, out) -> list | None:
+    """The mean field of ``pol`` at each load (under arrivals from a file: the
+    constant-load start, the periodic regime comes after the run), or None where there
+    is none; why not goes to ``out``."""
+    theory = None
+    if pol.mean_field_kind() != "none":
+        try:
+            theory = [
+                mean_field(
+                    pol,
+                    lam,
+                    limit,
+                    buffer=buffer,
+                    service=service,
+                    pools=pools,
+                    with_quantiles=source is None,
+                )
+                for lam in loads
+            ]
+        # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
+        # model the mean field does not cover (jsew with pools)
+        except (RuntimeError, NotImplementedError) as err:
+            print(f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True)
+    if theory is not None and source is not None and not isinstance(source, Profile):
+        print(
+            f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
+            "the periodic mean field takes a rate profile",
+            file=out,
+            flush=True,
+        )
+    return theory
 
 
 def _record_nominal(mf: Result | None, nominal) -> None:

@@ -1,31 +1,8 @@
-"""Exports of a result store beyond CSV: a pandas frame, Parquet and an xarray Dataset.
+"""Exports of a result store beyond CSV: a pandas frame (:func:`to_frame`), Parquet, and an
+xarray Dataset with the grid's axes as dimensions (:func:`to_dataset`, :func:`export_netcdf`).
 
-All three carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`)
-unchanged. The Dataset puts the grid's axes as dimensions:
-
-* dimensions: the point parameters that vary (``policy``, ``servers``,
-  ``ratio`` or ``dispatchers``, ``buffer``, ``load`` or ``alpha`` or ``beta``,
-  ``d``, ``z``, ``order``, ``service``, ``pools``, ``arrivals``; an option that
-  is fixed for each policy is written into the policy's name instead,
-  ``pod(d=2)``), plus ``k`` for the occupancy vectors,
-  ``iqueue_size`` for ``iqueue_distribution`` and ``quantile`` for
-  ``response_quantile``;
-* one data variable per metric (the simulated mean) with ``<metric>_ci95``
-  (95% half-width), ``<metric>_theory`` and ``<metric>_refined`` (the
-  1/N-refined mean field, NaN unless the spec asked for it) beside it; cells of the product of
-  the axes that the grid does not hold are NaN;
-* a parameter that is constant becomes an attribute; one that follows the
-  dimensions becomes a coordinate over them (``dispatchers`` over ``servers``
-  at a fixed ratio; ``load`` when the grid's load axis is ``alpha`` or
-  ``beta``); a missing
-  option (``d`` of a policy that has none) is ``-1`` on a numeric axis and
-  ``""`` on ``order``; an infinite buffer is ``0`` on the ``buffer`` axis;
-  exponential service is ``"exp"`` on ``service``, identical servers ``""`` on
-  ``pools``, Poisson arrivals ``"poisson"`` on ``arrivals``.
-
-Extras: ``frames`` (pandas) for :func:`to_frame`; ``parquet`` (pandas,
-pyarrow) for :func:`export_parquet`; ``xarray`` (xarray, pandas, h5netcdf)
-for :func:`to_dataset` and :func:`export_netcdf`.
+All carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`) unchanged; the
+Dataset's layout and the extras each needs: docs/sweeps.md (Exports).
 """
 
 from __future__ import annotations

@@ -1,60 +1,30 @@
-"""Figures of grid experiments: what to draw, read from a spec's ``[[figure]]`` tables.
+"""Figures of grid experiments: a store's rows (:mod:`jaxqueue.studies.store`) as the
+lines of a spec's ``[[figure]]`` (:class:`Series`, plain numpy), the response-time law
+of a point, and each line against theory (:func:`summarize`).
 
-A figure is a view of a store's rows (:mod:`jaxqueue.studies.store`): one or
-more metrics against one point parameter, one line per combination of the
-other parameters, optionally one panel per value of a parameter::
-
-    [[figure]]
-    name = "response_time"          # jaxqueue plot STORE --figure response_time
-    metric = "mean_response_time"   # or a list; vector metrics need index (or x = "index")
-    x = "load"                      # a point parameter, or "index" (k of a vector metric)
-    series = ["policy", "d"]        # default: every other parameter that varies
-    panels = "alpha"                # optional: one panel per value
-    index = 2                       # the k of a vector metric (tail, occupancy, ...)
-    y_scale = "servers ** (1 - alpha)"   # optional factor, an expression of the parameters
-    where = { load = [0.9] }        # optional filter; "index" filters k when x = "index"
-    logx = false
-    logy = true
-    title = "..."                   # optional; also xlabel, ylabel
-
-The response-time law is a figure of its own: ``metric = "response_cdf"``
-draws ``P(T <= t)`` against the response time ``t`` (``x = "time"``, the
-default for it), one curve per point, from the point's ``arrival_seen``
-(with exp(1) FIFO service a task that finds ``k`` tasks stays an
-Erlang(``k + 1``, 1) time, so the law is an Erlang mixture;
-:mod:`jaxqueue.results.response`) and from its theory's, with the stored
-quantiles (p50 to p99.9, with their 95% intervals) on the curves::
-
-    [[figure]]
-    name = "fig9"
-    metric = "response_cdf"
-    where = { load = 0.88 }         # a curve is one point: filter the others out
-    series = ["policy", "d", "z"]
-
-This module reads and checks figure tables and turns rows into
-:class:`Series` (plain numpy; no plotting library). Drawing is in
-:mod:`jaxqueue.studies.plots` (the ``plot`` extra, matplotlib). Figures do not
-enter the spec hash: they change no result, so a store can be replotted after
-its figures are edited.
+The figure tables are read in :mod:`jaxqueue.studies.figure_spec`; drawing is in
+:mod:`jaxqueue.studies.plots` (the ``plot`` extra). What a figure draws: docs/sweeps.md.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import math
-import operator
-import re
 from collections import OrderedDict
 
 import numpy as np
 
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
-from jaxqueue.results.schema import (
-    POOL_METRICS,
-    SCALAR_METRICS,
-    VECTOR_METRICS,
-    split_pool_row_metric,
+from jaxqueue.studies.figure_spec import (
+    CDF,
+    FIGURE_KEYS,
+    METRIC_NAMES,
+    PARAMETER_DEFAULTS,
+    PARAMETERS,
+    FigureSpec,
+    check_expression,
+    evaluate_expression,
+    parse_figure,
 )
 
 __all__ = [
@@ -68,94 +38,15 @@ __all__ = [
     "FIGURE_KEYS",
     "METRIC_NAMES",
     "CDF",
+    "CDF_POINTS",
     "check_expression",
     "evaluate_expression",
 ]
 
-#: Point parameters a figure can use (the store's columns of the same names).
-PARAMETERS = (
-    "policy",
-    "servers",
-    "dispatchers",
-    "ratio",
-    "load",
-    "alpha",
-    "beta",
-    "buffer",
-    "d",
-    "z",
-    "order",
-    "service",
-    "pools",
-    "arrivals",
-)
-#: Keys of a ``[[figure]]`` table.
-FIGURE_KEYS = (
-    "name",
-    "metric",
-    "x",
-    "series",
-    "panels",
-    "index",
-    "y_scale",
-    "where",
-    "logx",
-    "logy",
-    "title",
-    "xlabel",
-    "ylabel",
-    "theory",
-)
-#: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
-CDF = "response_cdf"
-#: Metric names a figure can draw (as in the simulate JSON; quantiles as
-#: ``response_quantile``; a pool's metric with ``index`` = the pool, from 0),
-#: and the response-time law; also ``pool0_occupancy`` (index ``k``) and
-#: ``pool0_response_quantile`` (index ``q``) for each pool
-#: (:func:`~jaxqueue.results.schema.pool_row_metric`).
-METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
 #: Times at which a response-time law is drawn, from 0 to the largest quantile
 #: at ``CDF_LEVEL`` of the figure's curves.
 CDF_POINTS = 201
 CDF_LEVEL = 0.999
-#: What a missing service law, pools or arrivals value means.
-_DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
-_TEXT = ("policy", "order", "service", "pools", "arrivals")
-_NUMERIC = tuple(p for p in PARAMETERS if p not in _TEXT)
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class FigureSpec:
-    """One ``[[figure]]`` table, checked (see the module docstring for the keys)."""
-
-    name: str
-    metrics: tuple
-    x: str = "load"
-    series: tuple | None = None  # None: the parameters that vary at a fixed x and panel
-    panels: str | None = None
-    index: float | None = None
-    y_scale: str | None = None
-    where: tuple = ()
-    logx: bool = False
-    logy: bool = False
-    title: str | None = None
-    xlabel: str | None = None
-    ylabel: str | None = None
-    theory: bool = True
-
-    def scale(self, params: dict) -> float:
-        """The ``y_scale`` factor at one point's parameters (1 without one)."""
-        if self.y_scale is None:
-            return 1.0
-        return evaluate_expression(self.y_scale, params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,207 +72,12 @@ class Series:
             object.__setattr__(self, "refined", np.full(self.x.size, math.nan))
 
 
-def _evaluate(node, params: dict):
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return float(node.value)  # (an int power of ints would compute without bound)
-    if isinstance(node, ast.Name):
-        value = params.get(node.id)
-        return math.nan if value is None else float(value)
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_evaluate(node.left, params), _evaluate(node.right, params))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _evaluate(node.operand, params)
-        return -value if isinstance(node.op, ast.USub) else value
-    raise ValueError(
-        "an expression allows numbers, the parameters "
-        f"{', '.join(_NUMERIC)}, + - * / ** and parentheses"
-    )
-
-
-def evaluate_expression(text: str, params: dict) -> float:
-    """The value of an arithmetic expression of point parameters (NaN where one is None);
-    a ValueError where it overflows a float or divides by zero."""
-    try:
-        return float(_evaluate(ast.parse(text, mode="eval").body, params))
-    except (OverflowError, ZeroDivisionError) as err:
-        raise ValueError(f"{text!r} cannot be evaluated in floating point ({err})") from None
-
-
-def check_expression(text, key: str = "y_scale") -> str:
-    """``text`` if it is an arithmetic expression of numeric parameters, else ValueError.
-
-    Numbers, the names in ``PARAMETERS`` other than ``policy`` and ``order``,
-    ``+ - * / **`` and parentheses; nothing else is evaluated.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"{key} must be a string expression, got {text!r}")
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        raise ValueError(f"{key}={text!r} is not an expression") from None
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    if bad := sorted(names - set(_NUMERIC)):
-        raise ValueError(
-            f"{key}={text!r} names {', '.join(bad)}: valid names are {', '.join(_NUMERIC)}"
-        )
-    try:
-        _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
-    except ValueError as err:
-        raise ValueError(f"{key}={text!r}: {err}") from None
-    except OverflowError:
-        raise ValueError(f"{key}={text!r} overflows a float") from None
-    except ZeroDivisionError:  # at these values only: a point's own may not divide by zero
-        pass
-    return text
-
-
-def _parameter(key: str, value, allow_index: bool = False) -> str:
-    valid = PARAMETERS + (("index",) if allow_index else ())
-    if value not in valid:
-        raise ValueError(f"{key}={value!r} is not a parameter: use one of {', '.join(valid)}")
-    return value
-
-
-def parse_figure(table: dict, fail) -> FigureSpec:
-    """Check one ``[[figure]]`` table.
-
-    Args:
-        table: the TOML table.
-        fail: ``fail(key, message)`` raises the caller's error for ``key``.
-
-    Returns:
-        The :class:`FigureSpec`.
-    """
-    for key in table:
-        if key not in FIGURE_KEYS:
-            fail(key, f"unknown key {key!r} in [[figure]]; valid: {', '.join(FIGURE_KEYS)}")
-    for key in ("name", "metric"):
-        if key not in table:
-            fail("name" if "name" in table else "", f"[[figure]] needs {key} = ...")
-    name = table["name"]
-    if not isinstance(name, str) or not _NAME.match(name):
-        fail("name", f"figure name must be letters, digits, '_', '.' or '-', got {name!r}")
-    out = {"name": name}
-    try:
-        metrics = table["metric"] if isinstance(table["metric"], list) else [table["metric"]]
-        if not metrics:
-            raise ValueError("metric is empty: give at least one metric")
-        for m in metrics:
-            if m not in METRIC_NAMES and split_pool_row_metric(m) is None:
-                raise ValueError(
-                    f"metric={m!r} is not a metric: use one of "
-                    f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
-                    "poolI_response_quantile for pool I (from 0)"
-                )
-        out["metrics"] = tuple(metrics)
-    except ValueError as err:
-        fail("metric", str(err))
-    checks = {
-        "x": lambda v: _parameter("x", v, allow_index=True),
-        "panels": lambda v: _parameter("panels", v),
-        "series": lambda v: tuple(
-            _parameter("series", s) for s in (v if isinstance(v, list) else [v])
-        ),
-        "index": lambda v: _index(v),
-        "y_scale": check_expression,
-        "where": _where,
-        "logx": lambda v: _flag("logx", v),
-        "logy": lambda v: _flag("logy", v),
-        "theory": lambda v: _flag("theory", v),
-        "title": lambda v: _text("title", v),
-        "xlabel": lambda v: _text("xlabel", v),
-        "ylabel": lambda v: _text("ylabel", v),
-    }
-    if CDF in out["metrics"]:  # its x is the response time
-        _check_cdf(table, out["metrics"], fail)
-        out["x"] = "time"
-        del checks["x"]
-    for key, check in checks.items():
-        if key in table:
-            try:
-                out[key] = check(table[key])
-            except (TypeError, ValueError) as err:
-                fail(key, str(err))
-    fig = FigureSpec(**out)
-    vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
-    if vector and fig.x != "index" and fig.index is None:
-        fail(
-            "metric",
-            f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
-            'quantile level, or the pool from 0), or x = "index"',
-        )
-    if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
-        fail(
-            "x",
-            'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
-            "iqueue_distribution, response_quantile, the pool metrics)",
-        )
-    if fig.x == "index" and fig.index is not None:
-        fail("index", 'give either x = "index" or index = k, not both')
-    if fig.panels is not None and fig.panels == fig.x:
-        fail("panels", f"panels={fig.panels!r} is also the x axis")
-    if fig.series and (fig.x in fig.series or fig.panels in fig.series):
-        fail("series", "series must not repeat x or panels")
-    return fig
-
-
-def _check_cdf(table: dict, metrics: tuple, fail) -> None:
-    """The keys of a ``response_cdf`` figure: drawn alone, against the time, from every k."""
-    if len(metrics) > 1:
-        fail("metric", f"metric {CDF!r} is drawn alone: give it as the only metric")
-    if table.get("x", "time") != "time":
-        fail("x", f'metric {CDF!r} is drawn against x = "time" (the response time)')
-    for key in ("index", "y_scale"):
-        if key in table:
-            fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of arrival_seen")
-    where = table.get("where")
-    if isinstance(where, dict) and "index" in where:
-        fail(
-            "where",
-            f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot filter index",
-        )
-
-
-def _index(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(
-            f"index={value!r} is out of range: need a number >= 0 (k, or a "
-            "quantile level in (0, 1))"
-        )
-    return float(value)
-
-
-def _flag(key, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    return value
-
-
-def _text(key, value) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{key} must be a string, got {value!r}")
-    return value
-
-
-def _where(value) -> tuple:
-    if not isinstance(value, dict):
-        raise ValueError(f"where must be an inline table {{ parameter = [values] }}, got {value!r}")
-    out = []
-    for key, vals in value.items():
-        _parameter("where", key, allow_index=True)
-        vals = tuple(vals if isinstance(vals, list) else [vals])
-        if not vals:
-            raise ValueError(f"where: {key} is empty")
-        out.append((key, vals))
-    return tuple(sorted(out))
-
-
 def _matches(row: dict, key: str, values: tuple) -> bool:
     have = row["idx"] if key == "index" else row.get(key)
     for v in values:
         if isinstance(v, str) or isinstance(have, str) or have is None:
             if v == have or (
-                have is None and v == ("inf" if key == "buffer" else _DEFAULTS.get(key))
+                have is None and v == ("inf" if key == "buffer" else PARAMETER_DEFAULTS.get(key))
             ):
                 return True
         elif math.isclose(float(have), float(v), rel_tol=1e-9, abs_tol=1e-12):
@@ -487,7 +183,7 @@ def _column(members: list[dict], name: str) -> np.ndarray:
 
 def _label(series_keys: tuple, key: tuple) -> str:
     return " ".join(
-        _fmt(v) if p == "policy" else f"{p}={_fmt(_DEFAULTS.get(p) if v is None else v)}"
+        _fmt(v) if p == "policy" else f"{p}={_fmt(PARAMETER_DEFAULTS.get(p) if v is None else v)}"
         for p, v in zip(series_keys, key)
         if v is not None or p in ("buffer", "service", "pools", "arrivals")  # an option the
     )  # policy does not take is left out

@@ -1,14 +1,8 @@
-"""Plots of grid experiments (the ``plot`` extra: matplotlib).
+"""Plots of grid experiments (the ``plot`` extra: matplotlib): each function takes an
+optional ``Axes`` and returns the axes it drew on; :func:`plot_store` writes a PNG.
 
-Simulated points are drawn with their 95% intervals as error bars, theory
-(mean field or exact, where the store has it) as lines in the same colour.
-A response-time law (``metric = "response_cdf"``) is drawn as curves instead:
-the simulated law solid, theory dotted, and the stored quantiles on the
-simulated curve with their 95% intervals as horizontal error bars.
-Every function takes an optional matplotlib ``Axes`` and returns the axes it
-drew on, so figures compose; :func:`plot_store` writes a PNG. No pyplot state
-is used (figures are built with ``matplotlib.figure.Figure``), so this works
-headless and in threads.
+No pyplot state is used, so this works headless and in threads. What is drawn how:
+docs/sweeps.md (Figures).
 """
 
 from __future__ import annotations
@@ -28,7 +22,14 @@ from jaxqueue.studies.figures import (
 from jaxqueue.studies.spec import parse_spec
 from jaxqueue.studies.store import Store
 
-__all__ = ["plot_series", "plot_cdf", "plot_figure", "plot_store", "axis_label"]
+__all__ = [
+    "plot_series",
+    "plot_cdf",
+    "plot_figure",
+    "plot_store",
+    "axis_label",
+    "pyplot_free_figure",
+]
 
 _LABELS = {
     "load": r"$\lambda$",
@@ -64,7 +65,10 @@ _LABELS = {
 _CDF_STYLES = {"y": ("-", 1.5), "theory": (":", 1.2), "refined": ("--", 1.0)}
 
 
-def _pyplot_free_figure(**kw):
+def pyplot_free_figure(**kw):
+    """A matplotlib ``Figure`` outside pyplot's state (headless, thread-safe).
+
+    matplotlib is imported here, not at the top: it is an optional extra (``plot``)."""
     try:
         from matplotlib.figure import Figure
     except ModuleNotFoundError:
@@ -111,7 +115,7 @@ def plot_series(
         colors: ``{label: color}`` to keep colours across panels (filled in).
     """
     if ax is None:
-        ax = _pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+        ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
     cycle = [f"C{i}" for i in range(10)]
     lowest = np.inf  # the smallest value drawn on a log y axis
@@ -161,12 +165,12 @@ def plot_series(
     if series:
         handles, labels = ax.get_legend_handles_labels()
         if theory and any(np.isfinite(s.theory).any() for s in series):
-            from matplotlib.lines import Line2D
+            from matplotlib.lines import Line2D  # the optional extra: imported where drawn
 
             handles.append(Line2D([], [], color="0.3", lw=1.2))
             labels.append("theory (lines)")
         if theory and any(np.isfinite(s.refined).any() for s in series):
-            from matplotlib.lines import Line2D
+            from matplotlib.lines import Line2D  # the optional extra: imported where drawn
 
             handles.append(Line2D([], [], color="0.3", lw=1.0, ls="--"))
             labels.append("refined mean field at N (dashed)")
@@ -200,7 +204,7 @@ def plot_cdf(
         logx, logy, theory, title, xlabel, ylabel, colors: as for :func:`plot_series`.
     """
     if ax is None:
-        ax = _pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+        ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
     cycle = [f"C{i}" for i in range(10)]
     fields = ("y", "theory", "refined") if theory else ("y",)
@@ -242,7 +246,7 @@ def plot_cdf(
         ax.set_yscale("log")
     _titles(ax, title, xlabel, ylabel)
     if curves:
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # the optional extra: imported where drawn
 
         handles, labels = ax.get_legend_handles_labels()
         for field, text in (
@@ -277,7 +281,7 @@ def plot_figure(rows: list[dict], fig: FigureSpec, ax=None, *, spec_name: str | 
         panels = [None]
     if ax is None:
         width = 5.2 * len(panels) if fig.panels else 6.4
-        mpl_fig = _pyplot_free_figure(figsize=(width, 4.4), layout="constrained")
+        mpl_fig = pyplot_free_figure(figsize=(width, 4.4), layout="constrained")
         axes = mpl_fig.subplots(1, len(panels), squeeze=False)[0]
     else:
         axes = np.atleast_1d(ax)

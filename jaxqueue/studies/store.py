@@ -1,28 +1,8 @@
 """The result store of grid sweeps: one SQLite file, one row per point and metric.
 
-SQLite (standard library) is transactional: a batch of points is written in
-one transaction when it finishes, so a sweep killed at any moment leaves
-whole batches or nothing, and the same command resumes it by skipping the
-points already committed. The store records the spec hash and the versions
-that wrote it; opening it for another spec or another code version is an
-error, never a silent mix.
-
-Tables:
-
-* ``meta(key, value)``: ``spec_hash``, ``spec_name``, ``versions`` (JSON) and
-  ``spec_text`` (the spec file's text, for its figures: rewritten when the
-  same spec is run again, so edited figures are picked up);
-* ``points(point_id, params, batch, wall_seconds)``: one row per committed point;
-* ``results``: one row per point and metric (and index, for vector metrics
-  and quantiles), with the point's parameters (``arrivals``: the arrivals
-  file as the spec writes it, null for Poisson arrivals), the run's
-  settings, the simulated mean and 95% half-width, the theory value where
-  one exists, and the 1/N-refined mean field at the point's N where the
-  spec asks for it (``theory = "refined"``; :data:`COLUMNS`).
-
-The layout is versioned (:data:`SCHEMA`, in ``meta``): a store of another
-layout is refused like one of other code versions (layout 4 added the
-``arrivals`` column, 3 ``service`` and ``pools``).
+A batch of points is one transaction, so a sweep killed at any moment resumes where it
+stopped; a store of another spec, code version or layout (:data:`SCHEMA`) is refused.
+Its tables and columns: docs/sweeps.md (The store).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Transient experiments: ensemble estimates beside the mean-field ODE.
-
-:func:`transient_study` runs :func:`jaxqueue.runs.transient.transient` (a
-start from empty, or a load step from the stationary regime at
-``start_load``) and integrates the mean-field ODE
-(:func:`jaxqueue.theory.meanfield.transient`, or with a phase-type service
-law or server pools :func:`jaxqueue.theory.phases.transient`) from the matching start (the
-empty system, or the mean-field fixed point at ``start_load``);
-:func:`plot_transient` draws both (``s_1``, ``s_2``, ``s_3`` and, for the JIQ
-family, ``p0``) against time.
+"""Transient experiments: a run from empty, or a load step from the stationary regime
+(:func:`jaxqueue.runs.transient.transient`), beside the mean-field ODE from the matching
+start (:func:`transient_study`), and a plot of both against time (:func:`plot_transient`).
 """
 
 from __future__ import annotations
@@ -18,7 +11,8 @@ from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.runs.transient import TransientResult, transient
-from jaxqueue.theory import meanfield
+from jaxqueue.studies.plots import pyplot_free_figure
+from jaxqueue.theory import meanfield, phases
 
 __all__ = ["transient_study", "plot_transient"]
 
@@ -117,8 +111,6 @@ def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
     grid of 200 steps and the simulated times, from the empty system or the
     fixed point at ``start_load``: ``(times, tails, iq_tails, pool_busy)``,
     ``pool_busy`` ``(times, pools)`` each pool's busy fraction (None without pools)."""
-    from jaxqueue.theory import phases
-
     start = None
     if start_load is not None:
         start = phases.fixed_point(pol, start_load, service, ratio, **opts)
@@ -184,11 +176,9 @@ def plot_transient(study: dict, out=None, *, title: str | None = None, dpi: int 
 
     Returns the figure (and writes a PNG to ``out`` when given).
     """
-    from jaxqueue.studies.plots import _pyplot_free_figure
-
     res, ode = study["result"], study["ode"]
     has_p0 = res.p0 is not None and ode["iq_tails"].shape[1] > 1
-    fig = _pyplot_free_figure(figsize=(6.4 * (1 + has_p0), 4.2))
+    fig = pyplot_free_figure(figsize=(6.4 * (1 + has_p0), 4.2))
     axes = fig.subplots(1, 1 + has_p0, squeeze=False)[0]
     ax = axes[0]
     for i, k in enumerate(SHOWN):

@@ -1,0 +1,86 @@
+"""Command line: ``python -m jaxqueue SUBCOMMAND`` or the ``jaxqueue`` script.
+
+:func:`main` parses the arguments (:mod:`jaxqueue.cli.parser`, whose description
+``--help`` prints) and runs one subcommand, turning its errors into one line and
+an exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from jaxqueue.cli.output import num
+from jaxqueue.cli.parser import build_parser
+
+__all__ = ["main"]
+
+# the names these had when the command line was one module
+_parser, _num = build_parser, num
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():  # a warning is one line on stderr, not a source excerpt
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args) -> int:
+    try:
+        return _command(args.command)(args)
+    except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:  # LevelOverflowError and friends
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 1
+    except OSError as err:  # a folder that cannot be written, a folder given as a file, ...
+        text = f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
+        print(f"error: {text}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(
+            "error: out of memory: run fewer replicas (or fewer loads) at a time", file=sys.stderr
+        )
+        return 3
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's 128 + SIGINT
+        print(f"interrupted{_resume_note(args)}", file=sys.stderr)
+        return 130
+
+
+def _resume_note(args) -> str:
+    """Where an interrupted command keeps what it had done, if anywhere."""
+    if args.command == "sweep" and not args.plan and args.store:
+        return (
+            f": the batches committed so far are in {args.store}; the same command "
+            "resumes from there"
+        )
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint:
+        return (
+            f": the run resumes from its last save in {checkpoint} (if one was written) "
+            "with the same command"
+        )
+    return ""
+
+
+def _command(name: str):
+    """The function of a subcommand. Its module is imported here, when the command runs:
+    the command modules import the simulator, theory and studies (JAX), which ``--help``
+    and a usage error do not need (the one place the command line defers imports)."""
+    if name in ("simulate", "transient"):
+        from jaxqueue.cli import run_commands as module
+    elif name in ("theory", "exact", "policies"):
+        from jaxqueue.cli import theory_commands as module
+    else:
+        from jaxqueue.cli import study_commands as module
+    return getattr(module, f"cmd_{name}")

@@ -1,0 +1,175 @@
+"""The command line's printed output: result tables, their pools and diagnostics, and
+the number format of a table (``--json`` prints the result schema instead).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from jaxqueue.results.estimates import Estimate, entries
+from jaxqueue.results.schema import POOL_METRICS
+
+__all__ = ["emit", "print_result", "servers_line", "tail_levels", "print_tail_rest", "num"]
+
+
+def _fmt(value, digits=4) -> str:
+    if value is None:
+        return "-"
+    mean, half = (value.mean, value.ci95) if isinstance(value, Estimate) else (value, None)
+    if half is None or (isinstance(half, float) and math.isnan(half)):
+        return f"{mean:.{digits}g}" if digits > 4 else f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+TAIL_LINES = 20  # s_1 .. s_20 at most in a printed table; --json has every level
+
+
+def tail_levels(tail) -> tuple[int, int]:
+    """``(upto, shown)``: the table's levels are ``1 .. upto - 1``, down to the
+    first at or below ``1e-6`` (at least two), of which ``1 .. shown - 1`` are printed."""
+    upto = int(min(len(tail), max(3, (np.asarray(tail) > 1e-6).sum() + 1)))
+    return upto, min(upto, TAIL_LINES + 1)
+
+
+def print_tail_rest(upto: int, shown: int) -> None:
+    if upto > shown:
+        print(
+            f"  {f's_{shown} .. s_{upto - 1}':24s} not shown (down to 1e-6; --json lists every level)"
+        )
+
+
+def print_result(res, title: str) -> None:
+    print(title)
+    print("metric" + (" (mean ± 95% CI half-width)" if res.source == "simulation" else ""))
+    digits = 4 if res.source == "simulation" else 6
+    for name, value in res.scalar_metrics().items():
+        print(f"  {name:24s} {_fmt(value, digits)}")
+    for q, value in sorted(res.response_quantiles.items()):
+        print(f"  {'response p' + format(100 * q, 'g'):24s} {_fmt(value, digits)}")
+    tail = res.tail.mean if isinstance(res.tail, Estimate) else np.asarray(res.tail)
+    half = res.tail.ci95 if isinstance(res.tail, Estimate) else None
+    upto, shown = tail_levels(tail)
+    for i in range(1, shown):
+        ci = f" ± {half[i]:.6f}" if half is not None else ""
+        print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
+    print_tail_rest(upto, shown)
+    if res.pool_arrival_share is not None:
+        _print_pools(res, digits)
+
+
+def _print_pools(res, digits: int) -> None:
+    """One column per pool: :data:`~jaxqueue.results.schema.POOL_METRICS` and the quantiles."""
+    pools = res.settings.get("pools") or []
+    width = 2 * digits + 8 if res.source == "simulation" else 12
+    heads = [f"speed {q['speed']:g}" for q in pools]
+    print(f"  {'by pool':24s} " + " ".join(f"{h:>{width}s}" for h in heads))
+    rows = [(name, getattr(res, name)) for name in POOL_METRICS]
+    rows += [
+        (f"pool response p{100 * q:g}", v) for q, v in sorted(res.pool_response_quantiles.items())
+    ]
+    for name, value in rows:
+        cells = [_fmt(x if isinstance(x, Estimate) else float(x), digits) for x in entries(value)]
+        print(f"  {name:24s} " + " ".join(f"{c:>{width}s}" for c in cells))
+
+
+def servers_line(s: dict) -> str:
+    """The pools and the service law of a result's settings, where not the default."""
+    out = ""
+    if s.get("pools"):
+        out += "\n  pools " + ", ".join(
+            (f"{q['servers']} servers" if "servers" in q else f"{q['fraction']:g} of the servers")
+            + f" at speed {q['speed']:g}"
+            for q in s["pools"]
+        )
+    law = s.get("service")
+    if isinstance(law, dict):
+        out += (
+            f"\n  service {law['label']}: {len(law['alpha'])} phases, mean {law['mean']:.4g}, "
+            f"SCV {law['scv']:.4g}"
+        )
+    src = s.get("arrivals")
+    if src:
+        if src["kind"] == "trace":
+            out += (
+                f"\n  arrivals: trace {src['label']} ({src['arrivals']} arrivals, gap SCV "
+                f"{src['scv']:.3g})"
+            )
+        else:
+            out += f"\n  arrivals: {src['kind']} {src['label']}, peak {src['peak']:.3g} x the mean load"
+    return out
+
+
+def emit(res, args) -> int:
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    s = res.settings
+    if res.source == "simulation":
+        title = (
+            f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+            f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
+            f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units"
+        )
+    elif res.source == "exact":
+        title = (
+            f"exact: {s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
+            f"load={s['load']}  buffer={s['buffer']}  ({res.n_states} states, "
+            f"truncated mass {res.truncated_mass:.2g})"
+        )
+    else:
+        ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
+        title = (
+            f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
+        )
+    print_result(res, title + servers_line(s))
+    orbit = res.diagnostics.get("orbit")
+    if orbit is not None:
+        start, length = s["window"]
+        t = orbit["mean_response_time"]
+        print(
+            f"  averages over t in [{start:g}, {start + length:g}] of the periodic regime; over "
+            f"one period the mean response time of an arrival runs from {t.min():.4f} "
+            f"(t = {orbit['time'][t.argmin()]:.4g}) to {t.max():.4f} "
+            f"(t = {orbit['time'][t.argmax()]:.4g})"
+        )
+        for i, busy in enumerate(np.asarray(orbit.get("pool_utilization", [])).T):
+            print(
+                f"  pool {i} (speed {s['pools'][i]['speed']:g}) busy from {busy.min():.4f} "
+                f"(t = {orbit['time'][busy.argmin()]:.4g}) to {busy.max():.4f} "
+                f"(t = {orbit['time'][busy.argmax()]:.4g})"
+            )
+    if res.source == "simulation":
+        print(f"  ran on {s['devices']} {s['platform']} device(s), backend {s['backend']}")
+        _print_run_diagnostics(res.diagnostics)
+    return 0
+
+
+def _print_run_diagnostics(diag: dict) -> None:
+    if diag.get("interval") == "batch-means":
+        widened = " (widened: batches correlated)" if diag.get("widened") else ""
+        print(
+            f"  intervals from {diag['batches']} batch means per replica, lag-1 correlation "
+            f"{diag['lag1_correlation']:.3f}{widened}"
+        )
+    w = diag.get("warmup_diagnostic")
+    if w:
+        verdict = {True: "passed", False: "FAILED", None: "too few batches to judge"}[w["passed"]]
+        drift = (
+            ""
+            if w["half_drift"] is None
+            else (f", half drift {w['half_drift']:.4g} ± {w['half_drift_ci99']:.2g} (99%)")
+        )
+        extended = f", warm-up extended {w['extensions']} times" if w["extensions"] else ""
+        print(
+            f"  warm-up {w['warmup']} steps: diagnostic {verdict} (MSER truncation "
+            f"{w['mser_truncation']} of {w['batches']} batches{drift}){extended}"
+        )
+
+
+def num(x: float) -> str:
+    """A table entry: 4 decimals, or 3 significant digits below 0.001 (a
+    small CI or probability is not printed as 0)."""
+    return f"{x:.3g}" if x != 0 and abs(x) < 1e-3 else f"{x:.4f}"

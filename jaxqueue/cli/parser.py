@@ -1,0 +1,475 @@
+"""The command line's argument parser: one builder per subcommand.
+
+It imports no simulator or theory (only the metric names of the result schema), so
+``--help`` and a usage error answer without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxqueue.results.schema import (
+    POOL_METRICS,
+    POOL_QUANTILE_NAMES,
+    QUANTILE_NAMES,
+    SCALAR_METRICS,
+)
+
+__all__ = ["build_parser", "DESCRIPTION"]
+
+#: The parser's description (``python -m jaxqueue --help``).
+DESCRIPTION = """Command line: ``python -m jaxqueue {simulate,transient,theory,exact,compare,sweep,export,plot,policies}``.
+
+``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
+``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
+:mod:`jaxqueue.results.schema`), so their outputs can be compared field by field.
+"""
+
+
+def _loads(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--loads needs comma-separated numbers, got {text!r}"
+        ) from None
+
+
+def _warmup(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--warmup needs a number of steps or 'auto', got {text!r}"
+        ) from None
+
+
+def _window(text: str) -> tuple:
+    try:
+        start, length = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected START,LENGTH (two numbers), got {text!r}"
+        ) from None
+    return (start, length)
+
+
+def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
+    if many:
+        p.add_argument(
+            "--policies",
+            default="jiq,jiq-pod,pod",
+            help="comma-separated policy names, each optionally with its own options "
+            "as NAME:OPTION=VALUE[:...], e.g. jiq-pod:d=3,jiq-threshold:z=2 "
+            "(default: jiq,jiq-pod,pod)",
+        )
+    else:
+        p.add_argument("--policy", required=True, help="policy name (see `policies`)")
+    shared = (
+        " (to every listed policy that takes it, but those given their own options)" if many else ""
+    )
+    p.add_argument(
+        "--d",
+        type=int,
+        default=None,
+        help="probes d (pod, jiq-pod, jiq-sq, idle-first; jiq-original's join-SQ(d) "
+        f"variant){shared}",
+    )
+    p.add_argument(
+        "--z",
+        type=int,
+        default=None,
+        help=f"threshold z (jiq-threshold, jiq-original's threshold variant){shared}",
+    )
+    if not many:
+        p.add_argument(
+            "--order",
+            default=None,
+            choices=("random", "fifo"),
+            help="I-queue pick order (jiq-original; default random)",
+        )
+
+
+_SERVICE_HELP = (
+    "service law: exp (default), erlang:K, hyperexp:SCV, fit:SCV (two-moment "
+    'fit) or ph:FILE.json ({"alpha": [...], "S": [[...]]}); mean 1'
+)
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """The options of a run: the servers' model, its length, and how it runs."""
+    _add_servers(p)
+    _add_length(p)
+    _add_run_options(p)
+
+
+def _add_servers(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
+    )
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument(
+        "--pools",
+        default=None,
+        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
+    )
+    p.add_argument(
+        "--arrivals",
+        default=None,
+        help="time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
+        "trace of arrival times (header time[,service]; a service column is "
+        "not simulated: the servers stay exponential, and it is only "
+        "recorded, as mean_service) or an MMPP JSON file "
+        '({"generator": [[...]], "rates": [...]}); scaled to mean load '
+        "--load",
+    )
+
+
+def _add_length(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--replicas", type=int, default=32, help="independent replicas (per load; default 32)"
+    )
+    length = p.add_mutually_exclusive_group()
+    length.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="measured uniformized steps per replica (default 1000000)",
+    )
+    length.add_argument(
+        "--time",
+        type=float,
+        default=None,
+        help="measured time units per replica instead of --steps (steps = "
+        "time x N x the step rate per server at the load, rounded up to "
+        "whole blocks of 256 steps; a warning when that simulates more "
+        "than 10%% beyond --time)",
+    )
+    warm = p.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warmup",
+        type=_warmup,
+        default=None,
+        help="discarded warm-up steps per replica (default: 100 time units), or "
+        "'auto': extend it while the warm-up diagnostic fails",
+    )
+    warm.add_argument(
+        "--warmup-time", type=float, default=None, help="warm-up time units instead of --warmup"
+    )
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
+    p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
+    p.add_argument(
+        "--init",
+        default="auto",
+        choices=("auto", "empty", "mean-field"),
+        help="start (default auto: the mean-field occupancy where one exists)",
+    )
+    p.add_argument(
+        "--interval",
+        default="auto",
+        choices=("auto", "replicas", "batch-means"),
+        help="95%% intervals across replicas or from batch means (default auto: "
+        "batch means with at most 10 replicas)",
+    )
+    p.add_argument(
+        "--batches",
+        type=int,
+        default=20,
+        help="batches of the measured window (1 to 10000, default 20; intervals "
+        "from batch means need at least 2)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="save the run to this file and resume from it when it exists and "
+        "matches (a run stopped part-way resumes where it was saved)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=300.0,
+        help="seconds between checkpoints (default 300; 0: every chunk)",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "xla", "registers", "pallas"),
+        help="what steps the replicas: auto (the Pallas kernel on a GPU where its "
+        "step fits in registers, else xla), "
+        "xla, pallas (interpreted off a GPU, for checking) or registers "
+        "(the kernel's layout in plain XLA); results are bit-identical",
+    )
+    p.add_argument("--progress", action="store_true", help="progress on stderr")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand."""
+    ap = argparse.ArgumentParser(prog="python -m jaxqueue", description=DESCRIPTION)
+    sub = ap.add_subparsers(dest="command", required=True)
+    _simulate_parser(sub)
+    _transient_parser(sub)
+    _theory_parser(sub)
+    _exact_parser(sub)
+    _compare_parser(sub)
+    _sweep_parser(sub)
+    _export_parser(sub)
+    _plot_parser(sub)
+    _policies_parser(sub)
+    return ap
+
+
+def _simulate_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate one policy at one load")
+    _add_policy(p)
+    p.add_argument(
+        "--servers",
+        type=int,
+        required=True,
+        help="N (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
+    )
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--load", type=float, help="lambda")
+    load.add_argument(
+        "--alpha", type=float, help="heavy traffic: lambda = 1 - N**(-alpha) (Liu and Ying)"
+    )
+    load.add_argument(
+        "--beta", type=float, help="Halfin-Whitt: lambda = 1 - beta / sqrt(N) (Mukherjee et al.)"
+    )
+    _add_run(p)
+
+
+def _transient_parser(sub) -> None:
+    p = sub.add_parser(
+        "transient", help="ensemble estimates at given times beside the mean-field ODE"
+    )
+    _add_policy(p)
+    p.add_argument("--servers", type=int, required=True, help="N")
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument("--load", type=float, required=True, help="lambda from time 0 on")
+    p.add_argument(
+        "--start-load",
+        type=float,
+        default=None,
+        help="a load step: run --warmup-time at this load first (from its mean field)",
+    )
+    p.add_argument(
+        "--warmup-time", type=float, default=100.0, help="time units at --start-load (default 100)"
+    )
+    p.add_argument(
+        "--times",
+        type=_loads,
+        default=[0.5, 1, 2, 4, 8, 16, 32],
+        help="comma-separated times (default 0.5,1,2,4,8,16,32)",
+    )
+    p.add_argument(
+        "--replicas", type=int, default=32, help="independent replicas (>= 2; default 32)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
+    )
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument("--pools", default=None, help="heterogeneous servers: FRACTION:SPEED pairs")
+    p.add_argument("--plot", default=None, help="write a PNG of simulation and ODE (extra: plot)")
+    p.add_argument("--json", action="store_true")
+
+
+def _theory_parser(sub) -> None:
+    p = sub.add_parser("theory", help="mean-field prediction for one policy")
+    _add_policy(p)
+    p.add_argument("--load", type=float, required=True, help="lambda")
+    p.add_argument(
+        "--ratio", type=float, default=None, help="r = N / M (JIQ family; default: one dispatcher)"
+    )
+    p.add_argument(
+        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
+    )
+    p.add_argument(
+        "--levels",
+        type=int,
+        default=None,
+        help="largest queue length of the printed tail (default: automatic)",
+    )
+    p.add_argument(
+        "--servers",
+        type=int,
+        default=None,
+        help="N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)",
+    )
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument(
+        "--pools",
+        default=None,
+        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
+    )
+    p.add_argument(
+        "--arrivals",
+        default=None,
+        help="a periodic rate profile (CSV time,rate): averages over the mean field's "
+        "periodic regime; --load is the time-mean load",
+    )
+    p.add_argument(
+        "--window",
+        type=_window,
+        default=None,
+        help="START,LENGTH: with --arrivals, average over this window of the "
+        "periodic regime (time 0 = the profile's start) instead of one period",
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def _exact_parser(sub) -> None:
+    p = sub.add_parser("exact", help="exact stationary solution of a small system")
+    _add_policy(p)
+    p.add_argument(
+        "--servers", type=int, required=True, help="N (small: the state space grows fast)"
+    )
+    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument("--load", type=float, required=True, help="lambda")
+    p.add_argument(
+        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
+    )
+    p.add_argument(
+        "--queue-bound",
+        type=int,
+        default=None,
+        help="truncation of infinite buffers (default: automatic, mass below 1e-9)",
+    )
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument(
+        "--pools",
+        default=None,
+        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.5:2,0.5:1",
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def _compare_parser(sub) -> None:
+    p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
+    _add_policy(p, many=True)
+    p.add_argument("--servers", type=int, default=1000, help="N (default 1000)")
+    p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
+    p.add_argument("--loads", type=_loads, default=[0.5, 0.7, 0.9, 0.95, 0.98])
+    p.add_argument(
+        "--time",
+        type=float,
+        default=300.0,
+        help="measured time units per replica at the largest load (default 300)",
+    )
+    p.add_argument(
+        "--warmup-time",
+        type=float,
+        default=50.0,
+        help="warm-up time units, from the mean-field state (default 50)",
+    )
+    p.add_argument("--replicas", type=int, default=16, help="replicas per load (default 16)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
+    )
+    p.add_argument("--service", default=None, help=_SERVICE_HELP)
+    p.add_argument(
+        "--pools",
+        default=None,
+        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
+    )
+    p.add_argument(
+        "--arrivals",
+        default=None,
+        help="time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "
+        "JSON file, simulated without a mean field), scaled to mean load --loads; "
+        "each row's mean field is the periodic regime averaged over that row's "
+        "measured window",
+    )
+    p.add_argument(
+        "--metric",
+        default="mean_response_time",
+        choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES,
+        help="what the table puts side by side (default mean_response_time; "
+        "p50 to p99.9: response-time quantiles; pool_*: a row per pool, "
+        "with --pools, pool_p50 to pool_p99.9 each pool's quantiles); --json "
+        "has every metric",
+    )
+    p.add_argument("--progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+
+def _sweep_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid experiment (a TOML spec) into a result store")
+    p.add_argument("spec", help="the spec file (TOML)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="SQLite result store; the same command resumes (default: NAME.sqlite, "
+        "with --quick NAME.quick.sqlite, with --gpu NAME.gpu.sqlite)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="apply the spec's [quick] overrides (a smaller grid, shorter runs)",
+    )
+    mode.add_argument(
+        "--gpu",
+        action="store_true",
+        help="apply the spec's [gpu] overrides (many replicas over short windows "
+        "from the mean-field start: a lockstep batch that fills a GPU)",
+    )
+    p.add_argument("--batch-points", type=int, default=None, help="points per batch (default 32)")
+    p.add_argument("--progress", action="store_true", help="progress on stderr")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what would run (points, compiled shapes, batches, replica-steps) "
+        "and run nothing",
+    )
+    p.add_argument("--json", action="store_true", help="with --plan: the plan as JSON on stdout")
+
+
+def _export_parser(sub) -> None:
+    p = sub.add_parser("export", help="export a result store (CSV, Parquet, netCDF)")
+    p.add_argument("store", help="the SQLite result store")
+    p.add_argument(
+        "--csv", default=None, help="write one row per point and metric to this CSV ('-': stdout)"
+    )
+    p.add_argument("--parquet", default=None, help="the same rows as Parquet (extra: parquet)")
+    p.add_argument(
+        "--netcdf", default=None, help="an xarray Dataset, grid axes as dimensions (extra: xarray)"
+    )
+
+
+def _plot_parser(sub) -> None:
+    p = sub.add_parser("plot", help="draw a figure of a result store as a PNG (extra: plot)")
+    p.add_argument("store", help="the SQLite result store")
+    p.add_argument(
+        "--figure", default=None, help="a [[figure]] name of the spec (default: every figure)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the PNG (with several figures: a folder, one NAME.png each)",
+    )
+    p.add_argument(
+        "--spec",
+        default=None,
+        help="read the figures from this spec file instead of the store's copy",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the comparison with theory as one JSON object"
+    )
+
+
+def _policies_parser(sub) -> None:
+    p = sub.add_parser(
+        "policies", help="list the policies, their options (defaults) and mean fields"
+    )
+    p.add_argument("--json", action="store_true")

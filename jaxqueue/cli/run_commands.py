@@ -1,0 +1,161 @@
+"""The run commands: ``simulate`` (one policy at one load) and ``transient``
+(ensemble estimates at given times beside the mean-field ODE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from jaxqueue import api
+from jaxqueue.cli.flags import model_of, order_option
+from jaxqueue.cli.output import emit, servers_line
+from jaxqueue.core.config import Bounds, RunOptions
+from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
+from jaxqueue.policies import make
+from jaxqueue.runs.transient import transient
+from jaxqueue.studies.transient import plot_transient, transient_study
+
+__all__ = ["cmd_simulate", "cmd_transient"]
+
+
+def cmd_simulate(args) -> int:
+    load = args.load
+    if args.alpha is not None:
+        load = heavy_traffic_load(args.servers, args.alpha)
+    if args.beta is not None:
+        load = halfin_whitt_load(args.servers, args.beta)
+    run = RunOptions(
+        replicas=args.replicas,
+        steps=args.steps,
+        time=args.time,
+        warmup=args.warmup,
+        warmup_time=args.warmup_time,
+        seed=args.seed,
+        init=args.init,
+        interval=args.interval,
+        batches=args.batches,
+        backend=args.backend,
+    )
+    res = api.simulate(
+        model_of(args, arrivals=args.arrivals),
+        load,
+        run=run,
+        bounds=Bounds(args.levels, args.iqueue_levels),
+        progress=args.progress,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+    )
+    return emit(res, args)
+
+
+def cmd_transient(args) -> int:
+    kw = dict(
+        times=args.times,
+        start_load=args.start_load,
+        warmup_time=args.warmup_time,
+        replicas=args.replicas,
+        seed=args.seed,
+        buffer=args.buffer,
+        d=args.d,
+        z=args.z,
+        **order_option(args),
+    )
+    pol = make(args.policy, d=args.d, z=args.z, **order_option(args))
+    has_mf = pol.has_queue_length_ode(args.pools)
+    if args.plot is not None:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not has_mf:
+            raise ValueError(
+                f"--plot draws the simulation against the mean-field ODE, and "
+                f"{pol.label()} has none here: leave --plot out"
+            )
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"--plot {args.plot}: no folder {folder}")
+    res, rows, study = _transient_run(args, pol, has_mf, kw)
+    if args.plot and study is not None:
+        plot_transient(study, args.plot)
+    if args.json:
+        out = res.to_dict()
+        out["rows"] = rows
+        print(json.dumps(out))
+        return 0
+    _print_transient(res, rows)
+    if args.plot and study is None:
+        print("  (no plot: JSEW with pools has no mean field to draw beside the simulation)")
+    elif args.plot:
+        print(f"  plot written to {args.plot}")
+    return 0
+
+
+def _transient_run(args, pol, has_mf: bool, kw: dict):
+    """``(result, rows, study)``: the study beside the mean-field ODE where the policy has
+    one, else the simulation alone (rows and study None)."""
+    if has_mf:
+        study = transient_study(
+            args.policy,
+            args.load,
+            args.servers,
+            args.dispatchers,
+            service=args.service,
+            pools=args.pools,
+            **kw,
+        )
+        return study["result"], study["rows"], study
+    else:  # no mean-field ODE (per-server lists, routing by speed): the simulation alone
+        print(
+            f"[jaxqueue] no mean-field ODE for {pol.label()} here: the simulation alone",
+            file=sys.stderr,
+        )
+        res = transient(
+            args.policy,
+            args.load,
+            args.servers,
+            args.dispatchers,
+            init="empty",
+            pools=args.pools,
+            **kw,
+        )
+        return res, None, None
+
+
+def _print_transient(res, rows) -> None:
+    """The table of a transient run: ``s_1``, ``s_2``, the idle fraction (and ``p0``)
+    per time, each pool's busy fraction, and the mean field beside them where given."""
+    s = res.settings
+    step = (
+        f"load {s['start_load']} -> {s['load']} (after {s['warmup_time']:g} time units)"
+        if s["start_load"] is not None
+        else f"load {s['load']} from empty"
+    )
+    print(
+        f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  {step}  "
+        f"replicas={s['replicas']}  ({s['steps']} steps per replica){servers_line(s)}"
+    )
+    head = "  time      s_1 ± 95%            s_2 ± 95%            idle ± 95%"
+    head += "           p0 ± 95%" if res.p0 is not None else ""
+    print(head + ("      mean field s_1, s_2" if rows else ""))
+    for j, t in enumerate(res.times):
+        line = f"  {t:<8.4g}"
+        for k in (1, 2):
+            line += f"  {res.tail.mean[j][k]:.4f} ± {res.tail.ci95[j][k]:.4f}  "
+        line += f"  {res.idle_fraction.mean[j]:.4f} ± {res.idle_fraction.ci95[j]:.4f}  "
+        if res.p0 is not None:
+            line += f"  {res.p0.mean[j]:.4f} ± {res.p0.ci95[j]:.4f}  "
+        if rows:
+            line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
+        print(line)
+    if res.pool_utilization is not None:  # each pool's busy fraction
+        busy = res.pool_utilization
+        heads = "".join(f"  {'busy, speed ' + format(q['speed'], 'g'):<18s}" for q in s["pools"])
+        print(f"  {'time':8s}{heads}" + ("      mean field" if rows else ""))
+        for j, t in enumerate(res.times):
+            line = f"  {t:<8.4g}" + "".join(
+                f"  {m:.4f} ± {h:.4f}   " for m, h in zip(busy.mean[j], busy.ci95[j])
+            )
+            if rows:
+                line += "    " + ", ".join(
+                    f"{rows[j][f'mf_busy{i}']:.4f}" for i in range(busy.mean.shape[1])
+                )
+            print(line)

@@ -1,0 +1,275 @@
+"""The study commands: ``compare`` (simulation beside the mean field over loads),
+``sweep`` (a grid spec into a result store, or its plan), ``export`` and ``plot``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from jaxqueue.cli.output import num
+from jaxqueue.policies import make
+from jaxqueue.results.estimates import entries
+from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
+from jaxqueue.studies import compare as compare_study
+from jaxqueue.studies import export, grid
+from jaxqueue.studies import spec as grid_spec
+from jaxqueue.studies.plots import plot_store
+from jaxqueue.studies.store import Store
+
+__all__ = ["cmd_compare", "cmd_sweep", "cmd_export", "cmd_plot"]
+
+
+def _policy_list(text: str) -> list:
+    """``--policies``: names, or Policies where a name carries its own options
+    (``NAME:OPTION=VALUE[:...]``; integers for ``d`` and ``z``)."""
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        name, *given = item.split(":")
+        if not given:
+            out.append(name)
+            continue
+        opts = {}
+        for pair in given:
+            key, eq, value = pair.partition("=")
+            if not eq or not key or not value:
+                raise ValueError(
+                    f"--policies: {item!r} is not NAME:OPTION=VALUE[:...] (e.g. jiq-pod:d=3)"
+                )
+            try:
+                opts[key] = int(value) if key in ("d", "z") else value
+            except ValueError:
+                raise ValueError(
+                    f"--policies: {item!r}: {key} must be an integer, got {value!r}"
+                ) from None
+        out.append(make(name, **opts))
+    return out
+
+
+def cmd_compare(args) -> int:
+    if args.metric in POOL_METRICS + POOL_QUANTILE_NAMES and args.pools is None:
+        raise ValueError(
+            f"--metric {args.metric} is a metric by server pool: give --pools (e.g. 0.2:2,0.8:1)"
+        )
+    rows = compare_study.compare(
+        _policy_list(args.policies),
+        n_servers=args.servers,
+        ratio=args.ratio,
+        loads=args.loads,
+        d=args.d,
+        z=args.z,
+        buffer=args.buffer,
+        service=args.service,
+        pools=args.pools,
+        arrivals=args.arrivals,
+        time_units=args.time,
+        warmup_time=args.warmup_time,
+        replicas=args.replicas,
+        seed=args.seed,
+        progress=args.progress,
+        log=sys.stderr,
+    )
+    if args.json:
+        print(json.dumps({"rows": [r.to_dict() for r in rows]}))
+        return 0
+    _print_compare(rows, args)
+    return 0
+
+
+def _print_compare(rows, args) -> None:
+    """The table of ``compare``: a line per policy and load (and pool, for a pool
+    metric), simulation and its 95% CI beside the mean field, and notes for n/a cells."""
+    what = args.metric.replace("_", " ")
+    model = "".join(
+        f", {k} {v}"
+        for k, v in (("buffer", args.buffer), ("service", args.service), ("pools", args.pools))
+        if v is not None
+    )
+    src = rows[0].simulation.settings.get("arrivals") if rows else None
+    if src:
+        model += f", {src['kind']} arrivals {src['label']}"
+    print(
+        f"N = {args.servers}, r = {args.ratio:g}{model}: {what}, simulation (95% CI) vs mean field"
+    )
+    by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
+    pool = f" {'pool':>9s}" if by_pool else ""
+    print(
+        f"{'policy':18s} {'load':>6s}{pool} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}"
+    )
+    for note in sorted(_print_compare_rows(rows, args), reverse=True):
+        print(
+            "  n/a: "
+            + {
+                "zero": "the 95% CI has width 0 (every replica gave the same value, e.g. no "
+                "blocked or waiting task at all), so diff/CI is undefined: run longer or "
+                "more replicas",
+                "none": "no 95% CI (too few replicas or batches for one)",
+            }[note]
+        )
+
+
+def _print_compare_rows(rows, args) -> set:
+    """The table's lines; returns why cells are n/a (``"zero"``, ``"none"``)."""
+    by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
+    notes = set()
+    for r in rows:
+        t = r.simulation.metric(args.metric)
+        pred = None if r.mean_field is None else r.mean_field.metric(args.metric)
+        z = r.z_score(args.metric)
+        if not by_pool:
+            t, pred, z, labels = [t], [pred], [z], [""]
+        else:  # a row per pool
+            speeds = [q["speed"] for q in r.simulation.settings["pools"]]
+            labels = [f" {'speed ' + format(v, 'g'):>9s}" for v in speeds]
+            t = [None] * len(labels) if t is None else entries(t)
+            pred = [None] * len(labels) if pred is None else list(pred)
+            z = np.broadcast_to(z, (len(labels),))
+        for est, value, score, label in zip(t, pred, z, labels):
+            sim = "-" if est is None else f"{num(est.mean)} ± {num(est.ci95)}"
+            if value is None:
+                print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} {'-':>11s} {'-':>8s}")
+                continue
+            cell = f"{score:.2f}"
+            if est is None:
+                cell = "-"
+            elif math.isnan(score):  # no interval to scale the difference by
+                notes.add("zero" if est.ci95 == 0 else "none")
+                cell = "n/a"
+            print(
+                f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} "
+                f"{num(float(value)):>11s} {cell:>8s}"
+            )
+    return notes
+
+
+def cmd_sweep(args) -> int:
+    mode = "quick" if args.quick else "gpu" if args.gpu else None
+    spec = grid_spec.load_spec(args.spec, mode=mode)
+    # a mode is another spec (its own hash): its own default store
+    store = args.store or f"{spec.name}{f'.{mode}' if mode else ''}.sqlite"
+    args.store = store  # (named if the sweep is interrupted)
+    if args.plan:
+        return _print_plan(spec, store, args)
+    if args.json:
+        raise ValueError("--json goes with --plan (a sweep writes its results to the store)")
+    given = args.batch_points  # 0: refused
+    points = grid.DEFAULT_BATCH_POINTS if given is None else given
+    ran = grid.run_grid(spec, store, batch_points=points, progress=args.progress)
+    print(
+        f"[jaxqueue] {spec.name}: ran {ran} of {len(spec.points)} points into {store}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _print_plan(spec, store, args) -> int:
+    given = args.batch_points  # 0: refused
+    points = grid.DEFAULT_BATCH_POINTS if given is None else given
+    plan = grid.plan_grid(spec, batch_points=points, store_path=store)
+    if args.json:
+        print(json.dumps(plan))
+        return 0
+    for line in plan["warnings"]:
+        print(f"note: {line}", file=sys.stderr)
+    if plan.get("store_error"):
+        print(f"note: {plan['store_error']}; a run into it would be refused", file=sys.stderr)
+    if plan["window_overruns"]:
+        print(
+            f"note: {plan['window_overruns']} points run more than 10% past the spec's time, "
+            "as whole blocks of 256 steps",
+            file=sys.stderr,
+        )
+    print(
+        f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
+        f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
+        f"{plan['replica_steps']:.3g} replica-steps; on one H200 about "
+        f"{plan['gpu_seconds']:.0f} s (an estimate from the kernel's measured rates)"
+    )
+    print(
+        f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
+        f"{'replica-steps':>13s}"
+    )
+    for g in plan["groups"]:
+        span = lambda v: str(v) if isinstance(v, int) else f"{v[0]}-{v[-1]}"  # noqa: E731
+        buf = "inf" if g["buffer"] is None else span(g["buffer"])
+        print(
+            f"{g['policy']:18s} {span(g['servers']):>8s} {span(g['dispatchers']):>7s} {buf:>6s} "
+            f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}"
+        )
+    return 0
+
+
+def cmd_export(args) -> int:
+    if not (args.csv or args.parquet or args.netcdf):
+        raise ValueError("export needs at least one of --csv, --parquet, --netcdf")
+    for flag, path in (("--parquet", args.parquet), ("--netcdf", args.netcdf)):
+        if path == "-":
+            raise ValueError(f"{flag} - : only --csv writes to stdout; give {flag} a file name")
+    with Store.open_existing(args.store) as store:
+        rows, meta = store.rows(), store.meta()
+        if args.csv:
+            to_stdout = args.csv == "-"
+            n = store.export_csv(sys.stdout if to_stdout else args.csv)
+            where = "stdout" if to_stdout else args.csv
+            print(f"[jaxqueue] wrote {n} rows to {where}", file=sys.stderr)
+    if args.parquet:
+        n = export.export_parquet(rows, args.parquet)
+        print(f"[jaxqueue] wrote {n} rows to {args.parquet}", file=sys.stderr)
+    if args.netcdf:
+        export.export_netcdf(rows, args.netcdf, meta)
+        print(f"[jaxqueue] wrote a Dataset of {len(rows)} rows to {args.netcdf}", file=sys.stderr)
+    return 0
+
+
+def cmd_plot(args) -> int:
+    if args.figure is not None:
+        jobs = [(args.figure, args.output)]
+    else:
+        with Store.open_existing(args.store) as store:
+            meta = store.meta()
+        text = open(args.spec, encoding="utf-8").read() if args.spec else meta.get("spec_text")
+        if not text:
+            raise ValueError(f"{args.store} records no spec text: pass the spec file (--spec)")
+        names = [f.name for f in grid_spec.parse_spec(text, name=meta["spec_name"]).figures]
+        if not names:
+            raise ValueError(f"spec {meta['spec_name']!r} has no [[figure]] table")
+        jobs = [(n, os.path.join(args.output, f"{n}.png")) for n in names]
+    report = {}
+    for name, out in jobs:
+        lines = plot_store(args.store, name, out, spec_path=args.spec)
+        report[name] = {"png": out, "lines": lines}
+        print(f"[jaxqueue] wrote {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for name, item in report.items():
+        print(f"figure {name} ({item['png']}): simulation against theory")
+        for line in item["lines"]:
+            rel, z = line["max_relative_error"], line["max_z"]
+            panel = "" if line["panel"] is None else f"[{line['panel']}] "
+            text = (
+                "no theory"
+                if rel is None
+                else (
+                    f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, "
+                    f"max |diff| / CI {z:.2f}"
+                    if z is not None
+                    else f"max relative error {100 * rel:.2f}%"
+                )
+            )
+            print(f"  {panel}{line['label']:28s} {line['points']:3d} points  {text}")
+            rrel = line.get("refined_max_relative_error")
+            if rrel is not None:
+                rz = line["refined_max_z"]
+                print(
+                    f"  {'':{len(panel)}s}{'  refined mean field at N':28s} {'':10s} max "
+                    f"relative error {100 * rrel:.2f}% at x = {line['refined_at_x']:g}"
+                    + (f", max |diff| / CI {rz:.2f}" if rz is not None else "")
+                )
+    return 0

@@ -1,0 +1,309 @@
+"""The ``[[figure]]`` tables of a spec: their keys, their checks, and the arithmetic
+expressions of point parameters that ``y_scale``, ``time`` and ``warmup_time`` take.
+
+The keys and what they draw: docs/sweeps.md (Figures).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import operator
+import re
+
+from jaxqueue.results.schema import (
+    POOL_METRICS,
+    SCALAR_METRICS,
+    VECTOR_METRICS,
+    split_pool_row_metric,
+)
+
+__all__ = [
+    "FigureSpec",
+    "parse_figure",
+    "PARAMETERS",
+    "NUMERIC_PARAMETERS",
+    "PARAMETER_DEFAULTS",
+    "FIGURE_KEYS",
+    "METRIC_NAMES",
+    "CDF",
+    "check_expression",
+    "evaluate_expression",
+]
+
+#: Point parameters a figure can use (the store's columns of the same names).
+PARAMETERS = (
+    "policy",
+    "servers",
+    "dispatchers",
+    "ratio",
+    "load",
+    "alpha",
+    "beta",
+    "buffer",
+    "d",
+    "z",
+    "order",
+    "service",
+    "pools",
+    "arrivals",
+)
+#: Keys of a ``[[figure]]`` table.
+FIGURE_KEYS = (
+    "name",
+    "metric",
+    "x",
+    "series",
+    "panels",
+    "index",
+    "y_scale",
+    "where",
+    "logx",
+    "logy",
+    "title",
+    "xlabel",
+    "ylabel",
+    "theory",
+)
+#: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
+CDF = "response_cdf"
+#: Metric names a figure can draw (as in the simulate JSON; quantiles as
+#: ``response_quantile``; a pool's metric with ``index`` = the pool, from 0),
+#: and the response-time law; also ``pool0_occupancy`` (index ``k``) and
+#: ``pool0_response_quantile`` (index ``q``) for each pool
+#: (:func:`~jaxqueue.results.schema.pool_row_metric`).
+METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
+#: What a missing service law, pools or arrivals value means.
+PARAMETER_DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
+_TEXT = ("policy", "order", "service", "pools", "arrivals")
+NUMERIC_PARAMETERS = tuple(p for p in PARAMETERS if p not in _TEXT)
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """One ``[[figure]]`` table, checked (its keys: docs/sweeps.md, Figures)."""
+
+    name: str
+    metrics: tuple
+    x: str = "load"
+    series: tuple | None = None  # None: the parameters that vary at a fixed x and panel
+    panels: str | None = None
+    index: float | None = None
+    y_scale: str | None = None
+    where: tuple = ()
+    logx: bool = False
+    logy: bool = False
+    title: str | None = None
+    xlabel: str | None = None
+    ylabel: str | None = None
+    theory: bool = True
+
+    def scale(self, params: dict) -> float:
+        """The ``y_scale`` factor at one point's parameters (1 without one)."""
+        if self.y_scale is None:
+            return 1.0
+        return evaluate_expression(self.y_scale, params)
+
+
+def _evaluate(node, params: dict):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)  # (an int power of ints would compute without bound)
+    if isinstance(node, ast.Name):
+        value = params.get(node.id)
+        return math.nan if value is None else float(value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_evaluate(node.left, params), _evaluate(node.right, params))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _evaluate(node.operand, params)
+        return -value if isinstance(node.op, ast.USub) else value
+    raise ValueError(
+        "an expression allows numbers, the parameters "
+        f"{', '.join(NUMERIC_PARAMETERS)}, + - * / ** and parentheses"
+    )
+
+
+def evaluate_expression(text: str, params: dict) -> float:
+    """The value of an arithmetic expression of point parameters (NaN where one is None);
+    a ValueError where it overflows a float or divides by zero."""
+    try:
+        return float(_evaluate(ast.parse(text, mode="eval").body, params))
+    except (OverflowError, ZeroDivisionError) as err:
+        raise ValueError(f"{text!r} cannot be evaluated in floating point ({err})") from None
+
+
+def check_expression(text, key: str = "y_scale") -> str:
+    """``text`` if it is an arithmetic expression of numeric parameters, else ValueError.
+
+    Numbers, the names in ``PARAMETERS`` other than ``policy`` and ``order``,
+    ``+ - * / **`` and parentheses; nothing else is evaluated.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{key} must be a string expression, got {text!r}")
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"{key}={text!r} is not an expression") from None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if bad := sorted(names - set(NUMERIC_PARAMETERS)):
+        raise ValueError(
+            f"{key}={text!r} names {', '.join(bad)}: valid names are {', '.join(NUMERIC_PARAMETERS)}"
+        )
+    try:
+        _evaluate(tree, dict.fromkeys(names, 1.0))  # operators
+    except ValueError as err:
+        raise ValueError(f"{key}={text!r}: {err}") from None
+    except OverflowError:
+        raise ValueError(f"{key}={text!r} overflows a float") from None
+    except ZeroDivisionError:  # at these values only: a point's own may not divide by zero
+        pass
+    return text
+
+
+def _parameter(key: str, value, allow_index: bool = False) -> str:
+    valid = PARAMETERS + (("index",) if allow_index else ())
+    if value not in valid:
+        raise ValueError(f"{key}={value!r} is not a parameter: use one of {', '.join(valid)}")
+    return value
+
+
+def parse_figure(table: dict, fail) -> FigureSpec:
+    """Check one ``[[figure]]`` table.
+
+    Args:
+        table: the TOML table.
+        fail: ``fail(key, message)`` raises the caller's error for ``key``.
+
+    Returns:
+        The :class:`FigureSpec`.
+    """
+    for key in table:
+        if key not in FIGURE_KEYS:
+            fail(key, f"unknown key {key!r} in [[figure]]; valid: {', '.join(FIGURE_KEYS)}")
+    for key in ("name", "metric"):
+        if key not in table:
+            fail("name" if "name" in table else "", f"[[figure]] needs {key} = ...")
+    name = table["name"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        fail("name", f"figure name must be letters, digits, '_', '.' or '-', got {name!r}")
+    out = {"name": name}
+    try:
+        metrics = table["metric"] if isinstance(table["metric"], list) else [table["metric"]]
+        if not metrics:
+            raise ValueError("metric is empty: give at least one metric")
+        for m in metrics:
+            if m not in METRIC_NAMES and split_pool_row_metric(m) is None:
+                raise ValueError(
+                    f"metric={m!r} is not a metric: use one of "
+                    f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
+                    "poolI_response_quantile for pool I (from 0)"
+                )
+        out["metrics"] = tuple(metrics)
+    except ValueError as err:
+        fail("metric", str(err))
+    checks = {
+        "x": lambda v: _parameter("x", v, allow_index=True),
+        "panels": lambda v: _parameter("panels", v),
+        "series": lambda v: tuple(
+            _parameter("series", s) for s in (v if isinstance(v, list) else [v])
+        ),
+        "index": lambda v: _index(v),
+        "y_scale": check_expression,
+        "where": _where,
+        "logx": lambda v: _flag("logx", v),
+        "logy": lambda v: _flag("logy", v),
+        "theory": lambda v: _flag("theory", v),
+        "title": lambda v: _text("title", v),
+        "xlabel": lambda v: _text("xlabel", v),
+        "ylabel": lambda v: _text("ylabel", v),
+    }
+    if CDF in out["metrics"]:  # its x is the response time
+        _check_cdf(table, out["metrics"], fail)
+        out["x"] = "time"
+        del checks["x"]
+    for key, check in checks.items():
+        if key in table:
+            try:
+                out[key] = check(table[key])
+            except (TypeError, ValueError) as err:
+                fail(key, str(err))
+    fig = FigureSpec(**out)
+    vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
+    if vector and fig.x != "index" and fig.index is None:
+        fail(
+            "metric",
+            f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
+            'quantile level, or the pool from 0), or x = "index"',
+        )
+    if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
+        fail(
+            "x",
+            'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
+            "iqueue_distribution, response_quantile, the pool metrics)",
+        )
+    if fig.x == "index" and fig.index is not None:
+        fail("index", 'give either x = "index" or index = k, not both')
+    if fig.panels is not None and fig.panels == fig.x:
+        fail("panels", f"panels={fig.panels!r} is also the x axis")
+    if fig.series and (fig.x in fig.series or fig.panels in fig.series):
+        fail("series", "series must not repeat x or panels")
+    return fig
+
+
+def _check_cdf(table: dict, metrics: tuple, fail) -> None:
+    """The keys of a ``response_cdf`` figure: drawn alone, against the time, from every k."""
+    if len(metrics) > 1:
+        fail("metric", f"metric {CDF!r} is drawn alone: give it as the only metric")
+    if table.get("x", "time") != "time":
+        fail("x", f'metric {CDF!r} is drawn against x = "time" (the response time)')
+    for key in ("index", "y_scale"):
+        if key in table:
+            fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of arrival_seen")
+    where = table.get("where")
+    if isinstance(where, dict) and "index" in where:
+        fail(
+            "where",
+            f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot filter index",
+        )
+
+
+def _index(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(
+            f"index={value!r} is out of range: need a number >= 0 (k, or a "
+            "quantile level in (0, 1))"
+        )
+    return float(value)
+
+
+def _flag(key, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _text(key, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def _where(value) -> tuple:
+    if not isinstance(value, dict):
+        raise ValueError(f"where must be an inline table {{ parameter = [values] }}, got {value!r}")
+    out = []
+    for key, vals in value.items():
+        _parameter("where", key, allow_index=True)
+        vals = tuple(vals if isinstance(vals, list) else [vals])
+        if not vals:
+            raise ValueError(f"where: {key} is empty")
+        out.append((key, vals))
+    return tuple(sorted(out))

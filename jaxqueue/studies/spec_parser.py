@@ -1,0 +1,474 @@
+"""Reading a spec's TOML: the line of every key, a mode's overrides, and the checks of
+each value (:class:`SpecParser`), so that an error names the line of its cause.
+
+What a spec may hold: docs/sweeps.md (The spec).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import re
+from pathlib import Path
+
+from jaxqueue.core.arrivals import parse_arrivals
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.service import make_pools, parse_service
+from jaxqueue.core.system import (
+    DEFAULT_WARMUP_TIME,
+    MAX_STEPS,
+    System,
+    check_int,
+    check_load,
+    dispatchers_for_ratio,
+    halfin_whitt_load,
+    heavy_traffic_load,
+)
+from jaxqueue.policies.registry import make, option_names, policy_class
+from jaxqueue.studies.figure_spec import check_expression, parse_figure
+from jaxqueue.studies.points import ArrivalsFile, Point, RunSettings, SpecError
+
+try:
+    import tomllib as toml
+except ModuleNotFoundError:  # Python 3.10
+    try:
+        import tomli as toml
+    except ModuleNotFoundError:
+        toml = None
+
+__all__ = [
+    "SpecParser",
+    "toml",
+    "GRID_KEYS",
+    "RUN_KEYS",
+    "SHARED_OPTIONS",
+    "INITS",
+    "THEORIES",
+    "MAX_WARMUP_RATIO",
+    "EXACT_MAX_STATES",
+    "MODES",
+    "as_list",
+    "number",
+    "int_check",
+    "read_arrivals",
+    "buffer_value",
+    "service_value",
+    "pools_text",
+    "arrivals_text",
+]
+
+GRID_KEYS = (
+    "policy",
+    "servers",
+    "ratio",
+    "dispatchers",
+    "load",
+    "alpha",
+    "beta",
+    "buffer",
+    "d",
+    "z",
+    "order",
+    "service",
+    "pools",
+    "arrivals",
+)
+#: Policy options a [grid] list may give for every policy (each must take it).
+SHARED_OPTIONS = ("d", "z", "order")
+RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
+INITS = ("empty", "mean-field", "auto")
+THEORIES = ("mean-field", "refined", "exact", "none")
+#: The warm-up may be at most this many times the measured part.
+MAX_WARMUP_RATIO = 10
+#: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
+EXACT_MAX_STATES = 200_000
+#: The modes a spec may define: a table of overrides each, chosen by ``--quick`` or ``--gpu``.
+MODES = ("quick", "gpu")
+_TOP_KEYS = ("name", "grid", "run", *MODES, "figure")
+_GROUPS = (
+    ("ratio", "dispatchers"),
+    ("load", "alpha", "beta"),
+    ("time", "steps"),
+    ("warmup_time", "warmup"),
+)
+_HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
+_ARRAY = re.compile(r"""^\s*\[\[\s*["']?([\w.-]+)["']?\s*\]\]""")
+_KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
+
+
+def number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def int_check(name: str, lo: int, hi: int):
+    return lambda value: check_int(name, value, lo, hi) or value
+
+
+def _span(name: str, zero: bool):
+    def check(value):
+        if isinstance(value, str):  # checked per point by RunSettings.time_units
+            return check_expression(value, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"{name} must be a finite number or an expression string, got {value!r}"
+            )
+        if number(name, value) < 0 or (value == 0 and not zero):
+            need = f"{name} {'>=' if zero else '>'} 0"
+            raise ValueError(f"{name}={value} is out of range: need {need}")
+        return float(value)
+
+    return check
+
+
+def _choice(name: str, valid: tuple):
+    def check(value):
+        if value not in valid:
+            raise ValueError(f"{name}={value!r} is not valid: use one of {str(valid)[1:-1]}")
+        return value
+
+    return check
+
+
+def service_value(value):
+    """A service law's command-line form, checked; ``"exp"`` is None (the default law)."""
+    if not isinstance(value, str):
+        raise TypeError(f"service must be a string such as 'erlang:4', got {value!r}")
+    law = parse_service(value)
+    return None if law.is_unit_exponential else value
+
+
+def pools_text(value):
+    """Server pools ``"F1:S1,F2:S2"``, checked for form (counts are checked per N)."""
+    if not isinstance(value, str):
+        raise TypeError(f"pools must be a string such as '0.2:2,0.8:1', got {value!r}")
+    make_pools(value, 10**6)  # the fractions and speeds; per-N counts at each point
+    return value
+
+
+def arrivals_text(value):
+    """An ``arrivals`` value: a file path as written; ``"poisson"`` is None (the default)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(
+            f"arrivals must be a file path such as 'data/trace.csv' (or 'poisson'), got {value!r}"
+        )
+    return None if value == "poisson" else value
+
+
+def read_arrivals(text: str, base) -> ArrivalsFile:
+    """Find an ``arrivals`` file relative to ``base`` and parse it (errors: ValueError)."""
+    path = Path(base, os.path.expanduser(text)).resolve()
+    try:
+        if not path.is_file():
+            raise ValueError(f"no such file {path}")
+        source = parse_arrivals(str(path))
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except (OSError, ValueError) as err:
+        raise ValueError(f"arrivals={text!r}: {err}") from None
+    return ArrivalsFile(text, str(path), digest, source)
+
+
+def buffer_value(value):
+    if value == "inf" or (not isinstance(value, bool) and value in (0, math.inf)):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(
+            f"buffer={value} is out of range: need 1 <= buffer <= 10**6, or 0 or "
+            '"inf" for infinite buffers'
+        )
+    return check_int("buffer", value, 1, 10**6) or value
+
+
+class SpecParser:
+    """The TOML data, a mode's overrides, and the line of every key in the source text."""
+
+    def __init__(self, text: str, mode: str | None):
+        self.rows, self.keys, self.starts, table = text.splitlines(), {}, set(), ""
+        arrays: dict[str, int] = {}  # [[name]] -> how many so far; the i-th is table "name#i"
+        for i, row in enumerate(self.rows, 1):
+            if m := _ARRAY.match(row):
+                arrays[m.group(1)] = arrays.get(m.group(1), -1) + 1
+                table = f"{m.group(1)}#{arrays[m.group(1)]}"
+                self.keys.setdefault((table, ""), i)
+                self.starts.add(i)
+            elif m := _HEADER.match(row) or _KEY.match(row):
+                table = m.group(1) if m.re is _HEADER else table
+                self.keys.setdefault((table, "" if m.re is _HEADER else m.group(1)), i)
+                self.starts.add(i)
+        try:
+            self.data = toml.loads(text)
+        except toml.TOMLDecodeError as err:
+            m = re.search(r"line (\d+)", str(err))
+            raise SpecError(f"not valid TOML: {err}", int(m.group(1)) if m else None) from None
+        self.vals = {}  # part -> {key: (value, the table it came from)}
+        for key, value in self.data.items():
+            if key not in _TOP_KEYS:
+                self.fail("", key, f"unknown key or table {key!r}; valid: {', '.join(_TOP_KEYS)}")
+            if key == "figure":
+                if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                    self.fail("", key, "figures are tables: write [[figure]] above each")
+            elif key != "name" and not isinstance(value, dict):
+                self.fail("", key, f"{key} must be a table ([{key}]), got {value!r}")
+        parts = (
+            ("grid", GRID_KEYS),
+            ("run", RUN_KEYS),
+            *((m, GRID_KEYS + RUN_KEYS) for m in MODES),
+        )
+        for part, valid in parts:
+            if part not in MODES and part not in self.data:
+                raise SpecError(f"the spec has no [{part}] table", len(self.rows) or 1)
+            for key in self.data.get(part, {}):
+                if key not in valid:
+                    self.fail(
+                        part, key, f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}"
+                    )
+            self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
+        if mode is not None and mode not in self.data:
+            raise SpecError(f"--{mode} needs a [{mode}] table (any key of [grid] or [run])", 1)
+        for key, value in self.data.get(mode, {}).items() if mode else ():
+            part = self.vals["grid" if key in GRID_KEYS else "run"]
+            for other in itertools.chain(*(g for g in _GROUPS if key in g)):
+                part.pop(other, None)
+            part[key] = (value, mode)
+
+    def line(self, part: str, key: str) -> int:
+        """The line of ``key`` in the table it came from, else of that table, else 1."""
+        table = self.vals.get(part, {}).get(key, (None, part))[1]
+        keys = self.keys
+        return (
+            keys.get((table, key))
+            or keys.get(("", f"{table}.{key}"))
+            or keys.get((table or key, ""))
+            or keys.get(("", table))
+            or 1
+        )
+
+    def entry(self, start: int, name: str, nth: int) -> int:
+        """The line of the ``nth`` string ``name`` (from 0) in the value of the key at ``start``."""
+        token, found = re.compile(rf"""["']{re.escape(name)}["']"""), []
+        for i in range(start, len(self.rows) + 1):
+            if i > start and i in self.starts:
+                break
+            found += [i] * len(token.findall(self.rows[i - 1]))
+        return found[min(nth, len(found) - 1)] if found else start
+
+    def fail(self, part: str, key: str, message: str):
+        raise SpecError(message, self.line(part, key))
+
+    def has(self, part: str, key: str) -> bool:
+        return key in self.vals[part]
+
+    def get(self, part: str, key: str, default=None):
+        return self.vals[part].get(key, (default,))[0]
+
+    def one_of(self, part: str, group: tuple, required: bool):
+        given = [k for k in group if self.has(part, k)]
+        if len(given) > 1:
+            self.fail(
+                part,
+                max(given, key=lambda k: self.line(part, k)),
+                f"[{part}] gives {' and '.join(given)}: give only one of {' / '.join(group)}",
+            )
+        if required and not given:
+            self.fail(part, group[0], f"[{part}] needs one of {' / '.join(group)}")
+        return given[0] if given else None
+
+    def axis(self, key: str, check) -> list:
+        """The checked values of a list key of [grid] (a scalar is a one-element list)."""
+        raw, out = self.get("grid", key), []
+        for value in raw if isinstance(raw, list) else [raw]:
+            try:
+                checked = check(value)
+            except (TypeError, ValueError) as err:
+                self.fail("grid", key, str(err))
+            if checked in out:
+                self.fail(
+                    "grid", key, f"{key} lists {value!r} twice (or two values that mean the same)"
+                )
+            out.append(checked)
+        return out or self.fail("grid", key, f"{key} is empty: give at least one value")
+
+    def scalar(self, key: str, check, default):
+        try:
+            return check(self.get("run", key)) if self.has("run", key) else default
+        except (TypeError, ValueError) as err:
+            self.fail("run", key, str(err))
+
+    def policies(self) -> list:
+        """``(name, {option: [values]}, {option or "policy": line})`` per policy entry."""
+        if not self.has("grid", "policy"):
+            self.fail("grid", "policy", "[grid] needs policy = [...]")
+        start, entries = self.line("grid", "policy"), []
+        shared = {k: self.axis(k, lambda v: v) for k in SHARED_OPTIONS if self.has("grid", k)}
+        for entry in self.axis("policy", lambda v: v):
+            table = dict(entry) if isinstance(entry, dict) else {"name": entry}
+            name = table.pop("name", None)
+            if not isinstance(name, str):
+                self.fail(
+                    "grid",
+                    "policy",
+                    "a policy is a name or an inline table of a name and "
+                    f'options, e.g. {{ name = "pod", d = [2, 3] }}; got {entry!r}',
+                )
+            line = self.entry(start, name, [e[0] for e in entries].count(name))
+            try:
+                takes = option_names(policy_class(name))
+            except ValueError as err:
+                raise SpecError(str(err), line) from None
+            opts, lines = {}, {"policy": line}
+            for key in [*table, *shared]:
+                lines[key] = line if key in table else self.line("grid", key)
+                if key not in takes:
+                    raise SpecError(
+                        f"policy {name!r} takes no option {key}; its options: "
+                        f"{', '.join(takes) or 'none'}",
+                        lines[key],
+                    )
+                if key in table and key in shared:
+                    self.fail("grid", key, f"{key} is given both in [grid] and for policy {name!r}")
+                values = shared.get(key) or as_list(table[key])
+                if not values or len(set(map(repr, values))) < len(values):
+                    raise SpecError(f"{name}: option {key} is empty or repeats a value", line)
+                opts[key] = values
+            entries.append((name, opts, lines))
+        return entries
+
+    def dispatchers(self, n: int) -> list:
+        key = self.one_of("grid", ("ratio", "dispatchers"), required=False)
+        if key == "dispatchers":
+            return self.axis(key, int_check("dispatchers", 1, n))
+
+        def from_ratio(ratio):
+            return dispatchers_for_ratio(n, number("ratio", ratio), "servers")
+
+        return self.axis(key, from_ratio) if key else [1]
+
+    def loads(self, key: str, n: int, buffer, cap: float = 1.0) -> list:
+        """``(load, alpha, beta)`` per value of the load axis at ``n`` servers
+        (``cap``: the servers' capacity, for the stability check)."""
+
+        def check(value):
+            x = number(key, value)
+            if key == "load":
+                return check_load(value, buffer, cap), None, None
+            try:
+                form = heavy_traffic_load if key == "alpha" else halfin_whitt_load
+                lam = check_load(form(n, value), buffer, cap)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{key}={value} at servers={n}: {err}") from None
+            return lam, (x if key == "alpha" else None), (x if key == "beta" else None)
+
+        return self.axis(key, check)
+
+    def resolve(self, name, opts, lines, n, m, buffer, run: RunSettings):
+        """Build and validate the Policy of one grid cell (errors name the line of the cause)."""
+        try:
+            pol = make(name, **opts)
+            pol.validate(System(n, m, buffer, buffer or 1, 0))
+        except (TypeError, ValueError) as err:
+            what = re.match(r"^(\w+)(?:=| must)", str(err))
+            line = lines.get(what.group(1) if what else "") or lines["policy"]
+            if what and what.group(1) == "n_dispatchers" and m > 1:
+                line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
+            raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
+        if run.init == "mean-field" and pol.mean_field_kind() == "none":
+            self.fail(
+                "run",
+                "init",
+                f"init='mean-field' needs a mean field, and {name!r} has "
+                f'none ({pol.no_mean_field}); use init = "empty" or split the grid',
+            )
+        if run.theory == "exact":
+            # deferred for import time only: importing jaxqueue.exact loads SciPy's sparse
+            # solvers (0.45 s measured), which no spec but theory = "exact" needs
+            from jaxqueue.exact.chain import estimate_states
+
+            try:
+                rule, options = pol.exact_rule()
+            except NotImplementedError as err:
+                self.fail("run", "theory", f"theory='exact': {err}")
+            bound = buffer or 4
+            states = (
+                math.inf
+                if n > 100
+                else estimate_states(
+                    rule, n, m, options.get("z", 0), bound, True, options.get("order", "random")
+                )
+            )
+            if states > EXACT_MAX_STATES:
+                self.fail(
+                    "run",
+                    "theory",
+                    f"theory='exact' is for small systems: {pol.label()} "
+                    f"with N={n}, M={m} and queue bound {bound} has about {states:.3g} "
+                    f'states, more than {EXACT_MAX_STATES}; use "mean-field" or "none"',
+                )
+        return pol
+
+    def figures(self) -> tuple:
+        """The checked ``[[figure]]`` tables (:func:`~jaxqueue.studies.figures.parse_figure`)."""
+        out, names = [], set()
+        for i, table in enumerate(self.data.get("figure", [])):
+            part = f"figure#{i}"
+
+            def fail(key, message, part=part):
+                line = self.keys.get((part, key)) or self.keys.get((part, ""), 1)
+                raise SpecError(message, line)
+
+            fig = parse_figure(table, fail)
+            if fig.name in names:
+                fail("name", f"two figures are named {fig.name!r}")
+            names.add(fig.name)
+            out.append(fig)
+        return tuple(out)
+
+    def run(self) -> RunSettings:
+        if not self.has("run", "replicas"):
+            self.fail("run", "replicas", "[run] needs replicas = (an int >= 2)")
+        self.one_of("run", ("time", "steps"), required=True)
+        warm = self.one_of("run", ("warmup_time", "warmup"), required=False)
+        return RunSettings(
+            replicas=self.scalar("replicas", int_check("replicas", 2, 10**8), None),
+            time=self.scalar("time", _span("time", zero=False), None),
+            steps=self.scalar("steps", int_check("steps", 1, MAX_STEPS), None),
+            warmup_time=self.scalar(
+                "warmup_time",
+                _span("warmup_time", zero=True),
+                None if warm else DEFAULT_WARMUP_TIME,
+            ),
+            warmup=self.scalar("warmup", int_check("warmup", 0, MAX_STEPS), None),
+            seed=self.scalar("seed", int_check("seed", 0, 2**63 - 1), 0),
+            init=self.scalar("init", _choice("init", INITS), "empty"),
+            theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
+        )
+
+    def check_steps(self, run: RunSettings, point: Point) -> None:
+        measure = "time" if run.steps is None else "steps"
+        try:
+            steps, warm = run.steps_for(point), run.warmup_for(point)
+        except SpecError as err:
+            self.fail("run", str(err).split("=")[0], str(err))
+        per = point.steps_per_time_unit()
+        if warm > MAX_WARMUP_RATIO * steps:
+            self.fail(
+                "run",
+                measure,
+                f"a run too short for its warm-up: the warm-up is {warm} "
+                f"steps ({warm / per:.4g} time units) and the measured part {steps} steps "
+                f"({steps / per:.4g} time units) at {point.label()}; need warm-up <= "
+                f"{MAX_WARMUP_RATIO} x measured part",
+            )
+        if (-(-steps // BLOCK) - (-warm // BLOCK)) * BLOCK > MAX_STEPS:
+            self.fail(
+                "run",
+                measure,
+                f"steps + warmup = {steps + warm} at {point.label()} is out "
+                f"of range: need at most {MAX_STEPS} per replica; run more replicas instead",
+            )
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
