@@ -39,7 +39,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--all-specs",
         action="store_true",
-        help="also run the sweeps/ specs that the suite leaves out (tests/test_sweeps.py)",
+        help="run every sweeps/ spec's whole quick mode, not a slice of it (tests/test_sweeps.py)",
     )
     parser.addoption(
         "--compile-times",
@@ -71,6 +71,7 @@ LONGEST_FIRST = (
     "test_engine",
     "test_jiq_original",
     "test_transient",
+    "test_overflow",
     "test_vs_mean_field",
     "test_initial",
     "test_long_runs",
@@ -81,6 +82,7 @@ LONGEST_FIRST = (
     "test_distributed",
     "test_suite_tools",
     "test_jsew",
+    "test_warmup_auto",
 )
 
 
@@ -91,12 +93,6 @@ def _rank(item) -> int:
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_rank)  # stable: the order inside a module is kept
-    if config.getoption("--all-specs"):
-        return
-    skip = pytest.mark.skip(reason="a spec whose features other specs cover: run with --all-specs")
-    for item in items:
-        if "all_specs" in item.keywords:
-            item.add_marker(skip)
 
 
 @pytest.fixture
