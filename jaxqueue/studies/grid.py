@@ -38,7 +38,13 @@ from jaxqueue.studies.batching import (
     warn_overruns,
     window_overruns,
 )
-from jaxqueue.studies.grid_theory import refined_values, store_rows, theory_value, theory_values
+from jaxqueue.studies.grid_theory import (
+    refined_values,
+    store_rows,
+    theory_value,
+    theory_values,
+    warmup_passed,
+)
 from jaxqueue.studies.spec import GridSpec
 from jaxqueue.studies.store import Store, StoreMismatchError, writer_lock
 
@@ -212,7 +218,7 @@ def run_grid(
         ran, events, t0 = 0, 0, time.perf_counter()
         batch_index = store.next_batch() if lead else 0
         bar = _Progress(spec.name, len(spec.points), finished, log) if progress and lead else None
-        pending, cache = None, {}
+        pending, cache, failed = None, {}, []
         for points in groups.values():
             bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
             size, chosen = batches(
@@ -234,6 +240,7 @@ def run_grid(
                     continue
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = _batch_rows(spec, batch, results, ids, wall, cache)
+                failed += [p for p, r in zip(batch, results) if warmup_passed(r) == 0]
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)
                 pending = writer.submit(store.commit_batch, batch_index, committed, rows)
@@ -244,7 +251,26 @@ def run_grid(
             pending.result()
         if bar is not None:
             bar.close()
+    if failed:
+        _warn_warmup(spec, failed, ran, log)
     return ran
+
+
+def _warn_warmup(spec: GridSpec, failed: list, ran: int, log) -> None:
+    """Say on ``log`` which points' warm-up diagnostic failed: their rows may be biased."""
+    shown = ", ".join(
+        " ".join(f"{k}={v}" for k, v in p.params().items() if k in ("policy", "servers", "load"))
+        for p in failed[:3]
+    )
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    print(
+        f"[jaxqueue] {spec.name}: warning: the warm-up diagnostic failed at {len(failed)} of "
+        f"the {ran} points run ({shown}{more}; warmup_passed = 0 in the store): their "
+        "estimates may carry the start's bias; lengthen warmup_time in [run], or start "
+        'from the mean field (init = "mean-field")',
+        file=log,
+        flush=True,
+    )
 
 
 def _check_groups(groups, init: str) -> None:

@@ -213,6 +213,13 @@ def theory_value(result, metric: str, index):
     return float(value[index]) if index < len(value) else 0.0
 
 
+def warmup_passed(res) -> int | None:
+    """The warm-up diagnostic's verdict as a store value: 1 passed, 0 failed,
+    ``None`` where it could not judge (too few batches)."""
+    verdict = (res.diagnostics or {}).get("warmup_diagnostic", {}).get("passed")
+    return None if verdict is None else int(bool(verdict))
+
+
 def store_rows(
     point: Point, point_id: str, spec: GridSpec, res, theory, refined=None
 ) -> list[dict]:
@@ -240,6 +247,7 @@ def store_rows(
         "replicas": spec.run.replicas,
         "steps": res.settings["steps"],
         "warmup": res.settings["warmup"],
+        "warmup_passed": warmup_passed(res),
         "seed": spec.run.seed,
     }
     rows = []

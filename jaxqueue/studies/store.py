@@ -23,7 +23,7 @@ except ModuleNotFoundError:  # pragma: no cover (Windows)
 __all__ = ["Store", "StoreMismatchError", "StoreBusyError", "writer_lock", "COLUMNS", "SCHEMA"]
 
 #: The layout of the tables; a store written with another is refused.
-SCHEMA = "4"
+SCHEMA = "5"
 
 #: The columns of the results table (and of its CSV export), in order.
 COLUMNS = (
@@ -51,6 +51,7 @@ COLUMNS = (
     "replicas",
     "steps",
     "warmup",
+    "warmup_passed",
     "seed",
 )
 _TYPES = {
@@ -78,6 +79,7 @@ _TYPES = {
     "replicas": "INTEGER",
     "steps": "INTEGER",
     "warmup": "INTEGER",
+    "warmup_passed": "INTEGER",
     "seed": "INTEGER",
 }
 _QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
