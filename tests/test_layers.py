@@ -29,13 +29,8 @@ RANK = {
     "__main__": 9,
 }
 
-#: Imports against the ranks, each a deferred import inside one function:
-#: the speed-aware policies and the exact chain read the server-class tables
-#: of ``sim.classes``.
-UPWARD = {
-    ("policies/classic.py", "jaxqueue.sim.classes"),
-    ("exact/chain.py", "jaxqueue.sim.classes"),
-}
+#: Imports against the ranks, each a deferred import inside one function (none today).
+UPWARD: set[tuple[str, str]] = set()
 
 
 def _layer(path: Path) -> str:

@@ -1,22 +1,7 @@
-"""Linear algebra of the exact solver: irreducibility, GMRES, the stationary solve.
-
-Given the generator of a finite chain in COO form (``rows``, ``cols``,
-``vals``: the rate of each transition ``rows[i] -> cols[i]``, no self-loops),
-:func:`stationary` solves ``pi Q = 0, sum(pi) = 1`` with ``pi`` fixed at state
-0 (the empty system) and its balance equation dropped:
-
-* with scipy, up to :data:`DIRECT_STATE_LIMIT` states by sparse LU; above it
-  (where LU fill-in gets slow) by restarted GMRES (:func:`gmres`, written here
-  so that its arithmetic does not depend on the scipy version) with an
-  incomplete-LU preconditioner, falling back to LU;
-* without scipy, dense numpy up to :data:`DENSE_STATE_LIMIT` states.
-
-The balance residual and the sign of the solution are checked. The solve is
-only meaningful for one closed class, which :func:`check_irreducible` checks
-(every state leads back to state 0), so the stationary law is unique.
-
-Nothing here knows about queues; :mod:`jaxqueue.exact.solver` builds the
-chain (:mod:`jaxqueue.exact.chain`) and calls these.
+"""Linear algebra of the exact solver: the irreducibility check and the
+stationary solve of a finite chain given by its transitions (sparse LU, GMRES
+with an incomplete-LU preconditioner, or dense numpy without scipy). How,
+and why this GMRES rather than scipy's: docs/exact.md.
 """
 
 from __future__ import annotations
@@ -84,12 +69,14 @@ def check_irreducible(n_states, rows, cols):
 
 def _dot(u, v):
     # einsum without BLAS: multithreaded BLAS level-1/2 calls can crawl on a
-    # busy machine, and these vectors are short enough not to need them
+    # busy machine (scipy's gmres, which makes them, ran 3-7x slower here on two
+    # shared cores; docs/exact.md), and these vectors are short enough not to need them
     return float(np.einsum("i,i->", u, v))
 
 
 def gmres(a, precond, b, rtol, restart, max_cycles):
-    """Right-preconditioned restarted GMRES (modified Gram-Schmidt, Givens rotations).
+    """Right-preconditioned restarted GMRES (modified Gram-Schmidt, Givens
+    rotations), with no BLAS call (see :func:`_dot`).
 
     Args:
         a: the matrix (anything with ``a @ x``), shape ``(n, n)``.

@@ -1,48 +1,9 @@
 """The policy interface: draws, a decision, and what the rest of the package needs to know.
 
-Every policy but JIQ-Original and JIQ-Threshold (which step on per-server
-state, :mod:`jaxqueue.sim.per_server`) is exchangeable: servers are
-interchangeable and so are dispatchers, so a replica's state is held as
-occupancy tails (see :mod:`jaxqueue.sim.step`): ``tail[k]`` servers hold at
-least ``k`` tasks and, for the JIQ family, ``iq_tail[j]`` dispatchers list at
-least ``j`` idle servers.
-Servers are thought of as sorted by queue length, longest first, so server
-index ``i`` holds ``level_of(tail, i) = #{k >= 1: tail[k] > i}`` tasks and a
-uniformly random server is a uniformly random index. The same holds for
-dispatchers and their I-queue sizes.
-
-An exchangeable policy names the random outcomes it decides on (its
-:class:`Draw` objects: a random server's queue length, the shortest of ``d``
-probes, a dispatcher's I-queue size, the I-queue of a random idle server) and
-decides on them:
-
-* :meth:`Policy.decide` -- an arrival: the chosen server's queue length, the
-  size of the I-queue that loses a listed server, and the messages sent;
-* :meth:`Policy.decide_join` -- a server just became idle: the size of the
-  I-queue it joins (JIQ family only).
-
-The simulator samples the draws exactly from random words
-(:meth:`Policy.route`, :meth:`Policy.on_idle`); the generic mean field
-(:mod:`jaxqueue.theory.meanfield`) reads the same decision under the draws'
-limit laws.
-
-Besides its rule, a policy declares everything the package dispatches on, so
-that no module outside ``jaxqueue.policies`` switches on policy names:
-
-* :attr:`Policy.name` -- its name in the registry and on the command line;
-* :attr:`Policy.references` -- keys of :data:`jaxqueue.policies.references.REFERENCES`
-  (the docstring cites the same papers);
-* :attr:`Policy.engine` -- ``"occupancy"`` or ``"per-server"`` (the simulator path);
-* :meth:`Policy.closed_form` and :attr:`Policy.no_mean_field` -- the mean-field
-  path: a closed form, the generic fixed point, or none (with the reason);
-* :meth:`Policy.exact_rule` -- the rule of the exact CTMC solver that is this policy;
-* :meth:`Policy.tail_bound` -- a closed-form tail that bounds its mean-field tail
-  (the default level bounds of the simulator).
-
-Probes are always of *distinct* servers (or distinct I-queues for JIQ-SQ), as
-in the papers: the minimum queue length among ``d`` distinct servers is the
-queue length of the largest of ``d`` distinct indices, drawn exactly with
-Floyd's algorithm.
+A policy names the random outcomes it decides on (:class:`Draw`) and decides
+on them (:meth:`Policy.decide`); the simulator samples the draws, the generic
+mean field reads their limit laws, and the exact solver asks the policy's
+exact rule. The declarations, and how to add a policy: docs/policies.md.
 """
 
 from __future__ import annotations
@@ -57,6 +18,7 @@ import numpy as np
 
 from jaxqueue.core.rng import uniform_index
 from jaxqueue.core.system import System, as_int
+from jaxqueue.policies.exact_rules import ExactState, Move, completion
 
 __all__ = [
     "Policy",
@@ -276,7 +238,9 @@ class Servers(Draw):
     """Queue length of the shortest of ``d`` distinct uniformly random servers.
 
     ``d = 1``: a uniformly random server. ``exhaustive``: every server (JSQ),
-    no randomness. In the limit the shortest of ``d`` has at least ``k`` tasks
+    no randomness. Servers are indexed longest first (:func:`level_of`), so
+    the shortest of ``d`` is the server at the largest of ``d`` distinct
+    uniform indices, drawn exactly by Floyd's algorithm. In the limit the shortest of ``d`` has at least ``k`` tasks
     with probability ``s_k**d``; JSQ's is the shortest queue present.
     """
 
@@ -402,7 +366,7 @@ class Policy:
     :meth:`join_draws`) and decides on them (:meth:`decide`,
     :meth:`decide_join`); sampling and the mean-field laws come from the
     draws. The class attributes and the methods after ``decide_join`` say how
-    the rest of the package treats the policy (see the module docstring).
+    the rest of the package treats the policy (docs/policies.md).
     """
 
     #: Registry and command-line name.
@@ -422,6 +386,10 @@ class Policy:
     #: Whether routing looks at the servers' speeds with pools (``jsew``): the mean
     #: field of queue lengths then does not cover it.
     routes_by_speed: ClassVar[bool] = False
+    #: Whether a dispatcher picks the head of its I-queue (FIFO I-queues).
+    fifo: ClassVar[bool] = False
+    #: Whether the exact chain takes phase-type service and pools for this policy.
+    exact_phases: ClassVar[bool] = True
 
     @property
     def per_server(self) -> bool:
@@ -500,8 +468,27 @@ class Policy:
         )
 
     def exact_rule(self) -> tuple[str, dict]:
-        """``(rule, options)`` of :mod:`jaxqueue.exact` that solves this policy exactly."""
+        """``(rule, options)``: the name of the exact chain that is this policy
+        (the policy of that name with those options routes the same way) and
+        its options; the chain itself asks :meth:`exact_arrivals`."""
         raise NotImplementedError(f"policy {self.name!r} declares no exact CTMC rule")
+
+    def exact_arrivals(self, state: ExactState, dispatcher: int) -> list[Move]:
+        """The branches of an arrival at ``dispatcher`` in the exact chain
+        (:mod:`jaxqueue.exact`): where the task goes given the labelled state,
+        with probabilities, and the messages sent."""
+        raise NotImplementedError(f"policy {self.name!r} declares no exact CTMC rule")
+
+    def exact_departure(self, state: ExactState, server: int) -> list[Move]:
+        """The branches of a completion at busy ``server`` in the exact chain:
+        by default one task fewer and the I-queues as they are."""
+        return [Move(1.0, completion(state, server), state.l, state.pos)]
+
+    def exact_server_types(self, bound: int, m: int, n_phases: int = 1) -> int:
+        """How many values one server's entry of the exact state can take with
+        queues bounded by ``bound``: queue length and phase (``n_phases``), and
+        the I-queue listing it when idle."""
+        return bound * n_phases + (m if self.uses_iqueues else 1)
 
     def tail_bound(self) -> tuple[int, bool]:
         """``(d, with_p0)``: the mean-field tail of Pod(d) (times JIQ-Pod(d)'s ``p0``

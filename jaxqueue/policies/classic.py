@@ -7,7 +7,9 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
+from jaxqueue.core.classes import WAIT_TIE, shortest_expected_wait
 from jaxqueue.policies.base import ZERO, ClosedForm, Policy, Route, Servers, check_d, server_draw
+from jaxqueue.policies.exact_rules import send, shortest_server, uniform
 
 __all__ = ["Random", "JSQ", "JSEW", "PowerOfD", "IdleOneFirst"]
 
@@ -28,6 +30,9 @@ class Random(Policy):
 
     def exact_rule(self):
         return "random", {}
+
+    def exact_arrivals(self, state, dispatcher):
+        return send(state, uniform(range(state.n)))
 
     def draws(self, system):
         return (Servers(1),)
@@ -53,6 +58,11 @@ class JSQ(Policy):
 
     def exact_rule(self):
         return "jsq", {}
+
+    def exact_arrivals(self, state, dispatcher):
+        q = state.q
+        best = min(q)
+        return send(state, uniform([i for i in range(state.n) if q[i] == best]))
 
     def tail_bound(self):
         return 2, False
@@ -85,14 +95,23 @@ class JSEW(JSQ):
     def exact_rule(self):
         return "jsew", {}
 
+    def exact_arrivals(self, state, dispatcher):
+        """With pools, the least ``(q + 1) * mean / speed`` among the servers
+        with room (all full: among all), equal within ``WAIT_TIE``; else JSQ."""
+        if state.waits is None:
+            return super().exact_arrivals(state, dispatcher)
+        q, n = state.q, state.n
+        waits = [(q[i] + 1) * state.waits[i] for i in range(n)]
+        room = [i for i in range(n) if q[i] < state.cap] or list(range(n))
+        best = min(waits[i] for i in room)
+        return send(state, uniform([i for i in room if waits[i] <= best * (1 + WAIT_TIE)]))
+
     def route_words(self, system):
         return 2 if system.pools is not None else super().route_words(system)
 
     def route(self, view, words, system):
         if system.pools is None:
             return super().route(view, words, system)
-        from jaxqueue.sim.classes import shortest_expected_wait  # (the class tables live there)
-
         level, cls = shortest_expected_wait(view.classes, words, system)
         return Route(level, ZERO, ZERO, ZERO, cls)
 
@@ -122,6 +141,11 @@ class PowerOfD(Policy):
     def exact_rule(self):
         return "pod", {"d": self.d}
 
+    def exact_arrivals(self, state, dispatcher):
+        if self.d == 1:
+            return send(state, uniform(range(state.n)))
+        return send(state, shortest_server(state, self.d), self.d)
+
     def tail_bound(self):
         return self.d, False
 
@@ -146,6 +170,14 @@ class IdleOneFirst(Policy):
 
     def exact_rule(self):
         return "i1f", {}
+
+    def exact_arrivals(self, state, dispatcher):
+        q, n = state.q, state.n
+        idle = [i for i in range(n) if q[i] == 0]
+        if idle:
+            return send(state, uniform(idle))
+        ones = [i for i in range(n) if q[i] == 1]
+        return send(state, uniform(ones or range(n)))
 
     def tail_bound(self):
         return 2, False

@@ -19,6 +19,17 @@ from jaxqueue.policies.base import (
     check_d,
     server_draw,
 )
+from jaxqueue.policies.exact_rules import (
+    Move,
+    completion,
+    delete_fallback,
+    idle_pick,
+    join_shortest,
+    join_uniform,
+    joined,
+    shortest_server,
+    uniform,
+)
 
 __all__ = ["JIQPod", "JIQ", "IdleFirst", "JIQSQ"]
 
@@ -75,6 +86,20 @@ class JIQPod(Policy):
 
     def exact_rule(self):
         return "jiq-pod", {"d": self.d}
+
+    def exact_arrivals(self, state, dispatcher):
+        picked = idle_pick(state, dispatcher)
+        if picked:
+            return picked
+        if self.d == 1:
+            return delete_fallback(state, uniform(range(state.n)), 0)
+        return delete_fallback(state, shortest_server(state, self.d), self.d)
+
+    def exact_departure(self, state, server):
+        qn = completion(state, server)
+        if qn[server] == 0:
+            return joined(qn, join_uniform(state.l, server, state.m))
+        return [Move(1.0, qn, state.l, state.pos)]
 
     def tail_bound(self):
         return self.d, True
@@ -154,6 +179,16 @@ class JIQSQ(Policy):
 
     def exact_rule(self):
         return "jiq-sq", {"d": self.d}
+
+    def exact_arrivals(self, state, dispatcher):
+        return idle_pick(state, dispatcher) or delete_fallback(state, uniform(range(state.n)), 0)
+
+    def exact_departure(self, state, server):
+        qn = completion(state, server)
+        if qn[server] == 0:
+            joins = join_shortest(state.l, server, state.m, self.d)
+            return joined(qn, joins, self.d if self.d >= 2 else 0)
+        return [Move(1.0, qn, state.l, state.pos)]
 
     def tail_bound(self):
         return 1, True

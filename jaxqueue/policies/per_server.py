@@ -14,6 +14,15 @@ from typing import ClassVar
 
 from jaxqueue.core.system import check_int
 from jaxqueue.policies.base import Policy, check_d
+from jaxqueue.policies.exact_rules import (
+    Move,
+    completion,
+    join_shortest,
+    join_uniform,
+    joined,
+    send,
+    uniform,
+)
 
 __all__ = ["JIQOriginal", "JIQThreshold"]
 
@@ -59,6 +68,7 @@ class JIQOriginal(Policy):
     uses_iqueues: ClassVar[bool] = True
     engine: ClassVar[str] = "per-server"
     stale_picks: ClassVar[bool] = True
+    exact_phases: ClassVar[bool] = False
     #: A fallback task that lands on a listed server sends no delete request.
     delete_requests: ClassVar[bool] = False
     #: The values of ``order``.
@@ -105,6 +115,53 @@ class JIQOriginal(Policy):
     def exact_rule(self):
         return "jiq-original", {"order": self.order, "z": self.z, "d": self.d}
 
+    def exact_arrivals(self, state, dispatcher):
+        """A listed server of ``dispatcher``'s I-queue (uniform, or its head),
+        busy or not, leaves it; an empty I-queue: a uniform server, no delete."""
+        q, l, pos = state.q, state.l, state.pos
+        mine = [i for i in range(state.n) if l[i] == dispatcher]
+        if not mine:
+            return send(state, uniform(range(state.n)))
+        picks = [(1.0, next(i for i in mine if pos[i] == 0))] if self.fifo else uniform(mine)
+        out = []
+        for p, i in picks:
+            ln = list(l)
+            ln[i] = -1
+            posn = None
+            if self.fifo:  # the others move up
+                posn = [c - 1 if b == dispatcher else c for b, c in zip(l, pos)]
+                posn[i] = -1
+            stale = 1 if q[i] > 0 else 0
+            if q[i] >= state.cap:
+                out.append(Move(p, q, ln, posn, -1, stale=stale))
+            else:
+                qn = list(q)
+                qn[i] += 1
+                out.append(Move(p, qn, ln, posn, q[i], stale=stale))
+        return out
+
+    def exact_departure(self, state, server):
+        """A server not listed that is left with at most ``z`` tasks joins
+        (FIFO: at the tail of its I-queue)."""
+        qn, l = completion(state, server), state.l
+        if qn[server] > self.z or l[server] >= 0:
+            return [Move(1.0, qn, l, state.pos)]
+        if self.d >= 2:
+            joins, probes = join_shortest(l, server, state.m, self.d), self.d
+        else:
+            joins, probes = join_uniform(l, server, state.m), 0
+        out = []
+        for p, ln in joins:
+            posn = None
+            if self.fifo:
+                posn = list(state.pos)
+                posn[server] = sum(1 for b in l if b == ln[server])
+            out.append(Move(p, qn, ln, posn, joins=1, probes=probes))
+        return out
+
+    def exact_server_types(self, bound, m, n_phases=1):
+        return m + (m + 1) * bound
+
     def tail_bound(self):
         return 1, True
 
@@ -136,6 +193,7 @@ class JIQThreshold(Policy):
     references: ClassVar[tuple] = ("wang2017",)
     uses_iqueues: ClassVar[bool] = True
     engine: ClassVar[str] = "per-server"
+    exact_phases: ClassVar[bool] = False
     #: A fallback task that takes a listed server past ``z`` sends a delete request.
     delete_requests: ClassVar[bool] = True
     #: Its I-queues are unordered (a uniformly random listed server is picked).
@@ -159,6 +217,58 @@ class JIQThreshold(Policy):
 
     def exact_rule(self):
         return "jiq-threshold", {"z": self.z}
+
+    def exact_arrivals(self, state, dispatcher):
+        """A listed server leaves its I-queue and rejoins a uniform one if it
+        still holds at most ``z``; a fallback task that takes a listed server
+        past ``z`` sends a delete request."""
+        mine = [i for i in range(state.n) if state.l[i] == dispatcher]
+        return self._exact_pick(state, mine) if mine else self._exact_fallback(state)
+
+    def _exact_pick(self, state, mine):
+        q, l = state.q, state.l
+        out = []
+        for p, i in uniform(mine):
+            ln = list(l)
+            ln[i] = -1
+            qn, k = q, -1
+            if q[i] < state.cap:
+                qn = list(q)
+                qn[i] += 1
+                k = q[i]
+            if qn[i] <= self.z:  # still at most z tasks: joins a uniform I-queue again
+                for pj, lj in join_uniform(ln, i, state.m):
+                    out.append(Move(p * pj, qn, lj, None, k, joins=1))
+            else:
+                out.append(Move(p, qn, ln, None, k))
+        return out
+
+    def _exact_fallback(self, state):
+        q, l = state.q, state.l
+        out = []
+        for p, i in uniform(range(state.n)):
+            if q[i] >= state.cap:
+                out.append(Move(p, q, l, None, -1))
+                continue
+            qn = list(q)
+            qn[i] += 1
+            if l[i] >= 0 and qn[i] > self.z:  # taken past z: delete request
+                ln = list(l)
+                ln[i] = -1
+                out.append(Move(p, qn, ln, None, q[i], deletes=1))
+            else:
+                out.append(Move(p, qn, l, None, q[i]))
+        return out
+
+    def exact_departure(self, state, server):
+        qn = completion(state, server)
+        if qn[server] == self.z:
+            return joined(qn, join_uniform(state.l, server, state.m))
+        return [Move(1.0, qn, state.l, state.pos)]
+
+    def exact_server_types(self, bound, m, n_phases=1):
+        low = min(self.z, bound) + 1
+        return low * m + (bound + 1 - low)
 
     def tail_bound(self):
         return 1, True
