@@ -1,20 +1,8 @@
 """The Python API for simulation: :func:`simulate` one load, :func:`sweep` several.
 
-Arguments follow one pattern across the package: the policy, then the load
-(or loads), then the size (``n_servers``, ``n_dispatchers`` here; ``ratio``
-for the mean field), then keyword-only options (``d``, ``z``, ``buffer``, ...).
-
-Typical use::
-
-    import jaxqueue as jq
-    res = jq.simulate("jiq-pod", 0.9, 1000, 100, d=2, replicas=64,
-                      time=1000, warmup_time=200)
-    print(res.mean_response_time)
-
-or, with the model and its run options as values (:mod:`jaxqueue.core.config`)::
-
-    model = jq.Model("jiq-pod", 1000, 100, d=2)
-    res = jq.simulate(model, 0.9, run=jq.RunOptions(replicas=64, time=1000, warmup_time=200))
+Arguments: the policy, the load (or loads), the size (``n_servers``,
+``n_dispatchers``), then keyword-only options; or a
+:class:`~jaxqueue.core.config.Model` with ``run=`` and ``bounds=``.
 """
 
 from __future__ import annotations

@@ -88,10 +88,10 @@ def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
     """With M = 1 the one I-queue lists every idle server: the start is the
     single-dispatcher limit (ratio None), not the many-dispatcher one at
     r = N, whose ~4N I-queue levels took minutes to solve at N = 1000."""
-    from jaxqueue.runs.initial import _mean_field
+    from jaxqueue.runs.initial import mean_field_of
 
     p = plan("jiq", [1.2], N, 1, replicas=2, buffer=3, init="mean-field")
-    mf = _mean_field(p.policy, 1.2, p.system)
+    mf = mean_field_of(p.policy, 1.2, p.system)
     assert mf.settings["ratio"] is None and mf.iqueue_distribution is None
     np.testing.assert_allclose(mf.occupancy, theory.mean_field("jiq", 1.2, buffer=3).occupancy)
     counts, _ = initial_counts("mean-field", p.system, p.policy, 1.2)
@@ -105,7 +105,7 @@ def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     finds an idle server in the limit: T = 1 and no server holds two tasks.
     The start, a grid's theory column and ``compare`` all use that limit (the
     closed form at r = N is a different system: T = 1.008 at N = 1000)."""
-    from jaxqueue.runs.initial import _mean_field
+    from jaxqueue.runs.initial import mean_field_of
     from jaxqueue.studies import grid
     from jaxqueue.studies.spec import Point
 
@@ -118,7 +118,7 @@ def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     assert many > 1.005  # what grids and compare used to put beside an M = 1 run
 
     p = plan("jiq", [0.9], N, 1, replicas=2, init="mean-field")
-    start = _mean_field(p.policy, 0.9, p.system)
+    start = mean_field_of(p.policy, 0.9, p.system)
     assert start.mean_response_time == pytest.approx(1.0, abs=1e-9)
     counts, _ = initial_counts("mean-field", p.system, p.policy, 0.9)
     assert counts[0] == N - 900 and counts[1] == 900 and counts[2:].sum() == 0

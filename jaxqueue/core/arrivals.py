@@ -1,48 +1,8 @@
 """Arrival processes beyond a constant Poisson rate: rate profiles, MMPPs and traces.
 
-Every source keeps ``lambda`` as the load. The rates a user gives are
-*relative*: a run at load ``lambda`` scales them so that the long-run mean
-arrival rate is ``lambda * N`` (so the same shape can be swept over loads).
-
-* :class:`Profile`: a piecewise-constant arrival rate that repeats with a
-  period (a day's pattern, a load step). Rate ``lambda * shape(t)`` with the
-  time mean of ``shape`` equal to 1.
-* :class:`MMPP`: a Markov-modulated Poisson source. A small continuous-time
-  Markov chain (generator ``Q``, on the time scale of one mean service time)
-  picks the rate; each replica has its own modulating chain.
-* :class:`Trace`: arrival times read from a file (a cluster's task
-  submissions). Every replica sees the same arrivals, rescaled so that the
-  trace's mean arrival rate is ``lambda * N``; replicas differ only in their
-  service randomness. After its last arrival the trace starts over.
-
-How the simulator stays exact (:mod:`jaxqueue.sim.source`): profiles and
-MMPPs are uniformized at the largest rate, ``N (lambda * peak + gamma)``
-(plus the MMPP's largest exit rate), and thinned: each step is a candidate
-event of a Poisson process of that constant rate, which is an arrival with
-probability (current rate) / (uniformization rate). A replica carries the
-time left in its current segment, in units of steps, and the candidate
-events are exponentially spaced, so each step knows the segment it falls
-in. Time averages are still step averages. A trace's arrivals are at given
-times, so they cannot be thinned out of a Poisson process: between two
-arrivals the service events are uniformized at rate ``N gamma``, and an
-exponential gap that passes the next arrival makes the step that arrival
-(memorylessness makes discarding the overshoot exact). Steps then are not
-evenly spread in time, but the service candidates are a Poisson process, so
-the states they find are a time-uniform sample, and time averages are taken
-over them (:func:`jaxqueue.sim.blocks.time_sum_scale`).
-
-Files (:func:`parse_arrivals`): a CSV whose header has ``time`` and ``rate``
-is a profile; one with ``time`` (or ``timestamp``) and no ``rate`` is a
-trace (an optional ``service`` column gives each task's service time, from
-which :meth:`Trace.natural_load` reports the trace's own load; the
-simulation does not use it: its servers keep their exponential law, and a
-result records only the column's mean, ``mean_service``); a JSON file
-``{"generator": [[...]], "rates": [...]}`` is an MMPP.
-
-Example:
-    >>> day = Profile(times=(0.0, 8.0, 16.0, 24.0), rates=(0.5, 1.5, 1.0, None))
-    >>> round(day.peak, 6), day.period
-    (1.5, 24.0)
+Rates are relative: a run at load ``lambda`` scales a source to the mean
+arrival rate ``lambda * N``. :func:`parse_arrivals` reads them from files
+(docs/simulation.md, "Time-varying and trace-driven arrivals").
 """
 
 from __future__ import annotations

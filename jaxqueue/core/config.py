@@ -1,33 +1,8 @@
 """A run's configuration in three frozen types: the model, its run options, the level bounds.
 
-* :class:`Model`: the system, what a simulation and an exact solve share:
-  the policy and its options, ``N`` and ``M``, the buffer, the service law,
-  the server pools and the arrival source.
-* :class:`RunOptions`: how a simulation runs it: replicas, run lengths,
-  warm-up, seed, start, intervals, backend and devices.
-* :class:`Bounds`: the level bounds of the simulator's state (None: sized
-  from the mean field).
-
-Every entry point takes them (:func:`jaxqueue.simulate`, :func:`jaxqueue.sweep`,
-:func:`jaxqueue.transient`, :func:`jaxqueue.exact.solve_exact`, a sweep spec's
-:meth:`~jaxqueue.studies.spec.GridSpec.model`, the command line), and the
-keyword arguments of those functions are a thin layer over them
-(:func:`split_keywords`)::
-
-    model = jq.Model("jiq-pod", 1000, 100, d=2)
-    res = jq.simulate(model, 0.9, run=jq.RunOptions(replicas=64, time=500))
-
-What fixes a compiled program and what is a number each replica carries:
-the policy and its options, whether the buffer is finite, the service law,
-the pools, the arrival source, one dispatcher or several, and the level
-bounds fix the program; the load, ``N``, ``M`` and a finite buffer (for the
-exchangeable policies with exponential servers and Poisson arrivals:
-:func:`jaxqueue.runs.planner.size_key`) and the run's window are numbers
-each replica carries, so a sweep's points that differ only in those step
-together in one batch (:func:`jaxqueue.studies.grid.shape_groups`).
-
-The types hold values; the entry points check them (a ``ValueError`` names
-the parameter and its valid range, before anything compiles).
+:class:`Model` (the system), :class:`RunOptions` (how a simulation runs it)
+and :class:`Bounds` (the state's level bounds) hold values; every entry point
+takes them, and checks them (:func:`split_keywords` turns keywords into them).
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """Random words and exact integer draws for the lockstep simulator.
 
-Keys by position. Every replica has its own key (:func:`replica_keys`): replica
-``i`` of a run with key ``key`` has ``fold_in(key, i)``, and a grid point's
-replicas ``fold_in(fold_in(key, w), i)`` with a word ``w`` derived from the
-point itself. Its ``b``-th block of ``BLOCK`` uniformized steps draws from
-``fold_in(replica key, b)``, so results do not depend on how many replicas run
-together, on how the run is cut into chunks, or on how replicas are spread
-over devices.
-
-Within a block, the Threefry-2x32 hash supplies a 64-bit block key once (the
-key ``jax.random`` gives, :func:`block_keys`), and the words of each step come
-from a counter-based hash of ``(block key, step, word)``: two rounds of a
-32-bit avalanche mixer (the "triple32" constants), a bijection of the counter
-for a fixed key, so no word repeats inside a block.
-On a CPU it produces words about six times faster than threefry (4.8e8 against
-7.2e7 words per second on one core). It is not what bounds a step: with one
-round of the mixer instead of two, a Pod(2) step measured 8% faster and a
-JIQ step no faster.
-
-Integer draws are exact to ``2**-64``: an index in ``[0, n)`` is the high part
-of a 64-bit uniform fraction times ``n`` (two words), so the probability of any
-range of indices is right to within ``2**-64``, whatever ``n`` is. Float32
-uniforms scaled by ``n`` would carry only 24 bits, not enough at ``n = 10**6``.
+Keys by position (:func:`replica_keys`, :func:`block_keys`), a counter hash for
+each step's words, and indices exact to ``2**-64`` (docs/simulation.md, "Keys by
+position" and "Exact sampling").
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Service-time laws: phase-type distributions (:class:`PhaseType`).
 
-A phase-type law is the time to absorption of a small continuous-time Markov
-chain: a task starts in phase ``p`` with probability ``alpha[p]``, moves from
-phase ``p`` to phase ``q`` at rate ``S[p][q]`` and completes at the exit rate
-``s[p] = -sum_q S[p][q]`` (``S`` is the sub-generator: off-diagonal entries
-``>= 0``, negative diagonal, row sums ``<= 0``, every phase transient).
-Exponential, Erlang, hyperexponential and Coxian laws are all phase-type, and
-any positive law can be approximated by one.
-
-Loads stay per server and in units of the mean service time: the helpers
-scale a law to mean 1 unless told otherwise, so ``lambda`` is still the load
-and ``lambda < 1`` the stability condition. A law whose mean is ``m != 1``
-makes the load ``lambda * m``.
-
-The simulator keeps, for every occupancy level, how many servers are in each
-phase (:mod:`jaxqueue.sim.phases`), and uniformizes at the largest total rate
-of a phase, ``gamma = max_p -S[p][p]``, so each uniformized step is an arrival
-with probability ``lambda / (lambda + gamma)``.
-
-Example:
-    >>> law = erlang(3)
-    >>> law.mean, round(law.scv, 6), law.rate
-    (1.0, 0.333333, 3.0)
-    >>> hyperexponential(4.0).scv
-    4.0
+The helpers scale a law to mean 1, so ``lambda`` stays the load
+(docs/simulation.md, "Service laws and server pools").
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ import hashlib
 import platform
 from pathlib import Path
 
+import jax
+import jaxlib
+import numpy as np
+
 __all__ = ["versions", "source_digest", "__version__"]
 
 __version__ = "0.1.0"
@@ -35,20 +39,11 @@ def source_digest() -> str:
 def versions() -> dict:
     """``{"jaxqueue", "source", "jax", "jaxlib", "numpy", "python"}``: version
     strings, and the digest of the package's sources (:func:`source_digest`)."""
-    import jax
-    import numpy as np
-
-    try:
-        import jaxlib
-
-        jaxlib_version = jaxlib.__version__
-    except Exception:  # pragma: no cover
-        jaxlib_version = None
     return {
         "jaxqueue": __version__,
         "source": source_digest(),
         "jax": jax.__version__,
-        "jaxlib": jaxlib_version,
+        "jaxlib": jaxlib.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
     }

@@ -1,6 +1,7 @@
 """Results: estimates with confidence intervals, the one result schema, response-time laws.
 
-* :mod:`~jaxqueue.results.stats`: Student-t quantiles and the tolerance helper;
+* :mod:`~jaxqueue.results.student`: Student-t quantiles;
+* :mod:`~jaxqueue.results.stats`: the tolerance helper;
 * :mod:`~jaxqueue.results.estimates`: :class:`Estimate` across replicas;
 * :mod:`~jaxqueue.results.schema`: :class:`Result`, the metric names shared by
   simulation, mean field and exact solutions;

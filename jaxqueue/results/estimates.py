@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxqueue.results.stats import student_t_quantile
+from jaxqueue.results.student import student_t_quantile
 
 __all__ = ["Estimate", "estimate", "entries", "t_quantile_975", "json_number"]
 

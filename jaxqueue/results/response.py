@@ -1,44 +1,9 @@
 """Response-time laws as Erlang mixtures, and with phase-type service (host side, numpy, float64).
 
-Service is exp(1) and FIFO, so a task that finds ``k`` tasks at its server
-leaves after an Erlang(``k + 1``, 1) time (its own service plus the ``k`` ahead
-of it; see docs/simulation.md, "Response times without tagged tasks"). The
-response time of a random arrival is then the mixture
-
-    F(t) = sum_k w_k * P(Erlang(k + 1, 1) <= t),
-
-where ``w_k`` is the probability that an arrival finds ``k`` tasks (the
-``arrival_seen`` distribution of every result, simulated, mean-field or
-exact). Times here are in units of the mean service time. Everything here works on the Poisson
-side of the Erlang-Poisson duality,
-
-    P(Erlang(k + 1, 1) > t) = P(Poisson(t) <= k),
-
-so the survival function is ``sum_j pois(j; t) * W_j`` with ``W_j = sum_{k>=j} w_k``:
-a sum of non-negative terms with each Poisson probability taken in log space,
-which stays accurate for ``k`` up to thousands and survival levels far below
-``1e-4``.
-
-Shapes: ``weights`` is ``[..., K + 1]`` (leading batch axes, e.g. one row per
-replica); weights need not be normalised (counts are fine). A time or level
-argument that is a scalar gives results of the batch shape ``[...]``; a 1-D
-array of length ``Q`` gives ``[..., Q]``. A row whose weights sum to zero gives
-NaN for that row (for instance a replica that saw no arrivals).
-
-With phase-type service the residual of the task in service depends on its
-phase: :func:`ph_response_terms` builds the response law from the joint law
-of the tasks found and the phase in service (the exact solver, the
-phase-type mean field and the simulator's ``seen_class`` counts give it),
-:func:`ph_mixture_quantiles` inverts it, for many samples at once, and
-:func:`ph_response_mean` gives its mean.
-
-Example:
-    >>> import numpy as np
-    >>> rho = 0.5
-    >>> w = (1 - rho) * rho ** np.arange(60)  # M/M/1: response ~ Exp(1 - rho)
-    >>> t = float(erlang_mixture_quantile(w, 0.5))
-    >>> bool(abs(t - np.log(2) / (1 - rho)) < 1e-10)
-    True
+An arrival that finds ``k`` tasks at its exponential FIFO server stays an
+Erlang(``k + 1``, 1) time; the response time is the mixture over
+``arrival_seen``, evaluated on the Poisson side in log space
+(docs/simulation.md, "Response times without tagged tasks").
 """
 
 from __future__ import annotations

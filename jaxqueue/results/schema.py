@@ -1,25 +1,9 @@
 """One vocabulary for results: simulation, mean field and exact CTMC.
 
-Every result carries the same metric names (:data:`SCALAR_METRICS`,
-:data:`VECTOR_METRICS`, ``response_quantiles``, and with server pools
-:data:`POOL_METRICS`, ``pool_occupancy`` and ``pool_response_quantiles``), the same missing-value
-convention (``None``: the metric does not apply, e.g. ``p0`` without
-I-queues), the same quantile form (``{q: value}`` for ``q`` in
-:data:`QUANTILES`), a ``source`` (``"simulation"``, ``"mean-field"`` or
-``"exact"``), ``settings`` (what produced it) and ``diagnostics`` (what the
-source reports about its own accuracy: overflow counts, truncated mass,
-solver status).
-
-A simulated metric is an :class:`~jaxqueue.results.estimates.Estimate`
-(mean and 95% half-width); a mean-field or exact metric is a float (or a
-float64 array for vector metrics). :meth:`Result.to_dict` writes both as
-``{"mean": ..., "ci95": ..., "n": ...}`` (``ci95`` and ``n``, the samples
-behind the interval, are ``None`` for a value with no sampling error), so
-the JSON of the three sources has the same keys, and a simulated metric's
-dict is what :func:`jaxqueue.results.stats.tolerance` needs.
-
-Settings and diagnostics are also readable as attributes
-(``res.n_servers``, ``mf.ratio``, ``ex.truncated_mass``).
+Every result has the same metric names, ``None`` where a metric does not apply,
+quantiles as ``{q: value}``, a ``source``, ``settings`` and ``diagnostics``;
+:meth:`Result.to_dict` writes an estimate and a value alike as
+``{"mean", "ci95", "n"}`` (docs/model.md).
 """
 
 from __future__ import annotations

@@ -1,43 +1,9 @@
 """Simulation results: per-replica running sums turned into estimates with 95% intervals.
 
-Every replica runs the same number of uniformized steps, so a replica's time
-average is its step average. Response times need no tagged tasks: service is
-exponential and FIFO, so a task that finds ``k`` tasks at its server has an
-Erlang(``k + 1``, mu) response time, and the histogram of ``k`` seen by
-accepted arrivals gives the mean, the percentiles and the whole law as an
-Erlang mixture (:mod:`jaxqueue.results.response`).
-
-With phase-type service or pools of servers of other speeds the residual of
-the task in service depends on its phase and the server's speed, so the
-simulator also counts where each accepted arrival found its server: ``k``
-tasks at a server of class ``c`` (its pool, and the phase of the task in
-service; ``seen_class``). A task that finds ``k >= 1`` tasks there leaves
-after the residual service from that phase, ``k - 1`` full services and its
-own, all at the pool's speed; one that finds the server idle, after one
-service. The response-time law is the mixture of these phase-type laws over
-what the arrivals found, and its mean and quantiles are exact functions of
-the counts (:func:`jaxqueue.results.response.ph_mixture_quantiles`), one per
-replica as in the exponential case. (Little's law, the mean queue length over
-the accepted arrival rate, gives the same mean in a stationary run, but not
-over a window that holds part of a rate profile's period: tasks in the system
-at its ends are counted in the queue but not as arrivals, or the other way,
-and the queue is not the same at both ends.)
-
-With pools the same counts, taken pool by pool, give each pool's share of the
-accepted tasks, their waiting probability and their mean response time. Each
-pool's occupancy comes from the service candidates of the uniformization:
-they come at a constant rate whatever the state, so the level and class of the
-server each one draws (before the step; ``sampled_class``) is a time-uniform
-sample of the servers, as the arrivals of a Poisson stream see time averages.
-Pool ``i``'s share of level ``k`` among the draws, over its share of the
-servers, estimates the fraction of its servers with ``k`` tasks without bias,
-with about as much information as a time sum (a step looks at one server, and
-there are about ``N`` steps per unit time).
-
-With a trace of arrival times the steps are not evenly spread in time; the
-time sums and ``steps`` then count the service candidates only, a Poisson
-sample of the state (:func:`jaxqueue.sim.blocks.time_sum_scale`), so the
-formulas here are unchanged.
+A replica's time average is its step average; response times come from what
+accepted arrivals found at their server, as Erlang or phase-type mixtures
+(docs/simulation.md, "Response times without tagged tasks", and by pool,
+"Service laws and server pools").
 """
 
 from __future__ import annotations

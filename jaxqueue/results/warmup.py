@@ -1,32 +1,8 @@
 """Warm-up diagnostics: is the measured window free of the start's transient?
 
-A run's measured window is cut into ``B`` batches of equal length; the series
-``Y_1 .. Y_B`` is the mean queue length per server of each batch, averaged
-over the replicas of a load. Two checks read it:
-
-* **MSER** (White, "An effective truncation heuristic for bias reduction in
-  simulation output", Simulation 69(6), 1997; the MSER-5 rule of White, Cobb
-  and Spratt, 2000, applies it to means of batches of 5 observations, as this
-  applies it to the window's batch means): the truncation point ``d*`` in
-  ``0 .. B/2`` that minimises ``sum_{i > d} (Y_i - mean_d)^2 / (B - d)^2``.
-  A ``d*`` at the end of the search range (``B/2``) says the transient fills
-  at least half the window: the run is too short or its warm-up too short.
-  Any smaller ``d*`` is what MSER would drop, reported for information.
-* **Half drift**: the difference of the means of the second and first half
-  of the series and the half-width of its 99% interval (a t interval over
-  ``B - 4`` degrees of freedom from the residuals of a line fitted to each
-  half, widened where consecutive batches are correlated). A difference
-  outside it says the window still drifts.
-
-The diagnostic passes when both do. Measured on simulated series of 20
-batches: a stationary series with independent batches fails by chance about
-3% of the time, 7% with a lag-1 correlation of 0.3 and 18% at 0.6 (batches
-that short also make the batch-means interval unreliable, and it says so); a
-transient ``-exp(-i / 4)`` under noise of sd 0.1 is caught every time, under
-noise of sd 0.3 half the time. A failed check under ``warmup="auto"`` costs
-one more window of warm-up, not accuracy. The checks cannot see a transient
-small against the noise of the batch means; a start at the mean-field
-occupancy (the default) makes the transient small to begin with.
+Two checks on the window's batch means of the mean queue length, MSER and the
+drift between its halves; the diagnostic passes when both do
+(docs/simulation.md, "Warm-up").
 """
 
 from __future__ import annotations
@@ -35,7 +11,7 @@ import math
 
 import numpy as np
 
-from jaxqueue.results.stats import student_t_quantile
+from jaxqueue.results.student import student_t_quantile
 
 __all__ = ["mser_truncation", "half_drift", "diagnose"]
 

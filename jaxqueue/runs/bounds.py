@@ -19,6 +19,7 @@ from jaxqueue.core.host import host_float64
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
+from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
 __all__ = [
@@ -219,8 +220,6 @@ def class_mean_field(
     The ratio is ``N / M`` for the JIQ family with several dispatchers, else
     None (one I-queue, or none).
     """
-    from jaxqueue.theory import mean_field
-
     return mean_field(
         policy,
         load,
@@ -328,8 +327,6 @@ def source_levels(
     """
     if n_servers < SMALL_SYSTEM or not policy.has_queue_length_ode(pools):
         return None
-    from jaxqueue.theory import periodic
-
     ratio = limit_ratio(policy, n_servers, n_dispatchers)
     try:
         tail = periodic.largest_tail(

@@ -31,6 +31,7 @@ __all__ = [
     "iqueue_counts",
     "listed_counts",
     "round_counts",
+    "mean_field_of",
 ]
 
 
@@ -85,7 +86,7 @@ def initial_counts(init, system: System, policy: Policy, load: float):
                 )
             # with a phase-type law, the phase-type mean field (initial_classes
             # then splits each level's servers over the phases by its joint law)
-            mf = _mean_field(policy, float(load), system)
+            mf = mean_field_of(policy, float(load), system)
             occ = np.asarray(mf.occupancy, np.float64)
             beyond = occ[levels + 1 :].sum() * n
             if beyond >= 0.5:
@@ -149,7 +150,7 @@ def initial_classes(init, system: System, policy: Policy, load: float, counts: n
         and init == "mean-field"
         and (system.service is not None or system.pools is not None)
     ):
-        mf = _mean_field(policy, float(load), system)
+        mf = mean_field_of(policy, float(load), system)
         share = mf.diagnostics.get("phase_occupancy")
         if system.pools is not None:  # each pool's share of every level
             fractions = np.array([p.count for p in system.pools], np.float64) / system.n_servers
@@ -158,7 +159,7 @@ def initial_classes(init, system: System, policy: Policy, load: float, counts: n
 
 
 @functools.lru_cache(maxsize=16)
-def _mean_field(policy: Policy, load: float, system: System):
+def mean_field_of(policy: Policy, load: float, system: System):
     """The mean field a start follows (with a phase-type law or pools, the one by class,
     solved once with the default level bound's)."""
     if system.service is not None or system.pools is not None:

@@ -1,16 +1,9 @@
-"""Plan a run: check its arguments and fix its static configuration.
+"""Plan a run: check its arguments and fix its static configuration (nothing compiles).
 
 :func:`plan` turns the arguments of a run (those of :func:`jaxqueue.sweep`)
-into a :class:`~jaxqueue.sim.runner.Plan`, before anything compiles: it
-checks every value (a ``ValueError`` names the parameter and its valid
-range), turns run lengths in time units into steps, sizes the level bounds
-from the theory (:mod:`jaxqueue.runs.bounds`), chooses the start
-(``init="auto"``: the mean field from :data:`AUTO_MEAN_FIELD_SERVERS` servers
-on, where it can be solved) and gives the plan its start
-(:func:`jaxqueue.runs.initial.initial_state`), and picks the backend and the
-devices. This layer sits above the simulator (:mod:`jaxqueue.sim`) and the
-theory (:mod:`jaxqueue.theory`): the simulator runs a plan without importing
-any theory.
+into a :class:`~jaxqueue.sim.runner.Plan`: the checks (:mod:`jaxqueue.runs.arguments`),
+the level bounds (:mod:`jaxqueue.runs.sizing`), the start, the backend and the
+devices. The simulator runs a plan without importing any theory.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -27,7 +21,6 @@ from jaxqueue.core.arrivals import Trace, as_arrivals
 from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords
 from jaxqueue.core.host import host_device
 from jaxqueue.core.rng import BLOCK
-from jaxqueue.core.service import PhaseType, as_law, make_pools
 from jaxqueue.core.system import (
     DEFAULT_WARMUP_TIME,
     MAX_SEED,
@@ -40,19 +33,29 @@ from jaxqueue.core.system import (
 )
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS, Policy
 from jaxqueue.policies.registry import make
-from jaxqueue.runs.bounds import (
-    default_iqueue_levels,
-    default_levels,
-    limit_ratio,
-    phase_levels,
-    required_levels,
-    source_levels,
+from jaxqueue.runs.arguments import (
+    DEFAULT_STEPS,
+    check_interval,
+    check_sized,
+    check_streams,
+    load_buffers,
+    load_sizes,
+    per_load,
+    run_steps,
+    server_pools,
+    service_law,
+    size_key,
+    sized_lengths,
 )
-from jaxqueue.runs.initial import initial_state
+from jaxqueue.runs.bounds import limit_ratio
+from jaxqueue.runs.initial import initial_state, mean_field_of
+from jaxqueue.runs.sizing import bound_load, size_system, trough_load
 from jaxqueue.sim.classes import class_table
+from jaxqueue.sim.kernel import AUTO_MAX_VALUES, step_values
 from jaxqueue.sim.registers import unsupported
-from jaxqueue.sim.runner import BACKENDS, BATCH_MEANS_REPLICAS, MAX_EXTENSIONS, Plan
+from jaxqueue.sim.runner import BACKENDS, MAX_EXTENSIONS, Plan
 from jaxqueue.sim.source import check_source
+from jaxqueue.theory import meanfield
 
 __all__ = [
     "plan",
@@ -68,9 +71,6 @@ __all__ = [
     "trough_load",
     "size_key",
 ]
-
-#: Measured steps per replica when neither ``steps`` nor ``time`` is given.
-DEFAULT_STEPS = 1_000_000
 
 #: ``init="auto"`` starts at the mean field from this many servers on; smaller
 #: systems fill in a few units of time, and the mean field is a poor guide there.
@@ -106,7 +106,7 @@ def _start_or_empty(pol, attempt) -> str:
         warnings.warn(
             f"init='auto' starts {pol.label()} empty: its mean field is not available here ({err})",
             StartWarning,
-            stacklevel=5,
+            stacklevel=6,
         )
         return "empty"
     return "mean-field"
@@ -118,9 +118,7 @@ def _solvable_start(pol, loads, system) -> str:
     refused past a size, for ``z >= 2`` at larger ratios; with pools, a load
     the mean field does not cover; a buffer too large for the dense solve of
     its overload). The solutions are cached for the start itself."""
-    from jaxqueue.runs.initial import _mean_field
-
-    return _start_or_empty(pol, lambda: [_mean_field(pol, float(lam), system) for lam in loads])
+    return _start_or_empty(pol, lambda: [mean_field_of(pol, float(lam), system) for lam in loads])
 
 
 def _sized_start(pol, system) -> str:
@@ -128,140 +126,8 @@ def _sized_start(pol, system) -> str:
     bound (:func:`jaxqueue.theory.meanfield.check_work`: an estimate, nothing
     solved or compiled; the JIQ family's outcome grid grows as ``(N / M)^2``:
     JIQ-SQ with few dispatchers)."""
-    from jaxqueue.theory import meanfield
-
     ratio = limit_ratio(pol, system.n_servers, system.n_dispatchers)
     return _start_or_empty(pol, lambda: meanfield.check_work(pol, ratio, buffer=system.buffer))
-
-
-def _run_steps(
-    name: str, steps, time_name: str, units, per_unit: float, default: int, *, least: int = 1
-) -> int:
-    """A run length in steps: ``steps`` as given, or ``ceil(units * per_unit)``
-    (``units`` in time units, ``per_unit`` the uniformized steps per time unit
-    at the largest load), or ``default``; both given is an error."""
-    if units is None:
-        return default if steps is None else steps
-    if steps is not None:
-        raise ValueError(
-            f"give {name} or {time_name}, not both ({name}={steps!r}, {time_name}={units!r})"
-        )
-    bad = isinstance(units, bool) or not isinstance(units, (int, float, np.integer, np.floating))
-    if bad or not math.isfinite(units) or units < 0 or (least and units <= 0):
-        need = "> 0" if least else ">= 0"
-        raise ValueError(
-            f"{time_name}={units!r} is out of range: need a finite number {need} (time units)"
-        )
-    n = int(math.ceil(float(units) * per_unit))
-    if n > MAX_STEPS:
-        raise ValueError(
-            f"{time_name}={units:g} is {n} steps per replica ({per_unit:g} a time "
-            f"unit), out of range: need at most {MAX_STEPS}; run more replicas"
-        )
-    return max(n, least)
-
-
-def _each_load(name: str, value, n_loads: int, noun: str = "values") -> list | None:
-    """``value`` as one entry per load when it is a sequence (a list, tuple or
-    array; NumPy integers as Python ints), else None."""
-    if not isinstance(value, (list, tuple, np.ndarray)):
-        return None
-    values = [as_int(v) for v in np.asarray(value, dtype=object).ravel()]
-    if len(values) != n_loads:
-        raise ValueError(
-            f"{name} gives {len(values)} {noun} for {n_loads} loads: give one "
-            f"per load, or a single {name}"
-        )
-    return values
-
-
-def _sizes(n_servers, n_dispatchers, n_loads: int) -> list[tuple[int, int]] | None:
-    """``(N, M)`` of each load when ``n_servers`` or ``n_dispatchers`` is a
-    sequence (one value per load; a single value applies to every load), else None."""
-    servers = _each_load("n_servers", n_servers, n_loads)
-    dispatchers = _each_load("n_dispatchers", n_dispatchers, n_loads)
-    if servers is None and dispatchers is None:
-        return None
-    sizes = []
-    for n, m in zip(servers or [n_servers] * n_loads, dispatchers or [n_dispatchers] * n_loads):
-        n = check_int("n_servers", n, 1, MAX_SERVERS)
-        sizes.append((n, check_int("n_dispatchers", m, 1, n)))
-    return sizes
-
-
-def _buffers(buffer, n_loads: int) -> tuple[int | None, list[int] | None]:
-    """``(buffer, buffers)``: the System's buffer (the largest), and one per
-    load where ``buffer`` is a sequence (all finite: an infinite buffer and a
-    finite one count their overflows otherwise), else None."""
-    each = _each_load("buffer", buffer, n_loads, "buffers")
-    if each is None:
-        return as_int(buffer), None
-    if any(b is None for b in each):
-        raise ValueError(
-            "buffer per load: give finite buffers only (an infinite buffer and a "
-            "finite one run as programs of their own)"
-        )
-    each = [check_int("buffer", b, 1, 10**6) for b in each]
-    return max(each), each
-
-
-def size_key(pol: Policy, n: int, m: int, buffer, bare: System) -> tuple | None:
-    """What loads of other ``N`` and ``M`` must share to step in one compiled
-    program, or None where the size fixes the program. The step reads ``N``
-    and ``M`` as numbers for the exchangeable policies (the per-server lists
-    hold N servers) with exponential servers and Poisson arrivals (``bare``:
-    the servers' laws and the arrivals); one dispatcher and several have other
-    states, and ``d = N`` is JSQ's exhaustive search, another draw."""
-    if pol.per_server or bare.classes or bare.arrivals is not None:
-        return None
-    system = System(n, m, buffer, buffer or 1, 1 if m > 1 else 0)
-    return (m == 1, tuple(pol.draws(system)), tuple(pol.join_draws(system)))
-
-
-def _check_sized(pol, sizes, bare: System, buffer) -> None:
-    """Refuse loads of other sizes that cannot share a program (:func:`size_key`)."""
-    keys = {size_key(pol, n, m, buffer, bare) for n, m, *_ in sizes}
-    why = None
-    if pol.per_server:
-        why = f"{pol.label()} keeps per-server lists, whose shapes are N"
-    elif None in keys:
-        why = "phase-type service, server pools and arrival sources fix their shapes by N"
-    elif len({k[0] for k in keys}) > 1:
-        why = "one dispatcher and several have other states"
-    elif len(keys) > 1:
-        why = f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive search)"
-    if why is not None:
-        raise ValueError(
-            f"n_servers, n_dispatchers or buffer per load: {why}; run each size "
-            "on its own (one n_servers, n_dispatchers and buffer)"
-        )
-
-
-def _sized_lengths(sizes, loads, bare: System, steps, time, warmup, warmup_time):
-    """Run lengths per load for loads of other sizes: ``time`` and
-    ``warmup_time`` (and the default warm-up) in time units at each load's own
-    ``N`` and load, as ``(steps, time, warmup, warmup_time)`` for :func:`plan`."""
-    rates = [size[0] * bare.step_rate(lam) for size, lam in zip(sizes, loads)]
-    if time is not None and steps is None:
-        steps = [_run_steps("steps", None, "time", time, r, DEFAULT_STEPS) for r in rates]
-        time = None
-    if warmup is None:
-        units = DEFAULT_WARMUP_TIME if warmup_time is None else warmup_time
-        warmup = [_run_steps("warmup", None, "warmup_time", units, r, 0, least=0) for r in rates]
-        warmup_time = None
-    return steps, time, warmup, warmup_time
-
-
-def _per_load(name: str, value, n_loads: int, least: int, units) -> list[int] | None:
-    """``value`` as one run length per load when it is a sequence, else None
-    (a single value, checked later); a sequence with a run length in time
-    units is an error."""
-    values = _each_load(name, value, n_loads, "run lengths")
-    if values is None:
-        return None
-    if units is not None:
-        raise ValueError(f"give {name} (one per load) or a time in units, not both")
-    return [check_int(name, v, least, MAX_STEPS) for v in values]
 
 
 def plan(
@@ -304,29 +170,85 @@ def plan_model(
     the start, the backend and the devices fixed. Nothing compiles."""
     if not isinstance(model, Model):
         raise TypeError(f"plan_model() takes a Model, got {type(model).__name__}")
-    policy, n_servers, n_dispatchers = model.policy, model.n_servers, model.n_dispatchers
-    d, z, order, buffer = model.d, model.z, model.order, model.buffer
-    service, pools, arrivals = model.service, model.pools, model.arrivals
-    replicas, steps, time, warmup, warmup_time = (
-        run.replicas,
-        run.steps,
-        run.time,
-        run.warmup,
-        run.warmup_time,
-    )
-    seed, init, interval, batches = run.seed, run.init, run.interval, run.batches
-    backend, devices, on_overflow = run.backend, run.devices, run.on_overflow
-    levels, iqueue_levels = bounds.levels, bounds.iqueue_levels
-    pol = make(policy, d=d, z=z, order=order)
+    pol = make(model.policy, d=model.d, z=model.z, order=model.order)
     # counts from NumPy arrays as Python ints (they reach the settings and the JSON)
     replicas, steps, warmup, seed, levels, iqueue_levels, batches = (
-        as_int(v) for v in (replicas, steps, warmup, seed, levels, iqueue_levels, batches)
+        as_int(v)
+        for v in (
+            run.replicas,
+            run.steps,
+            run.warmup,
+            run.seed,
+            bounds.levels,
+            bounds.iqueue_levels,
+            run.batches,
+        )
     )
+    srv = _servers(model, loads, pol, replicas)
+    loads = srv.loads
+    lengths = _lengths(srv, pol, run, steps, warmup)
+    shortest = min(m for _, m in lengths.windows) if lengths.windows else lengths.measure_blocks
+    interval = check_interval(run.interval, batches, replicas, shortest)
+    check_int("seed", seed, 0, MAX_SEED)
+    # every argument first: the level bounds below may solve (and compile) the mean field
+    _check_init(run.init)
+    if run.backend not in BACKENDS:
+        raise ValueError(f"backend={run.backend!r} is not valid: use one of {', '.join(BACKENDS)}")
+    system = size_system(
+        pol, loads, srv.sizes, srv.bare, srv.n_dispatchers, srv.buffer, levels, iqueue_levels
+    )
+    start = _start(run.init, pol, system, loads)
+    streams = check_streams(streams, len(loads))
+    if lengths.time is not None:
+        _warn_window(lengths.time, lengths, system, max(loads))
+    _check_memory(system, pol, replicas * len(loads))
+    devices = run.devices
+    devs = tuple(devices) if devices is not None else tuple(jax.devices())
+    stepped = len(loads) * replicas * lengths.total_blocks * BLOCK
+    devs, host_note = _small_on_host(devs, devices is None and run.backend == "auto", stepped)
+    used, note = _backend(run.backend, system, pol, devs)
+    return Plan(
+        pol,
+        system,
+        tuple(loads),
+        replicas,
+        lengths.warm_blocks,
+        lengths.measure_blocks,
+        int(seed),
+        start,
+        run.on_overflow,
+        devs,
+        streams,
+        min(batches, lengths.measure_blocks),
+        interval,
+        lengths.auto_warmup,
+        lengths.extensions,
+        used,
+        host_note or note,
+        lengths.windows,
+        None if srv.sizes is None else tuple(srv.sizes),
+        initial_state,
+    )
+
+
+class _Servers(NamedTuple):
+    """A run's servers and loads, checked (:func:`_servers`)."""
+
+    bare: System  # the largest N, the servers' laws and the arrivals, without level bounds
+    n_dispatchers: int  # the largest M
+    buffer: int | None  # the largest buffer
+    sizes: list | None  # one (N, M) or (N, M, buffer) per load where they differ, else None
+    loads: list
+
+
+def _servers(model: Model, loads, pol: Policy, replicas) -> _Servers:
+    """Check the model's sizes, buffers, service law, pools and arrivals, and the loads."""
+    n_servers, n_dispatchers = model.n_servers, model.n_dispatchers
     n_loads = np.size(np.asarray(loads, dtype=object))
-    sizes = _sizes(n_servers, n_dispatchers, n_loads)
+    sizes = load_sizes(n_servers, n_dispatchers, n_loads)
     if sizes is not None:  # the System holds the largest; each load its own
         n_servers, n_dispatchers = max(n for n, _ in sizes), max(m for _, m in sizes)
-    buffer, buffers = _buffers(buffer, n_loads)
+    buffer, buffers = load_buffers(model.buffer, n_loads)
     if buffers is not None:  # each load's own buffer below the System's (the largest)
         sizes = [
             (n, m, b) for (n, m), b in zip(sizes or [(n_servers, n_dispatchers)] * n_loads, buffers)
@@ -335,16 +257,16 @@ def plan_model(
         sizes = None if len(set(sizes)) == 1 else sizes
     n_servers = check_int("n_servers", n_servers, 1, MAX_SERVERS)
     n_dispatchers = check_int("n_dispatchers", n_dispatchers, 1, n_servers)
-    law = _service(service, pol)
-    pool_set = _pools(pools, n_servers, pol)
-    source = as_arrivals(arrivals)
+    law = service_law(model.service, pol)
+    pool_set = server_pools(model.pools, n_servers, pol)
+    source = as_arrivals(model.arrivals)
     if isinstance(source, Trace) and (law is not None or pool_set is not None):
         raise ValueError(
             "arrivals: a trace-driven run estimates the response time from the queue length an "
             "arrival finds, which needs identical exponential servers; use service=None and "
             "pools=None (or a rate profile or an MMPP, which take both)"
         )
-    # the servers, their laws and the arrivals, without level bounds (these come below)
+    # the servers, their laws and the arrivals, without level bounds (these come later)
     bare = System(n_servers, levels=1, service=law, pools=pool_set, arrivals=source)
     loads = [
         check_load(x, buffer, bare.capacity) for x in np.atleast_1d(np.asarray(loads, dtype=object))
@@ -356,34 +278,49 @@ def plan_model(
     if buffer is not None:
         check_int("buffer", buffer, 1, 10**6)
     check_int("replicas", replicas, 1, 10**8)
-    lmax = max(loads)
-    per_unit = n_servers * bare.step_rate(lmax)  # (a thinned source steps at its peak rate)
+    return _Servers(bare, n_dispatchers, buffer, sizes, loads)
+
+
+class _Lengths(NamedTuple):
+    """A run's lengths in blocks (:func:`_lengths`)."""
+
+    steps: int  # measured steps per replica, as asked (the longest load's)
+    warm_blocks: int
+    measure_blocks: int
+    windows: tuple | None  # one (warm-up, measured) in blocks per load where they differ
+    auto_warmup: bool
+    extensions: int
+    time: float | None  # the measured window asked for in time units at the largest load
+
+    @property
+    def total_blocks(self) -> int:
+        """Blocks a replica steps at most (every warm-up extension included)."""
+        return self.warm_blocks + self.measure_blocks * (1 + self.extensions)
+
+
+def _lengths(srv: _Servers, pol: Policy, run: RunOptions, steps, warmup) -> _Lengths:
+    """The warm-up and the measured window in blocks (each load's own where
+    they differ), from steps or time units (at the largest load, or at each
+    load's own size and load)."""
+    bare, loads, sizes = srv.bare, srv.loads, srv.sizes
+    time, warmup_time = run.time, run.warmup_time
+    per_unit = bare.n_servers * bare.step_rate(max(loads))  # (a thinned source: its peak rate)
     if sizes is not None:  # time units at each load's own N and load
-        _check_sized(pol, sizes, bare, buffer)
-        if (
-            isinstance(init, str)
-            and init == "auto"
-            and len({s[0] >= AUTO_MEAN_FIELD_SERVERS for s in sizes}) > 1
-        ):
-            raise ValueError(
-                f"init='auto' starts N < {AUTO_MEAN_FIELD_SERVERS} empty and larger N at the mean "
-                "field, so loads of these sizes would start otherwise together than alone: give "
-                "init='empty' or 'mean-field', or sizes on one side of "
-                f"{AUTO_MEAN_FIELD_SERVERS}"
-            )
-        steps, time, warmup, warmup_time = _sized_lengths(
+        check_sized(pol, sizes, bare, srv.buffer)
+        _check_sized_start(run.init, sizes)
+        steps, time, warmup, warmup_time = sized_lengths(
             sizes, loads, bare, steps, time, warmup, warmup_time
         )
-    steps_each = _per_load("steps", steps, len(loads), 1, time)
-    warmup_each = _per_load("warmup", warmup, len(loads), 0, warmup_time)
+    steps_each = per_load("steps", steps, len(loads), 1, time)
+    warmup_each = per_load("warmup", warmup, len(loads), 0, warmup_time)
     if steps_each is not None:
         steps = max(steps_each)
     if warmup_each is not None:
         warmup = max(warmup_each)
-    steps = _run_steps("steps", steps, "time", time, per_unit, DEFAULT_STEPS)
+    steps = run_steps("steps", steps, "time", time, per_unit, DEFAULT_STEPS)
     check_int("steps", steps, 1, MAX_STEPS)
-    if on_overflow not in ("raise", "report"):
-        raise ValueError(f"on_overflow={on_overflow!r} is not valid: use 'raise' or 'report'")
+    if run.on_overflow not in ("raise", "report"):
+        raise ValueError(f"on_overflow={run.on_overflow!r} is not valid: use 'raise' or 'report'")
     auto_warmup = isinstance(warmup, str)
     if auto_warmup and warmup != "auto":
         raise ValueError(f"warmup={warmup!r} is not valid: use a number of steps, None or 'auto'")
@@ -392,24 +329,27 @@ def plan_model(
             "warmup='auto' starts from the default warm-up and extends it: "
             "give warmup_time=None with it"
         )
-    warmup = _run_steps(
-        "warmup",
-        None if auto_warmup else warmup,
-        "warmup_time",
-        warmup_time,
-        per_unit,
-        int(math.ceil(DEFAULT_WARMUP_TIME * per_unit)),
-        least=0,
-    )
+    default = int(math.ceil(DEFAULT_WARMUP_TIME * per_unit))
+    given = None if auto_warmup else warmup
+    warmup = run_steps("warmup", given, "warmup_time", warmup_time, per_unit, default, least=0)
     check_int("warmup", warmup, 0, MAX_STEPS)
+    measure_blocks, warm_blocks, windows, extensions = _blocks(
+        steps, warmup, steps_each, warmup_each, auto_warmup, len(loads)
+    )
+    return _Lengths(steps, warm_blocks, measure_blocks, windows, auto_warmup, extensions, time)
+
+
+def _blocks(steps, warmup, steps_each, warmup_each, auto_warmup, n_loads) -> tuple:
+    """Run lengths in steps as whole blocks: ``(measure_blocks, warm_blocks,
+    windows, extensions)``, ``windows`` each load's own where they differ."""
     measure_blocks = -(-steps // BLOCK)
     warm_blocks = -(-warmup // BLOCK)
     windows = None
     if steps_each is not None or warmup_each is not None:  # each load its own timeline
         windows = tuple(
             zip(
-                [-(-w // BLOCK) for w in warmup_each or [warmup] * len(loads)],
-                [-(-m // BLOCK) for m in steps_each or [steps] * len(loads)],
+                [-(-w // BLOCK) for w in warmup_each or [warmup] * n_loads],
+                [-(-m // BLOCK) for m in steps_each or [steps] * n_loads],
             )
         )
         if len(set(windows)) == 1:  # all alike: the plan of one timeline
@@ -420,159 +360,77 @@ def plan_model(
             f"steps + warmup = {steps + warmup} (with warm-up extensions) is out of range: "
             f"need at most {MAX_STEPS} per replica"
         )
-    if interval not in ("auto", "replicas", "batch-means"):
+    return measure_blocks, warm_blocks, windows, extensions
+
+
+def _check_sized_start(init, sizes) -> None:
+    """Refuse ``init="auto"`` for loads of sizes on both sides of :data:`AUTO_MEAN_FIELD_SERVERS`
+    (they would start otherwise together than alone)."""
+    if (
+        isinstance(init, str)
+        and init == "auto"
+        and len({s[0] >= AUTO_MEAN_FIELD_SERVERS for s in sizes}) > 1
+    ):
         raise ValueError(
-            f"interval={interval!r} is not valid: use 'auto', 'replicas' or 'batch-means'"
+            f"init='auto' starts N < {AUTO_MEAN_FIELD_SERVERS} empty and larger N at the mean "
+            "field, so loads of these sizes would start otherwise together than alone: give "
+            "init='empty' or 'mean-field', or sizes on one side of "
+            f"{AUTO_MEAN_FIELD_SERVERS}"
         )
-    check_int("batches", batches, 1, 10**4)
-    shortest = min(m for _, m in windows) if windows else measure_blocks
-    n_batches = min(batches, shortest)
-    if interval == "batch-means" and n_batches < 2 and replicas >= 2:
-        # asked for by name: not replaced by replica intervals in silence
-        why = (
-            f"batches={batches}"
-            if batches < 2
-            else f"steps={shortest * BLOCK} is one block of {BLOCK} steps"
-        )
-        raise ValueError(
-            f"interval='batch-means' needs at least 2 batches, and {why}: pass "
-            f"2 <= batches <= 10000 with steps >= {2 * BLOCK}, or interval='replicas' "
-            "(or 'auto') for intervals across the replicas"
-        )
-    if interval == "auto":
-        interval = "batch-means" if replicas <= BATCH_MEANS_REPLICAS else "replicas"
-    if interval == "batch-means" and n_batches < 2:
-        if replicas < 2 and batches < 2:
-            raise ValueError(
-                f"batches={batches} is out of range for one replica: intervals from batch "
-                f"means need 2 <= batches <= 10000 (or at least 2 replicas)"
-            )
-        if replicas < 2:
-            raise ValueError(
-                f"steps={shortest * BLOCK} is one block of {BLOCK} steps: an interval needs at "
-                f"least 2 batches (steps >= {2 * BLOCK}) or at least 2 replicas"
-            )
-        interval = "replicas"
-    check_int("seed", seed, 0, MAX_SEED)
-    # every argument first: the level bounds below may solve (and compile) the mean field
+
+
+def _check_init(init) -> None:
+    """Refuse an ``init`` that is neither a start's name nor a 1-D occupancy."""
     if isinstance(init, str) and init not in ("auto", "empty", "mean-field"):
         raise ValueError(
             f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array"
         )
     if not isinstance(init, str) and np.ndim(init) != 1:
         raise ValueError("init must be a 1-D occupancy (fractions of servers with k tasks)")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
-    pol.validate(System(n_servers, n_dispatchers, buffer, buffer or 1, 0))
-    by_size = {}  # the loads of each size (one size without sizes); a buffer bounds its own
-    for size, lam in zip(sizes or [(n_servers, n_dispatchers)] * len(loads), loads):
-        by_size.setdefault(size[:2], []).append(lam)
-    system = System(
-        n_servers,
-        n_dispatchers,
-        buffer,
-        max(
-            _levels(
-                pol,
-                n,
-                m,
-                buffer,
-                levels,
-                bound_load(max(lams), source, bare.capacity),
-                law,
-                pool_set,
-                source,
-                max(lams),
-            )
-            for (n, m), lams in by_size.items()
-        ),
-        max(
-            _iqueue_levels(pol, n, m, iqueue_levels, trough_load(min(lams), source))
-            for (n, m), lams in (
-                by_size.items() if iqueue_levels is None else [((n_servers, n_dispatchers), loads)]
-            )
-        ),
-        law,
-        pool_set,
-        source,
-    )
-    pol.validate(system)
-    if isinstance(init, str):
-        if init not in ("auto", "empty", "mean-field"):
-            raise ValueError(
-                f"init={init!r} is not valid: use 'auto', 'empty', 'mean-field' or an array"
-            )
-        start = init
-        if init == "auto":
-            kind = pol.mean_field_kind()
-            has = kind in ("closed-form", "generic") or (
-                kind in PER_SERVER_MEAN_FIELDS and buffer is None
-            )
-            # (the per-server policies take no pools; jsew routes by speed, which the
-            # mean field of queue lengths does not cover)
-            has = has and not (system.pools is not None and pol.routes_by_speed)
-            start = "mean-field" if has and n_servers >= AUTO_MEAN_FIELD_SERVERS else "empty"
-            if start == "mean-field" and (
-                kind in PER_SERVER_MEAN_FIELDS or buffer is not None or system.pools is not None
-            ):
-                start = _solvable_start(pol, loads, system)
-            elif start == "mean-field" and (kind == "generic" or system.service is not None):
-                start = _sized_start(pol, system)  # (a closed form needs no grid)
-        elif init == "mean-field" and system.pools is not None and pol.routes_by_speed:
-            raise ValueError(
-                f"init='mean-field' needs a mean field, and there is none for {pol.name!r} "
-                "with server pools (it routes by expected wait); use init='empty' or an "
-                "occupancy array"
-            )
-    else:
-        start = tuple(float(x) for x in np.asarray(init, np.float64).ravel())
-        if np.ndim(init) != 1:
-            raise ValueError("init must be a 1-D occupancy (fractions of servers with k tasks)")
-    if streams is not None:
-        streams = tuple(int(w) for w in streams)
-        if len(streams) != len(loads) or any(not 0 <= w < 2**32 for w in streams):
-            raise ValueError(
-                f"streams must give one word in [0, 2**32) per load: {len(loads)} loads, "
-                f"got {len(streams)} words"
-            )
-    if time is not None:
-        simulated = measure_blocks * BLOCK / per_unit
-        if simulated > float(time) * (1 + WINDOW_TOLERANCE):
-            warnings.warn(
-                f"time={time:g} is {steps} steps per replica at N={n_servers} and load "
-                f"{lmax:g}, run as whole blocks of {BLOCK} steps: {measure_blocks * BLOCK} steps, "
-                f"{simulated:.4g} time units simulated (settings['time_measured'])",
-                WindowWarning,
-                stacklevel=3,
-            )
-    _check_memory(system, pol, replicas * len(loads))
-    devs = tuple(devices) if devices is not None else tuple(jax.devices())
-    stepped = len(loads) * replicas * (warm_blocks + measure_blocks * (1 + extensions)) * BLOCK
-    devs, host_note = _small_on_host(devs, devices is None and backend == "auto", stepped)
-    used, note = _backend(backend, system, pol, devs)
-    note = host_note or note
-    return Plan(
-        pol,
-        system,
-        tuple(loads),
-        replicas,
-        warm_blocks,
-        measure_blocks,
-        int(seed),
-        start,
-        on_overflow,
-        devs,
-        streams,
-        min(batches, measure_blocks),
-        interval,
-        auto_warmup,
-        extensions,
-        used,
-        note,
-        windows,
-        None if sizes is None else tuple(sizes),
-        initial_state,
-    )
+
+
+def _start(init, pol: Policy, system: System, loads) -> str | tuple:
+    """The plan's ``init``: ``"auto"`` resolved to ``"mean-field"`` (where the
+    policy has a mean field, ``N`` is at least :data:`AUTO_MEAN_FIELD_SERVERS`
+    and it can be solved) or ``"empty"``; an occupancy as a tuple of floats."""
+    if not isinstance(init, str):
+        return tuple(float(x) for x in np.asarray(init, np.float64).ravel())
+    if init == "mean-field" and system.pools is not None and pol.routes_by_speed:
+        raise ValueError(
+            f"init='mean-field' needs a mean field, and there is none for {pol.name!r} "
+            "with server pools (it routes by expected wait); use init='empty' or an "
+            "occupancy array"
+        )
+    if init != "auto":
+        return init
+    kind, buffer = pol.mean_field_kind(), system.buffer
+    has = kind in ("closed-form", "generic") or (kind in PER_SERVER_MEAN_FIELDS and buffer is None)
+    # (the per-server policies take no pools; jsew routes by speed, which the
+    # mean field of queue lengths does not cover)
+    has = has and not (system.pools is not None and pol.routes_by_speed)
+    if not has or system.n_servers < AUTO_MEAN_FIELD_SERVERS:
+        return "empty"
+    if kind in PER_SERVER_MEAN_FIELDS or buffer is not None or system.pools is not None:
+        return _solvable_start(pol, loads, system)
+    if kind == "generic" or system.service is not None:
+        return _sized_start(pol, system)  # (a closed form needs no grid)
+    return "mean-field"
+
+
+def _warn_window(time, lengths: _Lengths, system: System, lmax: float) -> None:
+    """A :class:`WindowWarning` where whole blocks simulate more than
+    :data:`WINDOW_TOLERANCE` beyond ``time`` at the largest load."""
+    per_unit = system.n_servers * system.step_rate(lmax)
+    simulated = lengths.measure_blocks * BLOCK / per_unit
+    if simulated > float(time) * (1 + WINDOW_TOLERANCE):
+        warnings.warn(
+            f"time={time:g} is {lengths.steps} steps per replica at N={system.n_servers} and "
+            f"load {lmax:g}, run as whole blocks of {BLOCK} steps: "
+            f"{lengths.measure_blocks * BLOCK} steps, {simulated:.4g} time units simulated "
+            "(settings['time_measured'])",
+            WindowWarning,
+            stacklevel=4,
+        )
 
 
 def host_memory() -> int | None:
@@ -644,8 +502,6 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
     if backend == "auto":
         if devices[0].platform != "gpu" or reason is not None:
             return "xla", None
-        from jaxqueue.sim.kernel import AUTO_MAX_VALUES, step_values
-
         values = step_values(system, pol)
         if values > AUTO_MAX_VALUES:  # the compiled step would spill: the engine is faster
             return "xla", (
@@ -660,98 +516,3 @@ def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
         warnings.warn(note, BackendWarning, stacklevel=3)
         return "xla", note
     return backend, None
-
-
-def _service(service, pol) -> PhaseType | None:
-    """The service law of a run (``None``: exponential), checked against the policy."""
-    law = as_law(service)
-    if law is None or law.is_unit_exponential:
-        return None
-    if pol.per_server:
-        raise ValueError(
-            f"service={law.label!r}: phase-type service covers the exchangeable policies "
-            f"(random, jsq, pod, i1f, jiq, jiq-pod, jiq-sq, idle-first), not {pol.label()}, "
-            "which steps on per-server lists; use service=None"
-        )
-    return law
-
-
-def _pools(pools, n: int, pol) -> tuple | None:
-    """The pools of a run (``None``: identical servers); see :func:`make_pools`."""
-    if pools is not None and pol.per_server:
-        raise ValueError(
-            f"pools cover the exchangeable policies, not {pol.label()}, which steps on "
-            "per-server lists; use pools=None"
-        )
-    return make_pools(pools, n)
-
-
-def bound_load(lmax: float, source, cap: float) -> float:
-    """The load the default level bounds are computed for where the mean
-    field does not size them under a source (:func:`~jaxqueue.sim.bounds.source_levels`:
-    fewer than 100 servers, the per-server policies, ``jsew`` with pools).
-
-    With a time-varying or trace source: the peak load (a profile's or an
-    MMPP's), but at most halfway from the mean load to the capacity, and a
-    trace's that halfway load. Queues build up while the rate is above its
-    mean; an arrival that still finds a queue at the bound is an overflow,
-    reported with advice (never clipped).
-    """
-    if source is None or lmax >= cap:
-        return lmax
-    halfway = 0.5 * (lmax + cap)
-    return halfway if isinstance(source, Trace) else max(lmax, min(lmax * source.peak, halfway))
-
-
-def trough_load(lmin: float, source) -> float:
-    """The load the default I-queue bounds are computed for (idle servers
-    gather in I-queues at low load): a profile's or an MMPP's lowest rate, a
-    trace's half the mean, at least 0.01."""
-    if source is None:
-        return lmin
-    low = 0.5 * lmin if isinstance(source, Trace) else lmin * float(source.shape.min())
-    return max(0.01, low)
-
-
-def _phase_levels(pol, n, m, levels, lmax, law, pools) -> int:
-    if levels is None:
-        return phase_levels(pol, n, m, lmax, law, pools)
-    check_int("levels", levels, 1, 10**6)
-    return levels
-
-
-def _levels(
-    pol, n, m, buffer, levels, lmax, law=None, pools=None, source=None, mean_load=None
-) -> int:
-    """The level bound: ``buffer``; ``levels`` checked; or the default at
-    ``lmax`` (:func:`bound_load`), and under a source where the mean field
-    applies the queues its stress path builds (:func:`~jaxqueue.sim.bounds.source_levels`)."""
-    if buffer is not None:
-        if levels is not None and levels != buffer:
-            raise ValueError(f"levels={levels} must equal buffer={buffer} (or be omitted)")
-        return buffer
-    if source is not None and levels is None:
-        found = source_levels(pol, n, m, mean_load, source, law, pools)
-        if found is not None:
-            return found
-    if law is not None or pools is not None:
-        return _phase_levels(pol, n, m, levels, lmax, law, pools)
-    need = required_levels(pol, n, m, lmax)
-    if levels is None:
-        return default_levels(pol, n, m, lmax)
-    check_int("levels", levels, 1, 10**6)
-    if levels < need:
-        raise ValueError(
-            f"levels={levels} is too small for load={lmax} under {pol.label()}: the "
-            f"mean-field tail puts about one server at queue length {need} or more; "
-            f"need levels >= {need} (default {default_levels(pol, n, m, lmax)})"
-        )
-    return levels
-
-
-def _iqueue_levels(pol, n, m, iqueue_levels, lmin) -> int:
-    if not (pol.uses_iqueues and (m > 1 or pol.per_server)):
-        return 0
-    iq = iqueue_levels if iqueue_levels is not None else default_iqueue_levels(pol, n, m, lmin)
-    check_int("iqueue_levels", iq, 1, n)
-    return iq

@@ -79,6 +79,63 @@ def transient(
         ValueError: a parameter out of range (before anything compiles).
         LevelOverflowError: a queue or I-queue passed its bound.
     """
+    t = _check_times(times, replicas)
+    given = dict(
+        d=d,
+        z=z,
+        order=order,
+        buffer=buffer,
+        service=service,
+        pools=pools,
+        levels=levels,
+        iqueue_levels=iqueue_levels,
+    )
+    model, bound = _model(policy, n_servers, n_dispatchers, given, bounds)
+    common = dict(replicas=replicas, seed=seed, devices=devices, backend="xla")
+    if start_load is not None:
+        check_load(start_load, model.buffer, np.inf)  # a number > 0; the plans check stability
+        if not (
+            isinstance(warmup_time, (int, float))
+            and math.isfinite(warmup_time)
+            and warmup_time >= 0
+        ):
+            raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
+        bound = _shared_bounds(model, bound, load, start_load, common)
+    p = plan(
+        model,
+        [load],
+        steps=BLOCK,
+        warmup=0,
+        init=init if start_load is None else "empty",
+        bounds=bound,
+        **common,
+    )
+    if start_load is None:
+        core, first = Run.start(p).core, 0
+    else:
+        core, first = _warmed_up(p, model, bound, start_load, warmup_time, init, common)
+    acc, acc_p0, acc_pool, steps, rate = weighted_sums(p, core, first, t)
+    settings = _settings(p, model, load, start_load, warmup_time, init, replicas, seed)
+    settings.update(steps=steps, steps_per_time_unit=rate)
+    by_pool = {}
+    if p.system.pools is not None:
+        by_pool = {
+            "pool_utilization": estimate(acc_pool[:, :, 0]),
+            "pool_mean_queue_length": estimate(acc_pool[:, :, 1]),
+        }
+    return TransientResult(
+        times=t,
+        tail=estimate(acc),
+        idle_fraction=estimate(1.0 - acc[:, :, 1]),
+        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)),
+        p0=estimate(acc_p0) if p.policy.uses_iqueues else None,
+        settings=settings,
+        **by_pool,
+    )
+
+
+def _check_times(times, replicas) -> np.ndarray:
+    """The times as a float array, checked, and the replicas checked."""
     t = np.asarray(times, np.float64).ravel()
     if t.size == 0 or t.size > MAX_TIMES or not np.all(np.isfinite(t)) or np.any(t < 0):
         raise ValueError(f"times must be 1 to {MAX_TIMES} finite values >= 0, got {times!r}")
@@ -87,20 +144,12 @@ def transient(
             f"replicas={replicas!r} is out of range: the estimates are across "
             "replicas, so need an integer >= 2"
         )
-    given = {
-        k: v
-        for k, v in dict(
-            d=d,
-            z=z,
-            order=order,
-            buffer=buffer,
-            service=service,
-            pools=pools,
-            levels=levels,
-            iqueue_levels=iqueue_levels,
-        ).items()
-        if v is not None
-    }
+    return t
+
+
+def _model(policy, n_servers, n_dispatchers, given: dict, bounds) -> tuple[Model, Bounds]:
+    """The model and the bounds of a transient (Poisson arrivals)."""
+    given = {k: v for k, v in given.items() if v is not None}
     model, _, bound = split_keywords(
         policy, n_servers, n_dispatchers, given, None, bounds, where="transient", run_keys=()
     )
@@ -109,81 +158,65 @@ def transient(
             "transient: the model has arrivals, and a transient runs under "
             "Poisson arrivals; use arrivals=None"
         )
-    n_servers, n_dispatchers, buffer = model.n_servers, model.n_dispatchers, model.buffer
-    levels, iqueue_levels = bound.levels, bound.iqueue_levels
-    common = dict(replicas=replicas, seed=seed, devices=devices, backend="xla")
-    if start_load is not None:
-        check_load(start_load, buffer, np.inf)  # a number > 0; the plans check stability
-        if not (
-            isinstance(warmup_time, (int, float))
-            and math.isfinite(warmup_time)
-            and warmup_time >= 0
-        ):
-            raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
-    if start_load is not None:  # one System for both loads: bounds from both
-        both = plan(
-            model,
-            [load, start_load],
-            steps=BLOCK,
-            warmup=0,
-            init="empty",
-            bounds=Bounds(levels, iqueue_levels),
-            **common,
-        ).system
-        levels = None if buffer is not None else both.levels
-        iqueue_levels = both.iqueue_levels or None
-    p = plan(
+    return model, bound
+
+
+def _shared_bounds(model: Model, bound: Bounds, load, start_load, common: dict) -> Bounds:
+    """Bounds of one System for both loads of a load step (from both)."""
+    both = plan(
         model,
-        [load],
+        [load, start_load],
         steps=BLOCK,
         warmup=0,
-        init=init if start_load is None else "empty",
-        bounds=Bounds(levels, iqueue_levels),
+        init="empty",
+        bounds=Bounds(bound.levels, bound.iqueue_levels),
+        **common,
+    ).system
+    levels = None if model.buffer is not None else both.levels
+    return Bounds(levels, both.iqueue_levels or None)
+
+
+def _warmed_up(p, model: Model, bound: Bounds, start_load, warmup_time, init, common: dict):
+    """``(core, first block)``: the replicas after ``warmup_time`` at ``start_load`` from ``init``."""
+    per = model.n_servers * (start_load + p.system.service_rate)
+    warm = max(BLOCK, int(math.ceil(warmup_time * per)))
+    wp = plan(
+        model,
+        [start_load],
+        steps=warm,
+        warmup=0,
+        init=init,
+        interval="replicas",
+        bounds=bound,
         **common,
     )
+    if wp.system != p.system:
+        raise AssertionError("the warm-up and the transient run must share one System")
+    r = Run.start(wp)
+    r.advance()  # raises on an overflow during the warm-up
+    return r.core, wp.total_blocks
+
+
+def _settings(p, model: Model, load, start_load, warmup_time, init, replicas, seed) -> dict:
+    """What produced a transient (its steps and rate are added by the caller)."""
     system, pol = p.system, p.policy
-    first = 0
-    if start_load is not None:
-        per = n_servers * (start_load + system.service_rate)
-        warm = max(BLOCK, int(math.ceil(warmup_time * per)))
-        wp = plan(
-            model,
-            [start_load],
-            steps=warm,
-            warmup=0,
-            init=init,
-            interval="replicas",
-            bounds=Bounds(levels, iqueue_levels),
-            **common,
-        )
-        if wp.system != system:
-            raise AssertionError("the warm-up and the transient run must share one System")
-        r = Run.start(wp)
-        r.advance()  # raises on an overflow during the warm-up
-        core, first = r.core, wp.total_blocks
-    else:
-        core = Run.start(p).core
-    acc, acc_p0, acc_pool, steps, rate = weighted_sums(p, core, first, t)
-    p0 = None
-    if pol.uses_iqueues:
-        p0 = estimate(acc_p0)
-    settings = {
+    return {
         "policy": pol.name,
         "policy_label": pol.label(),
         "options": pol.options(),
-        "n_servers": n_servers,
-        "n_dispatchers": n_dispatchers,
+        "n_servers": model.n_servers,
+        "n_dispatchers": model.n_dispatchers,
         "load": float(load),
         "start_load": start_load,
         "warmup_time": warmup_time if start_load is not None else None,
         "init": init if isinstance(init, str) else "array",
-        "buffer": buffer,
+        "buffer": model.buffer,
         "levels": system.levels,
         "iqueue_levels": system.iqueue_levels,
         "replicas": replicas,
         "seed": seed,
-        "steps": steps,
-        "steps_per_time_unit": rate,
+        "steps": None,
+        "steps_per_time_unit": None,
         "service": "exp" if system.service is None else system.service.to_dict(),
         "pools": None
         if system.pools is None
@@ -199,18 +232,3 @@ def transient(
         "platform": p.devices[0].platform,
         "versions": versions(),
     }
-    by_pool = {}
-    if system.pools is not None:
-        by_pool = {
-            "pool_utilization": estimate(acc_pool[:, :, 0]),
-            "pool_mean_queue_length": estimate(acc_pool[:, :, 1]),
-        }
-    return TransientResult(
-        times=t,
-        tail=estimate(acc),
-        idle_fraction=estimate(1.0 - acc[:, :, 1]),
-        mean_queue_length=estimate(acc[:, :, 1:].sum(axis=2)),
-        p0=p0,
-        settings=settings,
-        **by_pool,
-    )

@@ -1,27 +1,8 @@
 """Per-server state for the JIQ variants whose I-queues can list busy servers.
 
-JIQ-Original (no delete requests) and JIQ-Threshold(z) break exchangeability:
-a listed server's queue length matters, so occupancy counts are not enough.
-Here a replica keeps every server's queue length and the I-queues as arrays
-with constant-time membership:
-
-* ``q[i]``: tasks at server ``i``;
-* ``slots[m, c]`` (``c < C``): the servers listed by dispatcher ``m``,
-  ``C = iqueue_levels`` places each, ``sizes[m]`` of them valid;
-* ``where[i]``: ``m * C + c`` if server ``i`` is listed at ``slots[m, c]``,
-  else ``-1``;
-* ``slots[m, C]``: the head of I-queue ``m`` (FIFO order only; 0 otherwise).
-
-Unordered I-queues (a uniformly random listed server is picked) hold their
-servers in ``slots[m, :sizes[m]]``, and a removal swaps the last entry into
-the hole. FIFO I-queues (JIQ-Original with ``order="fifo"``, where a server
-leaves an I-queue only when it is picked, at the head) are ring buffers: the
-entries are ``slots[m, (head + k) % C]``, ``k < sizes[m]``, a pick takes the
-head and advances it, and a join appends at ``(head + sizes[m]) % C``. Either
-way every event costs O(1) work at O(N + M C) memory per replica (a join to
-the shortest of ``d`` I-queues O(d^2)). The occupancy tails (``tail``,
-``iq_tail``) are kept alongside, so the estimators are the exchangeable
-engine's.
+JIQ-Original and JIQ-Threshold(z): every server's queue length and the
+I-queues as arrays with constant-time membership, unordered or FIFO rings
+(docs/simulation.md, "State").
 """
 
 from __future__ import annotations
@@ -209,17 +190,70 @@ def step_listed(
     """
     if fifo and deletes:
         raise ValueError("FIFO I-queues need deletes=False (a delete request removes from inside)")
-    n, m, cap, levels = system.n_servers, system.n_dispatchers, system.iqueue_levels, system.levels
-    q, slots, sizes, where = lists
+    n, m, levels = system.n_servers, system.n_dispatchers, system.levels
     is_arrival = bernoulli(words[0], arrival_probability(load) if p_arrival is None else p_arrival)
     server = uniform_index(words[1], words[2], n)
     dsp = uniform_index(words[3], words[4], m)
     rejoin_to = uniform_index(words[7], words[8], m)
     # a join on a departure: a uniform I-queue (words 3, 4), or the shortest of join_d
-    to_dep = dsp if join_d == 1 else _shortest_of(words, sizes, m, join_d)
+    to_dep = dsp if join_d == 1 else _shortest_of(words, lists.sizes, m, join_d)
     join_to = jnp.where(is_arrival, rejoin_to, to_dep)
-    # -- reads, all before any write, stacked into one materialised array --------
+    r = _read(lists, words, server, dsp, join_to, system, fifo, join_d)
+    e = _decide(r, is_arrival, server, serves, system, z, deletes, fifo)
+    lists = _write(lists, r, e, is_arrival, system, fifo)
+
+    nowhere = levels + 1
+    up = jnp.where(e.accepted, r.k_arr + 1, nowhere)
+    down = jnp.where(e.departs, r.k_dep, nowhere)
+    tail = move(tail, up, down)
+    cap = system.iqueue_levels
+    iq_up = jnp.where(e.ok, e.in_size + 1, cap + 1)
+    iq_down = jnp.where(e.leave, r.out_size, cap + 1)
+    iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
+    probes = jnp.where(e.join, join_d, 0).astype(jnp.int32) if join_d >= 2 else jnp.int32(0)
+    event = step_event(
+        system,
+        up=up,
+        down=down,
+        iq_up=iq_up,
+        iq_down=iq_down,
+        accepted=e.accepted,
+        level=r.k_arr,
+        is_arrival=is_arrival,
+        full=e.full,
+        iq_overflow=e.iq_over,
+        joins=e.ok.astype(jnp.int32),
+        deletes=e.deleted.astype(jnp.int32),
+        probes=probes,
+        stale=e.stale.astype(jnp.int32),
+    )
+    return tail, iq_tail, lists, event
+
+
+class _Reads(NamedTuple):
+    """What a step reads of the per-server arrays (:func:`_read`)."""
+
+    size: jax.Array  # the picking I-queue's size
+    target: jax.Array  # the server an arrival goes to (picked, or uniform if none listed)
+    k_arr: jax.Array  # its tasks
+    w_target: jax.Array  # its place in the lists (-1: unlisted)
+    k_dep: jax.Array  # the service candidate's tasks
+    w_server: jax.Array  # its place
+    out_size: jax.Array  # the size of the I-queue listing the target
+    last: jax.Array  # that I-queue's last entry
+    in_size: jax.Array  # the joined I-queue's size
+    join_to: jax.Array  # the joined I-queue
+    head: jax.Array | None  # the picking I-queue's head (FIFO)
+    in_head: jax.Array  # the joined I-queue's head (FIFO; else 0)
+
+
+def _read(lists: Lists, words, server, dsp, join_to, system: System, fifo, join_d) -> _Reads:
+    """All reads of a step, before any write, stacked into one array behind an
+    optimization barrier (see :func:`step_listed`)."""
+    m, cap = system.n_dispatchers, system.iqueue_levels
+    q, slots, sizes, where = lists
     size = sizes[dsp]
+    head = None
     if fifo:  # the head of the ring
         head = slots[dsp, cap]
         picked = slots[dsp, head]
@@ -254,76 +288,111 @@ def step_listed(
     in_head = jnp.int32(0)
     if fifo:
         head, in_head = reads[-2], reads[-1]
-    has = size > 0
-    d_out, c_out = w_target // cap, w_target % cap
+    return _Reads(
+        size,
+        target,
+        k_arr,
+        w_target,
+        k_dep,
+        w_server,
+        out_size,
+        last,
+        in_size,
+        join_to,
+        head,
+        in_head,
+    )
 
-    full = k_arr >= levels
+
+class _Events(NamedTuple):
+    """What a step does (:func:`_decide`)."""
+
+    d_out: jax.Array  # the I-queue listing the target, and its place there
+    c_out: jax.Array
+    full: jax.Array  # an arrival finds the target at the level bound
+    accepted: jax.Array
+    stale: jax.Array  # an arrival picks a busy listed server
+    deleted: jax.Array  # a delete request (JIQ-Threshold)
+    leave: jax.Array  # the target leaves its I-queue
+    departs: jax.Array
+    join: jax.Array  # a server joins an I-queue
+    who: jax.Array  # the server whose queue changes
+    in_size: jax.Array  # the joined I-queue's size after a leave from it
+    ok: jax.Array  # the join fits
+    iq_over: jax.Array
+    in_place: jax.Array  # the place a join takes
+
+
+def _decide(r: _Reads, is_arrival, server, serves, system: System, z, deletes, fifo) -> _Events:
+    """A step's events from its reads (the rules of JIQ-Original and JIQ-Threshold)."""
+    cap, levels = system.iqueue_levels, system.levels
+    has = r.size > 0
+    d_out, c_out = r.w_target // cap, r.w_target % cap
+
+    full = r.k_arr >= levels
     accepted = is_arrival & ~full
-    stale = is_arrival & has & (k_arr > 0)
-    after = k_arr + accepted.astype(jnp.int32)
-    deleted = (is_arrival & ~has & (w_target >= 0) & (after > z)) if deletes else jnp.bool_(False)
+    stale = is_arrival & has & (r.k_arr > 0)
+    after = r.k_arr + accepted.astype(jnp.int32)
+    deleted = (is_arrival & ~has & (r.w_target >= 0) & (after > z)) if deletes else jnp.bool_(False)
     leave = (is_arrival & has) | deleted
-    departs = ~is_arrival & (k_dep >= 1)
+    departs = ~is_arrival & (r.k_dep >= 1)
     if serves is not None:
         departs = departs & serves
     # JIQ-Threshold: listed exactly while <= z, so only a drop to z finds it unlisted
-    low = (k_dep - 1 == z) if deletes else (k_dep - 1 <= z)
-    joins_dep = departs & low & (w_server < 0)
+    low = (r.k_dep - 1 == z) if deletes else (r.k_dep - 1 <= z)
+    joins_dep = departs & low & (r.w_server < 0)
     rejoin = (is_arrival & has & (after <= z)) if deletes else jnp.bool_(False)
     join = rejoin | joins_dep
-    who = jnp.where(is_arrival, target, server)
-    in_size = in_size - (leave & (join_to == d_out)).astype(jnp.int32)
+    who = jnp.where(is_arrival, r.target, server)
+    in_size = r.in_size - (leave & (r.join_to == d_out)).astype(jnp.int32)
     ok = join & (in_size < cap)
     iq_over = join & ~ok
     # the place a join takes: the end of the list, or of the ring
-    in_place = (in_head + in_size) % cap if fifo else in_size
+    in_place = (r.in_head + in_size) % cap if fifo else in_size
+    return _Events(
+        d_out,
+        c_out,
+        full,
+        accepted,
+        stale,
+        deleted,
+        leave,
+        departs,
+        join,
+        who,
+        in_size,
+        ok,
+        iq_over,
+        in_place,
+    )
 
-    # -- writes: one scatter per array (an index past the end is dropped) ---------
-    delta = jnp.where(is_arrival, accepted.astype(jnp.int32), -departs.astype(jnp.int32))
+
+def _write(lists: Lists, r: _Reads, e: _Events, is_arrival, system: System, fifo) -> Lists:
+    """A step's writes: one scatter per array (an index past the end is dropped)."""
+    n, m, cap = system.n_servers, system.n_dispatchers, system.iqueue_levels
+    q, slots, sizes, where = lists
+    join_to, leave, ok, who = r.join_to, e.leave, e.ok, e.who
+    delta = jnp.where(is_arrival, e.accepted.astype(jnp.int32), -e.departs.astype(jnp.int32))
     q = q.at[who].add(delta)
     if fifo:  # a pick advances the head; nothing moves
         slots = slots.at[
-            jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
-            jnp.stack([jnp.int32(cap), in_place]),
-        ].set(jnp.stack([(head + 1) % cap, who]), mode="drop")
+            jnp.stack([jnp.where(leave, e.d_out, m), jnp.where(ok, join_to, m)]),
+            jnp.stack([jnp.int32(cap), e.in_place]),
+        ].set(jnp.stack([(r.head + 1) % cap, who]), mode="drop")
         moved = jnp.bool_(False)
     else:  # the last entry fills the hole
         slots = slots.at[
-            jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)]),
-            jnp.stack([c_out, in_place]),
-        ].set(jnp.stack([last, who]), mode="drop")
-        moved = leave & (last != target)
-    cleared = leave & ~(ok & (who == target))
+            jnp.stack([jnp.where(leave, e.d_out, m), jnp.where(ok, join_to, m)]),
+            jnp.stack([e.c_out, e.in_place]),
+        ].set(jnp.stack([r.last, who]), mode="drop")
+        moved = leave & (r.last != r.target)
+    cleared = leave & ~(ok & (who == r.target))
     where = where.at[
-        jnp.stack([jnp.where(moved, last, n), jnp.where(cleared, target, n), jnp.where(ok, who, n)])
-    ].set(jnp.stack([w_target, jnp.int32(-1), join_to * cap + in_place]), mode="drop")
-    sizes = sizes.at[jnp.stack([jnp.where(leave, d_out, m), jnp.where(ok, join_to, m)])].add(
+        jnp.stack(
+            [jnp.where(moved, r.last, n), jnp.where(cleared, r.target, n), jnp.where(ok, who, n)]
+        )
+    ].set(jnp.stack([r.w_target, jnp.int32(-1), join_to * cap + e.in_place]), mode="drop")
+    sizes = sizes.at[jnp.stack([jnp.where(leave, e.d_out, m), jnp.where(ok, join_to, m)])].add(
         jnp.stack([jnp.int32(-1), jnp.int32(1)]), mode="drop"
     )
-    lists = Lists(q, slots, sizes, where)
-
-    nowhere = levels + 1
-    up = jnp.where(accepted, k_arr + 1, nowhere)
-    down = jnp.where(departs, k_dep, nowhere)
-    tail = move(tail, up, down)
-    iq_up = jnp.where(ok, in_size + 1, cap + 1)
-    iq_down = jnp.where(leave, out_size, cap + 1)
-    iq_tail = iq_tail.at[iq_up].add(1, mode="drop").at[iq_down].add(-1, mode="drop")
-    probes = jnp.where(join, join_d, 0).astype(jnp.int32) if join_d >= 2 else jnp.int32(0)
-    event = step_event(
-        system,
-        up=up,
-        down=down,
-        iq_up=iq_up,
-        iq_down=iq_down,
-        accepted=accepted,
-        level=k_arr,
-        is_arrival=is_arrival,
-        full=full,
-        iq_overflow=iq_over,
-        joins=ok.astype(jnp.int32),
-        deletes=deleted.astype(jnp.int32),
-        probes=probes,
-        stale=stale.astype(jnp.int32),
-    )
-    return tail, iq_tail, lists, event
+    return Lists(q, slots, sizes, where)

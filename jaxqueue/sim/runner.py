@@ -1,60 +1,20 @@
-"""The simulation runner: run a plan, checkpoint, collect.
+"""The simulation runner: run a :class:`Plan` in chunks, checkpoint it, collect its results.
 
-* a :class:`Plan` is the static configuration of a run: the policy, the
-  :class:`~jaxqueue.core.system.System`, the loads, the replicas, the warm-up
-  and measured blocks, the batches of the measured window, the seed, the
-  start. :func:`jaxqueue.runs.planner.plan` checks every argument (before
-  anything compiles) and builds it, with the level bounds and the mean-field
-  start that come from the theory (which this package does not import);
-* a :class:`Run` holds the replicas' Markov state (on the devices), the exact
-  host totals of the measured window (:mod:`jaxqueue.sim.totals`), the batch
-  records and the next block. It advances in chunks of about half a second
-  (the chunk boundary is where progress, overflow checks and checkpoints
-  live). Keys are by position (replica ``i`` block ``b`` draws from
-  ``fold_in(fold_in(key, i), b)``; see :func:`jaxqueue.core.rng.replica_keys`
-  for grid points) and every sum is an exact integer, so a run cut into any
-  chunks, stopped and resumed from a checkpoint, or spread over any number
-  of devices gives the same result, bit for bit;
-* :meth:`Run.results` turns the totals into one result per load.
-
-Several processes (``jax.distributed``, one per host; ``jax.process_count() >
-1``): every process runs the same program on the global device list (the
-default ``devices``), each stepping the replicas of its own devices. The
-replica keys, loads and initial state are built as global arrays from the
-same host values in every process (:func:`_put`, no communication); after
-each chunk the statistics are gathered to every process
-(``multihost_utils.process_allgather``), so every process keeps the same
-totals and returns the same results; the chunk length and the decision to
-save a checkpoint follow process 0's clock (:func:`_agree`), so every
-process runs the same chunks. Checkpoints are gathered by every process and
-written by process 0 only; the file must be on a file system every process
-sees (all resume from it). With one process nothing of this runs.
-
-The measured window is cut into ``batches`` batches (:class:`~jaxqueue.sim.windows.Window`;
-each load keeps its own timeline, which may differ in length from the
-other loads' of the batch: :attr:`Plan.windows`).
-Each batch's mean queue length feeds the warm-up diagnostic
-(:mod:`jaxqueue.results.warmup`); with few replicas (``interval="auto"``
-and at most :data:`BATCH_MEANS_REPLICAS`) each batch's sums are kept and the
-intervals come from batch means. With ``warmup="auto"``, a window whose
-diagnostic fails becomes warm-up and a new window is measured, at most
-``max_extensions`` times.
-
-:func:`run` runs a plan from start to end; :func:`jaxqueue.simulate` and
-:func:`jaxqueue.sweep` are built on it.
+A :class:`Run` holds the replicas' state on the devices, the exact host totals
+of each load's measured window and the next block; keys by position and exact
+integer sums make a run cut into any chunks, resumed from a checkpoint
+(:mod:`jaxqueue.sim.checkpoints`) or spread over any devices or processes give
+the same result, bit for bit (docs/simulation.md, "The structure of a run").
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import json
 import math
 import os
 import sys
 import time
-import zipfile
 from collections.abc import Callable
 
 import jax
@@ -62,21 +22,28 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from jaxqueue.core.arrivals import Trace
-from jaxqueue.core.rng import BLOCK, replica_keys
-from jaxqueue.core.service import pool_laws
-from jaxqueue.core.system import (
-    System,
-    check_int,
-)
-from jaxqueue.core.versions import __version__, source_digest, versions
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.system import System, check_int
+from jaxqueue.core.versions import __version__, source_digest
 from jaxqueue.policies.base import Policy
-from jaxqueue.results.simulation import SimulationResult, from_stats
+from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.sim.blocks import block_words, max_chunk_blocks, run_blocks, time_sum_scale
+from jaxqueue.sim.checkpoints import (
+    CHECKPOINT_FORMAT,
+    CheckpointMismatch,
+    check_writable,
+    core_fields,
+    core_from_fields,
+    read_checkpoint,
+    restore,
+    write_checkpoint,
+)
 from jaxqueue.sim.classes import class_table
-from jaxqueue.sim.per_server import Lists
+from jaxqueue.sim.collect import load_results
+from jaxqueue.sim.kernel import run_kernel
+from jaxqueue.sim.placement import placement, put_global
 from jaxqueue.sim.registers import run_registers
-from jaxqueue.sim.source import Clock, init_clock
+from jaxqueue.sim.source import init_clock
 from jaxqueue.sim.state import Core, core_from_counts, iq_width
 from jaxqueue.sim.totals import Totals
 from jaxqueue.sim.windows import Window
@@ -116,20 +83,9 @@ MAX_EXTENSIONS = 4
 #: is longer: a failing save shows early, and a short run is kept soon.
 FIRST_CHECKPOINT = 10.0
 
-#: The window sums indexed by queue length (last axis ``levels + 1``): a
-#: load with its own buffer below the batch's reports its own levels.
-LEVEL_SUMS = ("tail", "seen")
-
-#: Version of the checkpoint file layout (2: each load's window on its own).
-CHECKPOINT_FORMAT = 2
-
 
 class LevelOverflowError(RuntimeError):
     """A queue or an I-queue passed its tracked bound; the run is not valid."""
-
-
-class CheckpointMismatch(ValueError):
-    """A checkpoint file was written by a run with other settings or another version."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,46 +242,6 @@ class Plan:
         return np.concatenate([vec, np.full(self.padded - vec.size, vec[-1], np.float32)])
 
 
-@functools.lru_cache(maxsize=8)
-def placement(p: Plan):
-    """The mesh, and the sharded replica keys and loads of a plan.
-
-    With several processes, ``devices`` are global and the keys and loads
-    global arrays (see :func:`_put`).
-    """
-    mesh = jax.sharding.Mesh(np.asarray(p.devices), ("replica",))
-    if len(p.devices) > 1:
-        sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-    else:  # what a one-device program returns: inputs and outputs alike, one compile
-        sharded = jax.sharding.SingleDeviceSharding(p.devices[0])
-    index = np.arange(p.padded)
-    if p.streams is None:
-        keys = replica_keys(p.seed, index)
-    else:
-        group = np.minimum(index // p.replicas, len(p.loads) - 1)
-        keys = replica_keys(p.seed, index - group * p.replicas, np.asarray(p.streams)[group])
-    if jax.process_count() > 1:
-        return mesh, sharded, _put(np.asarray(keys), sharded), _put(p.load_vector(), sharded)
-    loads = jax.device_put(jnp.asarray(p.load_vector()), sharded)
-    return mesh, sharded, jax.device_put(keys, sharded), loads
-
-
-def _put(tree, sharding):
-    """A pytree of host arrays as global arrays of ``sharding`` (several processes).
-
-    Every process holds the same full host values and builds the shards of
-    its own devices from them (``jax.make_array_from_callback``): no
-    communication, unlike ``jax.device_put``, which checks across processes
-    that the values are equal.
-    """
-
-    def one(x):
-        x = np.asarray(x)
-        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-
-    return jax.tree.map(one, tree)
-
-
 def _agree(*values: int) -> tuple:
     """Process 0's integers in every process (several processes; a collective).
 
@@ -341,8 +257,6 @@ def _stepper(p: Plan):
     if p.backend == "registers":
         return run_registers
     if p.backend == "pallas":
-        from jaxqueue.sim.kernel import run_kernel  # imports Pallas only when asked for
-
         return functools.partial(run_kernel, interpret=p.devices[0].platform != "gpu")
     return run_blocks
 
@@ -390,7 +304,7 @@ class Run:
     def __init__(self, p: Plan, core: Core):
         self.plan = p
         sharded = placement(p)[1]
-        put = _put if jax.process_count() > 1 else jax.device_put
+        put = put_global if jax.process_count() > 1 else jax.device_put
         self.core = put(core, sharded)
         self.block = 0  # the next block to run
         self.overflow = np.zeros((p.n_replicas, 2), np.int64)  # each replica's, its windows
@@ -571,44 +485,14 @@ class Run:
         gathered from all of them); process 0 writes the file, and every
         process returns once it is written.
         """
-        fields = _core_fields(self.core)
+        fields = core_fields(self.core)
         if jax.process_count() > 1:
             fields = multihost_utils.process_allgather(fields, tiled=True)
             if jax.process_index() == 0:
-                self._write(path, fields)
+                write_checkpoint(self, path, fields)
             multihost_utils.sync_global_devices("jaxqueue checkpoint written")
             return
-        self._write(path, fields)
-
-    def _write(self, path: str, fields: dict) -> None:
-        p = self.plan
-        arrays = {f"core/{k}": np.asarray(v)[: p.n_replicas] for k, v in fields.items()}
-        for name, totals in (("totals", self.totals), ("mark", self.mark)):
-            arrays.update({f"{name}/{k}": v for k, v in totals.arrays.items()})
-        arrays["overflow"] = self.overflow
-        for j, w in enumerate(self.windows):
-            if w.queue:
-                arrays[f"queue/{j}"] = np.stack(w.queue, axis=1)
-            for i, window in enumerate(w.sums):
-                arrays.update({f"batch/{j}/{i}/{k}": v for k, v in window.items()})
-        meta = {
-            "fingerprint": p.fingerprint(),
-            "block": self.block,
-            "windows": [w.meta() for w in self.windows],
-        }
-        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except OSError as err:  # a full disk, a folder gone: the last good checkpoint stays
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise RuntimeError(
-                f"checkpoint {path} cannot be written ({err.strerror or err}); "
-                "the last one saved, if any, is kept"
-            ) from None
+        write_checkpoint(self, path, fields)
 
     @classmethod
     def resume(cls, p: Plan, path: str) -> Run:
@@ -621,226 +505,19 @@ class Run:
             CheckpointMismatch: the file was written by a run with other
                 settings, or by another version of jaxqueue.
         """
-        try:
-            with open(path, "rb") as f, np.load(f) as data:  # (closed if np.load fails)
-                arrays = {k: data[k] for k in data.files}
-            meta = json.loads(arrays.pop("meta").tobytes().decode())
-            theirs = meta["fingerprint"]
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-            raise CheckpointMismatch(
-                f"checkpoint {path} cannot be read ({type(err).__name__}: "
-                f"{err}); delete it or give another path"
-            ) from None
-        ours = json.loads(json.dumps(p.fingerprint()))
-        if theirs != ours:
-            keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            detail = ", ".join(
-                f"{k}: {_shown(theirs.get(k))!r} there, {_shown(ours.get(k))!r} here" for k in keys
-            )
-            raise CheckpointMismatch(
-                f"checkpoint {path} was written by another run ({detail}); delete it or "
-                "give another path"
-            )
-        if p.system.classes and "totals/sampled_class" not in arrays:
-            raise CheckpointMismatch(
-                f"checkpoint {path} was written by an earlier jaxqueue that did not count where "
-                "arrivals found their servers and what service candidates drew (the "
-                "response-time quantiles and the pools' metrics with phase-type service or "
-                "pools need them); delete it and run again, or give another path"
-            )
-        core = _core_from_fields({k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p)
+        arrays, meta = read_checkpoint(p, path)
+        core = core_from_fields({k[5:]: v for k, v in arrays.items() if k.startswith("core/")}, p)
         run = cls(p, core)
-        run.block = meta["block"]
-        run.overflow = arrays["overflow"]
-        for name in ("totals", "mark"):
-            getattr(run, name).arrays = {
-                k[len(name) + 1 :]: v for k, v in arrays.items() if k.startswith(name + "/")
-            }
-        for j, (w, saved) in enumerate(zip(run.windows, meta["windows"])):
-            w.extensions, w.done, w.diagnostic = (
-                saved["extensions"],
-                saved["done"],
-                saved["diagnostic"],
-            )
-            if saved["batches_done"]:
-                w.queue = list(arrays[f"queue/{j}"].T)
-            if p.interval == "batch-means":
-                w.sums = [
-                    {
-                        k.split("/", 3)[3]: v
-                        for k, v in arrays.items()
-                        if k.startswith(f"batch/{j}/{i}/")
-                    }
-                    for i in range(saved["batches_done"])
-                ]
-        _check_consistent(run, arrays["core/tail"], path)
+        restore(run, arrays, meta, path)
         return run
 
     # -- results ---------------------------------------------------------------
 
     def results(self, wall_seconds: float | None = None) -> list[SimulationResult]:
         """One :class:`~jaxqueue.results.simulation.SimulationResult` per load."""
-        p = self.plan
         if not self.done:
             raise RuntimeError(f"the run is at block {self.block} of {self.end}: not finished")
-        sums = self.totals.sums()
-        sums["overflow"], sums["iq_overflow"] = self.overflow[:, 0], self.overflow[:, 1]
-        load_vec = p.load_vector()
-        system, pol = p.system, p.policy
-        recorded = versions()
-        laws = fractions = None
-        if system.classes:  # each pool's law at its speed and first class
-            table = class_table(system)
-            laws = tuple(zip(pool_laws(table.pools), table.base))
-        if system.pools is not None:  # each pool's share of the servers
-            fractions = tuple(q.count / system.n_servers for q in system.pools)
-        results = []
-        own = [p.load_system(j) for j in range(len(p.loads))]
-        for j, (lam, w, (n, m)) in enumerate(zip(p.loads, self.windows, p.load_sizes())):
-            sl = w.rows
-            per_time = n * system.step_rate(lam)
-            warm = w.warmup_end
-            settings = {
-                "policy": pol.name,
-                "policy_label": pol.label(),
-                "options": pol.options(),
-                "n_servers": n,
-                "n_dispatchers": m,
-                "ratio": n / m,
-                "load": lam,
-                "buffer": own[j].buffer,
-                "levels": own[j].levels,
-                "iqueue_levels": system.iqueue_levels,
-                "service": "exp" if system.service is None else system.service.to_dict(),
-                "pools": None
-                if system.pools is None
-                else [
-                    {
-                        "servers": q.count,
-                        "speed": q.speed,
-                        "service": None if q.law is None else q.law.to_dict(),
-                    }
-                    for q in system.pools
-                ],
-                "arrivals": None if system.arrivals is None else system.arrivals.to_dict(),
-                "replicas": p.replicas,
-                "steps": w.measure_blocks * BLOCK,
-                "warmup": warm * BLOCK,
-                "time_measured": w.measure_blocks * BLOCK / per_time,
-                "time_warmup": warm * BLOCK / per_time,
-                "seed": p.seed,
-                "init": p.init if isinstance(p.init, str) else "array",
-                "interval": p.interval,
-                "batches": w.batches,
-                "devices": len(p.devices),
-                "platform": p.devices[0].platform,
-                "backend": p.backend,
-                "backend_note": p.backend_note,
-                "wall_seconds": wall_seconds,
-                "versions": dict(recorded),
-            }
-            part = {k: v[sl] for k, v in sums.items()}
-            single = system.n_dispatchers == 1 and not pol.per_server
-            bpart = None
-            if p.interval == "batch-means":
-                bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
-            if own[j].levels < system.levels:  # a load's own buffer: its levels, as alone
-                part, bpart = (
-                    None
-                    if x is None
-                    else {
-                        k: v[..., : own[j].levels + 1] if k in LEVEL_SUMS else v
-                        for k, v in x.items()
-                    }
-                    for x in (part, bpart)
-                )
-            results.append(
-                from_stats(
-                    part,
-                    load_vec[sl].astype(np.float64),
-                    pol,
-                    single,
-                    settings,
-                    batches=bpart,
-                    rate=system.service_rate if system.classes else None,
-                    step_rate=_sample_rate(system, lam),
-                    laws=laws,
-                    fractions=fractions,
-                    diagnostics={"warmup_diagnostic": w.diagnostic},
-                )
-            )
-        return results
-
-
-def _sample_rate(system: System, load: float) -> float:
-    """The rate per server of the steps a run counts in ``steps``: all of them,
-    or a trace's service candidates (:func:`jaxqueue.sim.blocks.time_sum_scale`)."""
-    return system.service_rate if isinstance(system.arrivals, Trace) else system.step_rate(load)
-
-
-def _core_fields(core: Core) -> dict:
-    out = {"tail": core.tail, "iq_tail": core.iq_tail, "iq_listed": core.iq_listed}
-    if core.lists is not None:
-        out.update({f"lists.{k}": v for k, v in core.lists._asdict().items()})
-    if core.classes is not None:
-        out["classes"] = core.classes
-    if core.clock is not None:
-        out.update({f"clock.{k}": v for k, v in core.clock._asdict().items()})
-    return out
-
-
-def _check_consistent(run: Run, tail: np.ndarray, path: str) -> None:
-    """Refuse a resumed state that no run could have reached: a ``tail`` (as
-    saved, on the host) that does not start at each replica's N or grows with
-    the level, a negative count, a block past the run's end (a file edited or
-    damaged, with a fingerprint intact)."""
-    p = run.plan
-    n = np.repeat(np.asarray(p.load_sizes(), np.int64)[:, 0], p.replicas)
-    why = None
-    if tail.ndim != 2 or tail.shape[1] != p.system.levels + 1:
-        why = f"its occupancy has shape {tail.shape}, not (replicas, {p.system.levels + 1})"
-    elif (tail[:, 0] != n).any():
-        why = "an occupancy does not count every server (its first entry is not N)"
-    elif (tail < 0).any() or (np.diff(tail, axis=1) > 0).any():
-        why = "an occupancy has a negative count or more servers at a higher level"
-    elif not 0 <= run.block <= run.end:
-        why = f"it is at block {run.block}, outside the run's 0 to {run.end}"
-    elif any((np.asarray(v) < 0).any() for v in run.totals.arrays.values()):
-        why = "a window sum is negative"
-    if why is not None:
-        raise CheckpointMismatch(
-            f"checkpoint {path} holds a state no run reaches ({why}); "
-            "delete it or give another path"
-        )
-
-
-def _core_from_fields(fields: dict, p: Plan) -> Core:
-    group = np.minimum(np.arange(p.padded), p.n_replicas - 1)  # padding repeats the last replica
-    pad = {k: np.asarray(v)[group] for k, v in fields.items()}
-    lists = None
-    if "lists.q" in pad:
-        lists = Lists(*(pad[f"lists.{k}"] for k in Lists._fields))
-    clock = None
-    if "clock.seg" in pad:
-        clock = Clock(*(pad[f"clock.{k}"] for k in Clock._fields))
-    sizes = None
-    if p.sizes is not None:  # not saved: the plan's (the fingerprint holds them)
-        sizes = np.asarray(p.sizes, np.int32)[np.minimum(group // p.replicas, len(p.loads) - 1)]
-    return Core(
-        pad["tail"], pad["iq_tail"], pad["iq_listed"], lists, pad.get("classes"), clock, sizes
-    )
-
-
-def _shown(value):
-    """A fingerprint entry as printed: the exact hex floats (loads, an init
-    occupancy) as decimals (``repr``, which round-trips); the comparison stays
-    on the hex strings."""
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        try:
-            return [float.fromhex(v) for v in value]
-        except ValueError:
-            return value
-    return value
+        return load_results(self, wall_seconds)
 
 
 def _overflow_advice(overflow, p: Plan) -> str:
@@ -860,21 +537,6 @@ def _overflow_advice(overflow, p: Plan) -> str:
             f"{system.n_servers})"
         )
     return "; ".join(parts) + " (or pass on_overflow='report' to keep the counts in the result)"
-
-
-def _check_writable(path: str) -> None:
-    """Refuse a checkpoint path that cannot be written, before the first step
-    (a run once simulated to its first save, and lost it there)."""
-    probe = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError as err:
-        raise ValueError(
-            f"checkpoint={path!r} cannot be written ({err.strerror or err}): "
-            "give a path in a folder that exists and can be written"
-        ) from None
 
 
 def run(
@@ -908,7 +570,7 @@ def run(
         )
     exists = checkpoint is not None and os.path.exists(checkpoint)
     if checkpoint is not None and not exists and jax.process_index() == 0:
-        _check_writable(checkpoint)
+        check_writable(checkpoint)
     if checkpoint is not None and jax.process_count() > 1:
         seen = multihost_utils.process_allgather(np.asarray(exists, np.int32))
         if seen.min() != seen.max():

@@ -1,0 +1,121 @@
+"""A finished run's results: each load's sums, settings and intervals as a
+:class:`~jaxqueue.results.simulation.SimulationResult` (:meth:`jaxqueue.sim.runner.Run.results`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxqueue.core.arrivals import Trace
+from jaxqueue.core.rng import BLOCK
+from jaxqueue.core.service import pool_laws
+from jaxqueue.core.system import System
+from jaxqueue.core.versions import versions
+from jaxqueue.results.simulation import SimulationResult, from_stats
+from jaxqueue.sim.classes import class_table
+
+__all__ = ["load_results", "LEVEL_SUMS"]
+
+#: The window sums indexed by queue length (last axis ``levels + 1``): a
+#: load with its own buffer below the batch's reports its own levels.
+LEVEL_SUMS = ("tail", "seen")
+
+
+def load_results(run, wall_seconds: float | None = None) -> list[SimulationResult]:
+    """One result per load of a finished :class:`~jaxqueue.sim.runner.Run`."""
+    p = run.plan
+    sums = run.totals.sums()
+    sums["overflow"], sums["iq_overflow"] = run.overflow[:, 0], run.overflow[:, 1]
+    load_vec = p.load_vector()
+    system, pol = p.system, p.policy
+    recorded = versions()
+    laws = fractions = None
+    if system.classes:  # each pool's law at its speed and first class
+        table = class_table(system)
+        laws = tuple(zip(pool_laws(table.pools), table.base))
+    if system.pools is not None:  # each pool's share of the servers
+        fractions = tuple(q.count / system.n_servers for q in system.pools)
+    results = []
+    for j, (lam, w, (n, m)) in enumerate(zip(p.loads, run.windows, p.load_sizes())):
+        own = p.load_system(j)
+        settings = _settings(p, own, lam, w, n, m, wall_seconds, recorded)
+        part = {k: v[w.rows] for k, v in sums.items()}
+        single = system.n_dispatchers == 1 and not pol.per_server
+        bpart = None
+        if p.interval == "batch-means":
+            bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
+        if own.levels < system.levels:  # a load's own buffer: its levels, as alone
+            part, bpart = (_own_levels(x, own.levels) for x in (part, bpart))
+        results.append(
+            from_stats(
+                part,
+                load_vec[w.rows].astype(np.float64),
+                pol,
+                single,
+                settings,
+                batches=bpart,
+                rate=system.service_rate if system.classes else None,
+                step_rate=_sample_rate(system, lam),
+                laws=laws,
+                fractions=fractions,
+                diagnostics={"warmup_diagnostic": w.diagnostic},
+            )
+        )
+    return results
+
+
+def _own_levels(sums: dict | None, levels: int) -> dict | None:
+    """``sums`` with the level sums cut to ``levels + 1`` entries (a load's own buffer)."""
+    if sums is None:
+        return None
+    return {k: v[..., : levels + 1] if k in LEVEL_SUMS else v for k, v in sums.items()}
+
+
+def _settings(p, own: System, lam, w, n: int, m: int, wall_seconds, recorded) -> dict:
+    """What produced load ``lam``'s result (``own``: its System; ``w``: its window)."""
+    system, pol = p.system, p.policy
+    per_time = n * system.step_rate(lam)
+    warm = w.warmup_end
+    return {
+        "policy": pol.name,
+        "policy_label": pol.label(),
+        "options": pol.options(),
+        "n_servers": n,
+        "n_dispatchers": m,
+        "ratio": n / m,
+        "load": lam,
+        "buffer": own.buffer,
+        "levels": own.levels,
+        "iqueue_levels": system.iqueue_levels,
+        "service": "exp" if system.service is None else system.service.to_dict(),
+        "pools": None if system.pools is None else [_pool_setting(q) for q in system.pools],
+        "arrivals": None if system.arrivals is None else system.arrivals.to_dict(),
+        "replicas": p.replicas,
+        "steps": w.measure_blocks * BLOCK,
+        "warmup": warm * BLOCK,
+        "time_measured": w.measure_blocks * BLOCK / per_time,
+        "time_warmup": warm * BLOCK / per_time,
+        "seed": p.seed,
+        "init": p.init if isinstance(p.init, str) else "array",
+        "interval": p.interval,
+        "batches": w.batches,
+        "devices": len(p.devices),
+        "platform": p.devices[0].platform,
+        "backend": p.backend,
+        "backend_note": p.backend_note,
+        "wall_seconds": wall_seconds,
+        "versions": dict(recorded),
+    }
+
+
+def _pool_setting(q) -> dict:
+    return {
+        "servers": q.count,
+        "speed": q.speed,
+        "service": None if q.law is None else q.law.to_dict(),
+    }
+
+
+def _sample_rate(system: System, load: float) -> float:
+    """The rate per server of the steps a run counts in ``steps``: all of them,
+    or a trace's service candidates (:func:`jaxqueue.sim.blocks.time_sum_scale`)."""
+    return system.service_rate if isinstance(system.arrivals, Trace) else system.step_rate(load)
