@@ -54,6 +54,7 @@ from jaxqueue.core.system import (  # noqa: E402
 from jaxqueue.core.versions import __version__  # noqa: E402
 from jaxqueue.policies import Policy, available, make, register  # noqa: E402
 from jaxqueue.results import Estimate, Result, SimulationResult, tolerance  # noqa: E402
+from jaxqueue.results.warmup import WarmupWarning  # noqa: E402
 from jaxqueue.runs.planner import BackendWarning, StartWarning, WindowWarning  # noqa: E402
 from jaxqueue.runs.transient import TransientResult, transient  # noqa: E402
 from jaxqueue.sim.runner import CheckpointMismatch, LevelOverflowError  # noqa: E402
@@ -78,6 +79,7 @@ __all__ = [
     "register",
     "LevelOverflowError",
     "CheckpointMismatch",
+    "WarmupWarning",
     "BackendWarning",
     "StartWarning",
     "WindowWarning",

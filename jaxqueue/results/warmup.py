@@ -13,7 +13,13 @@ import numpy as np
 
 from jaxqueue.results.student import student_t_quantile
 
-__all__ = ["mser_truncation", "half_drift", "diagnose"]
+__all__ = ["mser_truncation", "half_drift", "diagnose", "WarmupWarning"]
+
+
+class WarmupWarning(UserWarning):
+    """A run's warm-up diagnostic failed: its estimates may carry the start's bias.
+
+    Make it an error with ``warnings.simplefilter("error", jaxqueue.WarmupWarning)``."""
 
 
 def mser_truncation(series) -> int:
