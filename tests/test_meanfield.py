@@ -7,7 +7,7 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
-from jaxqueue.theory import meanfield
+from jaxqueue.theory import exponential, meanfield
 
 slow = pytest.mark.slow
 
@@ -201,12 +201,12 @@ def test_outcomes_a_function_ignores_are_summed_out_first():
             full = np.broadcast_to(laws[0] * laws[1] * laws[2], (5, 4, 6))
             want = np.bincount(np.broadcast_to(keys, (5, 4, 6)).ravel(), full.ravel(), 5)
             jl = tuple(jnp.asarray(x) for x in laws)
-            marginal = meanfield._marginal(jl, jnp.asarray(keys))
+            marginal = exponential.marginal(jl, jnp.asarray(keys))
             assert [m.shape for m in marginal] == [(5, 1, 1), (1, 4, 1), (1, 1, 1)]
-            np.testing.assert_allclose(meanfield._law_of(jl, keys, 5), want, rtol=1e-13, atol=0)
+            np.testing.assert_allclose(exponential.law_of(jl, keys, 5), want, rtol=1e-13, atol=0)
             values = (a + 1.0) * (b == 1)  # ignores the third outcome too
             np.testing.assert_allclose(
-                meanfield._expect(jl, values), (full * values).sum(), rtol=1e-13
+                exponential.expect(jl, values), (full * values).sum(), rtol=1e-13
             )
 
 

@@ -125,18 +125,18 @@ def test_reduced_start_past_float64_p0():
     pol, r, lam = make("jiq-sq", d=2), 3000.0, 0.5
     J = meanfield.default_iqueue_levels(pol, r)
     system = meanfield.limit_system(pol, r, 40, J)
-    x = meanfield._jiq_sq_start(pol, system, lam, r)
+    x = meanfield.jiq_sq_start(pol, system, lam, r)
     s, q = np.r_[1.0, x[:40]], np.r_[1.0, x[40:]]
     assert np.all(np.diff(s) <= 0) and np.all(np.diff(q) <= 0) and np.all(x >= 0)
     assert abs(q[1:].sum() / r - (1 - s[1])) < 1e-12 and abs(s[1] - lam) < 1e-12
     assert abs(int(np.sum(q > 0.5)) - r * (1 - lam)) <= 2
     # not JIQ-SQ, or one dispatcher: no reduced start (the ODE run as before)
     assert (
-        meanfield._jiq_sq_start(make("jiq"), meanfield.limit_system(make("jiq"), r, 40, J), lam, r)
+        meanfield.jiq_sq_start(make("jiq"), meanfield.limit_system(make("jiq"), r, 40, J), lam, r)
         is None
     )
     one = meanfield.limit_system(make("jiq-sq", d=1), None, 40, 30)
-    assert meanfield._jiq_sq_start(make("jiq-sq", d=1), one, lam, None) is None
+    assert meanfield.jiq_sq_start(make("jiq-sq", d=1), one, lam, None) is None
 
 
 @pytest.mark.slow

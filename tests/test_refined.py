@@ -61,7 +61,7 @@ def _random_state(system, ratio, seed):
     ],
 )
 def test_transitions_sum_to_the_drift_and_their_covariance(name, d, ratio, buffer):
-    pol, system = meanfield._policy_and_system(name, ratio, d, buffer, buffer or 6, 5)
+    pol, system = meanfield.policy_and_system(name, ratio, d, buffer, buffer or 6, 5)
     r = ratio if system.iqueue_levels else 1.0
 
     @jax.jit
@@ -104,16 +104,16 @@ def test_lyapunov_solves_its_equation():
 @slow
 def test_second_order_term_is_the_hessian_contraction():
     """``sum_k D^2 F[e_k, W e_k]`` equals ``B : W`` from the full ``jax.hessian``."""
-    pol, system = meanfield._policy_and_system("jiq-pod", 2.0, 2, 3, 3, 4)
+    pol, system = meanfield.policy_and_system("jiq-pod", 2.0, 2, 3, 3, 4)
     fp = meanfield.fixed_point(pol, 0.8, 2.0, buffer=3, levels=3, iqueue_levels=4)
     x = np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
     with jax.enable_x64(True):
-        y = refined._project(jnp.asarray(x), pol, system)
+        y = refined.project(jnp.asarray(x), pol, system)
         n = y.size
         w = jnp.asarray(np.cov(np.random.default_rng(0).normal(size=(n, 3 * n))))
 
         def model(z):
-            return refined._model(
+            return refined.model(
                 z, jnp.float64(0.0), jnp.float64(0.8), jnp.float64(2.0), pol, system
             )
 
@@ -435,7 +435,7 @@ def test_a_correction_past_the_memory_bound_is_refused_before_compiling():
     """The correction's working memory grows like levels^2 * iqueue_levels
     (``refined.working_bytes``): 3000 levels and 30 I-queue levels, or a grid
     chunk of 64 points at 300 and 110, pass ``MAX_WORKING_BYTES``."""
-    one = refined.working_bytes(meanfield._policy_and_system("jiq", 1.0, None, None, 3000, 30)[1])
+    one = refined.working_bytes(meanfield.policy_and_system("jiq", 1.0, None, None, 3000, 30)[1])
     assert one > refined.MAX_WORKING_BYTES
     with pytest.raises(ValueError, match="levels=3000 and iqueue_levels=30.*GiB.*MAX_WORKING"):
         refined.refined_mean_field("jiq", 0.5, 1.0, n_servers=100, levels=3000, iqueue_levels=30)
@@ -504,5 +504,5 @@ def test_a_ratio_that_does_not_divide_n_is_refused_before_compiling(monkeypatch,
     )
     assert "n_servers=15 and ratio=10 give N / ratio = 1.5" in capsys.readouterr().err
     # a ratio N / M of a real system (1000 / 3) is whole up to rounding
-    refined._check_whole(2000, 1000 / 3)
-    refined._check_whole(15, None)
+    refined.check_whole(2000, 1000 / 3)
+    refined.check_whole(15, None)

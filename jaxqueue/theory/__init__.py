@@ -12,14 +12,22 @@ Modules (each depends only on those above it):
   :class:`~jaxqueue.results.schema.Result` of the mean field;
 * :mod:`~jaxqueue.theory.closed_forms` -- the closed forms a policy declares
   (Pod(d), JSQ, JIQ-Pod(d)): :func:`tail`, :func:`mean_response_time`;
-* :mod:`~jaxqueue.theory.meanfield` -- the generic mean field derived from the
-  policies' own rules: ``meanfield.fixed_point``, ``meanfield.transient``;
-* :mod:`~jaxqueue.theory.phases` -- the same generic mean field by server
-  class: phase-type service and server pools (:mod:`jaxqueue.core.service`):
+* :mod:`~jaxqueue.theory.solvers` -- the solver core: Newton, settling an
+  ODE, the adaptive level count, an error-controlled integrator;
+* :mod:`~jaxqueue.theory.exponential` -- the generic mean field's model
+  (state, routing laws derived from the policies' own rules, drift, the
+  sliding flow of JSQ-like routing); :mod:`~jaxqueue.theory.jiqsq` -- JIQ-SQ's
+  start;
+* :mod:`~jaxqueue.theory.meanfield` -- its fixed point and transient:
+  ``meanfield.fixed_point``, ``meanfield.transient``, ``meanfield.as_result``;
+* :mod:`~jaxqueue.theory.classes`, :mod:`~jaxqueue.theory.byclass` -- the
+  same model by server class (phase-type service and server pools,
+  :mod:`jaxqueue.core.service`); :mod:`~jaxqueue.theory.phases` -- its
   ``phases.fixed_point``, ``phases.transient`` (JSQ-like routing past the
   capacity slides along a full level: ``phases.sliding``);
-* :mod:`~jaxqueue.theory.periodic` -- the periodic regime of the generic
-  mean field under a rate profile: ``periodic.periodic_orbit``;
+* :mod:`~jaxqueue.theory.periodic` -- the periodic regime of either model
+  under a rate profile: ``periodic.periodic_orbit``
+  (:mod:`~jaxqueue.theory.periodic_flow`, its compiled passes);
 * :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
   tagged server's listed and unlisted phases;
 * :mod:`~jaxqueue.theory.threshold` -- JIQ-Threshold's mean field, the
@@ -28,7 +36,8 @@ Modules (each depends only on those above it):
   closed form, the generic fixed point or a per-server policy's solver from
   the policy's declarations;
 * :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
-  Houdt): :func:`refined_mean_field`, ``refined.refined_grid``;
+  Houdt): :func:`refined_mean_field`, ``refined.refined_grid``
+  (:mod:`~jaxqueue.theory.expansion`, the expansion itself);
 * :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`.
 
 Everything is in units of the mean service time

@@ -1,22 +1,11 @@
 """Closed-form mean fields: tails, response times and the result at one point.
 
 A policy declares its closed form (:meth:`jaxqueue.policies.Policy.closed_form`)
-as a family and a probe count; nothing here reads policy names. The families
-(Wang, Feng and Cheng, "Distributed Join-the-Idle-Queue for Low Latency Cloud
-Services", arXiv:1709.10119, Table I; derivations in docs/theory.md):
-
-* ``"pod"`` -- Pod(d) (Random is ``d = 1``): ``s_i = lambda**((d**i - 1)/(d - 1))``
-  (``lambda**i`` for ``d = 1``), Mitzenmacher's power-of-d limit;
-* ``"jsq"`` -- JSQ: ``s_1 = lambda``, ``s_i = 0`` for ``i >= 2``;
-* ``"jiq-pod"`` -- JIQ-Pod(d) (JIQ is ``d = 1``):
-  ``s_i = p0**((d**(i-1) - 1)/(d - 1)) * lambda**((d**i - 1)/(d - 1))``, with
-  ``p0`` from :func:`jaxqueue.theory.p0.solve_p0`.
-
-The array functions :func:`tail` and :func:`mean_response_time` are JAX
-(differentiable in ``load`` and ``ratio``, usable under ``jit``, ``grad`` and
-``vmap``); :func:`closed_form_result` is the host-side float64 result behind
-:func:`jaxqueue.theory.mean_field`. Times are in units of the mean service
-time (:data:`jaxqueue.core.system.SERVICE_RATE` is 1).
+as a family of :data:`FAMILIES` and a probe count; nothing here reads policy
+names. :func:`tail` and :func:`mean_response_time` are JAX array functions
+(``jit``, ``grad``, ``vmap``); :func:`closed_form_result` is the host-side
+float64 result behind :func:`jaxqueue.theory.mean_field`. The families' tails
+and the metrics derived from them: docs/theory-derivations.md.
 
 Example:
     >>> from jaxqueue import theory
@@ -27,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -36,10 +26,20 @@ from jaxqueue.core.system import check_int
 from jaxqueue.policies import ClosedForm, Policy, make
 from jaxqueue.results import response
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory.p0 import _as_float_arrays, _check_d, host_p0, solve_p0
+from jaxqueue.theory.numerics import as_float_arrays, check_d
+from jaxqueue.theory.p0 import host_p0, solve_p0
 from jaxqueue.theory.result import MeanFieldResult, build
 
-__all__ = ["FAMILIES", "closed_form_of", "tail", "mean_response_time", "closed_form_result"]
+__all__ = [
+    "FAMILIES",
+    "closed_form_of",
+    "need_ratio",
+    "family_tail",
+    "family_mean_response_time",
+    "tail",
+    "mean_response_time",
+    "closed_form_result",
+]
 
 #: The closed-form families a policy can declare (``ClosedForm.family``).
 FAMILIES = ("pod", "jsq", "jiq-pod")
@@ -73,7 +73,7 @@ def closed_form_of(policy, d=None) -> tuple[Policy, ClosedForm]:
             f"policy {pol.name!r} declares the closed form {cf.family!r}; "
             f"known families: {', '.join(FAMILIES)}"
         )
-    return pol, ClosedForm(cf.family, _check_d(cf.d))
+    return pol, ClosedForm(cf.family, check_d(cf.d))
 
 
 def _exponents(d: int, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +104,8 @@ def _terms_for(d: int) -> int:
     return int(math.ceil(12 * math.log(10) / math.log(d))) + 3
 
 
-def _need_ratio(pol: Policy, ratio):
+def need_ratio(pol: Policy, ratio):
+    """``ratio``, or a ValueError where a JIQ-family policy has none."""
     if ratio is None:
         raise ValueError(f"policy {pol.name!r} needs ratio = N / M")
     return ratio
@@ -124,13 +125,13 @@ def _in_domain(family: str, load, ratio):
     return ok
 
 
-def _tail(family: str, d: int, load, ratio, count: int):
+def family_tail(family: str, d: int, load, ratio, count: int):
     """``s_0 .. s_{count-1}`` of a closed-form family (``ratio`` used by ``jiq-pod`` only)."""
     if family == "jiq-pod":
-        load, ratio = _as_float_arrays(load, ratio)
+        load, ratio = as_float_arrays(load, ratio)
         log_p0 = jnp.log(solve_p0(load, ratio, d).p0)
     else:
-        (load,) = _as_float_arrays(load)
+        (load,) = as_float_arrays(load)
         log_p0 = jnp.zeros_like(load)
     ok = _in_domain(family, load, ratio)[..., None]
     if family == "jsq":
@@ -142,13 +143,13 @@ def _tail(family: str, d: int, load, ratio, count: int):
     return jnp.where(ok, jnp.exp(log_s), jnp.nan)
 
 
-def _mean_response_time(family: str, d: int, load, ratio):
+def family_mean_response_time(family: str, d: int, load, ratio):
     """``T = sum_{i>=1} s_i / lambda`` of a closed-form family."""
     if family == "jiq-pod":
-        load, ratio = _as_float_arrays(load, ratio)
+        load, ratio = as_float_arrays(load, ratio)
         p0 = solve_p0(load, ratio, d).p0
     else:
-        (load,) = _as_float_arrays(load)
+        (load,) = as_float_arrays(load)
         p0 = jnp.ones_like(load)
     ok = _in_domain(family, load, ratio)
     if family == "jsq":
@@ -166,7 +167,7 @@ def _mean_response_time(family: str, d: int, load, ratio):
 def tail(policy, load, ratio=None, *, d: int | None = None, levels: int = 32):
     """Mean-field tail ``s_0 .. s_levels`` (``s_i``: fraction of servers with at least ``i`` tasks).
 
-    The closed form the policy declares (see the module docstring). Differentiable
+    The closed form the policy declares (docs/theory-derivations.md). Differentiable
     in ``load`` and ``ratio`` (through :func:`~jaxqueue.theory.p0.solve_p0`). Not
     jitted itself: it calls the compiled solver and a few array operations, so
     no second copy of the solver is compiled; it works inside ``jax.jit``,
@@ -194,8 +195,8 @@ def tail(policy, load, ratio=None, *, d: int | None = None, levels: int = 32):
     pol, cf = closed_form_of(policy, d)
     check_int("levels", levels, 1, _MAX_LEVELS)
     if cf.family == "jiq-pod":
-        _need_ratio(pol, ratio)
-    return _tail(cf.family, cf.d, load, ratio, levels + 1)
+        need_ratio(pol, ratio)
+    return family_tail(cf.family, cf.d, load, ratio, levels + 1)
 
 
 def mean_response_time(policy, load, ratio=None, *, d: int | None = None):
@@ -222,8 +223,8 @@ def mean_response_time(policy, load, ratio=None, *, d: int | None = None):
     """
     pol, cf = closed_form_of(policy, d)
     if cf.family == "jiq-pod":
-        _need_ratio(pol, ratio)
-    return _mean_response_time(cf.family, cf.d, load, ratio)
+        need_ratio(pol, ratio)
+    return family_mean_response_time(cf.family, cf.d, load, ratio)
 
 
 # ---------------------------------------------------------------------------
@@ -326,8 +327,8 @@ def closed_form_result(
 ) -> MeanFieldResult:
     """All mean-field metrics of a closed form at one point (float64, host side).
 
-    Tails from Wang, Feng and Cheng (arXiv:1709.10119), Table I (see the module
-    docstring). An arrival finds at least ``k >= 1`` tasks with probability
+    Tails from Wang, Feng and Cheng (arXiv:1709.10119), Table I
+    (docs/theory-derivations.md). An arrival finds at least ``k >= 1`` tasks with probability
     ``s_k**d`` under Pod(d) (the minimum of ``d`` draws), ``p0 s_k**d`` under
     JIQ-Pod(d) (a dispatcher with a non-empty I-queue, probability ``1 - p0``,
     sends it to an idle server), ``0`` under JSQ; the response time given ``k``
@@ -357,84 +358,132 @@ def closed_form_result(
         check_int("levels", levels, 1, _MAX_LEVELS)
     lam = float(load)
     log_lam = math.log(lam)
-    jiq = family == "jiq-pod"
     p0, log_p0 = None, 0.0
-    if jiq:
+    if family == "jiq-pod":
         if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
             raise ValueError(f"policy {pol.name!r} needs a positive finite ratio; got {ratio!r}")
         ratio = float(ratio)
         p0 = _host_p0(lam, ratio, d)
         log_p0 = math.log(p0)
-
     if family == "jsq":
-        n = 2 if levels is None else levels + 1
-        tail_arr = np.zeros(n)
-        tail_arr[:2] = 1.0, lam
-        occupancy = tail_arr - np.append(tail_arr[1:], 0.0)
-        seen = np.zeros(n)
-        seen[0] = 1.0
-        mean_q, remainder, wait = lam, 0.0, 0.0
-        quantiles = [-math.log1p(-q) for q in QUANTILES]
+        m = _jsq_metrics(lam, levels)
     else:
-        n = _auto_count(d, log_lam, log_p0) if levels is None else levels + 1
-        log_s = _log_tail_host(d, log_lam, log_p0, n + 1)
-        # log s_{k+1} - log s_k, exactly: log(lambda) for k = 0, then
-        # d**k log(lambda) + d**(k-1) log(p0) (geometric for d = 1)
-        e_lam, e_p0 = _exponents(d, n + 1)
-        inc = np.diff(e_lam) * log_lam + (np.diff(e_p0) * log_p0 if log_p0 else 0.0)
-        tail_arr = np.exp(log_s)[:n]
-        occupancy = tail_arr * -np.expm1(inc)
-        # P(find >= k): A_k = s_k**d (Pod), A_0 = 1 and A_k = p0 s_k**d (JIQ-Pod)
-        log_a = d * log_s
-        inc_a = d * inc
-        if jiq:
-            log_a = np.concatenate([[0.0], log_p0 + log_a[1:]])
-            inc_a = np.concatenate([[log_p0 + d * log_lam], inc_a[1:]])
-        seen = np.exp(log_a[:n]) * -np.expm1(inc_a)
-        wait = math.exp(log_a[1])
-        remainder = _tail_sum_from(d, log_lam, log_p0, n)
-        if d == 1:
-            one_minus_rho = (1.0 - lam) + lam * (1.0 - (p0 if jiq else 1.0))
-            mean_q = lam / one_minus_rho
-            quantiles = [-math.log1p(-q) / one_minus_rho for q in QUANTILES]
-        else:
-            mean_q = float(np.sum(tail_arr[1:])) + remainder
-            quantiles = (
-                response.erlang_mixture_quantile(seen, np.array(QUANTILES))
-                if with_quantiles
-                else [math.nan] * len(QUANTILES)
-            )
-
-    iq_dist, iq_rest = None, 0.0
-    join = delete = probe = 0.0
-    if jiq:
-        iq_dist, iq_rest = _iqueue_host(p0, lam, ratio, d)
-        lam_d = math.exp(d * log_lam)
-        join = lam * (1.0 - p0 * lam_d)  # s_1 - s_2
-        delete = lam * p0 * -math.expm1(d * log_lam)
-        probe = d * lam * p0 if d >= 2 else 0.0
-    elif family == "pod" and d >= 2:
-        probe = d * lam
-
+        m = _tail_metrics(d, lam, log_lam, p0, log_p0, levels, with_quantiles)
+    rates = _message_rates(family, d, lam, log_lam, p0, ratio)
     return build(
         pol,
         load=lam,
         ratio=ratio,
         d=d,
         buffer=None,
-        tail=tail_arr,
-        occupancy=occupancy,
-        arrival_seen=seen,
-        mean_queue_length=mean_q,
-        mean_response_time=float(mean_q) / lam,
-        waiting_probability=wait,
+        tail=m.tail,
+        occupancy=m.occupancy,
+        arrival_seen=m.seen,
+        mean_queue_length=m.mean_q,
+        mean_response_time=float(m.mean_q) / lam,
+        waiting_probability=m.wait,
         blocking_probability=0.0,
         p0=p0,
-        iqueue_distribution=iq_dist,
-        join_rate=join,
-        delete_rate=delete,
-        probe_rate=probe,
-        response_quantiles=quantiles,
-        tail_remainder=remainder,
-        iqueue_remainder=iq_rest,
+        iqueue_distribution=rates.iqueue,
+        join_rate=rates.join,
+        delete_rate=rates.delete,
+        probe_rate=rates.probe,
+        response_quantiles=m.quantiles,
+        tail_remainder=m.remainder,
+        iqueue_remainder=rates.iqueue_rest,
     )
+
+
+class _Metrics(NamedTuple):
+    """The queue-length metrics of a closed form (:func:`closed_form_result`'s arrays)."""
+
+    tail: np.ndarray
+    occupancy: np.ndarray
+    seen: np.ndarray  # law of the queue length an arrival finds
+    mean_q: float
+    remainder: float  # tail mass past the arrays
+    wait: float
+    quantiles: list
+
+
+def _jsq_metrics(lam: float, levels: int | None) -> _Metrics:
+    """JSQ: ``s_1 = lambda``, no task waits, the response time is Exp(1)."""
+    n = 2 if levels is None else levels + 1
+    tail_arr = np.zeros(n)
+    tail_arr[:2] = 1.0, lam
+    occupancy = tail_arr - np.append(tail_arr[1:], 0.0)
+    seen = np.zeros(n)
+    seen[0] = 1.0
+    quantiles = [-math.log1p(-q) for q in QUANTILES]
+    return _Metrics(tail_arr, occupancy, seen, lam, 0.0, 0.0, quantiles)
+
+
+def _tail_metrics(
+    d: int,
+    lam: float,
+    log_lam: float,
+    p0: float | None,
+    log_p0: float,
+    levels: int | None,
+    with_quantiles: bool,
+) -> _Metrics:
+    """Pod(d) (``p0`` None) and JIQ-Pod(d): the metrics of the doubly exponential tail.
+
+    ``levels`` None: the fewest levels with less than ``1e-15`` of tail mass left out.
+    """
+    jiq = p0 is not None
+    n = _auto_count(d, log_lam, log_p0) if levels is None else levels + 1
+    log_s = _log_tail_host(d, log_lam, log_p0, n + 1)
+    # log s_{k+1} - log s_k, exactly: log(lambda) for k = 0, then
+    # d**k log(lambda) + d**(k-1) log(p0) (geometric for d = 1)
+    e_lam, e_p0 = _exponents(d, n + 1)
+    inc = np.diff(e_lam) * log_lam + (np.diff(e_p0) * log_p0 if log_p0 else 0.0)
+    tail_arr = np.exp(log_s)[:n]
+    occupancy = tail_arr * -np.expm1(inc)
+    # P(find >= k): A_k = s_k**d (Pod), A_0 = 1 and A_k = p0 s_k**d (JIQ-Pod)
+    log_a = d * log_s
+    inc_a = d * inc
+    if jiq:
+        log_a = np.concatenate([[0.0], log_p0 + log_a[1:]])
+        inc_a = np.concatenate([[log_p0 + d * log_lam], inc_a[1:]])
+    seen = np.exp(log_a[:n]) * -np.expm1(inc_a)
+    wait = math.exp(log_a[1])
+    remainder = _tail_sum_from(d, log_lam, log_p0, n)
+    if d == 1:
+        one_minus_rho = (1.0 - lam) + lam * (1.0 - (p0 if jiq else 1.0))
+        mean_q = lam / one_minus_rho
+        quantiles = [-math.log1p(-q) / one_minus_rho for q in QUANTILES]
+    else:
+        mean_q = float(np.sum(tail_arr[1:])) + remainder
+        quantiles = (
+            response.erlang_mixture_quantile(seen, np.array(QUANTILES))
+            if with_quantiles
+            else [math.nan] * len(QUANTILES)
+        )
+    return _Metrics(tail_arr, occupancy, seen, mean_q, remainder, wait, quantiles)
+
+
+class _Rates(NamedTuple):
+    """The I-queue law and the messages per server per unit time of a closed form."""
+
+    iqueue: np.ndarray | None
+    iqueue_rest: float
+    join: float
+    delete: float
+    probe: float
+
+
+def _message_rates(
+    family: str, d: int, lam: float, log_lam: float, p0: float | None, ratio
+) -> _Rates:
+    """Joins ``s_1 - s_2``, delete requests and probes (Wang et al., Fig. 6), and the
+    I-queue size law of the JIQ family."""
+    if family == "jiq-pod":
+        iq_dist, iq_rest = _iqueue_host(p0, lam, ratio, d)
+        lam_d = math.exp(d * log_lam)
+        join = lam * (1.0 - p0 * lam_d)  # s_1 - s_2
+        delete = lam * p0 * -math.expm1(d * log_lam)
+        probe = d * lam * p0 if d >= 2 else 0.0
+        return _Rates(iq_dist, iq_rest, join, delete, probe)
+    probe = d * lam if family == "pod" and d >= 2 else 0.0
+    return _Rates(None, 0.0, 0.0, 0.0, probe)

@@ -17,7 +17,7 @@ import optax
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_int, is_real
-from jaxqueue.theory.closed_forms import _mean_response_time, _need_ratio, closed_form_of
+from jaxqueue.theory.closed_forms import closed_form_of, family_mean_response_time, need_ratio
 
 __all__ = ["MaxLoadResult", "max_load_for_target"]
 
@@ -47,7 +47,7 @@ def _max_load_impl(target, ratio, tol, family: str, d: int, max_steps: int):
     log_target = jnp.log(target)
 
     def residual(theta):
-        t = _mean_response_time(family, d, jax.nn.sigmoid(theta), ratio)
+        t = family_mean_response_time(family, d, jax.nn.sigmoid(theta), ratio)
         return jnp.log(t) - log_target
 
     def loss(theta):
@@ -77,7 +77,7 @@ def _max_load_impl(target, ratio, tol, family: str, d: int, max_steps: int):
     dres = jax.grad(residual)(theta)
     theta = jnp.where(res > 0, theta - 2.0 * res / dres, theta)
     lam = jax.nn.sigmoid(theta)
-    return lam, _mean_response_time(family, d, lam, ratio), steps, res
+    return lam, family_mean_response_time(family, d, lam, ratio), steps, res
 
 
 def max_load_for_target(
@@ -126,7 +126,7 @@ def max_load_for_target(
         )
     target = float(target)
     if family == "jiq-pod":
-        _need_ratio(pol, ratio)
+        need_ratio(pol, ratio)
         if not is_real(ratio) or not 0 < float(ratio) < math.inf:
             raise ValueError(f"ratio={ratio!r} is out of range: need 0 < ratio < inf")
         ratio = float(ratio)

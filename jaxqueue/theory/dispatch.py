@@ -20,7 +20,7 @@ from jaxqueue.core.service import as_law
 from jaxqueue.core.system import as_int, check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
-from jaxqueue.theory import meanfield, tagged_server, threshold
+from jaxqueue.theory import meanfield, periodic, phases, tagged_server, threshold
 from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult
 
@@ -214,8 +214,6 @@ def _mean_field(
 
 def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, with_quantiles):
     """The mean field averaged over the periodic regime of a rate profile."""
-    from jaxqueue.theory import periodic
-
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         reason = pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
         raise NotImplementedError(
@@ -261,8 +259,6 @@ def _per_server(pol, lam: float, ratio, levels, with_quantiles: bool) -> MeanFie
 
 def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
     """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.phases`)."""
-    from jaxqueue.theory import phases
-
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     fp = phases.fixed_point(
         pol,

@@ -1,67 +1,11 @@
 """The ``p0`` equation of JIQ-Pod(d) in the mean-field limit (JAX).
 
-The model and formulas are those of Wang, Feng and Cheng, "Distributed
-Join-the-Idle-Queue for Low Latency Cloud Services", arXiv:1709.10119 (derived
-step by step in docs/theory.md): in the limit ``N, M -> inf`` with
-``r = N / M`` fixed, JIQ-Pod(d) (JIQ is ``d = 1``) has the tail
-
-    s_i = p0**((d**(i-1) - 1)/(d - 1)) * lambda**((d**i - 1)/(d - 1)),
-
-where ``p0``, the fraction of empty I-queues, solves the normalisation of the
-birth-death law of one I-queue's size (births ``r q1``, deaths ``lambda r + k h``):
-
-    log p0 + lgamma(c + 1) + a - c log(a) + log P(c, a) = 0,
-    q1 = s_1 - s_2,  h = lambda p0 (1 - lambda**d) / (1 - lambda),
-    a = r q1 / h,    c = lambda r / h.
-
-The functions here are this raw equation, indexed by the fallback's probe
-count ``d`` (``d = 1``: JIQ), not by a policy: :func:`solve_p0`,
-:func:`p0_grid` and :func:`iqueue_distribution`. Policies reach them through
-their declared closed form (:mod:`jaxqueue.theory.closed_forms`).
-
-How the equation is solved (:func:`solve_p0`)
---------------------------------------------
-``P(c, a)`` underflows and ``lgamma(c + 1) - c log a`` cancels catastrophically
-when ``c`` is large (large ``r``, small ``p0``), so the equation is rewritten
-exactly. With ``g = (1 - lambda)/(1 - lambda**d)``, ``c = r g / p0`` and
-``delta = c - a = r g lambda**d`` (which does not depend on ``p0``), the
-identity ``Gamma(c+1) e**a a**-c P(c, a) = c * int_0^inf exp(a (1 - e**-s) - c s) ds``
-turns it into
-
-    F = log(r g) + log G(c) = 0,  G(c) = int_0^inf exp(-c q(s) - delta (1 - e**-s)) ds,
-    q(s) = s - 1 + e**-s >= 0.
-
-``G`` is smooth and strictly decreasing in ``c``, so the root is unique; ``F``
-increases in ``u = log p0`` and ``F(u = 0) >= 0``. Safeguarded Newton in ``u``
-(bisection bracket) starts from ``p0 ~ 1 / (1 + (pi/2) r (1 - lambda))`` (the
-Gaussian approximation of ``G``) and takes 1 to 5 steps. ``G`` needs no
-special functions: for ``c <= 10`` the series
-``c G = sum_k prod_{j<=k} a/(c + j)`` (48 terms, exact to rounding); otherwise
-24-point Gauss-Legendre on ``[0, S]``, ``S`` where the integrand is ``e**-40``.
-Near ``lambda = 1`` ``F`` is very flat in ``u`` (slope ``1e-4`` at
-``lambda = 1 - 1e-6``, ``r = 1e4``), so there it is evaluated as
-``-d log(lambda) + log1p(-a I1)`` with ``I1 = int (1 - e**-s) e**psi ds`` (exact,
-from ``delta G + a I1 = 1``), whose small second term carries the relative
-accuracy. Checked against 34-digit references: ``p0`` is accurate to about
-``1e-15`` absolute over ``lambda`` in ``[1e-4, 1 - 1e-6]``, ``r`` in
-``[1e-2, 1e4]``, ``d`` in ``1..64``. Gradients come from implicit
-differentiation (:func:`jax.custom_jvp`): ``dp0 = -p0 (dF/dtheta) / (dF/du)`` at
-the solution, never through the iterations.
-
-Status codes are those of :class:`jaxqueue.core.status.Status` (as int32
-arrays: one per point, inside ``vmap``).
-
-Precision
----------
-Array functions compute in JAX's default float type. With x64 enabled
-(``jax.config.update("jax_enable_x64", True)`` or the ``jax.enable_x64(True)``
-context) that is float64 and ``p0`` meets the ``1e-10`` target with a wide
-margin. Without x64 everything runs in float32: ``p0`` is then accurate to about
-``5e-7`` absolute (``2e-6`` relative) for the float32-rounded inputs (note that
-``1 - 1e-6`` itself is only represented to 6% in float32). The host-side
-functions that return Python numbers (:func:`jaxqueue.theory.mean_field`,
-:func:`jaxqueue.theory.max_load_for_target`) switch x64 on locally and always
-work in float64.
+``p0``, the fraction of empty I-queues, solves the normalisation of one
+I-queue's birth-death size law (Wang, Feng and Cheng, arXiv:1709.10119):
+:func:`solve_p0` (safeguarded Newton, implicit gradients), :func:`p0_grid`,
+:func:`host_p0` and :func:`iqueue_distribution`, indexed by the fallback's
+probe count ``d`` (``d = 1``: JIQ). The equation, its exact rewriting, the
+solver and its accuracy in float64 and float32: docs/theory-derivations.md.
 
 Example:
     >>> from jaxqueue import theory
@@ -82,6 +26,7 @@ import numpy as np
 
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
+from jaxqueue.theory.numerics import as_float_arrays, check_d, float_dtype
 
 __all__ = ["P0Solution", "solve_p0", "host_p0", "p0_grid", "iqueue_distribution"]
 
@@ -97,21 +42,6 @@ _GL_X = (_GL_X + 1.0) / 2.0  # nodes and weights on [0, 1]
 _GL_W = _GL_W / 2.0
 # q(s) = s**2 * sum_n (-s)**n / (n + 2)!  for s < 1/2 (15 terms: < 1e-17 relative)
 _Q_COEFS = tuple((-1.0) ** n / math.factorial(n + 2) for n in range(15))
-
-
-def _float_dtype():
-    return jnp.result_type(float)
-
-
-#: Largest ``d`` of the mean field (N -> infinity: no bound but
-#: :data:`jaxqueue.core.system.MAX_SERVERS`, as the generic mean field checks).
-_MAX_D = 2**31 - 1
-
-
-def _check_d(d) -> int:
-    if isinstance(d, bool) or int(d) != d or not 1 <= int(d) <= _MAX_D:
-        raise ValueError(f"d={d!r} is out of range: need 1 <= d <= {_MAX_D}")
-    return int(d)
 
 
 # ---------------------------------------------------------------------------
@@ -362,17 +292,12 @@ def _p0_core_jvp(d, primals, tangents):
     return sol, P0Solution(dp0, zero_int, zero_int, jnp.zeros_like(sol.residual))
 
 
-def _as_float_arrays(*xs):
-    dtype = _float_dtype()
-    return jnp.broadcast_arrays(*(jnp.asarray(x, dtype) for x in xs))
-
-
 def solve_p0(load, ratio, d: int = 1) -> P0Solution:
     """Fraction ``p0`` of empty I-queues of JIQ-Pod(d) (JIQ for ``d = 1``), mean field.
 
     Wang, Feng and Cheng, "Distributed Join-the-Idle-Queue for Low Latency Cloud
     Services" (arXiv:1709.10119), Theorem 1 and its JIQ-Pod analogue: the
-    normalisation of the I-queue size law (see the module docstring for the
+    normalisation of the I-queue size law (docs/theory-derivations.md gives the
     exact rewriting that keeps it finite for large ``r`` and small ``p0``).
     Elementwise over the broadcast shape of ``load`` and ``ratio``; jit-compiled
     (``d`` static; one program per shape, whatever the inputs' float types);
@@ -393,10 +318,10 @@ def solve_p0(load, ratio, d: int = 1) -> P0Solution:
         carry ``p0 = NaN`` and a nonzero ``status`` (a
         :class:`~jaxqueue.core.status.Status` code).
     """
-    d = _check_d(d)
+    d = check_d(d)
     # strong-typed float arrays before the jit boundary: a Python float and a
     # NumPy float64 (weak and strong types) would otherwise compile twice
-    load, ratio = _as_float_arrays(load, ratio)
+    load, ratio = as_float_arrays(load, ratio)
     return _solve_p0(load, ratio, d)
 
 
@@ -437,8 +362,8 @@ def p0_grid(loads, ratios, d: int = 1) -> P0Solution:
     Returns:
         :class:`P0Solution` with fields of shape ``[A, B]``.
     """
-    d = _check_d(d)
-    dtype = _float_dtype()
+    d = check_d(d)
+    dtype = float_dtype()
     loads = jnp.asarray(loads, dtype)
     ratios = jnp.asarray(ratios, dtype)
     if loads.ndim != 1 or ratios.ndim != 1:
@@ -479,8 +404,8 @@ def iqueue_distribution(p0, load, ratio, d: int = 1, jmax: int = 64):
     Returns:
         ``[..., jmax + 1]`` array of ``p_0 .. p_jmax`` (broadcast batch shape).
     """
-    d = _check_d(d)
-    p0, load, ratio = _as_float_arrays(p0, load, ratio)
+    d = check_d(d)
+    p0, load, ratio = as_float_arrays(p0, load, ratio)
     rg, om, lam_d = _coefficients(load, ratio, d)
     a = rg * ((1.0 - p0) / p0 + om)  # r q1 / h, without cancellation near p0 = lambda = 1
     delta = rg * lam_d

@@ -1,52 +1,11 @@
 """Mean field of JIQ without delete requests (JIQ-Original and Mitzenmacher's variants).
 
-The model (Mitzenmacher, "Analyzing Distributed Join-Idle-Queue: A Fluid
-Limit Approach", arXiv:1606.01833; Lu et al. 2011): a server is listed in at
-most one I-queue; an unlisted server sends a join request when a service
-completion leaves it with at most ``z`` tasks, to a uniformly random
-dispatcher (``d = 1``) or to the shortest of ``d`` distinct random I-queues; a
-dispatcher with a non-empty I-queue sends its task to a listed server (the
-head of a FIFO I-queue, or a uniformly random member), which leaves the
-I-queue whatever it holds; a dispatcher with an empty I-queue sends its task
-to a uniformly random server, which stays listed if it was.
-
-As ``N, M -> infinity`` with ``r = N / M`` fixed, one I-queue is a finite
-object whose size does not depend on its members' queue lengths: it grows by
-joins and shrinks by one at each arrival to its dispatcher (rate
-``lambda r``). With ``J`` the join rate per server, a queue of size ``j``
-receives joins at rate ``r J (Q_j^d - Q_{j+1}^d) / q_j`` (``Q_j`` the
-fraction of I-queues with at least ``j`` members), and balance gives
-``Q_{j+1} = (J / lambda) Q_j^d``: the sizes are those of a Pod(d) queue with
-load ``J / lambda``, so ``p0 = 1 - J / lambda`` (joins balance picks,
-``J = lambda (1 - p0)``).
-
-A tagged server then alternates two phases, each a Markov chain given ``p0``:
-
-* listed: its queue length ``k`` rises at rate ``lambda p0`` (tasks from
-  empty-I-queue dispatchers) and falls at rate 1 while busy; independently,
-  its place in the I-queue moves. FIFO: it enters behind the ``j`` members
-  already there (``j`` the size of the chosen I-queue) and moves up one place
-  at each arrival to its dispatcher (rate ``lambda r``), leaving when picked
-  at the head. Random order: the size ``j`` of its I-queue (itself included)
-  grows by joins and falls at rate ``lambda r (j - 1) / j`` (another member
-  picked); it is picked at rate ``lambda r / j``. A picked server receives
-  the task (``k + 1``) and is unlisted;
-* unlisted: ``k`` rises at rate ``lambda p0``; a completion that leaves at
-  most ``z`` tasks sends the join request and starts a listed phase.
-
-The stationary fraction of servers in each state is the join flux ``J``
-times the expected time a cycle spends there; the fixed point is the ``p0``
-at which these fractions sum to one (bisection on ``p0``; the fractions are
-linear solves). Everything the simulator reports follows: the tails, the
-queue length an arrival finds (tasks from empty-I-queue dispatchers see the
-stationary law, picks see the law at the pick), the response time (Erlang
-mixture), stale picks (a pick that finds its server busy), joins and
-probes (``d`` per join for ``d >= 2``); there are no delete requests. Two
-identities check the solution and are reported in the diagnostics: the busy
-fraction equals ``lambda`` and Little's law (``E[Q] / lambda`` equals the
-mean of the Erlang mixture).
-
-Infinite buffers only. Host-side numpy, float64.
+In the limit an I-queue's size does not depend on its members' queue
+lengths, so one tagged server's cycle of listed and unlisted phases is a
+pair of Markov chains given ``p0``; :func:`jiq_no_delete_mean_field` finds
+the ``p0`` at which the cycle's state fractions sum to one. The model and
+the cycle: docs/theory-derivations.md. Infinite buffers only; host-side
+numpy, float64.
 """
 
 from __future__ import annotations

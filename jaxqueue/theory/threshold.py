@@ -1,56 +1,12 @@
 """Mean field of JIQ-Threshold(z): an I-queue is a small population of servers.
 
-The policy (Wang, Feng and Cheng, arXiv:1709.10119): a server is listed, in
-exactly one I-queue, exactly while it holds at most ``z`` tasks. A server
-whose queue drops to ``z`` joins a uniformly random I-queue; a dispatcher
-with a non-empty I-queue sends its task to a uniformly random member, which
-leaves (and joins a uniformly random I-queue again if it still holds at most
-``z`` tasks); a dispatcher with an empty I-queue sends its task to a
-uniformly random server, and a delete request removes that server from its
-I-queue if the task takes it past ``z``.
-
-The members of an I-queue have different queue lengths, and which of them a
-delete request hits depends on those lengths, so the I-queue sizes do not
-decouple from the queue lengths as they do for JIQ. The state of one I-queue
-is its composition ``n = (n_0, ..., n_z)``: ``n_k`` members hold ``k`` tasks.
-As ``N, M -> infinity`` with ``r = N / M`` fixed, the I-queues evolve as
-independent copies of one Markov chain on compositions, coupled only through
-global rates:
-
-* a joining server with ``k`` tasks arrives at rate ``a_k`` (per I-queue);
-* its dispatcher's arrivals (rate ``lambda r``) pick a uniformly random
-  member, which leaves;
-* each member receives tasks from empty-I-queue dispatchers at rate
-  ``f = lambda p0`` (``p0`` the fraction of empty I-queues): ``k -> k + 1``
-  while ``k < z``, and a member with ``z`` tasks leaves (the delete request);
-* each member with ``k >= 1`` tasks completes one at rate 1 (``k -> k - 1``).
-
-A picked member with ``k < z`` tasks holds ``k + 1 <= z`` after the task and
-joins again, so ``a_{k+1}`` includes the picks of members with ``k`` tasks.
-The servers that leave with ``z + 1`` tasks (picks and deletes of members
-with ``z``) are unlisted: their queue rises at rate ``f`` and falls at rate
-1, so the fraction holding ``k > z`` is ``u (f)^(k - z - 1)`` with ``u`` their
-flux per server, and a completion at ``z + 1`` joins with ``z`` tasks.
-
-The fixed point is the ``p0`` and join rates at which the chain's empty
-fraction is ``p0``, the joins by queue length balance the picks that feed
-them, and the listed and unlisted servers add up to all servers (Newton's
-method on ``z + 1`` unknowns). The chain's stationary law is a
-level-by-level reduction over the I-queue sizes ``0..J`` with at most ``B``
-busy members (holding ``1..z`` tasks); ``J`` and ``B`` grow until less than
-:data:`TAIL_EPS` of the law sits at either bound. A size level holds at most
-:data:`MAX_STATES` compositions; where ``B`` reaches that limit with more
-than :data:`TAIL_EPS` but less than :data:`BUSY_ACCEPT` of the law at the
-bound, the solution is kept and the mass at the bound reported
-(``busy_remainder``); past :data:`BUSY_ACCEPT` the solve is refused
-(``z >= 2`` at larger ratios), early where a coarse first solve already
-shows it. With ``z = 0`` the composition is the size and this is JIQ's mean
-field (``p0`` equals the closed form's to about ``1e-13``). The busy
-fraction ``s_1 = lambda`` and Little's law (the mean of the Erlang mixture
-over the queue lengths arrivals find equals ``E[Q] / lambda``) check the
-solution; both are in the diagnostics.
-
-Infinite buffers and exponential service only. Host-side numpy, float64.
+Servers stay listed while they hold at most ``z`` tasks, so one I-queue's
+composition by queue length is a Markov chain coupled to the rest only
+through ``p0`` and the join rates; :func:`jiq_threshold_mean_field` finds
+the fixed point (Newton's method on ``z + 1`` unknowns) over a truncated
+chain grown until its bounds hold less than :data:`TAIL_EPS`. The model, the
+fixed point and the truncation: docs/theory-derivations.md. Infinite buffers
+and exponential service only; host-side numpy, float64.
 """
 
 from __future__ import annotations
@@ -59,6 +15,7 @@ import math
 
 import numpy as np
 
+from jaxqueue.core.status import Status
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = [
@@ -293,17 +250,21 @@ def _newton(
     jac=None,
     tol=1e-13,
     iterations=60,
-    strict=True,
 ):
     """Newton's method with a finite-difference Jacobian, kept (also from a
     previous, smaller chain: ``jac``) while each step at least halves the
-    residual. Not ``strict``: the last iterate where ``iterations`` do not
-    reach ``tol`` (a coarse chain may have no fixed point)."""
+    residual.
+
+    Returns ``(x, res, info, jac, status)``: the last iterate and its
+    residuals, and ``Status.CONVERGED`` where the residual is below ``tol``
+    (or, after ``iterations`` steps, below ``max(tol, 1e-10)``), else
+    ``Status.MAX_ITERATIONS`` (a coarse chain may have no fixed point).
+    """
     res, info = _evaluate(chain, lam, ratio, x)
     for _ in range(iterations):
         err = np.max(np.abs(res))
         if err < tol:
-            return x, res, info, jac
+            return x, res, info, jac, Status.CONVERGED
         if jac is None:
             jac = _jacobian(chain, lam, ratio, x, res)
         step = np.linalg.solve(jac, -res)
@@ -318,17 +279,14 @@ def _newton(
         if np.max(np.abs(rn)) > 0.5 * err:
             jac = None  # slow progress: a fresh Jacobian at the new point
         x, res, info = xn, rn, info_n
-    if np.max(np.abs(res)) < max(tol, 1e-10) or not strict:
-        return x, res, info, jac
-    raise RuntimeError(
-        f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})"
-    )
+    done = np.max(np.abs(res)) < max(tol, 1e-10)
+    return x, res, info, jac, Status.CONVERGED if done else Status.MAX_ITERATIONS
 
 
 def jiq_threshold_mean_field(
     policy, load: float, ratio: float, levels: int | None = None, with_quantiles: bool = True
 ) -> MeanFieldResult:
-    """The mean field of JIQ-Threshold(z) (see the module docstring).
+    """The mean field of JIQ-Threshold(z) (docs/theory-derivations.md).
 
     Args:
         policy: a :class:`~jaxqueue.policies.per_server.JIQThreshold`.
@@ -370,6 +328,48 @@ def jiq_threshold_mean_field(
 def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> MeanFieldResult:
     """:func:`jiq_threshold_mean_field` with its arguments checked."""
     z = int(policy.z)
+    chain, x, jac = _truncated_chain(z, lam, ratio)
+    x, res, info, jac, status = _newton(chain, lam, ratio, x, jac, 1e-13)
+    if status != Status.CONVERGED:
+        raise RuntimeError(
+            f"the JIQ-Threshold mean field did not converge (residual {np.max(np.abs(res)):.3g})"
+        )
+    return _result(policy, chain, lam, ratio, x, res, info, levels, with_quantiles)
+
+
+def _built(z: int, lam: float, ratio: float, size_max: int, busy_max: int) -> _Chain:
+    """The chain ``_Chain(z, size_max, busy_max)``, refused where it would pass
+    :data:`MAX_ENTRIES`."""
+    entries = _entries(z, size_max, busy_max)
+    if entries > MAX_ENTRIES:
+        raise RuntimeError(
+            f"the JIQ-Threshold mean field with z={z} at load={lam}, ratio={ratio} needs "
+            f"I-queue sizes up to {size_max} with up to {min(busy_max, size_max)} busy "
+            f"members: about {entries * 8 / 2**30:.1f} GiB of generator blocks, more than "
+            f"the {MAX_ENTRIES * 8 / 2**30:.1f} GiB allowed; use a smaller ratio (r = N / M)"
+        )
+    return _Chain(z, size_max, busy_max)
+
+
+def _refuse(z: int, lam: float, ratio: float, mass: float, estimated: bool):
+    """Refuse the solve: ``mass`` of the busy members' law at the limit :data:`MAX_STATES` allows."""
+    how = "by the coarse first chain's decay, about" if estimated else "solved there,"
+    raise RuntimeError(
+        f"the JIQ-Threshold mean field with z={z} needs more than {_busy_limit(z)} busy members "
+        f"per I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} compositions of one "
+        f"size): {how} {mass:.2g} of the law sits at that bound, more than {BUSY_ACCEPT:g}; "
+        "use a smaller z or ratio"
+    )
+
+
+def _truncated_chain(z: int, lam: float, ratio: float):
+    """The chain whose bounds hold less than :data:`TAIL_EPS` (or what the limits
+    accept), with a loose solution on it: ``(chain, x, jac)``.
+
+    Each chain is solved loosely; both laws fall off about geometrically (a
+    little faster further up), so the next chain's bounds jump to where each
+    is below :data:`TAIL_EPS`.
+    """
     size_max = max(24, int(4 * ratio) + 16)
     # start: JIQ-like p0, joins spread over the queue lengths a join can have
     x = np.array([0.5, lam * ratio]) if z == 0 else np.array([0.5] + [lam * ratio / z] * z)
@@ -377,41 +377,17 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
     # coarse chain of at most _FIRST_STATES compositions per size
     limit = _busy_limit(z)
     busy_max = min(int(lam * ratio) + 8, _busy_limit(z, _FIRST_STATES))
-
-    def built(size_max: int, busy_max: int) -> _Chain:
-        entries = _entries(z, size_max, busy_max)
-        if entries > MAX_ENTRIES:
-            raise RuntimeError(
-                f"the JIQ-Threshold mean field with z={z} at load={lam}, ratio={ratio} needs "
-                f"I-queue sizes up to {size_max} with up to {min(busy_max, size_max)} busy "
-                f"members: about {entries * 8 / 2**30:.1f} GiB of generator blocks, more than "
-                f"the {MAX_ENTRIES * 8 / 2**30:.1f} GiB allowed; use a smaller ratio (r = N / M)"
-            )
-        return _Chain(z, size_max, busy_max)
-
-    chain, jac = built(size_max, busy_max), None
-
-    def refuse(mass: float, estimated: bool):
-        how = "by the coarse first chain's decay, about" if estimated else "solved there,"
-        raise RuntimeError(
-            f"the JIQ-Threshold mean field with z={z} needs more than {limit} busy members per "
-            f"I-queue at load={lam}, ratio={ratio} (more than {MAX_STATES} compositions of one "
-            f"size): {how} {mass:.2g} of the law sits at that bound, more than {BUSY_ACCEPT:g}; "
-            "use a smaller z or ratio"
-        )
-
-    while True:  # solved loosely while the truncation is still too coarse
-        x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-9, iterations=12, strict=False)
+    chain, jac = _built(z, lam, ratio, size_max, busy_max), None
+    while True:
+        x, _, info, jac, _ = _newton(chain, lam, ratio, x, jac, 1e-9, iterations=12)
         sizes, busy = chain.laws(info["pis"])
         busy_left = z > 0 and busy[-1] >= TAIL_EPS and busy_max < size_max
         if busy_left and busy_max >= limit:
             if busy[-1] >= BUSY_ACCEPT:
-                refuse(busy[-1], estimated=False)
+                _refuse(z, lam, ratio, busy[-1], estimated=False)
             busy_left = False  # kept, and reported as busy_remainder
         if sizes[-1] < TAIL_EPS and not busy_left:
-            break
-        # both laws fall off about geometrically (a little faster further up):
-        # jump to where each is below TAIL_EPS
+            return chain, x, jac
         if sizes[-1] >= TAIL_EPS:
             size_max = _beyond(sizes, size_max)
         if busy_left:
@@ -419,19 +395,24 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
             if want > limit:
                 at_limit = busy[-1] * _decay(busy) ** (limit - busy_max)
                 if at_limit >= _HOPELESS:
-                    refuse(at_limit, estimated=True)
+                    _refuse(z, lam, ratio, at_limit, estimated=True)
             busy_max = min(want, limit)
         if (
             _entries(z, size_max, busy_max) > MAX_ENTRIES
             and sizes[-1] < SIZE_ACCEPT
             and (not busy_left or busy[-1] < BUSY_ACCEPT)
         ):
-            break  # the next chain would pass the memory bound, and this one is close enough
-        chain = built(size_max, busy_max)
-    x, res, info, jac = _newton(chain, lam, ratio, x, jac, 1e-13)
-    f, mean, a = info["f"], info["mean"], info["a"]
-    # unlisted servers: fraction u f^(k - z - 1) with k > z tasks
-    u = info["unlisted_flux"] / ratio
+            return chain, x, jac  # the next chain would pass the memory bound: this one is kept
+        chain = _built(z, lam, ratio, size_max, busy_max)
+
+
+def _occupancy(z: int, mean: np.ndarray, u: float, f: float, ratio: float, levels):
+    """The occupancy ``k = 0..levels`` and the mass left out past it.
+
+    Listed servers hold ``k <= z`` (``mean / ratio``); unlisted ones, a
+    fraction ``u f^(k - z - 1)`` with ``k > z`` tasks. ``levels`` None: the
+    fewest with less than :data:`TAIL_EPS` left out.
+    """
     if levels is None:
         extra = (
             1
@@ -447,7 +428,17 @@ def _solve(policy, lam: float, ratio: float, levels, with_quantiles: bool) -> Me
     k = np.arange(z + 1, full.size)
     full[z + 1 :] = u * f ** (k - z - 1)
     left_out = float(full[n_levels + 1 :].sum()) + u * f ** (full.size - 1 - z) / (1.0 - f)
-    occupancy = full[: n_levels + 1].copy()
+    return full[: n_levels + 1].copy(), left_out
+
+
+def _result(policy, chain, lam, ratio, x, res, info, levels, with_quantiles) -> MeanFieldResult:
+    """The mean-field result at the fixed point ``x`` of ``chain``."""
+    z = chain.z
+    f, mean, a = info["f"], info["mean"], info["a"]
+    # unlisted servers: fraction u f^(k - z - 1) with k > z tasks
+    u = info["unlisted_flux"] / ratio
+    occupancy, left_out = _occupancy(z, mean, u, f, ratio, levels)
+    n_levels = occupancy.size - 1
     upto = min(z, n_levels)
     listed = np.zeros(n_levels + 1)
     listed[: upto + 1] = occupancy[: upto + 1]
