@@ -2,17 +2,20 @@
 
 :func:`main` parses the arguments (:mod:`jaxqueue.cli.parser`, whose description
 ``--help`` prints) and runs one subcommand, turning its errors into one line and
-an exit status.
+an exit status. Progress and logs (the ``jaxqueue`` logger, at INFO) go to stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 import warnings
 
 from jaxqueue.cli.output import num
 from jaxqueue.cli.parser import build_parser
+from jaxqueue.core.progress import LOGGER, stderr_handler
 
 __all__ = ["main"]
 
@@ -26,9 +29,24 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    with warnings.catch_warnings():  # a warning is one line on stderr, not a source excerpt
-        warnings.showwarning = _show_warning
+    with warnings.catch_warnings(), _log_to_stderr():
+        warnings.showwarning = _show_warning  # one line on stderr, not a source excerpt
         return _run(args)
+
+
+@contextlib.contextmanager
+def _log_to_stderr():
+    """The ``jaxqueue`` logger at INFO on stderr while a command runs (and as it was after)."""
+    handler, saved = stderr_handler(), (LOGGER.level, LOGGER.propagate)
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(saved[0])
+        LOGGER.propagate = saved[1]
 
 
 def _run(args) -> int:

@@ -7,6 +7,8 @@ It imports no simulator or theory (only the metric names of the result schema), 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 
 from jaxqueue.results.schema import (
     POOL_METRICS,
@@ -15,7 +17,7 @@ from jaxqueue.results.schema import (
     SCALAR_METRICS,
 )
 
-__all__ = ["build_parser", "DESCRIPTION"]
+__all__ = ["build_parser", "DESCRIPTION", "package_version"]
 
 #: The parser's description (``python -m jaxqueue --help``).
 DESCRIPTION = """Command line: ``python -m jaxqueue {simulate,transient,theory,exact,compare,sweep,export,plot,policies}``.
@@ -24,6 +26,26 @@ DESCRIPTION = """Command line: ``python -m jaxqueue {simulate,transient,theory,e
 ``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
 :mod:`jaxqueue.results.schema`), so their outputs can be compared field by field.
 """
+
+
+def package_version() -> str:
+    """The installed package's version, read without importing JAX (from the source
+    tree's :mod:`jaxqueue.core.versions` where the package is not installed)."""
+    try:
+        return importlib.metadata.version("jaxqueue")
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.import_module("jaxqueue.core.versions").__version__
+
+
+class _Version(argparse.Action):
+    """``--version``: ``jaxqueue X.Y.Z`` on stdout, exit status 0."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"jaxqueue {package_version()}")
+        parser.exit()
 
 
 def _loads(text: str) -> list[float]:
@@ -91,6 +113,9 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
             help="I-queue pick order (jiq-original; default random)",
         )
 
+
+_SEED_HELP = "the random seed (default 0); the same seed gives the same numbers"
+_JSON_HELP = "print one JSON object on stdout instead of a table"
 
 _SERVICE_HELP = (
     "service law: exp (default), erlang:K, hyperexp:SCV, fit:SCV (two-moment "
@@ -161,7 +186,7 @@ def _add_length(p: argparse.ArgumentParser) -> None:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
     p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
     p.add_argument(
@@ -206,12 +231,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "(the kernel's layout in plain XLA); results are bit-identical",
     )
     p.add_argument("--progress", action="store_true", help="progress on stderr")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
     ap = argparse.ArgumentParser(prog="python -m jaxqueue", description=DESCRIPTION)
+    ap.add_argument("--version", action=_Version, help="print the version and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     _simulate_parser(sub)
     _transient_parser(sub)
@@ -272,14 +298,14 @@ def _transient_parser(sub) -> None:
     p.add_argument(
         "--replicas", type=int, default=32, help="independent replicas (>= 2; default 32)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     p.add_argument(
         "--buffer", type=int, default=None, help="places per server b (default: infinite)"
     )
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument("--pools", default=None, help="heterogeneous servers: FRACTION:SPEED pairs")
     p.add_argument("--plot", default=None, help="write a PNG of simulation and ODE (extra: plot)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _theory_parser(sub) -> None:
@@ -323,7 +349,7 @@ def _theory_parser(sub) -> None:
         help="START,LENGTH: with --arrivals, average over this window of the "
         "periodic regime (time 0 = the profile's start) instead of one period",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _exact_parser(sub) -> None:
@@ -349,7 +375,7 @@ def _exact_parser(sub) -> None:
         default=None,
         help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.5:2,0.5:1",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _compare_parser(sub) -> None:
@@ -357,7 +383,12 @@ def _compare_parser(sub) -> None:
     _add_policy(p, many=True)
     p.add_argument("--servers", type=int, default=1000, help="N (default 1000)")
     p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
-    p.add_argument("--loads", type=_loads, default=[0.5, 0.7, 0.9, 0.95, 0.98])
+    p.add_argument(
+        "--loads",
+        type=_loads,
+        default=[0.5, 0.7, 0.9, 0.95, 0.98],
+        help="comma-separated loads lambda (default 0.5,0.7,0.9,0.95,0.98)",
+    )
     p.add_argument(
         "--time",
         type=float,
@@ -371,7 +402,7 @@ def _compare_parser(sub) -> None:
         help="warm-up time units, from the mean-field state (default 50)",
     )
     p.add_argument("--replicas", type=int, default=16, help="replicas per load (default 16)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     p.add_argument(
         "--buffer", type=int, default=None, help="places per server b (default: infinite)"
     )
@@ -398,8 +429,8 @@ def _compare_parser(sub) -> None:
         "with --pools, pool_p50 to pool_p99.9 each pool's quantiles); --json "
         "has every metric",
     )
-    p.add_argument("--progress", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--progress", action="store_true", help="progress on stderr")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _sweep_parser(sub) -> None:
@@ -447,7 +478,9 @@ def _export_parser(sub) -> None:
 
 
 def _plot_parser(sub) -> None:
-    p = sub.add_parser("plot", help="draw a figure of a result store as a PNG (extra: plot)")
+    p = sub.add_parser(
+        "plot", help="draw the figures of a result store as PNG, PDF or SVG (extra: plot)"
+    )
     p.add_argument("store", help="the SQLite result store")
     p.add_argument(
         "--figure", default=None, help="a [[figure]] name of the spec (default: every figure)"
@@ -456,8 +489,9 @@ def _plot_parser(sub) -> None:
         "-o",
         "--output",
         required=True,
-        help="the PNG (with several figures: a folder, one NAME.png each)",
+        help="a .png, .pdf or .svg file (one figure), else a folder: one NAME.png per figure",
     )
+    p.add_argument("--dpi", type=int, default=120, help="pixels per inch of a PNG (default: 120)")
     p.add_argument(
         "--spec",
         default=None,
@@ -472,4 +506,4 @@ def _policies_parser(sub) -> None:
     p = sub.add_parser(
         "policies", help="list the policies, their options (defaults) and mean fields"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the list as one JSON object on stdout")

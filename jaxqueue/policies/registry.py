@@ -10,6 +10,7 @@ declares each of these paths.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from jaxqueue.core.system import as_int
 from jaxqueue.policies.base import Policy
@@ -52,10 +53,16 @@ def available() -> list[str]:
 
 
 def policy_class(name: str) -> type[Policy]:
-    """The registered class of ``name``; the error lists the valid names."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(available())}")
-    return _REGISTRY[name]
+    """The registered class of ``name``, in any case (``JIQ-Pod`` is ``jiq-pod``); the
+    error names the closest valid name and lists them all."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    folded = {n.casefold(): cls for n, cls in _REGISTRY.items()}
+    if isinstance(name, str) and name.casefold() in folded:
+        return folded[name.casefold()]
+    close = difflib.get_close_matches(str(name).casefold(), list(folded), n=1)
+    hint = f"; did you mean {folded[close[0]].name!r}?" if close else ""
+    raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(available())}{hint}")
 
 
 def option_names(name: str | type[Policy] | Policy) -> tuple[str, ...]:

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 
@@ -22,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+from jaxqueue.core.progress import Progress, log, tqdm_bar
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import System, check_int
 from jaxqueue.core.versions import __version__, source_digest
@@ -388,6 +388,7 @@ class Run:
         mesh, _, keys, loads = placement(p)
         cap = max_chunk_blocks(p.system, p.policy)
         chunk, saved, first = 1, time.perf_counter(), True
+        report = self._progress() if progress else None
         while not self.done and self.block < limit:
             boundary = self._next_stop()
             stop = min(boundary, limit)
@@ -416,14 +417,8 @@ class Run:
             for w in self.windows:
                 if not w.done and self.block == w.next_stop(self.block - n):
                     self._boundary(w)
-            if progress:
-                rate = n * BLOCK * p.padded / max(dt, 1e-9)
-                print(
-                    f"[jaxqueue] {p.policy.label()} {phase}: block {self.block}/{self.end} "
-                    f"({rate:.3g} replica-steps/s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if report is not None:
+                report.update(self.block, self.end, phase)
             now = time.perf_counter()
             every = min(checkpoint_every, FIRST_CHECKPOINT) if first else checkpoint_every
             due = checkpoint is not None and (self.done or now - saved >= every)
@@ -435,12 +430,18 @@ class Run:
                 self.save(checkpoint)
                 saved, first = now, False
                 if progress:
-                    print(
-                        f"[jaxqueue] checkpoint: block {self.block} saved to {checkpoint}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    log(f"checkpoint: block {self.block} saved to {checkpoint}")
+        if report is not None:
+            report.close()
         return self
+
+    def _progress(self) -> Progress:
+        """The progress report of :meth:`advance`, told that the first chunk compiles."""
+        name = self.plan.policy.label()
+        bar = tqdm_bar(self.end, self.block, name, "block")
+        report = Progress(name, BLOCK * self.plan.padded, bar=bar)
+        report.start(self.block, self.end)
+        return report
 
     def _add(self, host: dict) -> None:
         """Add a chunk's sums (from ``self.block`` on) to the loads it measured,

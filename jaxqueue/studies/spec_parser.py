@@ -6,6 +6,7 @@ What a spec may hold: docs/sweeps.md (The spec).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import math
@@ -96,6 +97,12 @@ _GROUPS = (
 _HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
 _ARRAY = re.compile(r"""^\s*\[\[\s*["']?([\w.-]+)["']?\s*\]\]""")
 _KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
+
+
+def _did_you_mean(name: str, valid) -> str:
+    """``"; did you mean 'X'?"`` for the closest valid name, or nothing."""
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def number(name: str, value) -> float:
@@ -206,7 +213,12 @@ class SpecParser:
         self.vals = {}  # part -> {key: (value, the table it came from)}
         for key, value in self.data.items():
             if key not in _TOP_KEYS:
-                self.fail("", key, f"unknown key or table {key!r}; valid: {', '.join(_TOP_KEYS)}")
+                self.fail(
+                    "",
+                    key,
+                    f"unknown key or table {key!r}; valid: {', '.join(_TOP_KEYS)}"
+                    + _did_you_mean(key, _TOP_KEYS),
+                )
             if key == "figure":
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                     self.fail("", key, "figures are tables: write [[figure]] above each")
@@ -223,7 +235,10 @@ class SpecParser:
             for key in self.data.get(part, {}):
                 if key not in valid:
                     self.fail(
-                        part, key, f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}"
+                        part,
+                        key,
+                        f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}"
+                        + _did_you_mean(key, valid),
                     )
             self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
         if mode is not None and mode not in self.data:
@@ -301,7 +316,7 @@ class SpecParser:
         """``(name, {option: [values]}, {option or "policy": line})`` per policy entry."""
         if not self.has("grid", "policy"):
             self.fail("grid", "policy", "[grid] needs policy = [...]")
-        start, entries = self.line("grid", "policy"), []
+        start, entries, given = self.line("grid", "policy"), [], []
         shared = {k: self.axis(k, lambda v: v) for k in SHARED_OPTIONS if self.has("grid", k)}
         for entry in self.axis("policy", lambda v: v):
             table = dict(entry) if isinstance(entry, dict) else {"name": entry}
@@ -313,11 +328,13 @@ class SpecParser:
                     "a policy is a name or an inline table of a name and "
                     f'options, e.g. {{ name = "pod", d = [2, 3] }}; got {entry!r}',
                 )
-            line = self.entry(start, name, [e[0] for e in entries].count(name))
+            line = self.entry(start, name, given.count(name))
+            given.append(name)
             try:
-                takes = option_names(policy_class(name))
+                name = policy_class(name).name  # in any case: JIQ-Pod is jiq-pod
             except ValueError as err:
                 raise SpecError(str(err), line) from None
+            takes = option_names(name)
             opts, lines = {}, {"policy": line}
             for key in [*table, *shared]:
                 lines[key] = line if key in table else self.line("grid", key)

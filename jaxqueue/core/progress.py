@@ -1,0 +1,126 @@
+"""Progress of long runs, on the ``jaxqueue`` logger (INFO) and never on stdout.
+
+A run's first chunk compiles, so rates and the time left count from its end.
+With the ``progress`` extra (tqdm) and stderr a terminal, a bar replaces the lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+__all__ = ["LOGGER", "Progress", "log", "stderr_handler", "tqdm_bar", "duration"]
+
+#: The package's logger: the command line gives it a stderr handler at INFO; a
+#: Python program can silence it (``setLevel(logging.WARNING)``) or redirect it.
+LOGGER = logging.getLogger("jaxqueue")
+
+PREFIX = "[jaxqueue] "
+
+
+def stderr_handler(stream=None) -> logging.Handler:
+    """A handler writing ``[jaxqueue] MESSAGE`` lines to ``stream`` (default: stderr)."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.setFormatter(logging.Formatter(PREFIX + "%(message)s"))
+    return handler
+
+
+def log(message: str) -> None:
+    """``message`` at INFO on the ``jaxqueue`` logger; on stderr where no handler is set
+    up anywhere (a Python program that asked for progress and configured no logging)."""
+    if LOGGER.hasHandlers():
+        LOGGER.info(message)
+    elif LOGGER.isEnabledFor(logging.INFO):
+        print(PREFIX + message, file=sys.stderr, flush=True)
+
+
+def duration(seconds: float) -> str:
+    """``"2.5 s"``, ``"45 s"``, ``"3 min 20 s"``, ``"2 h 05 min"``."""
+    if seconds < 9.95:
+        return f"{max(0.0, seconds):.1f} s"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def tqdm_bar(total: int, initial: int, desc: str, unit: str, stream=None):
+    """A tqdm bar on ``stream`` (default stderr) where the ``progress`` extra is installed
+    and the stream is a terminal; else None."""
+    stream = sys.stderr if stream is None else stream
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    try:
+        from tqdm.auto import tqdm  # the optional progress extra: imported where used
+    except ModuleNotFoundError:
+        return None
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=stream, dynamic_ncols=True)
+
+
+class Progress:
+    """A run's progress in blocks: a line at most every ``every`` seconds (and at the
+    end) with the percentage, the rate and the time left, or a tqdm bar.
+
+    :meth:`start` says the first chunk compiles; the rate and the time left count
+    from the end of the first :meth:`update` (the compiling chunk) on.
+    """
+
+    def __init__(
+        self, name: str, per_block: float, *, every: float = 2.0, bar=None, clock=time.perf_counter
+    ):
+        self.name, self.per_block, self.every, self.clock = name, per_block, every, clock
+        self.bar = bar
+        self.since = None  # (clock, block) at the end of the compiling chunk
+        self.last = -float("inf")  # clock of the last line
+        if LOGGER.level == logging.NOTSET:  # asked for progress: INFO unless set otherwise
+            LOGGER.setLevel(logging.INFO)
+
+    def start(self, block: int, end: int) -> None:
+        """Before the first chunk: it compiles."""
+        self.t0 = self.clock()
+        if self.bar is None:
+            log(f"{self.name}: compiling, then the first chunk from block {block} of {end}")
+
+    def update(self, block: int, end: int, phase: str) -> None:
+        """After a chunk: the run is at ``block`` of ``end``."""
+        now = self.clock()
+        first = self.since is None
+        if first:
+            self.since = (now, block)
+        rate = self._rate(now, block)  # blocks per second, None until measured
+        if self.bar is not None:
+            self._bar(block, end, phase, rate)
+            return
+        if not (first or block >= end or now - self.last >= self.every):
+            return
+        self.last = now
+        head = f"{self.name} {phase}: block {block}/{end} ({100 * block / max(end, 1):.0f}%)"
+        if rate is None:
+            log(f"{head}, compiled and ran the first chunk in {now - self.t0:.1f} s")
+        elif block >= end:
+            log(
+                f"{head}, {rate * self.per_block:.3g} replica-steps/s, done in {duration(now - self.t0)}"
+            )
+        else:
+            log(
+                f"{head}, {rate * self.per_block:.3g} replica-steps/s, "
+                f"about {duration((end - block) / rate)} left"
+            )
+
+    def _rate(self, now: float, block: int) -> float | None:
+        t, b = self.since
+        return (block - b) / (now - t) if block > b and now > t else None
+
+    def _bar(self, block: int, end: int, phase: str, rate) -> None:
+        self.bar.total = end
+        self.bar.set_description_str(f"{self.name} {phase}", refresh=False)
+        if rate is not None:
+            self.bar.set_postfix_str(f"{rate * self.per_block:.3g} replica-steps/s", refresh=False)
+        self.bar.update(block - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
