@@ -234,7 +234,7 @@ def test_store_round_trip_with_arrivals_and_older_layouts_are_refused(spec_dir, 
     for version in ("3", "1"):
         with sqlite3.connect(path) as db:
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (version,))
-        with pytest.raises(StoreMismatchError, match=f"table layout {version}.*writes layout 4"):
+        with pytest.raises(StoreMismatchError, match=f"table layout {version}.*writes layout 5"):
             Store.open_existing(path)
 
 
