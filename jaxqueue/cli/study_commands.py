@@ -18,7 +18,7 @@ from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
 from jaxqueue.studies import compare as compare_study
 from jaxqueue.studies import export, grid
 from jaxqueue.studies import spec as grid_spec
-from jaxqueue.studies.plots import plot_store
+from jaxqueue.studies.plots import IMAGE_SUFFIXES, plot_store, read_store
 from jaxqueue.studies.store import Store
 
 __all__ = ["cmd_compare", "cmd_sweep", "cmd_export", "cmd_plot"]
@@ -227,29 +227,41 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _plot_jobs(args) -> list[tuple[str, str]]:
+    """``(figure, file)`` of each figure ``plot`` draws: ``-o`` is the file where it has
+    an image suffix (one figure), else a folder of ``NAME.png``."""
+    spec, _ = read_store(args.store, args.spec)
+    names = [args.figure] if args.figure is not None else [f.name for f in spec.figures]
+    if not names:
+        raise ValueError(f"spec {spec.name!r} has no [[figure]] table")
+    suffix = os.path.splitext(args.output)[1].lower()
+    if suffix in IMAGE_SUFFIXES:
+        if len(names) > 1:
+            raise ValueError(
+                f"-o {args.output} is one {suffix[1:].upper()} file and spec {spec.name!r} has "
+                f"{len(names)} figures ({', '.join(names)}): pick one with --figure NAME, or "
+                "give -o a folder"
+            )
+        return [(names[0], args.output)]
+    if suffix in (".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp", ".svgz", ".pgf"):
+        raise ValueError(f"-o {args.output}: plot writes {', '.join(IMAGE_SUFFIXES)} files")
+    return [(n, os.path.join(args.output, f"{n}.png")) for n in names]
+
+
 def cmd_plot(args) -> int:
-    if args.figure is not None:
-        jobs = [(args.figure, args.output)]
-    else:
-        with Store.open_existing(args.store) as store:
-            meta = store.meta()
-        text = open(args.spec, encoding="utf-8").read() if args.spec else meta.get("spec_text")
-        if not text:
-            raise ValueError(f"{args.store} records no spec text: pass the spec file (--spec)")
-        names = [f.name for f in grid_spec.parse_spec(text, name=meta["spec_name"]).figures]
-        if not names:
-            raise ValueError(f"spec {meta['spec_name']!r} has no [[figure]] table")
-        jobs = [(n, os.path.join(args.output, f"{n}.png")) for n in names]
+    if args.dpi <= 0:
+        raise ValueError(f"--dpi must be positive, got {args.dpi}")
+    jobs = _plot_jobs(args)
     report = {}
     for name, out in jobs:
-        lines = plot_store(args.store, name, out, spec_path=args.spec)
-        report[name] = {"png": out, "lines": lines}
+        lines = plot_store(args.store, name, out, spec_path=args.spec, dpi=args.dpi)
+        report[name] = {"file": out, "lines": lines}
         print(f"[jaxqueue] wrote {out}", file=sys.stderr)
     if args.json:
         print(json.dumps(report))
         return 0
     for name, item in report.items():
-        print(f"figure {name} ({item['png']}): simulation against theory")
+        print(f"figure {name} ({item['file']}): simulation against theory")
         for line in item["lines"]:
             rel, z = line["max_relative_error"], line["max_z"]
             panel = "" if line["panel"] is None else f"[{line['panel']}] "

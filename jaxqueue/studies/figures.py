@@ -24,8 +24,12 @@ from jaxqueue.studies.figure_spec import (
     FigureSpec,
     check_expression,
     evaluate_expression,
+    line_label,
     parse_figure,
 )
+from jaxqueue.studies.grid_theory import theory_key, theory_value, theory_values
+from jaxqueue.studies.points import GridSpec
+from jaxqueue.studies.spec import MODES, parse_spec
 
 __all__ = [
     "FigureSpec",
@@ -34,6 +38,9 @@ __all__ = [
     "figure_series",
     "cdf_quantiles",
     "summarize",
+    "theory_curve",
+    "figure_caption",
+    "store_spec",
     "PARAMETERS",
     "FIGURE_KEYS",
     "METRIC_NAMES",
@@ -47,6 +54,9 @@ __all__ = [
 #: at ``CDF_LEVEL`` of the figure's curves.
 CDF_POINTS = 201
 CDF_LEVEL = 0.999
+#: Loads at which a theory curve is evaluated between a line's first and last load
+#: (beside the line's own loads).
+CURVE_POINTS = 61
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +65,10 @@ class Series:
 
     All arrays are float64 and sorted by ``x``; ``y``, ``ci95``, ``theory`` and
     ``refined`` (the 1/N-refined mean field, NaN unless the spec asked for it)
-    already carry the figure's ``y_scale``.
+    already carry the figure's ``y_scale``. ``label`` names the line in ``plot``'s
+    report and is the key of the figure's ``labels``; ``name`` is its display name
+    (from ``labels``, else :func:`~jaxqueue.studies.figure_spec.line_label`);
+    ``point_ids`` are the store's points of the line, in the order of ``x``.
     """
 
     panel: object
@@ -66,10 +79,14 @@ class Series:
     ci95: np.ndarray
     theory: np.ndarray
     refined: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    name: str = ""
+    point_ids: tuple = ()
 
     def __post_init__(self):
         if self.refined.size != self.x.size:  # not given: none
             object.__setattr__(self, "refined", np.full(self.x.size, math.nan))
+        if not self.name:
+            object.__setattr__(self, "name", self.label)
 
 
 def _matches(row: dict, key: str, values: tuple) -> bool:
@@ -141,7 +158,8 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         scale = np.array([fig.scale(m) for m in members])
         col = lambda name, members=members: _column(members, name)  # noqa: E731
         label = _label(series_keys, key)
-        if len(fig.metrics) > 1:
+        many = len(fig.metrics) > 1
+        if many:
             label = f"{label} {gkey[2]}".strip()
         out.append(
             Series(
@@ -153,9 +171,38 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 (col("ci95") * scale)[order],
                 (col("theory") * scale)[order],
                 (col("refined") * scale)[order],
+                _name(fig, label or gkey[2], series_keys, key, members, gkey[2] if many else None),
+                tuple(members[i]["point_id"] for i in order),
             )
         )
-    return out
+    return _check_labels(fig, out)
+
+
+def _name(fig: FigureSpec, label: str, series_keys: tuple, key: tuple, members, metric) -> str:
+    """A line's display name: the figure's ``labels`` entry for ``label``, else the
+    parameters that tell it apart (with its policy's options, where it has one policy)."""
+    given = fig.label_map().get(label)
+    if given is not None:
+        return given
+    shown = ("buffer", *PARAMETER_DEFAULTS)  # None is a value: infinite, exp, ...
+    params = {p: v for p, v in zip(series_keys, key) if v is not None or p in shown}
+    if "policy" in params:
+        for option in ("d", "z", "order"):
+            values = {m.get(option) for m in members}
+            if len(values) == 1 and None not in values:
+                params[option] = values.pop()
+    return line_label(params, metric) or label
+
+
+def _check_labels(fig: FigureSpec, series: list) -> list:
+    """``series``, or a ValueError where the figure's ``labels`` name a line it does not have."""
+    if unknown := sorted(set(fig.label_map()) - {s.label for s in series}):
+        lines = sorted({s.label for s in series})
+        raise ValueError(
+            f"figure {fig.name!r}: labels names {', '.join(map(repr, unknown))}, not a line "
+            f"of the figure; its lines are {', '.join(map(repr, lines))}"
+        )
+    return series
 
 
 def _varying(picked: list[dict], fig: FigureSpec, x_of) -> tuple:
@@ -190,8 +237,8 @@ def _label(series_keys: tuple, key: tuple) -> str:
 
 
 def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
-    """``(panel, label, rows)`` per curve of a ``response_cdf`` figure: the ``arrival_seen``
-    and ``response_quantile`` rows of one point each, in a stable order."""
+    """``(panel, label, rows, name)`` per curve of a ``response_cdf`` figure: the
+    ``arrival_seen`` and ``response_quantile`` rows of one point each, in a stable order."""
     picked = [
         r
         for r in rows
@@ -232,7 +279,7 @@ def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
                 f"the curve {label!r}{in_panel}: add the parameter that tells them apart to "
                 "series or panels, or keep one with where (e.g. where = { load = 0.9 })"
             )
-        out.append((panel, label, members))
+        out.append((panel, label, members, _name(fig, label, series_keys, key, members, None)))
     return out
 
 
@@ -252,7 +299,7 @@ def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     curves = _cdf_curves(rows, fig)
     weights = [
         {c: _seen_weights(members, c) for c in ("mean", "theory", "refined")}
-        for _, _, members in curves
+        for _, _, members, _ in curves
     ]
     ends = [
         float(erlang_mixture_quantile(w, CDF_LEVEL))
@@ -264,7 +311,7 @@ def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
         raise ValueError(f"figure {fig.name!r}: no point has a finite arrival_seen")
     t = np.linspace(0.0, max(ends), CDF_POINTS)
     out = []
-    for (panel, label, _), ws in zip(curves, weights):
+    for (panel, label, members, name), ws in zip(curves, weights):
         law = {
             c: np.full(t.size, math.nan) if w is None else erlang_mixture_cdf(w, t)
             for c, w in ws.items()
@@ -279,9 +326,11 @@ def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 np.full(t.size, math.nan),
                 law["theory"],
                 law["refined"],
+                name,
+                (members[0]["point_id"],),
             )
         )
-    return out
+    return _check_labels(fig, out)
 
 
 def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
@@ -293,7 +342,7 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
     the curves; :func:`summarize` of them compares the law with theory.
     """
     out = []
-    for panel, label, members in _cdf_curves(rows, fig):
+    for panel, label, members, name in _cdf_curves(rows, fig):
         qs = sorted(
             (m for m in members if m["metric"] == "response_quantile"), key=lambda m: m["idx"]
         )
@@ -307,6 +356,8 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 _column(qs, "ci95"),
                 _column(qs, "theory"),
                 _column(qs, "refined"),
+                name,
+                (members[0]["point_id"],),
             )
         )
     return out
@@ -356,3 +407,84 @@ def _against(s: Series, theory: np.ndarray, prefix: str) -> dict:
         f"{prefix}at_x": float(s.x[nz][rel.argmax()]) if rel.size else None,
         f"{prefix}max_z": float(zs.max()) if zs.size else None,
     }
+
+
+def theory_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | None = None):
+    """``(x, theory)`` of a line's mean field on a fine grid of loads, or None.
+
+    Where ``x`` is the load and the line's theory is the mean field of
+    Poisson arrivals (the spec's ``theory`` is ``"mean-field"`` or
+    ``"refined"``), the mean field is solved at :data:`CURVE_POINTS` loads
+    from the line's first load to its last and at its own loads, and scaled
+    by ``y_scale``. None elsewhere (theory at the points only: other axes,
+    exact theory, arrival files, loads set by ``alpha`` or ``beta``), and
+    where the curve does not pass through the stored theory at the line's
+    own loads (a store run by other code), or where a load between them
+    has no solution.
+    """
+    if fig.x != "load" or not fig.theory or fig.metrics == (CDF,) or series.x.size < 2:
+        return None
+    if spec.run.theory not in ("mean-field", "refined") or not np.isfinite(series.theory).any():
+        return None
+    by_id = {p.point_id(): p for p in spec.points}
+    points = [by_id.get(i) for i in series.point_ids]
+    if not points or None in points:
+        return None
+    first = points[0]
+    if any(p.arrivals is not None or p.alpha is not None or p.beta is not None for p in points):
+        return None
+    if len({theory_key(dataclasses.replace(p, load=0.0), "mean-field") for p in points}) > 1:
+        return None  # the line's points differ in more than the load
+    loads = np.union1d(np.linspace(series.x[0], series.x[-1], CURVE_POINTS), series.x)
+    fine = [dataclasses.replace(first, load=float(x)) for x in loads]
+    index = fig.index
+    try:
+        values = theory_values(fine, "mean-field", {} if cache is None else cache)
+    except (ValueError, RuntimeError, ArithmeticError):  # a load between the points it
+        return None  # cannot solve: theory at the points, as stored
+    y = np.array(
+        [
+            math.nan
+            if (v := theory_value(r, series.metric, index)) is None
+            else v * fig.scale(p.params())
+            for r, p in zip(values, fine)
+        ]
+    )
+    at_points = y[np.searchsorted(loads, series.x)]
+    stored = np.isfinite(series.theory)
+    if not np.allclose(at_points[stored], series.theory[stored], rtol=1e-9, atol=1e-12):
+        return None
+    return loads, y
+
+
+def figure_caption(rows: list[dict], series: list[Series]) -> str:
+    """What a figure's points are: ``N = 1000, 16 replicas per point, 95% intervals``
+    (N and the replicas of the rows of ``series``' points; a range where they vary)."""
+    ids = {i for s in series for i in s.point_ids}
+    mine = [r for r in rows if r["point_id"] in ids]
+    parts = []
+    for key, text in (("servers", "N = {}"), ("replicas", "{} replicas per point")):
+        values = sorted({r[key] for r in mine if r.get(key) is not None})
+        if values:
+            span = f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g} to {values[-1]:g}"
+            parts.append(text.format(span))
+    if any(np.isfinite(s.ci95).any() for s in series):
+        parts.append("bars: 95% intervals")
+    return ", ".join(parts)
+
+
+def store_spec(text: str, meta: dict) -> GridSpec:
+    """The spec of a store's figures: ``text`` parsed in the mode (none, ``[quick]`` or
+    ``[gpu]``) whose hash is the store's, else without a mode (the figures are the same;
+    so too with arrivals files, which a spec's text alone cannot hash)."""
+    plain = parse_spec(text, name=meta.get("spec_name"))
+    for mode in (None, *MODES):
+        try:
+            spec = (
+                plain if mode is None else parse_spec(text, name=meta.get("spec_name"), mode=mode)
+            )
+            if spec.spec_hash() == meta.get("spec_hash"):
+                return spec
+        except ValueError:  # a mode the spec does not have; arrivals files not read
+            continue
+    return plain

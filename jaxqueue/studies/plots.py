@@ -1,5 +1,5 @@
 """Plots of grid experiments (the ``plot`` extra: matplotlib): each function takes an
-optional ``Axes`` and returns the axes it drew on; :func:`plot_store` writes a PNG.
+optional ``Axes`` and returns the axes it drew on; :func:`plot_store` writes a PNG, PDF or SVG.
 
 No pyplot state is used, so this works headless and in threads. What is drawn how:
 docs/sweeps.md (Figures).
@@ -8,61 +8,47 @@ docs/sweeps.md (Figures).
 from __future__ import annotations
 
 import os
+import sqlite3
+import textwrap
 
 import numpy as np
 
+from jaxqueue.studies.figure_spec import axis_label, line_label, metric_label
 from jaxqueue.studies.figures import (
     CDF,
     FigureSpec,
     Series,
     cdf_quantiles,
+    figure_caption,
     figure_series,
+    store_spec,
     summarize,
+    theory_curve,
 )
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.points import GridSpec
+from jaxqueue.studies.store import Store, StoreMismatchError
 
 __all__ = [
     "plot_series",
     "plot_cdf",
     "plot_figure",
     "plot_store",
+    "read_store",
     "axis_label",
+    "dodged_x",
     "pyplot_free_figure",
+    "IMAGE_SUFFIXES",
+    "DODGE",
 ]
 
-_LABELS = {
-    "load": r"$\lambda$",
-    "servers": "N",
-    "ratio": "r = N / M",
-    "dispatchers": "M",
-    "alpha": r"$\alpha$",
-    "beta": r"$\beta$",
-    "buffer": "buffer b",
-    "d": "d",
-    "z": "z",
-    "index": "k",
-    "mean_response_time": "mean response time T",
-    "waiting_probability": "P(wait)",
-    "blocking_probability": "P(blocked)",
-    "mean_queue_length": "mean tasks per server",
-    "p0": r"$p_0$",
-    "join_rate": "join requests per server per unit time",
-    "delete_rate": "delete requests per server per unit time",
-    "probe_rate": "probes per server per unit time",
-    "stale_fraction": "stale picks",
-    "tail": r"$s_k$ (servers with $\geq k$ tasks)",
-    "occupancy": "servers with exactly k tasks",
-    "arrival_seen": "arrivals that find k tasks",
-    "iqueue_distribution": "I-queues of size k",
-    "response_quantile": "response-time quantile",
-    "time": "response time t",
-    CDF: r"$P(T \leq t)$",
-}
-
-
+#: The file types :func:`plot_store` writes, by suffix.
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+#: How far apart the markers of two lines at a shared x are drawn: a fraction of the
+#: x axis's span (of its decades on a log axis).
+DODGE = 0.008
 #: Line style and width of a response-time law: simulated, theory, refined mean field.
 _CDF_STYLES = {"y": ("-", 1.5), "theory": (":", 1.2), "refined": ("--", 1.0)}
+_LEGEND = {"fontsize": 8, "frameon": False}
 
 
 def pyplot_free_figure(**kw):
@@ -76,9 +62,11 @@ def pyplot_free_figure(**kw):
     return Figure(**kw)
 
 
-def axis_label(key: str) -> str:
-    """The axis label of a parameter or metric name."""
-    return _LABELS.get(key, key)
+def _key_line(**kw):
+    """A legend handle drawn nowhere (matplotlib, the optional extra, imported where drawn)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="0.3", **kw)
 
 
 def _titles(ax, title, xlabel, ylabel) -> None:
@@ -89,6 +77,48 @@ def _titles(ax, title, xlabel, ylabel) -> None:
         ax.set_xlabel(xlabel)
     if ylabel:
         ax.set_ylabel(ylabel)
+
+
+def dodged_x(series: list[Series], logx: bool = False, dodge: float = DODGE) -> list[np.ndarray]:
+    """The x at which each line's markers are drawn: spread by ``dodge`` of the axis's
+    span (decades on a log axis) about the true x, centred, where lines share an x;
+    unchanged where they do not (or ``dodge`` is 0)."""
+    xs = [np.asarray(s.x, dtype=float) for s in series]
+    if len(xs) < 2 or dodge == 0:
+        return xs
+    shared = [np.intersect1d(x, np.concatenate(xs[:i] + xs[i + 1 :])) for i, x in enumerate(xs)]
+    if not any(s.size for s in shared):
+        return xs
+    allx = np.concatenate(xs)
+    allx = allx[np.isfinite(allx) & ((allx > 0) if logx else True)]
+    if allx.size == 0:
+        return xs
+    lo, hi = (np.log10(allx.min()), np.log10(allx.max())) if logx else (allx.min(), allx.max())
+    span = (hi - lo) or 1.0
+    out = []
+    for i, x in enumerate(xs):
+        step = (i - (len(xs) - 1) / 2) * dodge * span
+        moved = np.where(np.isin(x, shared[i]), step, 0.0)
+        out.append(x * 10.0**moved if logx else x + moved)
+    return out
+
+
+def _positive(a: np.ndarray, log: bool) -> np.ndarray:
+    return np.isfinite(a) & ((a > 0) if log else True)
+
+
+def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool) -> float:
+    """A line's theory (its fine curve where given, else through its points) and refined
+    mean field; returns the smallest value drawn (for a log y axis)."""
+    x, y = (s.x, s.theory) if curve is None else curve
+    th = _positive(y, logy) & _positive(x, logx)
+    if th.sum() >= 1:
+        ax.plot(x[th], y[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2, ms=12)
+    rf = _positive(s.refined, logy) & _positive(s.x, logx)
+    if rf.sum() >= 1:
+        style = "--" if rf.sum() > 1 else "x"
+        ax.plot(s.x[rf], s.refined[rf], style, color=color, lw=1.0, ms=6)
+    return min(y[th].min(initial=np.inf), s.refined[rf].min(initial=np.inf))
 
 
 def plot_series(
@@ -102,8 +132,14 @@ def plot_series(
     xlabel: str | None = None,
     ylabel: str | None = None,
     colors: dict | None = None,
+    curves: list | None = None,
+    dodge: float = DODGE,
 ):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
+
+    Simulated values are markers with their 95% intervals (no line), spread by
+    ``dodge`` where lines share an x (:func:`dodged_x`); theory is a line in the
+    same colour, the refined mean field dashed.
 
     Args:
         series: the lines (:func:`~jaxqueue.studies.figures.figure_series`).
@@ -113,68 +149,44 @@ def plot_series(
             the refined mean field dashed where they have it).
         title, xlabel, ylabel: texts.
         colors: ``{label: color}`` to keep colours across panels (filled in).
+        curves: per line, ``(x, theory)`` to draw instead of its theory at its
+            points (:func:`~jaxqueue.studies.figures.theory_curve`), or None.
+        dodge: the spread of the markers at a shared x (0: none).
     """
     if ax is None:
         ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
-    cycle = [f"C{i}" for i in range(10)]
+    curves = [None] * len(series) if curves is None else curves
     lowest = np.inf  # the smallest value drawn on a log y axis
-    for s in series:
-        color = colors.setdefault(s.label, cycle[len(colors) % len(cycle)])
-        keep = np.isfinite(s.y)
-        if logy:
-            keep &= s.y > 0
-        if logx:
-            keep &= s.x > 0
+    for s, x, curve in zip(series, dodged_x(series, logx, dodge), curves):
+        color = colors.setdefault(s.label, f"C{len(colors) % 10}")
+        keep = _positive(s.y, logy) & _positive(s.x, logx)
         ci = np.where(np.isfinite(s.ci95), s.ci95, 0.0)
+        err = ci[keep]
         if logy:  # an interval reaching to 0 or below runs off the bottom of the axes
-            lower = np.minimum(ci, s.y * (1 - 1e-12))
-            err = np.vstack([lower[keep], ci[keep]])
+            err = np.vstack([np.minimum(ci, s.y * (1 - 1e-12))[keep], ci[keep]])
             lowest = min(lowest, s.y[keep].min(initial=np.inf))
-        else:
-            err = ci[keep]
         ax.errorbar(
-            s.x[keep], s.y[keep], yerr=err, fmt="o", ms=4, capsize=2, color=color, label=s.label
+            x[keep], s.y[keep], yerr=err, fmt="o", ms=4, capsize=2, color=color, label=s.name
         )
         if theory:
-            th = np.isfinite(s.theory) & ((s.theory > 0) if logy else True)
-            if logx:
-                th &= s.x > 0
-            if logy:
-                lowest = min(lowest, s.theory[th].min(initial=np.inf))
-            if th.sum() >= 1:
-                ax.plot(
-                    s.x[th], s.theory[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2, ms=12
-                )
-            rf = np.isfinite(s.refined) & ((s.refined > 0) if logy else True)
-            if logx:
-                rf &= s.x > 0
-            if rf.sum() >= 1:
-                if logy:
-                    lowest = min(lowest, s.refined[rf].min(initial=np.inf))
-                ax.plot(
-                    s.x[rf], s.refined[rf], "--" if rf.sum() > 1 else "x", color=color, lw=1.0, ms=6
-                )
+            lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy))
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
         if np.isfinite(lowest):
-            ax.set_ylim(bottom=lowest / 3)
+            ax.set_ylim(bottom=lowest / 1.5)
     _titles(ax, title, xlabel, ylabel)
     if series:
         handles, labels = ax.get_legend_handles_labels()
         if theory and any(np.isfinite(s.theory).any() for s in series):
-            from matplotlib.lines import Line2D  # the optional extra: imported where drawn
-
-            handles.append(Line2D([], [], color="0.3", lw=1.2))
+            handles.append(_key_line(lw=1.2))
             labels.append("theory (lines)")
         if theory and any(np.isfinite(s.refined).any() for s in series):
-            from matplotlib.lines import Line2D  # the optional extra: imported where drawn
-
-            handles.append(Line2D([], [], color="0.3", lw=1.0, ls="--"))
+            handles.append(_key_line(lw=1.0, ls="--"))
             labels.append("refined mean field at N (dashed)")
-        ax.legend(handles, labels, fontsize=7, frameon=False)
+        ax.legend(handles, labels, **_LEGEND)
     ax.grid(True, which="major", alpha=0.3)
     return ax
 
@@ -206,39 +218,25 @@ def plot_cdf(
     if ax is None:
         ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
-    cycle = [f"C{i}" for i in range(10)]
     fields = ("y", "theory", "refined") if theory else ("y",)
     drawn = set()
     for s in curves:
-        color = colors.setdefault(s.label, cycle[len(colors) % len(cycle)])
+        color = colors.setdefault(s.label, f"C{len(colors) % 10}")
         for field in fields:
             y = getattr(s, field)
-            keep = np.isfinite(y) & ((y > 0) if logy else True) & ((s.x > 0) if logx else True)
+            keep = _positive(y, logy) & _positive(s.x, logx)
             if keep.any():
                 ls, lw = _CDF_STYLES[field]
-                ax.plot(
-                    s.x[keep],
-                    y[keep],
-                    ls,
-                    color=color,
-                    lw=lw,
-                    label=s.label if field == "y" else None,
-                )
+                label = s.name if field == "y" else None
+                ax.plot(s.x[keep], y[keep], ls, color=color, lw=lw, label=label)
                 drawn.add(field)
     levels = set()
     for m in marks:
-        keep = np.isfinite(m.y) & ((m.y > 0) if logx else True)
+        keep = _positive(m.y, logx)
         if keep.any():
             ci = np.where(np.isfinite(m.ci95), m.ci95, 0.0)
-            ax.errorbar(
-                m.y[keep],
-                m.x[keep],
-                xerr=ci[keep],
-                fmt="o",
-                ms=3,
-                capsize=2,
-                color=colors.get(m.label, "0.3"),
-            )
+            color = colors.get(m.label, "0.3")
+            ax.errorbar(m.y[keep], m.x[keep], xerr=ci[keep], fmt="o", ms=3, capsize=2, color=color)
             levels.update(m.x[keep].tolist())
     if logx:
         ax.set_xscale("log")
@@ -246,8 +244,6 @@ def plot_cdf(
         ax.set_yscale("log")
     _titles(ax, title, xlabel, ylabel)
     if curves:
-        from matplotlib.lines import Line2D  # the optional extra: imported where drawn
-
         handles, labels = ax.get_legend_handles_labels()
         for field, text in (
             ("theory", "theory (dotted)"),
@@ -255,68 +251,126 @@ def plot_cdf(
         ):
             if field in drawn:
                 ls, lw = _CDF_STYLES[field]
-                handles.append(Line2D([], [], color="0.3", ls=ls, lw=lw))
+                handles.append(_key_line(ls=ls, lw=lw))
                 labels.append(text)
         if levels:
-            handles.append(Line2D([], [], color="0.3", marker="o", ms=3, ls=""))
-            labels.append(
-                f"quantiles at q = {', '.join(f'{q:g}' for q in sorted(levels))} (95% intervals)"
-            )
-        ax.legend(handles, labels, fontsize=7, frameon=False, loc="lower right")
+            handles.append(_key_line(marker="o", ms=3, ls=""))
+            qs = ", ".join(f"{q:g}" for q in sorted(levels))
+            labels.append(f"quantiles at q = {qs} (95% intervals)")
+        ax.legend(handles, labels, loc="lower right", **_LEGEND)
     ax.grid(True, which="major", alpha=0.3)
     return ax
 
 
-def plot_figure(rows: list[dict], fig: FigureSpec, ax=None, *, spec_name: str | None = None):
+def _heading(title: str, caption: str, width_inches: float) -> str:
+    """A title wrapped to the width of the figure (not inside ``$...$``), with the caption
+    on its own line."""
+    parts = title.split("$")  # mathtext between $ signs is kept on one line
+    kept = "$".join(p.replace(" ", "\0") if i % 2 else p for i, p in enumerate(parts))
+    width = max(30, int(width_inches * 11))
+    lines = [line.replace("\0", " ") for line in textwrap.wrap(kept, width=width)]
+    return "\n".join(lines + ([caption] if caption else []))
+
+
+def _ylabel(fig: FigureSpec) -> str:
+    if fig.ylabel:
+        return fig.ylabel
+    if len(fig.metrics) > 1:
+        return "value" + (f" x {fig.y_scale}" if fig.y_scale else "")
+    return metric_label(fig.metrics[0], fig.index) + (f" x {fig.y_scale}" if fig.y_scale else "")
+
+
+def _axes(fig: FigureSpec, panels: list, ax):
+    """The axes to draw on: ``ax`` (checked), or a new figure's, one per panel."""
+    if ax is None:
+        width = 5.2 * len(panels) if fig.panels else 6.4
+        mpl_fig = pyplot_free_figure(figsize=(width, 4.6), layout="constrained")
+        return mpl_fig.subplots(1, len(panels), squeeze=False)[0]
+    axes = np.atleast_1d(ax)
+    if len(axes) != len(panels):
+        raise ValueError(f"figure {fig.name!r} has {len(panels)} panels, got {len(axes)} axes")
+    return axes
+
+
+def plot_figure(
+    rows: list[dict],
+    fig: FigureSpec,
+    ax=None,
+    *,
+    spec_name: str | None = None,
+    spec: GridSpec | None = None,
+):
     """Draw a ``[[figure]]`` of a spec from store rows; returns the axes (an array with panels).
 
     With ``panels`` the figure has one axes per panel value and ``ax`` must be
     None or a sequence of that many axes. A ``response_cdf`` figure is drawn
-    by :func:`plot_cdf`, with its stored quantiles on the curves.
+    by :func:`plot_cdf`, with its stored quantiles on the curves. With the
+    store's ``spec`` (:func:`~jaxqueue.studies.figures.store_spec`), theory
+    against the load is drawn as a curve on a fine grid of loads
+    (:func:`~jaxqueue.studies.figures.theory_curve`).
     """
     series = figure_series(rows, fig)
     marks = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else None
     panels = sorted({s.panel for s in series}, key=lambda p: (p is None, p))
     if fig.panels is None:
         panels = [None]
-    if ax is None:
-        width = 5.2 * len(panels) if fig.panels else 6.4
-        mpl_fig = pyplot_free_figure(figsize=(width, 4.4), layout="constrained")
-        axes = mpl_fig.subplots(1, len(panels), squeeze=False)[0]
-    else:
-        axes = np.atleast_1d(ax)
-        if len(axes) != len(panels):
-            raise ValueError(f"figure {fig.name!r} has {len(panels)} panels, got {len(axes)} axes")
-    colors: dict = {}
-    metric = fig.metrics[0] if len(fig.metrics) == 1 else "value"
-    ylabel = fig.ylabel or (axis_label(metric) + (f" x {fig.y_scale}" if fig.y_scale else ""))
-    if fig.index is not None and not fig.ylabel:
-        ylabel += f" at {'q' if metric == 'response_quantile' else 'k'} = {fig.index:g}"
+    axes = _axes(fig, panels, ax)
+    cache: dict = {}
+    curves = [None if spec is None else theory_curve(s, fig, spec, cache) for s in series]
     title = fig.title or (f"{spec_name}: {fig.name}" if spec_name else fig.name)
+    heading = _heading(title, figure_caption(rows, series), axes[0].figure.get_figwidth())
     if fig.panels is not None:
-        axes[0].figure.suptitle(title, fontsize=11)
+        axes[0].figure.suptitle(heading, fontsize=10)
+    colors: dict = {}
     for a, panel in zip(axes, panels):
-        mine = [s for s in series if fig.panels is None or s.panel == panel]
+        mine = [i for i, s in enumerate(series) if fig.panels is None or s.panel == panel]
         if fig.panels is not None:
-            title = f"{axis_label(fig.panels)} = {panel if panel is not None else 'inf'}"
+            heading = line_label({fig.panels: panel}) or f"{fig.panels} = inf"
         style = dict(
             logx=fig.logx,
             logy=fig.logy,
             theory=fig.theory,
-            title=title,
+            title=heading,
             xlabel=fig.xlabel or axis_label(fig.x),
-            ylabel=ylabel,
+            ylabel=_ylabel(fig),
             colors=colors,
         )
         if marks is None:
-            plot_series(mine, a, **style)
+            plot_series([series[i] for i in mine], a, curves=[curves[i] for i in mine], **style)
         else:
-            plot_cdf(mine, [m for m in marks if fig.panels is None or m.panel == panel], a, **style)
+            mine_marks = [m for m in marks if fig.panels is None or m.panel == panel]
+            plot_cdf([series[i] for i in mine], mine_marks, a, **style)
     return axes if fig.panels is not None else axes[0]
 
 
+def read_store(store_path, spec_path=None) -> tuple[GridSpec, list[dict]]:
+    """The spec of a store's figures (its recorded text, or the file ``spec_path``, in
+    the store's mode: :func:`~jaxqueue.studies.figures.store_spec`) and its rows.
+
+    Raises:
+        ValueError: the file is not a result store, or records no spec text.
+    """
+    try:
+        with Store.open_existing(store_path) as store:
+            meta, rows = store.meta(), store.rows()
+    except (StoreMismatchError, sqlite3.DatabaseError):
+        raise ValueError(
+            f"{store_path} is not a result store: give the .sqlite file a sweep wrote "
+            "(a spec file goes with --spec)"
+        ) from None
+    if spec_path is not None:
+        with open(spec_path, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = meta.get("spec_text")
+        if not text:
+            raise ValueError(f"{store_path} records no spec text: pass the spec file (--spec)")
+    return store_spec(text, meta), rows
+
+
 def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) -> list[dict]:
-    """Write figure ``figure`` of the store at ``store_path`` as a PNG at ``out``.
+    """Write figure ``figure`` of the store at ``store_path`` to ``out``, a PNG, PDF or
+    SVG by its suffix (:data:`IMAGE_SUFFIXES`; another suffix is matplotlib's to read).
 
     The figure is read from the spec text recorded in the store, or from
     ``spec_path`` (to draw figures edited or added after the run).
@@ -326,18 +380,9 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
         (largest relative error and |difference| / half-width against theory);
         of a ``response_cdf`` figure, of its quantiles (``x``: the level).
     """
-    with Store.open_existing(store_path) as store:
-        meta, rows = store.meta(), store.rows()
-    if spec_path is not None:
-        with open(spec_path, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = meta.get("spec_text")
-        if not text:
-            raise ValueError(f"{store_path} records no spec text: pass the spec file (--spec)")
-    spec = parse_spec(text, name=meta.get("spec_name"))
+    spec, rows = read_store(store_path, spec_path)
     fig = spec.figure(figure)
-    axes = plot_figure(rows, fig, spec_name=spec.name)
+    axes = plot_figure(rows, fig, spec_name=spec.name, spec=spec)
     mpl_fig = np.atleast_1d(axes)[0].figure
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     mpl_fig.savefig(out, dpi=dpi)
