@@ -8,11 +8,14 @@ Arguments: the policy, the load (or loads), the size (``n_servers``,
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Sequence
 
 from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.results.sweep import SweepResult
+from jaxqueue.results.warmup import WarmupWarning, failure_message
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 
@@ -51,7 +54,8 @@ def sweep(
     arrivals=None,
     time: float | None = None,
     warmup_time: float | None = None,
-) -> list[SimulationResult]:
+    **unknown,
+) -> SweepResult:
     """Simulate one policy at several loads in one compiled batch.
 
     ``replicas`` independent replicas run at each load; all replicas of all
@@ -192,38 +196,19 @@ def sweep(
             needs identical exponential servers. Runs on ``"xla"``.
 
     Returns:
-        One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in order.
+        One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in
+        order, in a :class:`~jaxqueue.results.sweep.SweepResult` (a list that
+        also gives all loads as one frame).
+
+    Warns:
+        :class:`jaxqueue.WarmupWarning`: once per load whose warm-up
+        diagnostic failed (:mod:`jaxqueue.results.warmup`), naming the load,
+        with advice.
     """
-    given = _given(
-        d=d,
-        z=z,
-        order=order,
-        buffer=buffer,
-        replicas=replicas,
-        steps=steps,
-        warmup=warmup,
-        seed=seed,
-        levels=levels,
-        iqueue_levels=iqueue_levels,
-        init=init,
-        on_overflow=on_overflow,
-        devices=devices,
-        interval=interval,
-        batches=batches,
-        backend=backend,
-        service=service,
-        pools=pools,
-        arrivals=arrivals,
-        time=time,
-        warmup_time=warmup_time,
-    )
-    model, options, bound = split_keywords(
-        policy, n_servers, n_dispatchers, given, run, bounds, where="sweep"
-    )
-    p = planner.plan_model(model, loads, options, bound)
-    return runner.run(
-        p, progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every
-    )
+    _refuse("sweep", unknown)
+    results = _run(policy, loads, n_servers, n_dispatchers, _keywords(locals()))
+    _warn_failed_warmups(results)
+    return results
 
 
 def simulate(
@@ -231,21 +216,51 @@ def simulate(
     load: float,
     n_servers: int | None = None,
     n_dispatchers: int = 1,
-    **kwargs,
+    *,
+    run: RunOptions | None = None,
+    bounds: Bounds | None = None,
+    d: int | None = None,
+    z: int | None = None,
+    order: str | None = None,
+    buffer: int | None = None,
+    replicas: int = 32,
+    steps: int | None = None,
+    warmup: int | str | None = None,
+    seed: int = 0,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    init="auto",
+    on_overflow: str = "raise",
+    progress: bool = False,
+    devices: Sequence | None = None,
+    interval: str = "auto",
+    batches: int = runner.BATCHES,
+    checkpoint: str | None = None,
+    checkpoint_every: float = 300.0,
+    backend: str = "auto",
+    service=None,
+    pools=None,
+    arrivals=None,
+    time: float | None = None,
+    warmup_time: float | None = None,
+    **unknown,
 ) -> SimulationResult:
     """Simulate one policy at one load. Arguments as in :func:`sweep` (a
     :class:`~jaxqueue.core.config.Model` with ``run=`` and ``bounds=``, or the
-    keywords).
+    keywords), with one ``load``.
+
+    Warns:
+        :class:`jaxqueue.WarmupWarning`: the warm-up diagnostic failed (see :func:`sweep`).
 
     Examples:
         >>> res = simulate("pod", 0.8, 100, d=2, replicas=8, steps=100_000)
         >>> res.mean_response_time.mean  # doctest: +SKIP
         1.59...
     """
-    for name in kwargs:
-        if name not in _DEFAULTS:
-            raise unexpected_keyword("simulate", name, _DEFAULTS)
-    return sweep(policy, [load], n_servers, n_dispatchers, **kwargs)[0]
+    _refuse("simulate", unknown)
+    results = _run(policy, [load], n_servers, n_dispatchers, _keywords(locals()))
+    _warn_failed_warmups(results)
+    return results[0]
 
 
 #: :func:`sweep`'s keyword defaults: a keyword at its default is not "given"
@@ -255,6 +270,49 @@ _DEFAULTS = {
     for name, par in inspect.signature(sweep).parameters.items()
     if par.kind is inspect.Parameter.KEYWORD_ONLY
 }
+
+#: The keywords that are not options of the run or the model: given to the runner.
+_RUNNER_KEYS = ("progress", "checkpoint", "checkpoint_every")
+
+
+def _keywords(names: dict) -> dict:
+    """The keyword-only arguments of :func:`sweep` or :func:`simulate` from its ``locals()``."""
+    return {k: names[k] for k in _DEFAULTS}
+
+
+def _refuse(where: str, unknown: dict) -> None:
+    """An unknown keyword's TypeError, naming the closest keyword there is."""
+    for name in unknown:
+        raise unexpected_keyword(where, name, _DEFAULTS)
+
+
+def _run(policy, loads, n_servers, n_dispatchers, keywords: dict) -> SweepResult:
+    """Plan and run a sweep (the keywords: :func:`_keywords`)."""
+    options = {k: v for k, v in keywords.items() if k not in ("run", "bounds") + _RUNNER_KEYS}
+    model, run_options, bound = split_keywords(
+        policy,
+        n_servers,
+        n_dispatchers,
+        _given(**options),
+        keywords["run"],
+        keywords["bounds"],
+        where="sweep",
+    )
+    p = planner.plan_model(model, loads, run_options, bound)
+    return SweepResult(runner.run(p, **{k: keywords[k] for k in _RUNNER_KEYS}))
+
+
+def _warn_failed_warmups(results) -> None:
+    """A :class:`~jaxqueue.results.warmup.WarmupWarning` per result whose warm-up
+    diagnostic failed, pointed at the caller of the public function that called this."""
+    for res in results:
+        message = failure_message(
+            res.diagnostics.get("warmup_diagnostic"),
+            res.settings["load"],
+            res.settings.get("n_servers"),
+        )
+        if message is not None:
+            warnings.warn(WarmupWarning(message), stacklevel=3)
 
 
 def _given(**values) -> dict:

@@ -30,6 +30,8 @@ def _id(case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ENGINES, ids=[_id(c) for c in ENGINES])
+# 8 blocks from empty with bounds cut short on purpose: the overflow is the point, not the drift
+@pytest.mark.filterwarnings("ignore::jaxqueue.WarmupWarning")
 def test_overflow_fails_with_advice_or_is_reported(case):
     name, opts, heavy = case
     kw = dict(

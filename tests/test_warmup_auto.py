@@ -45,7 +45,8 @@ ARGS = [
 
 @pytest.mark.slow
 def test_auto_warmup_out_of_extensions_keeps_the_failed_verdict(capsys):
-    res = jq.simulate("random", 1.2, 1, warmup="auto", **KW)
+    with pytest.warns(jq.WarmupWarning, match='still fails at load 1.2, N=1 after warmup="auto"'):
+        res = jq.simulate("random", 1.2, 1, warmup="auto", **KW)
     diag = res.diagnostics["warmup_diagnostic"]
     assert diag["auto"] is True and diag["passed"] is False
     assert diag["extensions"] == MAX_EXTENSIONS

@@ -5,23 +5,14 @@ the number format of a table (``--json`` prints the result schema instead).
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 
+from jaxqueue.results.display import digits_of, format_metric, metric_rows, title
 from jaxqueue.results.estimates import Estimate, entries
 from jaxqueue.results.schema import POOL_METRICS
 
 __all__ = ["emit", "print_result", "servers_line", "tail_levels", "print_tail_rest", "num"]
-
-
-def _fmt(value, digits=4) -> str:
-    if value is None:
-        return "-"
-    mean, half = (value.mean, value.ci95) if isinstance(value, Estimate) else (value, None)
-    if half is None or (isinstance(half, float) and math.isnan(half)):
-        return f"{mean:.{digits}g}" if digits > 4 else f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 TAIL_LINES = 20  # s_1 .. s_20 at most in a printed table; --json has every level
@@ -44,11 +35,9 @@ def print_tail_rest(upto: int, shown: int) -> None:
 def print_result(res, title: str) -> None:
     print(title)
     print("metric" + (" (mean ± 95% CI half-width)" if res.source == "simulation" else ""))
-    digits = 4 if res.source == "simulation" else 6
-    for name, value in res.scalar_metrics().items():
-        print(f"  {name:24s} {_fmt(value, digits)}")
-    for q, value in sorted(res.response_quantiles.items()):
-        print(f"  {'response p' + format(100 * q, 'g'):24s} {_fmt(value, digits)}")
+    digits = digits_of(res)
+    for name, entry in metric_rows(res):
+        print(f"  {name:24s} {entry}")
     tail = res.tail.mean if isinstance(res.tail, Estimate) else np.asarray(res.tail)
     half = res.tail.ci95 if isinstance(res.tail, Estimate) else None
     upto, shown = tail_levels(tail)
@@ -71,7 +60,10 @@ def _print_pools(res, digits: int) -> None:
         (f"pool response p{100 * q:g}", v) for q, v in sorted(res.pool_response_quantiles.items())
     ]
     for name, value in rows:
-        cells = [_fmt(x if isinstance(x, Estimate) else float(x), digits) for x in entries(value)]
+        cells = [
+            format_metric(x if isinstance(x, Estimate) else float(x), digits)
+            for x in entries(value)
+        ]
         print(f"  {name:24s} " + " ".join(f"{c:>{width}s}" for c in cells))
 
 
@@ -107,24 +99,7 @@ def emit(res, args) -> int:
         print(json.dumps(res.to_dict()))
         return 0
     s = res.settings
-    if res.source == "simulation":
-        title = (
-            f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
-            f"load={s['load']}  buffer={s['buffer']}  replicas={s['replicas']}  "
-            f"steps={s['steps']} (+{s['warmup']} warm-up) = {s['time_measured']:.1f} time units"
-        )
-    elif res.source == "exact":
-        title = (
-            f"exact: {s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  "
-            f"load={s['load']}  buffer={s['buffer']}  ({res.n_states} states, "
-            f"truncated mass {res.truncated_mass:.2g})"
-        )
-    else:
-        ratio = "" if s.get("ratio") is None else f"  r={s['ratio']:g}"
-        title = (
-            f"mean field: {s['policy_label']}  load={s['load']}{ratio}  buffer={s.get('buffer')}"
-        )
-    print_result(res, title + servers_line(s))
+    print_result(res, title(res) + servers_line(s))
     orbit = res.diagnostics.get("orbit")
     if orbit is not None:
         start, length = s["window"]

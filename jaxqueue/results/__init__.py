@@ -6,6 +6,8 @@
 * :mod:`~jaxqueue.results.schema`: :class:`Result`, the metric names shared by
   simulation, mean field and exact solutions;
 * :mod:`~jaxqueue.results.simulation`: :class:`SimulationResult`;
+* :mod:`~jaxqueue.results.sweep`: :class:`SweepResult`, a sweep's results as one table;
+* :mod:`~jaxqueue.results.display`: a result's short table (its repr and HTML);
 * :mod:`~jaxqueue.results.response`: Erlang-mixture response-time laws.
 """
 
@@ -13,12 +15,14 @@ from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.schema import METRICS, QUANTILES, SCALAR_METRICS, VECTOR_METRICS, Result
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.results.stats import student_t_quantile, tolerance, within
+from jaxqueue.results.sweep import SweepResult
 
 __all__ = [
     "Estimate",
     "estimate",
     "Result",
     "SimulationResult",
+    "SweepResult",
     "METRICS",
     "SCALAR_METRICS",
     "VECTOR_METRICS",

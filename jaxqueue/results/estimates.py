@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -27,6 +28,61 @@ def t_quantile_975(dof: int) -> float:
     return student_t_quantile(0.975, int(dof)) if dof >= 1 else math.nan
 
 
+def _with_number(op: str):
+    """An Estimate's arithmetic ``op`` with a plain number (int or float):
+    with another Estimate a TypeError saying why, with anything else
+    ``NotImplemented``."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def with_number(self, other):
+            if isinstance(other, Estimate):
+                raise TypeError(
+                    f"Estimate {op} Estimate is not defined: the two estimates' errors may be "
+                    "correlated (replicas are keyed by position, so runs with one seed share "
+                    "their random streams), and the interval of a difference needs the paired "
+                    "replicas: take estimate() of the per-replica differences, or combine "
+                    "the means (.mean) without an interval"
+                )
+            if not isinstance(other, numbers.Real) or isinstance(other, bool):
+                return NotImplemented
+            return method(self, other)
+
+        return with_number
+
+    return wrap
+
+
+def _pair(mean, half, spec: str) -> str:
+    """``mean ± half`` with ``spec`` applied to both; an empty spec gives the
+    half-width two significant digits and the mean as many decimals (at most 6)."""
+    mean, half = float(mean), float(half)
+    if spec:
+        return f"{format(mean, spec)} ± {format(half, spec)}"
+    if not math.isfinite(half) or half <= 0 or not math.isfinite(mean):
+        return f"{mean:.6g} ± {half:g}"
+    decimals = max(0, 1 - math.floor(math.log10(half)))
+    if decimals > 6:  # a tiny half-width: significant digits, not a run of zeros
+        return f"{mean:.3g} ± {half:.2g}"
+    return f"{mean:.{decimals}f} ± {half:.{decimals}f}"
+
+
+#: Entries shown of a long vector Estimate's text (that many at each end).
+EDGE_ENTRIES = 3
+
+
+def _nested(mean: np.ndarray, half: np.ndarray, spec: str) -> str:
+    """A vector Estimate's text: ``[a ± b, c ± d, ...]`` along each axis, long
+    axes shortened to their first and last :data:`EDGE_ENTRIES` entries."""
+    if mean.ndim == 0:
+        return _pair(mean, half, spec)
+    index = list(range(len(mean)))
+    if len(index) > 2 * EDGE_ENTRIES + 1:
+        index = index[:EDGE_ENTRIES] + [None] + index[-EDGE_ENTRIES:]
+    parts = ["..." if i is None else _nested(mean[i], half[i], spec) for i in index]
+    return "[" + ", ".join(parts) + "]"
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimate:
     """A mean across replicas and the half-width of its 95% confidence interval.
@@ -39,16 +95,91 @@ class Estimate:
             where replicas with no sample were left out), or replicas times
             batches for an interval from batch means
             (:func:`jaxqueue.results.simulation.batch_means`).
+
+    ``f"{est:.3f}"`` reads ``1.446 ± 0.025``; ``est.lo`` and ``est.hi`` are
+    the interval's ends and ``float(est)`` the mean. Adding or multiplying by
+    a plain number shifts or scales the estimate (the half-width by ``|c|``);
+    arithmetic between two Estimates is not defined, as their errors may be
+    correlated.
     """
 
     mean: Any
     ci95: Any
     n: Any = None
 
-    def to_json(self) -> dict:
+    @property
+    def lo(self):
+        """The interval's lower end, ``mean - ci95``."""
+        return self.mean - self.ci95
+
+    @property
+    def hi(self):
+        """The interval's upper end, ``mean + ci95``."""
+        return self.mean + self.ci95
+
+    def __float__(self) -> float:
+        return float(self.mean)
+
+    def __format__(self, spec: str) -> str:
+        """``f"{est:.3f}"`` is ``1.446 ± 0.025``: the spec applies to the mean
+        and the half-width alike (entry by entry for a vector); an empty spec
+        is :meth:`__str__`."""
+        if np.ndim(self.mean) == 0:
+            return _pair(self.mean, self.ci95, spec)
+        return _nested(np.asarray(self.mean), np.broadcast_to(self.ci95, np.shape(self.mean)), spec)
+
+    def __str__(self) -> str:
+        return format(self, "")
+
+    def __repr__(self) -> str:
+        if np.ndim(self.mean) == 0:
+            return f"Estimate(mean={self.mean!r}, ci95={self.ci95!r}, n={self.n!r})"
+        show = functools.partial(np.array2string, precision=6, threshold=8, edgeitems=3)
+        n = self.n if np.ndim(self.n) == 0 else show(np.asarray(self.n))
+        return (
+            f"Estimate(shape={np.shape(self.mean)}, mean={show(np.asarray(self.mean))}, "
+            f"ci95={show(np.asarray(self.ci95, np.float64))}, n={n})"
+        )
+
+    # Arithmetic with a plain number: a shift moves the mean and keeps the
+    # half-width, a scale by c scales both (the half-width by |c|).
+    __array_ufunc__ = None  # numpy defers to the methods below (np.float64(2) * est)
+
+    @_with_number("+")
+    def __add__(self, c) -> Estimate:
+        return Estimate(self.mean + c, self.ci95, self.n)
+
+    @_with_number("+")
+    def __radd__(self, c) -> Estimate:
+        return Estimate(c + self.mean, self.ci95, self.n)
+
+    @_with_number("-")
+    def __sub__(self, c) -> Estimate:
+        return Estimate(self.mean - c, self.ci95, self.n)
+
+    @_with_number("-")
+    def __rsub__(self, c) -> Estimate:
+        return Estimate(c - self.mean, self.ci95, self.n)
+
+    @_with_number("*")
+    def __mul__(self, c) -> Estimate:
+        return Estimate(self.mean * c, self.ci95 * abs(c), self.n)
+
+    @_with_number("*")
+    def __rmul__(self, c) -> Estimate:
+        return Estimate(c * self.mean, abs(c) * self.ci95, self.n)
+
+    @_with_number("/")
+    def __truediv__(self, c) -> Estimate:
+        return Estimate(self.mean / c, self.ci95 / abs(c), self.n)
+
+    def __neg__(self) -> Estimate:
+        return Estimate(-self.mean, self.ci95, self.n)
+
+    def to_dict(self) -> dict:
         """``{"mean": ..., "ci95": ..., "n": ...}`` with NaN as ``None`` (``n``
         an int, a list of ints where it is per entry, or ``None``): enough to
-        rebuild the Estimate (:meth:`from_json`) and test it against a value
+        rebuild the Estimate (:meth:`from_dict`) and test it against a value
         (:func:`jaxqueue.results.stats.tolerance` takes the dict as it is)."""
         n = self.n
         if n is not None:
@@ -56,8 +187,8 @@ class Estimate:
         return {"mean": json_number(self.mean), "ci95": json_number(self.ci95), "n": n}
 
     @classmethod
-    def from_json(cls, data) -> Estimate:
-        """The Estimate of :meth:`to_json`'s dict (``None`` entries back to NaN)."""
+    def from_dict(cls, data) -> Estimate:
+        """The Estimate of :meth:`to_dict`'s dict (``None`` entries back to NaN)."""
         if not (isinstance(data, dict) and {"mean", "ci95"} <= set(data)):
             raise TypeError(f"an Estimate's JSON is a dict with mean, ci95 and n; got {data!r}")
 
@@ -70,6 +201,15 @@ class Estimate:
         return cls(
             number(data["mean"]), number(data["ci95"]), np.asarray(n) if isinstance(n, list) else n
         )
+
+    def to_json(self) -> dict:
+        """:meth:`to_dict` under its older name."""
+        return self.to_dict()
+
+    @classmethod
+    def from_json(cls, data) -> Estimate:
+        """:meth:`from_dict` under its older name."""
+        return cls.from_dict(data)
 
 
 def entries(value) -> list:

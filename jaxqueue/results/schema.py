@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from jaxqueue.results.display import html_table, text_table
 from jaxqueue.results.estimates import Estimate, entries, json_number
 
 __all__ = [
@@ -109,7 +110,7 @@ def metric_json(value):
     if value is None:
         return None
     if isinstance(value, Estimate):
-        return value.to_json()
+        return value.to_dict()
     return {"mean": json_number(value), "ci95": None, "n": None}
 
 
@@ -127,7 +128,7 @@ def _json_setting(x):
     return x
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
 class Result:
     """Metrics of one configuration, from one source (see the module docstring).
 
@@ -183,6 +184,22 @@ class Result:
     settings: dict
     diagnostics: dict = dataclasses.field(default_factory=dict)
 
+    def __init_subclass__(cls, **kwargs):
+        # Every source's repr is the short table: placed in the subclass's own
+        # namespace, it is kept by the dataclass decorator that follows.
+        super().__init_subclass__(**kwargs)
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Result.__repr__
+
+    def __repr__(self) -> str:
+        """The policy, the size, the load and the scalar metrics with their
+        intervals (:func:`jaxqueue.results.display.text_table`); the arrays
+        are in the fields and :meth:`to_dict`."""
+        return text_table(self)
+
+    def _repr_html_(self) -> str:
+        return html_table(self)
+
     def __getattr__(self, name: str):
         # Only called when normal lookup fails: settings and diagnostics by name.
         if name.startswith("_"):
@@ -219,7 +236,7 @@ class Result:
         """A JSON-serialisable dict with the same keys for every source.
 
         Each metric is ``{"mean": ..., "ci95": ..., "n": ...}`` (lists for
-        vector metrics; :meth:`~jaxqueue.results.estimates.Estimate.to_json`)
+        vector metrics; :meth:`~jaxqueue.results.estimates.Estimate.to_dict`)
         or ``None`` where it does not apply; ``response_quantiles``
         maps ``"0.99"`` etc. to the same form.
         """

@@ -77,9 +77,9 @@ def tolerance(
 
 
 def _as_estimate(value):
-    """An Estimate, from itself or its JSON dict; a clear error for anything else."""
+    """An Estimate, from itself or its dict (:meth:`Estimate.to_dict`); a clear error for anything else."""
     if isinstance(value, dict):
-        value = Estimate.from_json(value)
+        value = Estimate.from_dict(value)
     if not isinstance(value, Estimate):
         raise TypeError(
             "tolerance takes a simulated metric (an Estimate, or its to_dict() form "
