@@ -8,6 +8,7 @@ the predicted value that the mean field's O(1/N) error acts on
 """
 
 import numpy as np
+import pytest
 
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.results.stats import tolerance
@@ -85,3 +86,10 @@ def extrapolated(at_n, at_half_n):
         np.hypot(2.0 * np.asarray(at_n.ci95), np.asarray(at_half_n.ci95)),
         np.minimum(at_n.n, at_half_n.n),
     )
+
+
+#: For the runs whose warm-up verdict fails although the comparison holds: the
+#: half-drift test's false alarms with correlated batch means are 5-17% against
+#: its nominal 1% (docs/simulation.md, "Warm-up"). Each use names the measured
+#: drift; the comparison, not the verdict, is the test.
+WARMUP_VERDICT_FAILS = pytest.mark.filterwarnings("ignore::jaxqueue.WarmupWarning")
