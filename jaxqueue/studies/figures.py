@@ -433,6 +433,8 @@ def theory_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | 
     first = points[0]
     if any(p.arrivals is not None or p.alpha is not None or p.beta is not None for p in points):
         return None
+    if any(p.service is not None or p.pools is not None for p in points):
+        return None  # the mean field by class takes seconds a load: theory at the points
     if len({theory_key(dataclasses.replace(p, load=0.0), "mean-field") for p in points}) > 1:
         return None  # the line's points differ in more than the load
     loads = np.union1d(np.linspace(series.x[0], series.x[-1], CURVE_POINTS), series.x)
