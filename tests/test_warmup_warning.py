@@ -114,3 +114,21 @@ def test_the_message_of_each_verdict():
     after = failure_message({**diag, "auto": True, "extensions": 4}, 0.9, spelling="cli")
     assert "still fails at load 0.9 after --warmup auto extended the warm-up 4 times" in after
     assert "(--steps or --time)" in after
+
+
+def test_the_command_line_shows_a_python_warmup_warning_with_its_flags(capsys):
+    """A WarmupWarning raised under a command (compare runs jq.sweep) names the flags."""
+    from jaxqueue.cli import _show_warning
+
+    diag = {
+        "passed": False,
+        "mser_truncation": 3,
+        "batches": 20,
+        "half_drift": 0.5,
+        "half_drift_ci99": 0.2,
+    }
+    _show_warning(jq.WarmupWarning(failure_message(diag, 0.9)), jq.WarmupWarning, "f.py", 1)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: the warm-up diagnostic failed at load 0.9")
+    assert "(--warmup or --warmup-time)" in err and "--init mean-field" in err
+    assert "--warmup auto" in err and "warmup=" not in err

@@ -24,7 +24,13 @@ _parser, _num = build_parser, num
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"warning: {message}", file=sys.stderr)
+    text = str(message)
+    if category.__name__ == "WarmupWarning":  # its advice names the flags, not the keywords
+        from jaxqueue.results.warmup import SPELLINGS  # loaded by then: no start-up cost
+
+        for keyword, flag in zip(SPELLINGS["python"], SPELLINGS["cli"]):
+            text = text.replace(keyword, flag)
+    print(f"warning: {text}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
