@@ -28,6 +28,7 @@ FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None)
 DAY = Profile((0.0, 5.0, 10.0), (0.6, 1.4, None), label="two-level")
 
 
+@pytest.mark.slow
 def test_random_is_the_periodic_mm1_queue():
     """Random sends each server a Poisson stream of rate lambda(t): the mean
     field is the forward equation of one M_t/M/1 queue, solved here by RK4

@@ -29,6 +29,7 @@ FLAT = Profile((0.0, 8.0, 20.0), (1.0, 1.0, None))
 DAY = Profile((0.0, 5.0, 10.0), (0.6, 1.4, None), label="two-level")
 
 
+@pytest.mark.slow
 def test_random_with_a_service_law_is_the_periodic_mph1_queue():
     """Random with Erlang-2 service: each server an M_t/E_2/1 queue. The mean
     queue length, the law of the queue an arrival finds, the mean response

@@ -417,6 +417,7 @@ def test_grid_matches_one_point():
             )
 
 
+@pytest.mark.slow
 def test_a_grid_marks_the_points_whose_tail_its_level_bound_cuts():
     """Pod(2) with 5 levels: at load 0.5 they leave 0.5**31 = 5e-10 out, at 0.95
     0.95**31 = 0.2: that point is TRUNCATED, with no mean field or refined value."""

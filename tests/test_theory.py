@@ -514,6 +514,7 @@ def test_a_given_levels_that_cuts_the_generic_fixed_point_is_refused():
         theory.mean_field("jiq-sq", 0.9, 10.0, levels=3)
 
 
+@pytest.mark.slow
 def test_the_generic_fixed_point_grows_its_levels_until_the_tail_is_negligible():
     """JIQ-SQ(1) is JIQ (an idle server joins one random I-queue); at r = 1 and
     lambda = 0.8 its first 40 levels leave 2.4e-8 at the bound: the adaptive count

@@ -125,6 +125,7 @@ def test_a_large_threshold_is_refused_in_seconds_and_starts_empty():
         assert plan("jiq-threshold", [0.9], 1000, 100, z=30, replicas=2, steps=256).init == "empty"
 
 
+@pytest.mark.slow
 def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
     """Where the busy members would need more than MAX_STATES compositions per
     size, a solution with less than BUSY_ACCEPT at the bound is kept and
