@@ -130,7 +130,9 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     _add_run_options(p)
 
 
-def _add_servers(p: argparse.ArgumentParser) -> None:
+def _add_servers(p: argparse.ArgumentParser, arrivals_help: str | None = None) -> None:
+    """``--buffer``, ``--service``, ``--pools`` and ``--arrivals`` (whose help a
+    command may word for itself)."""
     p.add_argument(
         "--buffer", type=int, default=None, help="places per server b (default: infinite)"
     )
@@ -140,16 +142,17 @@ def _add_servers(p: argparse.ArgumentParser) -> None:
         default=None,
         help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
     )
-    p.add_argument(
-        "--arrivals",
-        default=None,
-        help="time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
-        "trace of arrival times (header time[,service]; a service column is "
-        "not simulated: the servers stay exponential, and it is only "
-        "recorded, as mean_service) or an MMPP JSON file "
-        '({"generator": [[...]], "rates": [...]}); scaled to mean load '
-        "--load",
-    )
+    p.add_argument("--arrivals", default=None, help=arrivals_help or _ARRIVALS_HELP)
+
+
+_ARRIVALS_HELP = (
+    "time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
+    "trace of arrival times (header time[,service]; a service column is "
+    "not simulated: the servers stay exponential, and it is only "
+    "recorded, as mean_service) or an MMPP JSON file "
+    '({"generator": [[...]], "rates": [...]}); scaled to mean load '
+    "--load"
+)
 
 
 def _add_length(p: argparse.ArgumentParser) -> None:
@@ -403,19 +406,9 @@ def _compare_parser(sub) -> None:
     )
     p.add_argument("--replicas", type=int, default=16, help="replicas per load (default 16)")
     p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
-    p.add_argument(
-        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
-    )
-    p.add_argument("--service", default=None, help=_SERVICE_HELP)
-    p.add_argument(
-        "--pools",
-        default=None,
-        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
-    )
-    p.add_argument(
-        "--arrivals",
-        default=None,
-        help="time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "
+    _add_servers(
+        p,
+        "time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "
         "JSON file, simulated without a mean field), scaled to mean load --loads; "
         "each row's mean field is the periodic regime averaged over that row's "
         "measured window",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import warnings
 
 from jaxqueue import api
 from jaxqueue.cli.flags import model_of, order_option
@@ -15,7 +14,6 @@ from jaxqueue.cli.output import emit, servers_line
 from jaxqueue.core.config import Bounds, RunOptions
 from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
 from jaxqueue.policies import make
-from jaxqueue.results.warmup import WarmupWarning, failure_message
 from jaxqueue.runs.transient import transient
 from jaxqueue.studies.transient import plot_transient, transient_study
 
@@ -40,26 +38,18 @@ def cmd_simulate(args) -> int:
         batches=args.batches,
         backend=args.backend,
     )
-    with warnings.catch_warnings():  # said below, naming the flags to change
-        warnings.simplefilter("ignore", WarmupWarning)
-        res = api.simulate(
-            model_of(args, arrivals=args.arrivals),
-            load,
-            run=run,
-            bounds=Bounds(args.levels, args.iqueue_levels),
-            progress=args.progress,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-        )
-    code = emit(res, args)
-    message = failure_message(
-        res.diagnostics.get("warmup_diagnostic"),
-        res.settings["load"],
-        res.settings["n_servers"],
-        spelling="cli",
+    # a failed warm-up is a WarmupWarning, shown on stderr with the flags to change
+    # (jaxqueue.cli's warning display); stdout stays the table or the JSON
+    res = api.simulate(
+        model_of(args, arrivals=args.arrivals),
+        load,
+        run=run,
+        bounds=Bounds(args.levels, args.iqueue_levels),
+        progress=args.progress,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
     )
-    if message is not None:  # on stderr: stdout stays the table or the JSON
-        print(f"warning: {message}", file=sys.stderr)
+    code = emit(res, args)
     return code
 
 

@@ -13,6 +13,7 @@ from jaxqueue.policies.registry import make
 from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.studies.spec import GridSpec, Point
+from jaxqueue.studies.store import PARAMETER_COLUMNS
 from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.refined import refined_mean_field
 from jaxqueue.theory.result import fill_quantiles
@@ -224,25 +225,7 @@ def store_rows(
     point: Point, point_id: str, spec: GridSpec, res, theory, refined=None
 ) -> list[dict]:
     params = point.params()
-    base = {
-        k: params.get(k)
-        for k in (
-            "policy",
-            "servers",
-            "dispatchers",
-            "ratio",
-            "load",
-            "alpha",
-            "beta",
-            "d",
-            "z",
-            "order",
-            "buffer",
-            "service",
-            "pools",
-            "arrivals",
-        )
-    }
+    base = {k: params.get(k) for k in PARAMETER_COLUMNS}
     run = {
         "replicas": spec.run.replicas,
         "steps": res.settings["steps"],

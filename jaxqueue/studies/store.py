@@ -54,6 +54,8 @@ COLUMNS = (
     "warmup_passed",
     "seed",
 )
+#: The point's parameters among :data:`COLUMNS` (between its id and the metric).
+PARAMETER_COLUMNS = COLUMNS[COLUMNS.index("point_id") + 1 : COLUMNS.index("metric")]
 _TYPES = {
     "point_id": "TEXT NOT NULL",
     "policy": "TEXT NOT NULL",
