@@ -32,6 +32,7 @@ __all__ = [
     "class_response_quantiles",
     "pool_metric_samples",
     "batch_means",
+    "user_metric_samples",
 ]
 
 
@@ -67,6 +68,7 @@ def metric_samples(
     step_rate=None,
     laws=None,
     fractions=None,
+    metrics=(),
 ) -> dict:
     """Each metric of a set of windows (replicas, or replicas' batches).
 
@@ -75,7 +77,7 @@ def metric_samples(
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher, rate, step_rate, laws, fractions: as in
+        policy, single_dispatcher, rate, step_rate, laws, fractions, metrics: as in
             :func:`from_stats`.
 
     Returns:
@@ -124,6 +126,24 @@ def metric_samples(
             out["stale_fraction"] = sums["stale"] / arrivals
     if fractions is not None:
         out.update(pool_metric_samples(sums["seen_class"], sums["sampled_class"], laws, fractions))
+    out.update(user_metric_samples(sums, metrics))
+    return out
+
+
+def user_metric_samples(sums: dict, metrics) -> dict:
+    """Each user metric's time average (its sum over the steps counted in ``steps``)
+    and average over accepted arrivals (NaN without arrivals), by the names of
+    ``metrics``: ``(time average, per arrival)`` pairs, in the order of ``sums["user"]``."""
+    if not metrics:
+        return {}
+    user = np.asarray(sums["user"], np.float64)
+    steps = np.asarray(sums["steps"], np.float64)
+    accepted = np.asarray(sums["seen"], np.float64).sum(axis=1)
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i, (over_time, per_arrival) in enumerate(metrics):
+            out[over_time] = user[:, 0, i] / steps
+            out[per_arrival] = user[:, 1, i] / accepted
     return out
 
 
@@ -284,6 +304,7 @@ def from_stats(
     step_rate=None,
     laws=None,
     fractions=None,
+    metrics=(),
 ) -> SimulationResult:
     """Turn per-replica window sums (numpy, leading replica axis) into a result.
 
@@ -311,8 +332,10 @@ def from_stats(
         fractions: with pools, each pool's share of the servers: the pools'
             metrics are reported (:func:`pool_metric_samples`; ``sums`` also
             holds ``sampled_class``); ``None``: no pools.
+        metrics: the user metrics' result names, ``(time average, per arrival)``
+            pairs (``sums`` holds their ``user`` sums): reported in ``user_metrics``.
     """
-    kw = dict(rate=rate, step_rate=step_rate, laws=laws, fractions=fractions)
+    kw = dict(rate=rate, step_rate=step_rate, laws=laws, fractions=fractions, metrics=metrics)
     whole = metric_samples(sums, load, policy, single_dispatcher, **kw)
     per_batch = None
     if batches is not None:
@@ -341,6 +364,7 @@ def from_stats(
             )
             for j, q in enumerate(QUANTILES)
         }
+    user = {name: est.pop(name) for j in (0, 1) for name in (pair[j] for pair in metrics)}
     diag = {
         "overflow": int(np.sum(sums["overflow"])),
         "iq_overflow": int(np.sum(sums["iq_overflow"])),
@@ -366,6 +390,7 @@ def from_stats(
         stale_fraction=est.get("stale_fraction"),
         **{name: est.get(name) for name in POOL_METRICS + ("pool_occupancy",)},
         pool_response_quantiles=pool_quantiles,
+        user_metrics=user,
         settings=settings,
         diagnostics=diag,
     )

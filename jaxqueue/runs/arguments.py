@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
 from jaxqueue.core.rng import BLOCK
@@ -18,7 +19,9 @@ from jaxqueue.core.system import (
     as_int,
     check_int,
 )
+from jaxqueue.core.user_metrics import MetricState, evaluate, user_metrics
 from jaxqueue.policies.base import Policy
+from jaxqueue.results.schema import METRICS, QUANTILE_NAMES
 from jaxqueue.sim.runner import BATCH_MEANS_REPLICAS
 
 __all__ = [
@@ -35,6 +38,8 @@ __all__ = [
     "server_pools",
     "check_interval",
     "check_streams",
+    "check_metrics",
+    "RESERVED_METRIC_NAMES",
 ]
 
 #: Measured steps per replica when neither ``steps`` nor ``time`` is given.
@@ -245,3 +250,39 @@ def check_streams(streams, n_loads: int) -> tuple | None:
             f"got {len(streams)} words"
         )
     return streams
+
+
+#: Names a user metric may not take: the built-in metrics and a result's row settings.
+_SIZE_NAMES = ("n_servers", "n_dispatchers", "ratio", "load")
+_ROW_NAMES = ("response_quantile", "settings", "diagnostics", "source", "policy", "buffer")
+RESERVED_METRIC_NAMES = METRICS + QUANTILE_NAMES + _ROW_NAMES + _SIZE_NAMES
+
+
+def check_metrics(metrics, pol: Policy, backend: str, system: System | None = None) -> tuple:
+    """The user metrics of a run (:func:`~jaxqueue.core.user_metrics.user_metrics`),
+    checked before anything compiles: names, expressions, that ``iq`` is read only
+    where the policy has I-queues, that each gives a scalar (traced abstractly), and
+    that the backend evaluates them (the engine, ``"xla"``, does; the register layout
+    does not). The abstract trace needs the sized ``system`` (skipped without)."""
+    found = user_metrics(metrics, reserved=RESERVED_METRIC_NAMES)
+    if not found:
+        return ()
+    if backend in ("registers", "pallas"):
+        raise ValueError(
+            f"metrics= needs backend 'xla' or 'auto', not {backend!r}: the register layout "
+            "steps a fixed set of sums and does not evaluate user metrics"
+        )
+    for m in found:
+        if m.uses_iq and not pol.uses_iqueues:
+            raise ValueError(f"metric {m.name!r} reads iq, but {pol.label()} has no I-queues")
+    if system is None:
+        return found
+    width = system.levels + 1
+    iq = np.zeros(system.iqueue_levels + 1 if pol.uses_iqueues else 1, np.float32)
+    vec, one = np.zeros(width, np.float32), np.float32(1)
+    state = MetricState(vec, vec, one, one, one, iq if pol.uses_iqueues else None)
+    try:
+        jax.eval_shape(lambda st: evaluate(found, st), state)
+    except Exception as err:  # a function's own error, named with its metric
+        raise ValueError(f"metrics: evaluating {[m.name for m in found]} failed: {err}") from err
+    return found

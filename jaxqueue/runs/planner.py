@@ -1,6 +1,6 @@
 """Plan a run: check its arguments and fix its static configuration (nothing compiles).
 
-:func:`plan` turns the arguments of a run (those of :func:`jaxqueue.sweep`)
+:func:`plan` turns the arguments of a run (those of :func:`jaxqueue.simulate`)
 into a :class:`~jaxqueue.sim.runner.Plan`: the checks (:mod:`jaxqueue.runs.arguments`),
 the level bounds (:mod:`jaxqueue.runs.sizing`), the start, the backend and the
 devices. The simulator runs a plan without importing any theory.
@@ -36,6 +36,7 @@ from jaxqueue.policies.registry import make
 from jaxqueue.runs.arguments import (
     DEFAULT_STEPS,
     check_interval,
+    check_metrics,
     check_sized,
     check_streams,
     load_buffers,
@@ -143,7 +144,7 @@ def plan(
 ) -> Plan:
     """Check the arguments of a run and fix its static configuration (nothing compiles).
 
-    Arguments as in :func:`jaxqueue.sweep`: a :class:`~jaxqueue.core.config.Model`
+    Arguments as in :func:`jaxqueue.simulate`: a :class:`~jaxqueue.core.config.Model`
     (or a policy with ``n_servers``, ``n_dispatchers`` and the model's
     keywords), the loads, and :class:`~jaxqueue.core.config.RunOptions` and
     :class:`~jaxqueue.core.config.Bounds` (or their keywords); see
@@ -192,6 +193,7 @@ def plan_model(
     check_int("seed", seed, 0, MAX_SEED)
     # every argument first: the level bounds below may solve (and compile) the mean field
     _check_init(run.init)
+    metrics = check_metrics(run.metrics, pol, run.backend)
     if run.backend not in BACKENDS:
         raise ValueError(f"backend={run.backend!r} is not valid: use one of {', '.join(BACKENDS)}")
     system = size_system(
@@ -206,7 +208,8 @@ def plan_model(
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     stepped = len(loads) * replicas * lengths.total_blocks * BLOCK
     devs, host_note = _small_on_host(devs, devices is None and run.backend == "auto", stepped)
-    used, note = _backend(run.backend, system, pol, devs)
+    metrics = check_metrics(metrics, pol, run.backend, system)
+    used, note = ("xla", None) if metrics else _backend(run.backend, system, pol, devs)
     return Plan(
         pol,
         system,
@@ -228,6 +231,7 @@ def plan_model(
         lengths.windows,
         None if srv.sizes is None else tuple(srv.sizes),
         initial_state,
+        metrics,
     )
 
 

@@ -4,7 +4,8 @@ Estimators are accumulated on the device in exact 32-bit integer arithmetic:
 a chunk of blocks returns its sums (:class:`~jaxqueue.sim.state.Stats`), and
 the runner adds them into exact 64-bit totals on the host
 (:mod:`jaxqueue.sim.totals`). Nothing is rounded or wraps, whatever ``N``
-(up to ``2**31 - 1``) and however long the run.
+(up to ``2**31 - 1``) and however long the run; user metrics
+(:mod:`jaxqueue.core.user_metrics`) alone are float sums (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from jax.sharding import PartitionSpec
 from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System
+from jaxqueue.core.user_metrics import MetricState, evaluate
 from jaxqueue.policies.base import Policy
 from jaxqueue.sim.events import move
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words, zero_stats
@@ -52,6 +54,27 @@ def _iq_view(core: Core, system: System, policy: Policy) -> jax.Array:
 def servers_of(core: Core, system: System):
     """``N`` of one replica (int32): its own where the batch's sizes differ, else the System's."""
     return jnp.int32(system.n_servers) if core.sizes is None else core.sizes[0]
+
+
+def metric_state(core: Core, load, system: System, policy: Policy) -> MetricState:
+    """What the user metrics see of one replica (:class:`~jaxqueue.core.user_metrics.MetricState`)."""
+    n = servers_of(core, system).astype(jnp.float32)
+    m = jnp.float32(system.n_dispatchers) if core.sizes is None else core.sizes[1]
+    m = jnp.asarray(m, jnp.float32)
+    s = core.tail.astype(jnp.float32) / n
+    q = s - jnp.concatenate([s[1:], jnp.zeros_like(s[:1])])
+    iq = None
+    if policy.uses_iqueues:
+        view = _iq_view(core, system, policy).astype(jnp.float32)
+        iq = view if system.n_dispatchers == 1 and not policy.per_server else view / m
+    return MetricState(s, q, n, m, jnp.asarray(load, jnp.float32), iq)
+
+
+def _kahan(total, comp, x):
+    """Compensated float32 addition of ``x`` to ``total`` (``comp``: the lost low part)."""
+    y = x - comp
+    new = total + y
+    return new, (new - total) - y
 
 
 def add64(lo: jax.Array, hi: jax.Array, x: jax.Array):
@@ -100,11 +123,11 @@ def unpack(packed: jax.Array):
     return packed - arrivals * PACK, arrivals
 
 
-def _block(
-    core: Core, stats: Stats, replica_key, block_lo, block_hi, load, system: System, policy: Policy
-):
-    """Run one block of BLOCK steps for one replica; add its sums to ``stats``."""
-    bkey = block_keys(replica_key, block_lo, block_hi)
+def _block(core: Core, stats: Stats, key, lo, hi, load, system: System, policy: Policy, metrics=()):
+    """Run one block of BLOCK steps for one replica (``key`` its key data, ``lo`` and
+    ``hi`` the block index's words); add its sums to ``stats`` (and the user
+    ``metrics``' sums, :func:`_user_step` and :func:`_user_sums`)."""
+    bkey = block_keys(key, lo, hi)
     nw = n_words(system, policy)
     iq0 = _iq_view(core, system, policy)
 
@@ -130,7 +153,7 @@ def _block(
         return servers_of(core, system) - core.tail[1] if carry_idle else jnp.int32(0)
 
     def body(carry, t):
-        core, acc_tail, acc_iq, cnt, cands, idle, by_class = carry
+        core, acc_tail, acc_iq, cnt, cands, idle, by_class, user = carry
         # the words as separate scalars (not one array of nw): vmapped, each is a
         # vector over the replicas, which XLA vectorizes; an (R, nw) array it
         # would loop over nw innermost, twice as slow for a whole Pod(2) step
@@ -159,7 +182,10 @@ def _block(
             acc_iq = acc_iq + _iq_view(core, system, policy)
         if by_class is not None:  # what the arrival or service candidate found: (level, class)
             by_class = by_class.at[ev["by_class"]].add(1, mode="drop")
-        return (core, acc_tail, acc_iq, cnt, cands, idle_of(core), by_class), None
+        if metrics:
+            when = candidate if trace else None
+            user = _user_step(user, before, ev, when, load, system, policy, metrics)
+        return (core, acc_tail, acc_iq, cnt, cands, idle_of(core), by_class, user), None
 
     zeros = tuple(jnp.int32(0) for _ in COUNTERS)
     carry0 = (
@@ -170,8 +196,9 @@ def _block(
         jnp.int32(0),
         idle_of(core),
         stats.by_class,
+        None if stats.user is None else jnp.zeros_like(stats.user),
     )
-    (new_core, packed, acc_iq, cnt, cands, _, by_class), _ = jax.lax.scan(
+    (new_core, packed, acc_iq, cnt, cands, _, by_class, user), _ = jax.lax.scan(
         body, carry0, jnp.arange(BLOCK, dtype=jnp.int32)
     )
     acc_tail, arrived = unpack(packed)
@@ -186,6 +213,10 @@ def _block(
         iq_add = cands * _iq_view(new_core, system, policy) if trace else iq0
         iq_lo, iq_hi = add64(iq_lo, iq_hi, iq_add)
     updates = {name: getattr(stats, name) + c for name, c in zip(COUNTERS, cnt)}
+    if metrics:
+        updates.update(
+            _user_sums(stats, user, core, new_core, load, system, policy, metrics, trace)
+        )
     return new_core, Stats(
         tail_lo=tail_lo,
         tail_hi=tail_hi,
@@ -200,6 +231,31 @@ def _block(
     )
 
 
+def _user_step(user, before: Core, ev: dict, candidate, load, system, policy, metrics):
+    """``user`` plus the metrics at the state before a step: a time sample (where
+    ``candidate``, with a trace; every step without) and what an accepted arrival found."""
+    value = evaluate(metrics, metric_state(before, load, system, policy))
+    at_time = value if candidate is None else jnp.where(candidate, value, 0.0)
+    accepted = (ev["arrivals"] - ev["blocked"] - ev["overflow"]) > 0
+    return user + jnp.stack([at_time, jnp.where(accepted, value, 0.0)])
+
+
+def _user_sums(stats, user, core, new_core, load, system, policy, metrics, trace) -> dict:
+    """The chunk's user-metric sums with this block's added (compensated).
+
+    The block summed each metric over the states before its steps; the time sum
+    counts the states after them, as the tail's (:class:`~jaxqueue.sim.state.Stats`):
+    the block's first state out, its last in. A trace's time sum weights the states
+    its service candidates found, as they are.
+    """
+    if not trace:
+        first = evaluate(metrics, metric_state(core, load, system, policy))
+        last = evaluate(metrics, metric_state(new_core, load, system, policy))
+        user = user.at[0].add(last - first)
+    total, comp = _kahan(stats.user, stats.user_comp, user)
+    return {"user": total, "user_comp": comp}
+
+
 def time_sum_scale(system: System) -> int:
     """What the 64-bit part of a chunk's time sums is multiplied by
     (:class:`~jaxqueue.sim.totals.Totals`): ``BLOCK`` (a block adds its first
@@ -207,9 +263,9 @@ def time_sum_scale(system: System) -> int:
     return 1 if isinstance(system.arrivals, Trace) else BLOCK
 
 
-def zero_rows(system: System, policy: Policy, replicas: int) -> Stats:
+def zero_rows(system: System, policy: Policy, replicas: int, n_user: int = 0) -> Stats:
     """Zero chunk sums of ``replicas`` replicas, batched (leading replica axis)."""
-    zero = zero_stats(system, policy)
+    zero = zero_stats(system, policy, n_user)
     return jax.tree.map(lambda x: jnp.zeros((replicas,) + x.shape, x.dtype), zero)
 
 
@@ -221,6 +277,7 @@ def advance_blocks(
     load: jax.Array,
     system: System,
     policy: Policy,
+    metrics: tuple = (),
 ):
     """Advance a batch of replicas by ``n_blocks`` blocks of BLOCK steps.
 
@@ -234,14 +291,15 @@ def advance_blocks(
             most :func:`max_chunk_blocks`.
         load: float32 ``(R,)``, each replica's ``lambda``.
         system, policy: static.
+        metrics: static, the user metrics (:class:`~jaxqueue.core.user_metrics.UserMetric`).
 
     Returns:
         ``(core, stats)``: the advanced batched Core and the batched
         :class:`~jaxqueue.sim.state.Stats` of these blocks.
     """
-    stats = zero_rows(system, policy, load.shape[0])
+    stats = zero_rows(system, policy, load.shape[0], len(metrics))
     batched = jax.vmap(
-        lambda c, s, k, lam, lo, hi: _block(c, s, k, lo, hi, lam, system, policy),
+        lambda c, s, k, lam, lo, hi: _block(c, s, k, lo, hi, lam, system, policy, metrics),
         in_axes=(0, 0, 0, 0, None, None),
     )
     lo0, hi0 = first_block[0], first_block[1]
@@ -254,8 +312,10 @@ def advance_blocks(
     return jax.lax.fori_loop(0, n_blocks, body, (core, stats))
 
 
-@functools.partial(jax.jit, static_argnames=("system", "policy", "mesh"), donate_argnames=("core",))
-def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None):
+@functools.partial(
+    jax.jit, static_argnames=("system", "policy", "mesh", "metrics"), donate_argnames=("core",)
+)
+def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=None, metrics=()):
     """:func:`advance_blocks`, jit-compiled and spread over a mesh.
 
     With a ``mesh`` (axis ``"replica"``), each device advances its own shard
@@ -263,7 +323,7 @@ def run_blocks(core, keys, first_block, n_blocks, load, *, system, policy, mesh=
     device on its own thread, so this is what puts every core to work. The
     block count is traced: runs of any length reuse one compiled program.
     """
-    run = functools.partial(advance_blocks, system=system, policy=policy)
+    run = functools.partial(advance_blocks, system=system, policy=policy, metrics=metrics)
     return spread(run, mesh, core, keys, first_block, n_blocks, load)
 
 

@@ -9,6 +9,7 @@ from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import System
+from jaxqueue.core.user_metrics import PER_ARRIVAL, metric_settings
 from jaxqueue.core.versions import versions
 from jaxqueue.results.simulation import SimulationResult, from_stats
 from jaxqueue.sim.classes import class_table
@@ -38,6 +39,8 @@ def load_results(run, wall_seconds: float | None = None) -> list[SimulationResul
     for j, (lam, w, (n, m)) in enumerate(zip(p.loads, run.windows, p.load_sizes())):
         own = p.load_system(j)
         settings = _settings(p, own, lam, w, n, m, wall_seconds, recorded)
+        if p.metrics:  # what the user metrics were (reproducibility)
+            settings["metrics"] = metric_settings(p.metrics)
         part = {k: v[w.rows] for k, v in sums.items()}
         single = system.n_dispatchers == 1 and not pol.per_server
         bpart = None
@@ -57,6 +60,7 @@ def load_results(run, wall_seconds: float | None = None) -> list[SimulationResul
                 step_rate=_sample_rate(system, lam),
                 laws=laws,
                 fractions=fractions,
+                metrics=tuple((m.name, m.name + PER_ARRIVAL) for m in p.metrics),
                 diagnostics={"warmup_diagnostic": w.diagnostic},
             )
         )

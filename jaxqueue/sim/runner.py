@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 from jaxqueue.core.progress import Progress, log, tqdm_bar
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import System, check_int
+from jaxqueue.core.user_metrics import metric_settings
 from jaxqueue.core.versions import __version__, source_digest
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
@@ -138,6 +139,8 @@ class Plan:
             a run supplies it: a mean-field start needs the theory, which the
             simulator does not import. Not compared, hashed or fingerprinted
             (``init`` is).
+        metrics: the user metrics (:class:`~jaxqueue.core.user_metrics.UserMetric`;
+            the ``"xla"`` backend only).
     """
 
     policy: Policy
@@ -160,6 +163,7 @@ class Plan:
     windows: tuple | None = None
     sizes: tuple | None = None
     start: Callable | None = dataclasses.field(default=None, compare=False, repr=False)
+    metrics: tuple = ()
 
     def load_sizes(self) -> list[tuple[int, int]]:
         """Each load's ``(n_servers, n_dispatchers)``."""
@@ -223,6 +227,7 @@ class Plan:
             "max_extensions": self.max_extensions,
             **({"windows": [list(w) for w in self.windows]} if self.windows else {}),
             **({"sizes": [list(s) for s in self.sizes]} if self.sizes else {}),
+            **({"metrics": metric_settings(self.metrics)} if self.metrics else {}),
         }
 
     @property
@@ -322,8 +327,9 @@ class Run:
         width = iq_width(p.system, p.policy)
         n_classes = class_table(p.system).n_classes if p.system.classes else 0
         n, m = np.repeat(np.asarray(p.load_sizes(), np.int64), p.replicas, axis=0).T
+        scale, n_user = time_sum_scale(p.system), len(p.metrics)
         self.totals = Totals.zeros(
-            p.n_replicas, p.system.levels, width, n, m, time_sum_scale(p.system), n_classes
+            p.n_replicas, p.system.levels, width, n, m, scale, n_classes, n_user
         )
         self.mark = self.totals.copy()  # the totals at each load's last batch boundary
 
@@ -403,6 +409,7 @@ class Run:
                 system=p.system,
                 policy=p.policy,
                 mesh=mesh,
+                **({"metrics": p.metrics} if p.metrics else {}),
             )
             fields = {k: v for k, v in stats._asdict().items() if v is not None}
             if multi:  # global arrays: every process gets all replicas' stats

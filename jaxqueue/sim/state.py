@@ -78,6 +78,10 @@ class Stats(NamedTuple):
     which the response-time law follows, and ``by_class[(levels + 1) * C + k
     * C + c]`` the service candidates that drew such a server (a time-uniform
     sample, from which each pool's occupancy follows); ``None`` without classes.
+    With user metrics (:mod:`jaxqueue.core.user_metrics`), ``user[0, i]`` and
+    ``user[1, i]`` are float32 sums of metric ``i`` over the steps (the time sum)
+    and over the accepted arrivals, each block's added with compensation (Kahan;
+    ``user_comp`` the running compensation); ``None`` without.
     """
 
     tail_lo: jax.Array  # uint32 (levels + 1,)
@@ -97,6 +101,8 @@ class Stats(NamedTuple):
     stale: jax.Array
     steps: jax.Array
     by_class: jax.Array | None = None  # int32 (2 (levels + 1) C,): server classes only
+    user: jax.Array | None = None  # float32 (2, K): user metrics only
+    user_comp: jax.Array | None = None  # float32 (2, K): their compensation
 
 
 #: The scalar counters of :class:`Stats`, in order.
@@ -128,13 +134,14 @@ def n_words(system: System, policy: Policy) -> int:
     return base + (PHASE_WORDS if system.classes else 0) + source
 
 
-def zero_stats(system: System, policy: Policy) -> Stats:
-    """Chunk sums set to zero (single replica)."""
+def zero_stats(system: System, policy: Policy, n_user: int = 0) -> Stats:
+    """Chunk sums set to zero (single replica; ``n_user`` user metrics)."""
     u = lambda n: jnp.zeros((n,), jnp.uint32)  # noqa: E731
     i = lambda n: jnp.zeros((n,), jnp.int32)  # noqa: E731
     levels, w = system.levels + 1, iq_width(system, policy)
     c = jnp.int32(0)
     by_class = i(2 * levels * class_table(system).n_classes) if system.classes else None
+    user = jnp.zeros((2, n_user), jnp.float32) if n_user else None
     return Stats(
         u(levels),
         u(levels),
@@ -153,6 +160,8 @@ def zero_stats(system: System, policy: Policy) -> Stats:
         c,
         c,
         by_class,
+        user,
+        user,
     )
 
 

@@ -8,7 +8,10 @@ The devices return each chunk's sums in 32-bit integers
   ``0 <= r < N`` (``tail_q``, ``tail_r``), so ``sum_t tail_t / N = q + r / N``
   is exact and ``q`` grows by at most one per step and level (``2**63`` steps);
   the I-queue tail likewise, over ``M``;
-* the counters (arrivals, probes, seen-counts, steps, ...) are int64.
+* the counters (arrivals, probes, seen-counts, steps, ...) are int64;
+* user metrics' sums (:mod:`jaxqueue.core.user_metrics`) are float64 (``user``,
+  ``(2, K)`` a replica: over time, over accepted arrivals), each chunk's float32
+  compensated sums added (docs/metrics.md, "Rounding").
 
 A window (the measured part, or one batch of it) is the difference of two
 totals; its time sums come out as float64 ``(q1 - q0) + (r1 - r0) / N``.
@@ -71,12 +74,14 @@ class Totals:
         n_dispatchers,
         scale: int = BLOCK,
         n_classes: int = 0,
+        n_user: int = 0,
     ) -> Totals:
         """Zero totals for ``replicas`` replicas tracking ``levels + 1`` tail
         entries (and, with ``n_classes`` server classes, ``seen_class`` and
         ``sampled_class``: ``(levels + 1, n_classes)`` counts of the level and
         class accepted arrivals found, and service candidates drew,
-        :class:`~jaxqueue.sim.state.Stats`)."""
+        :class:`~jaxqueue.sim.state.Stats`), and with ``n_user`` user metrics
+        their float64 sums ``user``."""
         z = lambda *shape: np.zeros((replicas,) + shape, np.int64)  # noqa: E731
         arrays = {
             "tail_q": z(levels + 1),
@@ -89,10 +94,13 @@ class Totals:
         if n_classes:
             arrays["seen_class"] = z(levels + 1, n_classes)
             arrays["sampled_class"] = z(levels + 1, n_classes)
+        if n_user:
+            arrays["user"] = np.zeros((replicas, 2, n_user), np.float64)
         return cls(arrays, n_servers, n_dispatchers, scale)
 
     def _counts(self) -> tuple:
-        return COUNTS + (CLASS_COUNTS if "seen_class" in self.arrays else ())
+        user = ("user",) if "user" in self.arrays else ()
+        return COUNTS + (CLASS_COUNTS if "seen_class" in self.arrays else ()) + user
 
     def copy(self) -> Totals:
         """An independent copy."""
@@ -123,6 +131,9 @@ class Totals:
             by_class = np.asarray(chunk["by_class"], np.int64).reshape(r, 2, levels, n_classes)
             for j, name in enumerate(CLASS_COUNTS):
                 a[name][rows] += by_class[:, j]
+        if "user" in a:  # float32 compensated sums: their value is the sum less the compensation
+            comp = np.asarray(chunk["user_comp"], np.float64)
+            a["user"][rows] += np.asarray(chunk["user"], np.float64) - comp
 
     def reset(self, rows: slice = slice(None)) -> None:
         """Zero the replicas ``rows``."""
@@ -140,7 +151,8 @@ class Totals:
         Returns:
             ``tail`` and ``iq``: float64 ``sum_t tail_t / N`` and ``sum_t
             iq_tail_t / M``; the counts (:data:`COUNTS`, and
-            :data:`CLASS_COUNTS` with server classes) as int64.
+            :data:`CLASS_COUNTS` with server classes) as int64; ``user`` (float64)
+            with user metrics.
         """
         a = {k: v[rows] for k, v in self.arrays.items()}
         b = {k: v[rows] for k, v in since.arrays.items()} if since is not None else None
