@@ -9,7 +9,6 @@ exact rule. The declarations, and how to add a policy: docs/policies.md.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -19,6 +18,13 @@ import numpy as np
 from jaxqueue.core.rng import uniform_index
 from jaxqueue.core.system import System, as_int
 from jaxqueue.policies.exact_rules import ExactState, Move, completion
+from jaxqueue.policies.probes import (
+    MAX_PROBES,
+    MAX_TAIL_ITEMS,
+    distinct_tail,
+    max_of_distinct,
+    shortest_by_tail,
+)
 
 __all__ = [
     "Policy",
@@ -44,10 +50,6 @@ ENGINES = ("occupancy", "per-server")
 #: The mean-field kinds of the per-server policies (:meth:`Policy.mean_field_kind`):
 #: host-side solvers, for infinite buffers and exponential service only.
 PER_SERVER_MEAN_FIELDS = ("tagged-server", "composition")
-
-#: Largest ``d`` for which distinct probes are drawn one by one (Floyd's
-#: algorithm, O(d^2) per event); ``d = N`` is handled exactly as JSQ.
-MAX_PROBES = 64
 
 
 class View(NamedTuple):
@@ -144,35 +146,11 @@ def _random_index(words: jax.Array, n) -> jax.Array:
     return uniform_index(words[0], words[1], n)
 
 
-def _max_of_distinct(words: jax.Array, n, d: int) -> jax.Array:
-    """Largest element of a uniformly random ``d``-subset of ``[0, n)``.
-
-    Floyd's algorithm: for ``j = n-d, ..., n-1`` draw ``t`` uniform on
-    ``[0, j]`` and add ``t``, or ``j`` if ``t`` was already chosen. Uses ``2d``
-    words. ``n >= d`` is required.
-    """
-    if d == 1:
-        return _random_index(words, n)
-    if d <= 8:  # unrolled: d(d-1)/2 comparisons
-        chosen = []
-        for i in range(d):
-            j = n - d + i
-            t = uniform_index(words[2 * i], words[2 * i + 1], j + 1)
-            dup = jnp.bool_(False)
-            for c in chosen:
-                dup = dup | (c == t)
-            chosen.append(jnp.where(dup, j, t))
-        return functools.reduce(jnp.maximum, chosen)
-    chosen = jnp.full((d,), -1, jnp.int32)
-
-    def body(i, chosen):
-        j = n - d + i
-        t = uniform_index(words[2 * i], words[2 * i + 1], j + 1)
-        pick = jnp.where(jnp.any(chosen == t), j, t)
-        return chosen.at[i].set(pick)
-
-    chosen = jax.lax.fori_loop(0, d, body, chosen)
-    return jnp.max(chosen)
+def _shortest(tail, words, n, d: int, by_tail: bool) -> jax.Array:
+    """Level of the shortest of ``d`` distinct uniform items of ``n`` (:mod:`.probes`)."""
+    if by_tail or d > MAX_PROBES:
+        return shortest_by_tail(tail, n, d, words)
+    return level_of(tail, max_of_distinct(words, n, d))
 
 
 # ----------------------------------------------------------------------------
@@ -221,18 +199,6 @@ class Draw:
         return True
 
 
-def _distinct_tail(p, d: int, inv):
-    """``P(d distinct items drawn from a population of 1 / inv all lie in a fraction p)``.
-
-    ``prod_{i<d} (p - i inv) / (1 - i inv)`` (sampling without replacement),
-    which is ``p**d`` at ``inv = 0``.
-    """
-    out = jnp.ones_like(p)
-    for i in range(d):
-        out = out * (p - i * inv) / (1.0 - i * inv)
-    return out
-
-
 @dataclasses.dataclass(frozen=True)
 class Servers(Draw):
     """Queue length of the shortest of ``d`` distinct uniformly random servers.
@@ -240,20 +206,32 @@ class Servers(Draw):
     ``d = 1``: a uniformly random server. ``exhaustive``: every server (JSQ),
     no randomness. Servers are indexed longest first (:func:`level_of`), so
     the shortest of ``d`` is the server at the largest of ``d`` distinct
-    uniform indices, drawn exactly by Floyd's algorithm. In the limit the shortest of ``d`` has at least ``k`` tasks
+    uniform indices, drawn exactly by Floyd's algorithm for ``d <=
+    MAX_PROBES``; a larger ``d`` (or ``by_tail``) reads the level off the
+    tail by its inverse CDF (:func:`jaxqueue.policies.probes.shortest_by_tail`,
+    two words). In the limit the shortest of ``d`` has at least ``k`` tasks
     with probability ``s_k**d``; JSQ's is the shortest queue present.
     """
 
     d: int = 1
     exhaustive: bool = False
+    by_tail: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def from_tail(self) -> bool:
+        """Whether the draw reads the level off the tail (past ``MAX_PROBES``, or forced)."""
+        return not self.exhaustive and (self.by_tail or self.d > MAX_PROBES)
 
     def n_words(self, system):
-        return 0 if self.exhaustive else 2 * self.d
+        if self.exhaustive:
+            return 0
+        return 2 if self.from_tail else 2 * self.d
 
     def sample(self, view, words, system):
         n = view.servers(system)
-        index = jnp.int32(n - 1) if self.exhaustive else _max_of_distinct(words, n, self.d)
-        return level_of(view.tail, index)
+        if self.exhaustive:
+            return level_of(view.tail, jnp.int32(n - 1))
+        return _shortest(view.tail, words, n, self.d, self.by_tail)
 
     def law(self, view, system):
         s = view.tail
@@ -266,7 +244,7 @@ class Servers(Draw):
     def finite_law(self, view, system, inv_servers, inv_dispatchers):
         if self.exhaustive or self.d == 1:
             return self.law(view, system)
-        p = _distinct_tail(view.tail, self.d, inv_servers)
+        p = distinct_tail(view.tail, self.d, inv_servers)
         return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
 
     def smooth(self, system):
@@ -279,18 +257,28 @@ class Dispatchers(Draw):
 
     With one dispatcher its I-queue holds every idle server. In the limit the
     shortest of ``d`` lists at least ``j`` servers with probability ``Q_j**d``;
-    with one dispatcher the law is on {0: empty, 1: not empty}.
+    with one dispatcher the law is on {0: empty, 1: not empty}. Drawn as
+    :class:`Servers` draws (Floyd's algorithm, or the tail past ``MAX_PROBES``).
     """
 
     d: int = 1
+    by_tail: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def from_tail(self) -> bool:
+        """Whether the draw reads the size off the I-queue tail (as :class:`Servers`)."""
+        return self.by_tail or self.d > MAX_PROBES
 
     def n_words(self, system):
-        return 0 if system.n_dispatchers == 1 else 2 * self.d
+        if system.n_dispatchers == 1:
+            return 0
+        return 2 if self.from_tail else 2 * self.d
 
     def sample(self, view, words, system):
         if system.n_dispatchers == 1:
             return view.idle
-        return level_of(view.iq_tail, _max_of_distinct(words, view.dispatchers(system), self.d))
+        m = view.dispatchers(system)
+        return _shortest(view.iq_tail, words, m, self.d, self.by_tail)
 
     def law(self, view, system):
         if system.n_dispatchers == 1:
@@ -302,7 +290,7 @@ class Dispatchers(Draw):
     def finite_law(self, view, system, inv_servers, inv_dispatchers):
         if system.n_dispatchers == 1 or self.d == 1:
             return self.law(view, system)
-        p = _distinct_tail(view.iq_tail, self.d, inv_dispatchers)
+        p = distinct_tail(view.iq_tail, self.d, inv_dispatchers)
         return p - jnp.concatenate([p[1:], jnp.zeros_like(p[:1])])
 
     def smooth(self, system):
@@ -533,19 +521,21 @@ def server_draw(d: int, system: System) -> Servers:
 def check_d(d, system: System, what: str = "servers") -> None:
     """Check ``d`` distinct probes of servers (or of dispatchers) against ``system``.
 
-    Valid: ``1 <= d <= min(n, MAX_PROBES)`` (``n`` the servers or the
-    dispatchers probed), and for servers also ``d = n_servers`` (JSQ). Every
-    refusal states that whole range in one form.
+    Valid: ``1 <= d <= n`` (``n`` the servers or the dispatchers probed);
+    ``d = n_servers`` is JSQ. Past ``MAX_PROBES`` (and below ``n``) the draw
+    needs ``n <= MAX_TAIL_ITEMS``. A refusal states the range.
     """
     upper = system.n_servers if what == "servers" else system.n_dispatchers
     d = as_int(d)
     if isinstance(d, bool) or not isinstance(d, int):
         raise TypeError(f"d must be an int, got {d!r}")
-    if upper <= MAX_PROBES:
-        valid = f"1 <= d <= n_{what} ({upper})"
-    elif what == "servers":
-        valid = f"1 <= d <= {MAX_PROBES} or d = n_servers ({upper}, which is JSQ)"
-    else:
-        valid = f"1 <= d <= {MAX_PROBES} (the most distinct probes; n_dispatchers is {upper})"
-    if not (1 <= d <= min(upper, MAX_PROBES) or (what == "servers" and d == upper)):
-        raise ValueError(f"d={d} is out of range: it probes {what}, need {valid}")
+    if not 1 <= d <= upper:
+        raise ValueError(
+            f"d={d} is out of range: it probes {what}, need 1 <= d <= n_{what} ({upper})"
+        )
+    if MAX_PROBES < d < upper and upper > MAX_TAIL_ITEMS:
+        raise ValueError(
+            f"d={d} is out of range: it probes {what}, need 1 <= d <= {MAX_PROBES} or "
+            f"d = n_{what} ({upper}) with more than {MAX_TAIL_ITEMS} {what} (the draw of "
+            f"more probes counts the {what} in float32)"
+        )

@@ -123,8 +123,10 @@ class PowerOfD(Policy):
     (arXiv:1709.10119).
 
     Probe ``d`` distinct servers uniformly at random and join the shortest,
-    ties uniform. ``d = 1`` is Random, ``d = N`` is JSQ. Sends ``d`` probes
-    per arrival when ``d >= 2``. Mean field: ``s_i = lambda**((d**i-1)/(d-1))``.
+    ties uniform; any ``1 <= d <= N`` (past ``MAX_PROBES`` the shortest is
+    drawn from the occupancy tail, :mod:`jaxqueue.policies.probes`). ``d = 1``
+    is Random, ``d = N`` is JSQ. Sends ``d`` probes per arrival when ``d >=
+    2``. Mean field: ``s_i = lambda**((d**i-1)/(d-1))``.
     """
 
     name: ClassVar[str] = "pod"

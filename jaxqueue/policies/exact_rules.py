@@ -9,6 +9,7 @@ state space, the rates and the rewards (docs/exact.md).
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from itertools import combinations
 from typing import NamedTuple
@@ -18,6 +19,7 @@ __all__ = [
     "ExactState",
     "uniform",
     "shortest_of",
+    "shortest_law",
     "subsets",
     "shortest_server",
     "send",
@@ -100,9 +102,36 @@ def shortest_of(groups, size):
     return dist
 
 
+#: Most ``d``-subsets :func:`shortest_law` enumerates; past it, the closed form.
+MAX_SUBSETS = 4096
+
+
+def shortest_law(size, d: int):
+    """Law of the shortest of ``d`` distinct uniform items (ties uniform): ``{item: p}``.
+
+    Enumerates the ``d``-subsets where there are at most :data:`MAX_SUBSETS`;
+    otherwise an item of size ``s`` is chosen with probability
+    ``(C(above + ties, d) - C(above, d)) / (ties C(n, d))``, ``above`` the
+    items longer than ``s`` and ``ties`` those of size ``s`` (itself included):
+    the chance the shortest probed size is ``s``, shared by the tied items.
+    """
+    n = len(size)
+    if math.comb(n, d) <= MAX_SUBSETS:
+        return shortest_of(subsets(n, d), size)
+    total = math.comb(n, d)
+    out = {}
+    for i in range(n):
+        above = sum(1 for s in size if s > size[i])
+        ties = sum(1 for s in size if s == size[i])
+        p = (math.comb(above + ties, d) - math.comb(above, d)) / (ties * total)
+        if p > 0:
+            out[i] = p
+    return out
+
+
 def shortest_server(state: ExactState, d: int):
     """``(prob, server)`` of Pod(d): ``d`` distinct uniform servers, the shortest, ties uniform."""
-    return list((p, i) for i, p in shortest_of(subsets(state.n, d), state.q).items())
+    return list((p, i) for i, p in shortest_law(state.q, d).items())
 
 
 def send(state: ExactState, targets, probes: int = 0):
@@ -185,7 +214,7 @@ def join_shortest(l, i: int, m: int, d: int):
         if b >= 0:
             sizes[b] += 1
     out = []
-    for j, p in shortest_of(subsets(m, d), sizes).items():
+    for j, p in shortest_law(sizes, d).items():
         ln = list(l)
         ln[i] = j
         out.append((p, ln))

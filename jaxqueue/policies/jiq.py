@@ -144,7 +144,8 @@ class IdleFirst(JIQPod):
     ("Universality of load balancing schemes on the diffusion scale", arXiv:1510.02657).
 
     The dispatcher sends a task to an idle server if there is one, else to the
-    shortest of ``d`` distinct uniformly probed servers (``d = N``: JSQ). It is
+    shortest of ``d`` distinct uniformly probed servers, any ``1 <= d <= N``
+    (``d = N``: JSQ). It is
     JIQ-Pod(d) with ``M = 1``: the one I-queue lists exactly the idle servers
     (use ``jiq-pod`` for several dispatchers). Mean field: the generic fixed
     point; exact CTMC: JIQ-Pod(d) with one dispatcher.
@@ -165,7 +166,7 @@ class JIQSQ(Policy):
     Dispatchers route as in JIQ (with delete requests), but a server that
     becomes idle probes ``d`` distinct uniformly random I-queues and joins the
     shortest (ties uniform), sending ``d`` probes per join when ``d >= 2``.
-    ``d = 1`` is JIQ. Needs ``d <= M``. Mean field: the generic fixed point.
+    ``d = 1`` is JIQ. Any ``1 <= d <= M``. Mean field: the generic fixed point.
     """
 
     name: ClassVar[str] = "jiq-sq"

@@ -66,8 +66,10 @@ def mean_field_tail_bound(policy: Policy, n_servers: int, n_dispatchers: int, lo
             return 0.0
         if d == 1:
             return i * math.log(lam) + (i - 1) * log_p0
-        e_lam = (d**i - 1) / (d - 1) if i < 60 else math.inf
-        e_p0 = (d ** (i - 1) - 1) / (d - 1) if i < 61 else math.inf
+        # d**i past a float (a large d): the tail is 0 there anyway
+        big = i * math.log(d) > 700.0
+        e_lam = (d**i - 1) / (d - 1) if i < 60 and not big else math.inf
+        e_p0 = (d ** (i - 1) - 1) / (d - 1) if i < 61 and not big else math.inf
         return e_lam * math.log(lam) + (e_p0 * log_p0 if log_p0 else 0.0)
 
     return log_tail

@@ -96,6 +96,12 @@ def unsupported(system: System, policy: Policy) -> str | None:
     for draw in policy.draws(system) + policy.join_draws(system):
         d = getattr(draw, "d", 1)
         exhaustive = isinstance(draw, Servers) and draw.exhaustive
+        if isinstance(draw, (Servers, Dispatchers)) and draw.from_tail:
+            return (
+                f"{policy.label()} draws the shortest of d={d} probes from float32 "
+                "logarithms of the tail, which a GPU's math library may round otherwise "
+                "than the engine's"
+            )
         if isinstance(draw, (Servers, Dispatchers)) and d > UNROLLED_PROBES and not exhaustive:
             return (
                 f"{policy.label()} probes d={d} > {UNROLLED_PROBES}, drawn by a loop over "
