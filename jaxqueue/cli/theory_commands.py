@@ -1,5 +1,6 @@
-"""The theory commands: ``theory`` (the mean field, and the 1/N-refined one at N
-servers), ``exact`` (a small system's stationary solution) and ``policies``.
+"""The theory commands: ``theory`` (the mean field, the 1/N-refined one at N
+servers, or Lu et al.'s approximation with ``--model lu``), ``exact`` (a small
+system's stationary solution) and ``policies``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ from jaxqueue.cli.output import emit, print_tail_rest, tail_levels
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
 from jaxqueue.policies.registry import available, make
+from jaxqueue.theory.erlang import erlang_result
+from jaxqueue.theory.lu import lu_result
 
 __all__ = ["cmd_theory", "cmd_exact", "cmd_policies"]
 
 
 def cmd_theory(args) -> int:
+    if getattr(args, "model", "mean-field") == "lu":
+        return _lu(args)
+    if getattr(args, "model", "mean-field") == "erlang":
+        return _erlang(args)
     if args.window is not None and args.arrivals is None:
         raise ValueError("--window averages a periodic regime: give --arrivals (a rate profile)")
     if args.servers is not None and args.arrivals is not None:
@@ -76,6 +83,62 @@ def cmd_theory(args) -> int:
     emit(mf, args)
     _print_refined(rf)
     return 0
+
+
+def _lu(args) -> int:
+    """``theory --model lu``: Lu et al.'s approximation (Poisson arrivals, exp(1) servers)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--buffer", args.buffer),
+            ("--servers", args.servers),
+            ("--service", args.service),
+            ("--pools", args.pools),
+            ("--arrivals", args.arrivals),
+            ("--window", args.window),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ValueError(
+            f"--model lu is Lu et al.'s approximation of JIQ with infinite buffers, "
+            f"Poisson arrivals and exp(1) servers: leave out {', '.join(given)}"
+        )
+    res = lu_result(
+        args.policy,
+        args.load,
+        args.ratio,
+        d=args.d,
+        z=args.z,
+        **order_option(args),
+        levels=args.levels,
+    )
+    return emit(res, args)
+
+
+def _erlang(args) -> int:
+    """``theory --model erlang``: the M/M/N queue of ``--servers`` N at ``--load``
+    (one shared queue: the pooled benchmark, whatever the policy)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--buffer", args.buffer),
+            ("--service", args.service),
+            ("--pools", args.pools),
+            ("--arrivals", args.arrivals),
+            ("--window", args.window),
+        )
+        if value is not None
+    ]
+    if args.servers is None or given:
+        raise ValueError(
+            "--model erlang is the M/M/N queue of N exp(1) servers sharing one infinite "
+            "queue under Poisson arrivals: give --servers"
+            + (f" and leave out {', '.join(given)}" if given else "")
+        )
+    res = erlang_result(args.servers, args.load)
+    res.settings["versions"] = versions()
+    return emit(res, args)
 
 
 def _print_refined(rf) -> None:

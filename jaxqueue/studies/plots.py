@@ -13,6 +13,7 @@ import textwrap
 
 import numpy as np
 
+from jaxqueue.studies.baselines import BASELINE_NAMES, baseline_curve
 from jaxqueue.studies.figure_spec import axis_label, line_label, metric_label
 from jaxqueue.studies.figures import (
     CDF,
@@ -134,6 +135,8 @@ def plot_series(
     colors: dict | None = None,
     curves: list | None = None,
     dodge: float = DODGE,
+    baselines: list | None = None,
+    baseline_name: str | None = None,
 ):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
 
@@ -152,13 +155,16 @@ def plot_series(
         curves: per line, ``(x, theory)`` to draw instead of its theory at its
             points (:func:`~jaxqueue.studies.figures.theory_curve`), or None.
         dodge: the spread of the markers at a shared x (0: none).
+        baselines: per line, ``(x, y)`` of an approximation drawn dotted in its
+            colour (:func:`~jaxqueue.studies.baselines.baseline_curve`), or None;
+            ``baseline_name`` names it in the legend.
     """
     if ax is None:
         ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
     curves = [None] * len(series) if curves is None else curves
     lowest = np.inf  # the smallest value drawn on a log y axis
-    for s, x, curve in zip(series, dodged_x(series, logx, dodge), curves):
+    for i, (s, x, curve) in enumerate(zip(series, dodged_x(series, logx, dodge), curves)):
         color = colors.setdefault(s.label, f"C{len(colors) % 10}")
         keep = _positive(s.y, logy) & _positive(s.x, logx)
         ci = np.where(np.isfinite(s.ci95), s.ci95, 0.0)
@@ -171,6 +177,10 @@ def plot_series(
         )
         if theory:
             lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy))
+        if theory and baselines is not None and baselines[i] is not None:
+            bx, by = baselines[i]
+            ok = _positive(by, logy) & _positive(bx, logx)
+            ax.plot(bx[ok], by[ok], ":", color=color, lw=1.4)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -186,6 +196,9 @@ def plot_series(
         if theory and any(np.isfinite(s.refined).any() for s in series):
             handles.append(_key_line(lw=1.0, ls="--"))
             labels.append("refined mean field at N (dashed)")
+        if theory and baselines is not None and any(b is not None for b in baselines):
+            handles.append(_key_line(lw=1.4, ls=":"))
+            labels.append(f"{baseline_name} (dotted)")
         ax.legend(handles, labels, **_LEGEND)
     ax.grid(True, which="major", alpha=0.3)
     return ax
@@ -317,6 +330,7 @@ def plot_figure(
     axes = _axes(fig, panels, ax)
     cache: dict = {}
     curves = [None if spec is None else theory_curve(s, fig, spec, cache) for s in series]
+    lines = [None if spec is None else baseline_curve(s, fig, spec, {}) for s in series]
     title = fig.title or (f"{spec_name}: {fig.name}" if spec_name else fig.name)
     heading = _heading(title, figure_caption(rows, series), axes[0].figure.get_figwidth())
     if fig.panels is not None:
@@ -336,7 +350,14 @@ def plot_figure(
             colors=colors,
         )
         if marks is None:
-            plot_series([series[i] for i in mine], a, curves=[curves[i] for i in mine], **style)
+            plot_series(
+                [series[i] for i in mine],
+                a,
+                curves=[curves[i] for i in mine],
+                baselines=[lines[i] for i in mine],
+                baseline_name=BASELINE_NAMES.get(fig.baseline),
+                **style,
+            )
         else:
             mine_marks = [m for m in marks if fig.panels is None or m.panel == panel]
             plot_cdf([series[i] for i in mine], mine_marks, a, **style)
