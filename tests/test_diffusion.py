@@ -1,0 +1,141 @@
+"""The Halfin-Whitt diffusion limit (jaxqueue.theory.diffusion) and the process-level comparison.
+
+The diffusion's pieces against closed forms: without reflection the SDE is
+linear and Gaussian; the reflected process's stationary moments satisfy
+``E[Q_1] = -beta``, ``E[Q_1^2] = 1 + beta^2 - beta E[Q_2] / 2`` and ``E[Q_1
+Q_2] = -beta E[Q_2] / 2`` (Ito's formula; docs/diffusion.md). The simulated
+side: JSQ's transient against the exact chain of (idle servers, servers with
+two tasks), whose finite-N gap from the limit halves as N quadruples, and a
+slice of sweeps/mukherjee_process.py's quick mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.results.estimates import Estimate, estimate
+from jaxqueue.results.stats import tolerance, within
+from jaxqueue.theory import diffusion
+
+SCRIPT = Path(__file__).resolve().parents[1] / "sweeps" / "mukherjee_process.py"
+#: One shape for every integration here (paths, times), so they share one compilation.
+PATHS, TIMES = 2048, np.round(0.1 * np.arange(41), 10)
+
+
+@functools.cache
+def _script():
+    spec = importlib.util.spec_from_file_location("mukherjee_process", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_without_reflection_the_paths_are_gaussian_with_the_closed_form_moments():
+    """Mean and variance of ``Q_1(t)`` at 41 times (family 82). Allowance 0.01:
+    Euler's error, ``O(dt)`` (the variance's stationary bias is ``dt / 2``)."""
+    start = (-0.5, 1.0)
+    x = diffusion.integrate(1.0, TIMES, start=start, paths=PATHS, dt=0.01, reflect=False)
+    mean, var = diffusion.linear_moments(1.0, TIMES, start)
+    q1 = x[:, :, 0]
+    assert within(estimate(q1), mean, family=82, allowance=0.01)
+    assert within(estimate((q1 - mean) ** 2), var, family=82, allowance=0.01)
+    np.testing.assert_allclose(x[0, :, 1], np.exp(-TIMES), atol=0.01)  # Q_2 decays alone
+    assert np.all(x[:, :, 2] == 0.0)
+
+
+@pytest.mark.slow
+def test_reflected_paths_stay_below_zero_and_push_q2_up_only():
+    x = diffusion.integrate(0.5, TIMES, paths=PATHS, dt=0.01, seed=2)
+    q1, q2, u = x[:, :, 0], x[:, :, 1], x[:, :, 2]
+    assert np.all(q1 <= 0.0) and np.all(q2 >= 0.0)
+    assert np.all(np.diff(u, axis=1) >= 0.0) and np.all(u[:, -1] > 0.0)
+    assert np.all(x[:, 0] == 0.0)  # the start
+    r = diffusion.diffusion_paths(0.5, TIMES, paths=PATHS, dt=0.01, seed=2, quantiles=(0.1, 0.9))
+    np.testing.assert_array_equal(r.q1.mean, x[:, :, 0].mean(axis=0))  # fixed keys
+    assert r.q1.mean.shape == (41,) and r.q1.n == PATHS and r.q2_quantiles.shape == (2, 41)
+    assert np.all(r.q1_quantiles[0] <= r.q1_quantiles[1]) and r.settings["paths"] == PATHS
+
+
+@pytest.mark.slow
+def test_the_stationary_moments_satisfy_itos_identities():
+    """Time averages over ``t`` in [10, 30] of each path, across 2048 paths
+    (family 3). Allowance 0.02 for the step ``dt = 0.02`` (its measured error is
+    below 0.01, docs/diffusion.md) and the start's remnant at ``t = 10``."""
+    beta = 1.0
+    x = diffusion.integrate(beta, 10.0 + 5.0 * TIMES, paths=PATHS, dt=0.02, seed=1)
+    q1, q2 = x[:, :, 0], x[:, :, 1]
+    assert within(estimate(q1.mean(axis=1)), -beta, family=3, allowance=0.02)
+    second = (q1**2 + beta * q2 / 2.0).mean(axis=1)
+    assert within(estimate(second), 1.0 + beta**2, family=3, allowance=0.02)
+    cross = (q1 * q2 + beta * q2 / 2.0).mean(axis=1)
+    assert within(estimate(cross), 0.0, family=3, allowance=0.02)
+
+
+def test_refusals_come_before_anything_compiles():
+    for bad in (
+        dict(times=[0.0, 0.105]),  # not on the step's grid
+        dict(times=[1.0, 0.5]),
+        dict(times=[0.5], dt=0.0),
+        dict(times=[0.5], start=(0.5, 0.0)),
+        dict(times=[0.5], paths=1),
+    ):
+        args = {"times": bad.pop("times")}
+        with pytest.raises(ValueError):
+            diffusion.integrate(1.0, args["times"], **bad)
+    with pytest.raises(ValueError):
+        diffusion.integrate(0.0, [0.5])
+
+
+@pytest.mark.slow
+def test_jsq_transient_matches_its_exact_chain_whose_gap_to_the_limit_halves():
+    """Simulated JSQ at N = 100 against the exact chain, no allowance (family
+    8: ``Q_1`` and ``Q_2`` at 4 times). The chain's ``Q_2`` gap to the
+    diffusion (2^14 paths) at N = 100 and 400: 0.07-0.12 and 0.035-0.06,
+    O(1/sqrt(N)), each far beyond the diffusion's interval."""
+    t = np.array([0.5, 1.0, 1.5, 2.0])
+    exact = {n: _script().jsq_chain(n, 1.0, t) for n in (100, 400)}
+    res = jq.transient(
+        "jsq", jq.halfin_whitt_load(100, 1.0), 100, times=t, replicas=256, seed=3, init=[0, 1]
+    )
+    sim = _script().scaled(res, 100)
+    assert within(sim["q1"], exact[100][:, 0], family=8)
+    assert within(sim["q2"], exact[100][:, 1], family=8)
+    at = np.searchsorted(_script().TIMES, t)  # the script's times and paths: one compilation
+    full = diffusion.diffusion_paths(1.0, _script().TIMES, paths=1 << 14, dt=0.01, seed=0).q2
+    limit = Estimate(full.mean[at], full.ci95[at], full.n)
+    gaps = {n: limit.mean - e[:, 1] for n, e in exact.items()}
+    noise = tolerance(limit, family=8)
+    assert np.all(gaps[100] > 0.05 + noise) and np.all(gaps[400] > 0.02 + noise)
+    assert np.all(np.abs(gaps[400] / gaps[100] - 0.5) < 0.1 + noise / gaps[400])
+
+
+@pytest.mark.slow
+def test_quick_mode_slice_runs_and_sits_near_the_limit(tmp_path):
+    """The script at N = 400 for d = 2 and N (256 replicas): ``Q_1(t)`` and
+    ``Q_2(t)`` at the 20 times past 0 within tolerance (family 80: two
+    metrics, two d, 20 times) plus a finite-N allowance of 0.15 (JSQ's exact
+    gap at N = 400 is below 0.09; d = 2's largest in the quick mode is 0.10 ±
+    0.10) plus the limit's interval."""
+    script = _script()
+    mode = {"servers": (400,), "replicas": 256, "paths": 1 << 14, "labels": ("2", "N")}
+    data = script.run(mode, 1.0, 0, log=None)
+    assert [row["d"] for row in data["curves"]] == [2, 400]
+    lim = {k: Estimate.from_dict(data["limit"][k]) for k in ("q1", "q2")}
+    for row in data["curves"]:
+        for key in ("q1", "q2"):
+            sim = Estimate.from_dict(row[key])
+            allowance = 0.15 + lim[key].ci95[1:]
+            sliced = Estimate(sim.mean[1:], sim.ci95[1:], sim.n)
+            assert within(sliced, lim[key].mean[1:], family=80, allowance=allowance), (row, key)
+        assert row["max_q3"] < 0.1
+    assert "400 (N)" in script.table(data)
+    path = tmp_path / "process.png"
+    script.plot(data, str(path))
+    assert path.stat().st_size > 10_000
