@@ -1,0 +1,450 @@
+"""Sensitivities of simulated metrics by common random numbers: the central
+difference of every scalar metric in the load (or in ``alpha`` or ``beta`` of
+the heavy-traffic forms), both sides run on the same random words, with paired
+intervals and a Richardson check at half the step (docs/crn.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from jaxqueue.core.arrivals import Trace
+from jaxqueue.core.config import split_keywords
+from jaxqueue.core.service import pool_laws
+from jaxqueue.core.system import MAX_SERVERS, check_int
+from jaxqueue.core.user_metrics import PER_ARRIVAL
+from jaxqueue.results.estimates import Estimate, estimate
+from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
+from jaxqueue.results.simulation import batch_means, metric_samples
+from jaxqueue.results.stats import tolerance
+from jaxqueue.runs import planner
+from jaxqueue.sim.classes import class_table
+from jaxqueue.sim.runner import Plan, Run
+
+__all__ = [
+    "PARAMETERS",
+    "RELATIVE_STEP",
+    "CURVATURE_ALPHA",
+    "Sensitivity",
+    "CurvatureWarning",
+    "sensitivity",
+    "plan_sides",
+    "Sides",
+    "default_step",
+    "load_at",
+]
+
+#: The parameters a sensitivity is taken in: the load ``lambda``, ``alpha`` of
+#: ``lambda = 1 - N**(-alpha)`` (Liu and Ying) and ``beta`` of
+#: ``lambda = 1 - beta / sqrt(N)`` (Halfin-Whitt, Mukherjee et al.).
+PARAMETERS = ("load", "alpha", "beta")
+
+#: The default step moves the load by this fraction of its distance to the
+#: nearer of 0 and 1 (with a finite buffer, of the load itself): docs/crn.md.
+RELATIVE_STEP = 0.05
+
+#: The family-wise rate of the Richardson check over a result's metrics.
+CURVATURE_ALPHA = 0.01
+
+#: The stream word every side draws from: replica ``i`` of each side has the same key.
+_STREAM = 0
+
+
+class CurvatureWarning(UserWarning):
+    """The central differences at ``h`` and ``h / 2`` disagree beyond their paired interval."""
+
+
+def load_at(parameter: str, value: float, n_servers: int) -> float:
+    """The load ``lambda`` at ``value`` of ``parameter`` (:data:`PARAMETERS`)."""
+    if parameter == "load":
+        return float(value)
+    if parameter == "alpha":
+        return 1.0 - n_servers ** (-float(value))
+    if parameter == "beta":
+        return 1.0 - float(value) / math.sqrt(n_servers)
+    raise ValueError(f"parameter={parameter!r} is not valid: use one of {', '.join(PARAMETERS)}")
+
+
+def _value_of(parameter: str, load: float, n_servers: int) -> float:
+    """The inverse of :func:`load_at`: the parameter's value at ``load``."""
+    if parameter == "alpha":
+        return -math.log1p(-load) / math.log(n_servers)
+    if parameter == "beta":
+        return (1.0 - load) * math.sqrt(n_servers)
+    return load
+
+
+def _load_slope(parameter: str, value: float, n_servers: int) -> float:
+    """``|d lambda / d parameter|`` at ``value``."""
+    if parameter == "alpha":
+        return math.log(n_servers) * n_servers ** (-float(value))
+    if parameter == "beta":
+        return 1.0 / math.sqrt(n_servers)
+    return 1.0
+
+
+def default_step(parameter: str, value: float, n_servers: int, buffer=None) -> float:
+    """The default ``h``: it moves the load by :data:`RELATIVE_STEP` of its
+    distance to the nearer of 0 and 1 (of the load itself with a finite
+    buffer, where loads past 1 are stable), converted to the parameter."""
+    lam = load_at(parameter, value, n_servers)
+    room = lam if buffer is not None else min(lam, 1.0 - lam)
+    return RELATIVE_STEP * room / _load_slope(parameter, value, n_servers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sensitivity:
+    """Derivatives of a simulated system's scalar metrics in one parameter.
+
+    Attributes:
+        parameter: ``"load"``, ``"alpha"`` or ``"beta"``.
+        value: the parameter's value ``theta``.
+        h: the step: the sides run at ``theta - h`` and ``theta + h`` (and at
+            ``theta -+ h / 2`` for the Richardson check).
+        derivatives: ``{metric: Estimate}``, ``(X(theta + h) - X(theta - h)) / 2h``
+            with the 95% interval of the paired per-replica differences (or of
+            their batch means).
+        half_step: the same at ``h / 2`` (empty without the check).
+        extrapolated: ``(4 D(h / 2) - D(h)) / 3`` per replica, bias ``O(h^4)``.
+        gap: ``D(h) - D(h / 2)`` per replica: a curvature the step resolves.
+        curved: the metrics whose ``gap`` is beyond its interval (family-wise
+            :data:`CURVATURE_ALPHA` over the metrics): their ``D(h)`` carries a
+            bias; read ``extrapolated`` or take a smaller ``h``.
+        values: the parameter's values the sides ran at (the loads' float32
+            values, converted back), in the order of ``sides``.
+        sides: each side's :class:`~jaxqueue.results.simulation.SimulationResult`.
+        settings: the run's settings (those of the first side) and the step.
+    """
+
+    parameter: str
+    value: float
+    h: float
+    derivatives: dict
+    half_step: dict
+    extrapolated: dict
+    gap: dict
+    curved: tuple
+    values: tuple
+    sides: tuple
+    settings: dict
+
+    def __getitem__(self, metric: str) -> Estimate:
+        return self.derivatives[metric]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict: every Estimate as :meth:`Estimate.to_dict`."""
+
+        def table(estimates: dict) -> dict:
+            return {k: v.to_dict() for k, v in estimates.items()}
+
+        return {
+            "parameter": self.parameter,
+            "value": self.value,
+            "h": self.h,
+            "derivatives": table(self.derivatives),
+            "half_step": table(self.half_step),
+            "extrapolated": table(self.extrapolated),
+            "gap": table(self.gap),
+            "curved": list(self.curved),
+            "values": list(self.values),
+            "settings": {k: v for k, v in self.settings.items() if k != "versions"},
+        }
+
+    def __str__(self) -> str:
+        label = self.settings.get("policy_label", self.settings.get("policy", ""))
+        lines = [
+            f"d/d{self.parameter} at {self.parameter} = {self.value:.6g} "
+            f"(h = {self.h:.3g}; {label}, N = {self.settings.get('n_servers')}; "
+            "common random numbers)"
+        ]
+        width = max(len(k) for k in self.derivatives) if self.derivatives else 6
+        for name, est in self.derivatives.items():
+            row = f"  {name:<{width}}  {est:.4g}"
+            if name in self.half_step:
+                row += f"   h/2: {self.half_step[name]:.4g}"
+                row += "   curved" if name in self.curved else ""
+            lines.append(row)
+        return "\n".join(lines)
+
+
+def sensitivity(
+    policy,
+    load: float | None = None,
+    n_servers: int | None = None,
+    n_dispatchers: int = 1,
+    *,
+    parameter: str | None = None,
+    alpha: float | None = None,
+    beta: float | None = None,
+    h: float | None = None,
+    richardson: bool = True,
+    run=None,
+    bounds=None,
+    progress: bool = False,
+    **options,
+) -> Sensitivity:
+    """Derivatives of every scalar metric of a simulated system, by central
+    differences under common random numbers.
+
+    The sides ``theta -+ h`` (and ``theta -+ h / 2``) run as the loads of one
+    lockstep batch that all draw from one stream: replica ``i`` of every side
+    has the same key, so the sides take the same random words step by step and
+    their paths part only where a word falls between two sides' thresholds
+    (docs/crn.md). The interval of a derivative comes from the paired
+    per-replica differences (or their batch means, as ``interval`` chooses).
+
+    Args:
+        policy, n_servers, n_dispatchers: as :func:`jaxqueue.simulate` (or a Model).
+        load: ``lambda`` (with ``parameter="load"``, the default).
+        alpha: instead of ``load``: ``lambda = 1 - N**(-alpha)``; the default
+            parameter is then ``"alpha"``.
+        beta: instead of ``load``: ``lambda = 1 - beta / sqrt(N)``; the default
+            parameter is then ``"beta"``.
+        parameter: what to differentiate in (:data:`PARAMETERS`); it must be the
+            one given of ``load``, ``alpha`` and ``beta``.
+        h: the step in the parameter (default :func:`default_step`).
+        richardson: also run ``h / 2`` (twice the replicas' work): the
+            ``half_step``, ``extrapolated`` and ``gap`` estimates, and a
+            :class:`CurvatureWarning` where they disagree.
+        run, bounds, progress, **options: the keywords of :func:`jaxqueue.simulate`
+            (``replicas``, ``steps``, ``seed``, ``d``, ``levels``, ...); the
+            sides share the level bounds (sized at the largest load) and the
+            run lengths; ``warmup="auto"`` is refused (its extensions would
+            part the sides' windows).
+
+    Returns:
+        a :class:`Sensitivity`.
+
+    Warns:
+        CurvatureWarning: where ``D(h)`` and ``D(h / 2)`` disagree.
+    """
+    p, parameter, value, h, values = plan_sides(
+        policy,
+        load,
+        n_servers,
+        n_dispatchers,
+        parameter=parameter,
+        alpha=alpha,
+        beta=beta,
+        h=h,
+        richardson=richardson,
+        run=run,
+        bounds=bounds,
+        **options,
+    )
+    r = Run.start(p).advance(progress=progress)
+    sides = r.results()
+    names = _scalar_names(sides[0], p)
+    samples = [_side_samples(r, j, names) for j in range(len(p.loads))]
+    out = _derivatives(samples, values, richardson)
+    curved = _curved(out.get("gap", {}))
+    settings = dict(sides[0].settings, parameter=parameter, value=value, h=h)
+    for name in curved:
+        warnings.warn(_curvature_message(name, out, parameter, h), CurvatureWarning, stacklevel=2)
+    return Sensitivity(
+        parameter,
+        value,
+        float(h),
+        out["derivatives"],
+        out.get("half_step", {}),
+        out.get("extrapolated", {}),
+        out.get("gap", {}),
+        curved,
+        values,
+        tuple(sides),
+        settings,
+    )
+
+
+class Sides(NamedTuple):
+    """A sensitivity's run (:func:`plan_sides`)."""
+
+    plan: Plan  # the sides as the loads of one batch, all on one stream
+    parameter: str
+    value: float
+    h: float
+    values: tuple  # the parameter at each side's (float32) load: -h, +h[, -h/2, +h/2]
+
+
+def plan_sides(
+    policy,
+    load: float | None = None,
+    n_servers: int | None = None,
+    n_dispatchers: int = 1,
+    *,
+    parameter: str | None = None,
+    alpha: float | None = None,
+    beta: float | None = None,
+    h: float | None = None,
+    richardson: bool = True,
+    run=None,
+    bounds=None,
+    **options,
+) -> Sides:
+    """The run of :func:`sensitivity` (arguments as there), checked, nothing compiled:
+    the sides as the loads of one plan whose replicas ``i`` share a key."""
+    model, opts, bound = split_keywords(
+        policy, n_servers, n_dispatchers, options, run, bounds, where="sensitivity"
+    )
+    parameter, value = _parameter(parameter, load, alpha, beta)
+    n = check_int("n_servers", model.n_servers, 2 if parameter != "load" else 1, MAX_SERVERS)
+    if opts.warmup == "auto":
+        raise ValueError(
+            "warmup='auto' is not available for a sensitivity: its extensions would give "
+            "the sides windows of their own; give warmup (steps) or warmup_time"
+        )
+    if h is None:
+        h = default_step(parameter, value, n, model.buffer)
+    if isinstance(h, bool) or not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):
+        raise ValueError(f"h={h!r} is out of range: need a finite step > 0")
+    steps = (-h, h, -h / 2, h / 2) if richardson else (-h, h)
+    # the simulator runs at float32 loads: the differences divide by the values run
+    loads = [float(np.float32(load_at(parameter, value + s, n))) for s in steps]
+    p = planner.plan_model(model, loads, opts, bound, streams=[_STREAM] * len(loads))
+    values = tuple(_value_of(parameter, lam, n) for lam in loads)
+    return Sides(p, parameter, value, float(h), values)
+
+
+def _parameter(parameter, load, alpha, beta) -> tuple[str, float]:
+    """The parameter and its value from the one given of ``load``, ``alpha``, ``beta``."""
+    given = {k: v for k, v in (("load", load), ("alpha", alpha), ("beta", beta)) if v is not None}
+    if len(given) != 1:
+        raise TypeError(
+            "sensitivity() takes one of load, alpha and beta, got "
+            + (", ".join(given) if given else "none")
+        )
+    ((name, value),) = given.items()
+    if np.ndim(value) != 0:
+        raise TypeError(f"sensitivity() takes one value of {name}, got {value!r}")
+    if parameter is None:
+        parameter = name
+    if parameter not in PARAMETERS:
+        raise ValueError(
+            f"parameter={parameter!r} is not valid: use one of {', '.join(PARAMETERS)}"
+        )
+    if parameter != name:
+        raise ValueError(f"parameter={parameter!r} needs {parameter}=..., got {name}=...")
+    return parameter, float(value)
+
+
+def _scalar_names(result, p) -> tuple:
+    """The scalar metrics a side reports (not None), its quantiles and user metrics."""
+    names = [k for k in SCALAR_METRICS if getattr(result, k, None) is not None]
+    if result.response_quantiles:
+        names += list(QUANTILE_NAMES)
+    for m in p.metrics:
+        names += [m.name, m.name + PER_ARRIVAL]
+    return tuple(names)
+
+
+def _side_samples(r: Run, j: int, names: tuple):
+    """Side ``j``'s per-replica values of each metric, and per batch (batch means) or None."""
+    p = r.plan
+    system, pol = p.system, p.policy
+    w = r.windows[j]
+    lam = p.loads[j]
+    laws = fractions = None
+    if system.classes:
+        table = class_table(system)
+        laws = tuple(zip(pool_laws(table.pools), table.base))
+    if system.pools is not None:
+        fractions = tuple(q.count / system.n_servers for q in system.pools)
+    trace = isinstance(system.arrivals, Trace)
+    kw = dict(
+        rate=system.service_rate if system.classes else None,
+        step_rate=system.service_rate if trace else system.step_rate(lam),
+        laws=laws,
+        fractions=fractions,
+        metrics=tuple(m.name for m in p.metrics),
+    )
+    single = system.n_dispatchers == 1 and not pol.per_server
+    sums = r.totals.sums(rows=w.rows)
+    whole = metric_samples(sums, np.full(p.replicas, lam), pol, single, **kw)
+    whole = _scalars(whole, names)
+    if p.interval != "batch-means":
+        return whole, None
+    n_batches = len(w.sums)
+    flat = {k: np.concatenate([b[k] for b in w.sums]) for k in w.sums[0]}
+    per = metric_samples(flat, np.full(p.replicas * n_batches, lam), pol, single, **kw)
+    per = {k: v.reshape(n_batches, p.replicas).T for k, v in _scalars(per, names).items()}
+    return whole, per
+
+
+def _scalars(samples: dict, names: tuple) -> dict:
+    """``{name: (S,)}`` of the scalar metrics ``names`` from :func:`metric_samples`."""
+    out = {}
+    for name in names:
+        if name in QUANTILE_NAMES:
+            out[name] = samples["response_quantiles"][:, QUANTILE_NAMES.index(name)]
+        else:
+            out[name] = np.asarray(samples[name], np.float64)
+    return out
+
+
+def _paired(combine, samples: list, interval_batches: bool) -> dict:
+    """``{name: Estimate}`` of ``combine(side values...)`` per replica (or per batch)."""
+    out = {}
+    for name in samples[0][0]:
+        whole = combine(*(s[0][name] for s in samples))
+        if interval_batches:
+            per = combine(*(s[1][name] for s in samples))
+            out[name] = batch_means(whole, per)[0]
+        else:
+            out[name] = estimate(whole)
+    return out
+
+
+def _derivatives(samples: list, values: tuple, richardson: bool) -> dict:
+    """The central differences at ``h`` (and ``h / 2``, extrapolated, their gap)."""
+    batched = samples[0][1] is not None
+    wide = values[1] - values[0]
+
+    def at_h(lo, hi, *_):
+        return (hi - lo) / wide
+
+    out = {"derivatives": _paired(at_h, samples, batched)}
+    if not richardson:
+        return out
+    narrow = values[3] - values[2]
+
+    def at_half(lo, hi, lo2, hi2):
+        return (hi2 - lo2) / narrow
+
+    def extrapolated(lo, hi, lo2, hi2):
+        return (4.0 * at_half(lo, hi, lo2, hi2) - at_h(lo, hi)) / 3.0
+
+    def gap(lo, hi, lo2, hi2):
+        return at_h(lo, hi) - at_half(lo, hi, lo2, hi2)
+
+    out["half_step"] = _paired(at_half, samples, batched)
+    out["extrapolated"] = _paired(extrapolated, samples, batched)
+    out["gap"] = _paired(gap, samples, batched)
+    return out
+
+
+def _curved(gaps: dict) -> tuple:
+    """The metrics whose gap ``D(h) - D(h / 2)`` is beyond its tolerance at
+    family-wise :data:`CURVATURE_ALPHA` over the metrics (a gap with no spread,
+    identical paths, is never flagged)."""
+    curved = []
+    for name, est in gaps.items():
+        n, half = np.asarray(est.n), est.ci95
+        if np.any(n < 2) or not np.isfinite(half) or not np.isfinite(est.mean):
+            continue
+        if abs(est.mean) > tolerance(est, family=len(gaps), alpha=CURVATURE_ALPHA):
+            curved.append(name)
+    return tuple(curved)
+
+
+def _curvature_message(name: str, out: dict, parameter: str, h: float) -> str:
+    full, half = out["derivatives"][name], out["half_step"][name]
+    return (
+        f"d {name} / d {parameter}: the central differences at h = {h:.3g} ({full:.4g}) and "
+        f"h / 2 ({half:.4g}) disagree beyond their paired interval: the step is too wide "
+        "for the curvature; read the extrapolated value or give a smaller h"
+    )
