@@ -1,8 +1,10 @@
-"""Progress of a run: lines on the ``jaxqueue`` logger with a percentage, a rate that
-leaves out the compiling first chunk and the time left; a tqdm bar on a terminal."""
+"""Progress of a run, a sweep and a comparison: lines on the ``jaxqueue`` logger with a
+percentage, a rate that leaves out what compiles and the time left; a tqdm bar on a
+terminal; silenced with the logger; never on stdout."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -12,7 +14,10 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
-from jaxqueue.core.progress import LOGGER, Progress, duration, log, tqdm_bar
+from jaxqueue.core.progress import LOGGER, PointProgress, Progress, duration, log, tqdm_bar
+from jaxqueue.studies import compare as cmp
+from jaxqueue.studies.grid import run_grid
+from jaxqueue.studies.spec import parse_spec
 
 
 class _Clock:
@@ -79,6 +84,9 @@ def test_a_bar_only_on_a_terminal(lines):
 
     pytest.importorskip("tqdm")
     stream = Terminal()
+    LOGGER.setLevel(logging.WARNING)  # silenced: no bar either
+    assert tqdm_bar(10, 0, "jiq", "block", stream) is None
+    LOGGER.setLevel(logging.NOTSET)
     bar = tqdm_bar(10, 0, "jiq", "block", stream)
     clock = _Clock()
     report = Progress("jiq", 256.0, bar=bar, clock=clock)
@@ -130,3 +138,103 @@ def test_the_command_line_reports_on_stderr_and_keeps_stdout_clean(capsys):
     assert re.fullmatch(r"\[jaxqueue\] pod\(d=2\) .*: block 1/18 \(6%\), compiled .*", err[1])
     assert err[-1].startswith("[jaxqueue] pod(d=2) measure: block 18/18 (100%)")
     assert not LOGGER.handlers  # the command's handler is gone after it
+
+
+def test_a_sweeps_lines_count_points_and_leave_out_the_batches_that_compile(lines):
+    clock = _Clock()
+    report = PointProgress("grid", 10, 2, clock=clock)  # 2 of 10 points stored already
+    report.compiling("pod(d=2) for 8 points in 4 batches of 2")
+    clock.now = 5.0
+    report.update(2, 1e4, 5.0, compiled=True)  # compiling: no rate yet
+    for _ in range(3):  # then 2 points a second, 1e4 replica-steps each batch
+        clock.now += 1.0
+        report.update(2, 1e4, 1.0, compiled=False)
+    report.close()
+    assert lines == [
+        "grid: compiling pod(d=2) for 8 points in 4 batches of 2",
+        "grid: 4/10 points (40%), compiled and ran the batch in 5.0 s",
+        "grid: 6/10 points (60%), 1e+04 replica-steps/s, about 2.0 s left",
+        "grid: 8/10 points (80%), 1e+04 replica-steps/s, about 1.0 s left",
+        "grid: 10/10 points (100%), 1e+04 replica-steps/s, done in 8.0 s",
+    ]
+
+
+#: A two-point grid, small enough to compile in about a second.
+TINY = """\
+name = "tiny"
+[grid]
+policy = ["random"]
+n_servers = [2]
+load = [0.4, 0.6]
+[run]
+replicas = 2
+steps = 512
+warmup = 0
+seed = 1
+theory = "none"
+"""
+
+
+@pytest.mark.slow
+def test_a_sweeps_progress_is_on_the_logger_and_can_be_silenced(lines, tmp_path, capsys):
+    spec = parse_spec(TINY)
+    assert run_grid(spec, tmp_path / "a.sqlite", progress=True) == 2
+    assert lines[0] == "tiny: compiling random for 2 points in 1 batches of 2"
+    assert re.fullmatch(r"tiny: 2/2 points \(100%\), done in .*", lines[-1])
+    lines.clear()
+    LOGGER.setLevel(logging.WARNING)
+    assert run_grid(spec, tmp_path / "b.sqlite", progress=True) == 2
+    assert not lines
+    out = capsys.readouterr()
+    assert not out.out and not out.err  # no bar and no line either
+
+
+def _fake_sweep(model, loads, run, **kw):
+    """Results of a comparison's runs without running: the mean field's, with the
+    settings a row reads."""
+    pol, n, m = model.policy, model.n_servers, model.n_dispatchers
+    settings = dict(policy=pol.name, policy_label=pol.label(), options={}, n_servers=n)
+    settings.update(n_dispatchers=m, ratio=n / m)
+    return [
+        dataclasses.replace(jq.theory.mean_field(pol, lam), settings={**settings, "load": lam})
+        for lam in loads
+    ]
+
+
+def test_compare_says_what_it_runs_on_the_logger_and_can_be_silenced(lines, monkeypatch):
+    monkeypatch.setattr(cmp, "sweep", _fake_sweep)
+    rows = cmp.compare(["pod", "random"], 20, ratio=10, loads=(0.5, 0.7), progress=True)
+    assert len(rows) == 4
+    assert lines == [
+        "simulating pod(d=2) at loads [0.5, 0.7]",
+        "simulating random at loads [0.5, 0.7]",
+    ]
+    lines.clear()
+    LOGGER.setLevel(logging.WARNING)
+    cmp.compare(["pod"], 20, ratio=10, loads=(0.5,), progress=True)
+    assert not lines
+
+
+def test_compare_json_is_alone_on_stdout(capsys, monkeypatch):
+    monkeypatch.setattr(cmp, "sweep", _fake_sweep)
+    args = ["compare", "--policies", "pod,random", "--servers", "20", "--load", "0.5,0.7"]
+    assert cli_main([*args, "--json", "--progress"]) == 0
+    out = capsys.readouterr()
+    assert len(json.loads(out.out)["rows"]) == 4
+    assert "[jaxqueue]" not in out.out and "simulating" not in out.out
+    said = [line for line in out.err.splitlines() if line.startswith("[jaxqueue]")]
+    assert said[0] == "[jaxqueue] simulating pod(d=2) at loads [0.5, 0.7]"
+
+
+@pytest.mark.slow
+def test_compare_on_the_command_line_compiles_then_reports_rates_on_stderr(capsys):
+    args = ["compare", "--policies", "pod", "--servers", "20", "--load", "0.5", "--time", "25.6"]
+    args += ["--warmup-time", "5", "--replicas", "4", "--json", "--progress"]
+    assert cli_main(args) == 0
+    out = capsys.readouterr()
+    json.loads(out.out)
+    assert "[jaxqueue]" not in out.out
+    err = [line for line in out.err.splitlines() if line.startswith("[jaxqueue]")]
+    assert err[0] == "[jaxqueue] simulating pod(d=2) at loads [0.5]"
+    assert err[1].startswith("[jaxqueue] pod(d=2): compiling")
+    assert re.fullmatch(r"\[jaxqueue\] pod\(d=2\) measure: .* replica-steps/s, done in .*", err[-1])

@@ -1,7 +1,7 @@
-"""Progress of long runs, on the ``jaxqueue`` logger (INFO) and never on stdout.
-
-A run's first chunk compiles, so rates and the time left count from its end.
-With the ``progress`` extra (tqdm) and stderr a terminal, a bar replaces the lines.
+"""Progress of long runs (a run's blocks, a sweep's points), on the ``jaxqueue``
+logger (INFO) and never on stdout. A first chunk or batch compiles, so rates and
+the time left leave it out. With the ``progress`` extra (tqdm) and stderr a
+terminal, a bar replaces the lines; a silenced logger silences the bar too.
 """
 
 from __future__ import annotations
@@ -10,7 +10,17 @@ import logging
 import sys
 import time
 
-__all__ = ["LOGGER", "Progress", "log", "stderr_handler", "tqdm_bar", "duration"]
+__all__ = [
+    "LOGGER",
+    "Progress",
+    "PointProgress",
+    "log",
+    "enabled",
+    "show_progress",
+    "stderr_handler",
+    "tqdm_bar",
+    "duration",
+]
 
 #: The package's logger: the command line gives it a stderr handler at INFO; a
 #: Python program can silence it (``setLevel(logging.WARNING)``) or redirect it.
@@ -26,13 +36,25 @@ def stderr_handler(stream=None) -> logging.Handler:
     return handler
 
 
-def log(message: str) -> None:
-    """``message`` at INFO on the ``jaxqueue`` logger; on stderr where no handler is set
-    up anywhere (a Python program that asked for progress and configured no logging)."""
+def log(message: str, level: int = logging.INFO) -> None:
+    """``message`` at ``level`` (INFO) on the ``jaxqueue`` logger; on stderr where no
+    handler is set up anywhere (a Python program that configured no logging)."""
     if LOGGER.hasHandlers():
-        LOGGER.info(message)
-    elif LOGGER.isEnabledFor(logging.INFO):
+        LOGGER.log(level, message)
+    elif LOGGER.isEnabledFor(level):
         print(PREFIX + message, file=sys.stderr, flush=True)
+
+
+def enabled() -> bool:
+    """Whether progress shows: the logger passes INFO, or its level is unset (a run
+    asked for progress then sets INFO, see :class:`Progress`)."""
+    return LOGGER.level == logging.NOTSET or LOGGER.isEnabledFor(logging.INFO)
+
+
+def show_progress() -> None:
+    """Asked for progress: the logger at INFO unless its level is set otherwise."""
+    if LOGGER.level == logging.NOTSET:
+        LOGGER.setLevel(logging.INFO)
 
 
 def duration(seconds: float) -> str:
@@ -48,10 +70,10 @@ def duration(seconds: float) -> str:
 
 
 def tqdm_bar(total: int, initial: int, desc: str, unit: str, stream=None):
-    """A tqdm bar on ``stream`` (default stderr) where the ``progress`` extra is installed
-    and the stream is a terminal; else None."""
+    """A tqdm bar on ``stream`` (default stderr) where the ``progress`` extra is installed,
+    the stream is a terminal and progress is not silenced (:func:`enabled`); else None."""
     stream = sys.stderr if stream is None else stream
-    if not getattr(stream, "isatty", lambda: False)():
+    if not enabled() or not getattr(stream, "isatty", lambda: False)():
         return None
     try:
         from tqdm.auto import tqdm  # the optional progress extra: imported where used
@@ -75,8 +97,7 @@ class Progress:
         self.bar = bar
         self.since = None  # (clock, block) at the end of the compiling chunk
         self.last = -float("inf")  # clock of the last line
-        if LOGGER.level == logging.NOTSET:  # asked for progress: INFO unless set otherwise
-            LOGGER.setLevel(logging.INFO)
+        show_progress()
 
     def start(self, block: int, end: int) -> None:
         """Before the first chunk: it compiles."""
@@ -120,6 +141,58 @@ class Progress:
         if rate is not None:
             self.bar.set_postfix_str(f"{rate * self.per_block:.3g} replica-steps/s", refresh=False)
         self.bar.update(block - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class PointProgress:
+    """A sweep's progress in points: a line a batch (points done of the total, the
+    replica-steps per second and the time left), or a tqdm bar of points.
+
+    A batch that compiled (the first of its shape) is left out of the rate and of the
+    time a point takes; the time left counts the points still to run at that pace.
+    """
+
+    def __init__(self, name: str, total: int, done: int, *, bar=None, clock=time.perf_counter):
+        self.name, self.total, self.done, self.clock = name, total, done, clock
+        self.bar = bar
+        self.t0 = clock()
+        self.points, self.steps, self.seconds = 0, 0.0, 0.0  # batches that did not compile
+        show_progress()
+
+    def compiling(self, what: str) -> None:
+        """Before a batch that compiles (``what``: the shape, in words)."""
+        if self.bar is None:
+            log(f"{self.name}: compiling {what}")
+
+    def update(self, n: int, replica_steps: float, seconds: float, compiled: bool) -> None:
+        """After a batch of ``n`` points: ``replica_steps`` in ``seconds``; ``compiled``:
+        the batch compiled its shape first."""
+        self.done += n
+        if not compiled:
+            self.points += n
+            self.steps += replica_steps
+            self.seconds += seconds
+        rate = self.steps / self.seconds if self.seconds > 0 else None
+        if self.bar is not None:
+            if rate is not None:
+                self.bar.set_postfix_str(f"{rate:.3g} replica-steps/s", refresh=False)
+            self.bar.update(n)
+            return
+        head = (
+            f"{self.name}: {self.done}/{self.total} points "
+            f"({100 * self.done / max(self.total, 1):.0f}%)"
+        )
+        if self.done >= self.total:
+            speed = "" if rate is None else f", {rate:.3g} replica-steps/s"
+            log(f"{head}{speed}, done in {duration(self.clock() - self.t0)}")
+        elif rate is None:
+            log(f"{head}, compiled and ran the batch in {seconds:.1f} s")
+        else:
+            left = (self.total - self.done) * self.seconds / self.points
+            log(f"{head}, {rate:.3g} replica-steps/s, about {duration(left)} left")
 
     def close(self) -> None:
         if self.bar is not None:

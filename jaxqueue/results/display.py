@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
+
 from jaxqueue.results.estimates import Estimate
 
 __all__ = [
@@ -18,6 +20,8 @@ __all__ = [
     "metric_rows",
     "text_table",
     "html_table",
+    "transient_text",
+    "transient_html",
 ]
 
 #: What a printed table calls each source before its heading (a simulation: nothing).
@@ -115,4 +119,79 @@ def html_table(res) -> str:
         f"{esc(heading(res))}</caption><thead><tr><th style='text-align:left'>metric</th>"
         f"<th style='text-align:left'>{value}</th>"
         f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+#: A transient result's table shows every time up to this many, else the first and
+#: last half of them.
+TRANSIENT_ROWS = 10
+
+
+def _transient_heading(res) -> str:
+    """A transient run on one line: the policy, the size, the load (or the load step)."""
+    s = res.settings
+    if s.get("start_load") is None:
+        load, start = f"load={s.get('load')}", f"start={s.get('init')}"
+    else:  # a load step: time 0 is the step
+        load = f"load={s.get('start_load')} -> {s.get('load')}"
+        start = f"step after warmup_time={s.get('warmup_time')}"
+    return (
+        f"{s.get('policy_label')}  N={s.get('n_servers')}  M={s.get('n_dispatchers')}  "
+        f"{load}  buffer={s.get('buffer')}  replicas={s.get('replicas')}  {start}"
+    )
+
+
+def _transient_rows(res) -> tuple[list[str], list[list[str]]]:
+    """``(columns, rows)`` of a transient result's table: a row per time shown."""
+    metrics = [("idle fraction", res.idle_fraction), ("mean queue length", res.mean_queue_length)]
+    if res.p0 is not None:
+        metrics.append(("p0", res.p0))
+    times = list(range(len(res.times)))
+    if len(times) > TRANSIENT_ROWS:
+        half = TRANSIENT_ROWS // 2
+        times = times[:half] + [None] + times[-half:]
+    rows = []
+    for i in times:
+        if i is None:  # the times left out
+            rows.append(["..."] * (len(metrics) + 1))
+            continue
+        cells = [
+            format_metric(Estimate(np.asarray(e.mean)[i], np.asarray(e.ci95)[i], e.n), 4)
+            for _, e in metrics
+        ]
+        rows.append([f"{float(res.times[i]):g}", *cells])
+    return ["time", *(name for name, _ in metrics)], rows
+
+
+def _transient_caption(res) -> str:
+    t = np.asarray(res.times)
+    span = f"{t.size} times in [{t.min():g}, {t.max():g}]" if t.size else "no times"
+    pools = "" if res.pool_utilization is None else " and by pool"
+    return f"{span}: mean ± 95% CI half-width across replicas (s_k(t){pools} in the fields)"
+
+
+def transient_text(res) -> str:
+    """A transient result's ``repr``: its class and run, then a row per time (the
+    first and last ones past :data:`TRANSIENT_ROWS`) of its scalar metrics."""
+    columns, rows = _transient_rows(res)
+    widths = [max(len(c), *(len(r[j]) for r in rows)) for j, c in enumerate(columns)]
+    lines = [f"{type(res).__name__}: {_transient_heading(res)}", _transient_caption(res)]
+    for cells in [columns, *rows]:
+        lines.append("  " + "  ".join(f"{c:>{w}s}" for c, w in zip(cells, widths)))
+    return "\n".join(lines)
+
+
+def transient_html(res) -> str:
+    """:func:`transient_text` as an HTML table (a notebook's display)."""
+    esc = html.escape
+    columns, rows = _transient_rows(res)
+    head = "".join(f"<th style='text-align:right'>{esc(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='text-align:right'>{esc(c)}</td>" for c in r) + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<table><caption style='text-align:left'><b>{esc(type(res).__name__)}</b>: "
+        f"{esc(_transient_heading(res))}<br>{esc(_transient_caption(res))}</caption>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     )

@@ -38,6 +38,7 @@ import numpy as np
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System
 from jaxqueue.policies.base import Policy
+from jaxqueue.results.display import transient_html, transient_text
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, spread
@@ -80,6 +81,15 @@ class TransientResult:
     settings: dict
     pool_utilization: Estimate | None = None
     pool_mean_queue_length: Estimate | None = None
+
+    def __repr__(self) -> str:
+        """The run and a row per time of the scalar metrics with their intervals
+        (:func:`jaxqueue.results.display.transient_text`); the arrays are in the
+        fields and :meth:`to_dict`."""
+        return transient_text(self)
+
+    def _repr_html_(self) -> str:
+        return transient_html(self)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict: ``{"mean": [...], "ci95": [...]}`` per metric."""

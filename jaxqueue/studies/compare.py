@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import sys
 from collections.abc import Sequence
 
 import numpy as np
 
-from jaxqueue.api import sweep
+from jaxqueue.api import simulate as sweep  # given a list of loads: a SweepResult
 from jaxqueue.core.arrivals import Profile, as_arrivals
-from jaxqueue.core.config import Model, RunOptions
+from jaxqueue.core.config import (
+    COMPARE_TIME,
+    COMPARE_WARMUP_TIME,
+    DEFAULT_REPLICAS,
+    Model,
+    RunOptions,
+)
+from jaxqueue.core.progress import log, show_progress
 from jaxqueue.core.service import pool_shares, realized_pools
 from jaxqueue.core.system import check_distinct, dispatchers_for_ratio
+from jaxqueue.core.user_metrics import at_fixed_point, user_metrics
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.theory import mean_field
 
 __all__ = ["compare", "Comparison", "with_options"]
+
+#: The settings that place a user metric's fixed-point value: N, M and the load.
+_POINT = ("n_servers", "n_dispatchers", "load")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +106,12 @@ def compare(
     service=None,
     pools=None,
     arrivals=None,
-    time_units: float = 300.0,
-    warmup_time: float = 50.0,
-    replicas: int = 16,
+    time_units: float = COMPARE_TIME,
+    warmup_time: float = COMPARE_WARMUP_TIME,
+    replicas: int = DEFAULT_REPLICAS,
     seed: int = 0,
     progress: bool = False,
-    log=None,
+    metrics=None,
 ) -> list[Comparison]:
     """Simulated metrics (95% CI) beside the mean-field values, one row per policy and load.
 
@@ -108,8 +120,11 @@ def compare(
     ``warmup_time`` discarded and ``time_units`` measured (time units at the
     largest load; smaller loads get more). ``mean_field`` is None where there
     is none (JIQ-Original and JIQ-Threshold where their solvers refuse the
-    point, ``jsew`` with pools of other mean service times); the reason goes
-    to ``log`` (default: stderr).
+    point, ``jsew`` with pools of other mean service times); the reason is a
+    warning on the ``jaxqueue`` logger (shown on stderr where logging is not
+    set up). What runs is said on that logger at INFO; ``progress`` shows it
+    with each run's progress (:mod:`jaxqueue.core.progress`: a compiling
+    phase, then rates that leave the compilation out).
 
     With ``arrivals`` a rate profile, each row's mean field is the periodic
     regime of :mod:`jaxqueue.theory.periodic` averaged over that row's own
@@ -136,6 +151,8 @@ def compare(
             fraction given is ``"nominal_fraction"``), with a
             :class:`~jaxqueue.core.service.PoolRoundingWarning` where the
             rounding moves a fraction.
+        metrics: user metrics, as in :func:`jaxqueue.simulate`; the mean field's
+            value of each is the metric at its fixed point (docs/metrics.md).
 
     Returns:
         A list of :class:`Comparison` rows.
@@ -143,21 +160,20 @@ def compare(
     m = dispatchers_for_ratio(n_servers, ratio)
     check_distinct("loads", loads)
     pols = _policies(policies, d, z)  # every name checked before any run
+    metrics = user_metrics(metrics, reserved=RESERVED_METRIC_NAMES)
     source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
     pools = pools if pools is None or isinstance(pools, str) else tuple(pools)
     nominal = pool_shares(pools)
     # the whole servers the simulator runs: the theory beside it is for these, not the limit's
     pools = realized_pools(pools, n_servers, stacklevel=2)
-    out = log or sys.stderr
+    if progress:
+        show_progress()
     rows = []
     for pol in pols:
         limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
-        theory = _mean_fields(pol, loads, limit, buffer, service, pools, source, out)
+        theory = _mean_fields(pol, loads, limit, buffer, service, pools, source)
         has_mf = theory is not None
-        if log is not None:
-            print(
-                f"[jaxqueue] simulating {pol.label()} at loads {list(loads)}", file=log, flush=True
-            )
+        log(f"simulating {pol.label()} at loads {list(loads)}")
         model = Model(
             pol, n_servers, m, buffer=buffer, service=service, pools=pools, arrivals=source
         )
@@ -167,12 +183,13 @@ def compare(
             warmup_time=warmup_time,
             seed=seed,
             init="mean-field" if has_mf else "empty",
+            metrics=metrics or None,
         )
         results = sweep(model, loads, run=run, progress=progress)
         if source is not None:  # the constant-load values were the start only
             theory = (
                 [
-                    _periodic_theory(pol, res, limit, source, buffer, service, pools, log)
+                    _periodic_theory(pol, res, limit, source, buffer, service, pools)
                     for res in results
                 ]
                 if has_mf and isinstance(source, Profile)
@@ -180,6 +197,11 @@ def compare(
             )
         for mf in theory or ():
             _record_nominal(mf, nominal)
+        if theory and metrics:  # each user metric at the fixed point
+            theory = [
+                at_fixed_point(mf, metrics, *(res.settings[k] for k in _POINT))
+                for mf, res in zip(theory, results)
+            ]
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
 
@@ -200,10 +222,10 @@ def _policies(policies, d, z) -> list[Policy]:
     return pols
 
 
-def _mean_fields(pol, loads, limit, buffer, service, pools, source, out) -> list | None:
+def _mean_fields(pol, loads, limit, buffer, service, pools, source) -> list | None:
     """The mean field of ``pol`` at each load (under arrivals from a file: the
     constant-load start, the periodic regime comes after the run), or None where there
-    is none; why not goes to ``out``."""
+    is none; why not is a warning on the logger."""
     theory = None
     if pol.mean_field_kind() != "none":
         try:
@@ -222,13 +244,12 @@ def _mean_fields(pol, loads, limit, buffer, service, pools, source, out) -> list
         # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
         # model the mean field does not cover (jsew with pools)
         except (RuntimeError, NotImplementedError) as err:
-            print(f"[jaxqueue] no mean field for {pol.label()} here: {err}", file=out, flush=True)
+            log(f"no mean field for {pol.label()} here: {err}", logging.WARNING)
     if theory is not None and source is not None and not isinstance(source, Profile):
-        print(
-            f"[jaxqueue] no mean field for {pol.label()} under {source.kind} arrivals: "
+        log(
+            f"no mean field for {pol.label()} under {source.kind} arrivals: "
             "the periodic mean field takes a rate profile",
-            file=out,
-            flush=True,
+            logging.WARNING,
         )
     return theory
 
@@ -241,18 +262,15 @@ def _record_nominal(mf: Result | None, nominal) -> None:
         entry["nominal_fraction"] = fraction
 
 
-def _periodic_theory(pol, res, limit, profile, buffer, service, pools, log) -> Result | None:
+def _periodic_theory(pol, res, limit, profile, buffer, service, pools) -> Result | None:
     """The periodic mean field of ``res``'s load under ``profile`` averaged over its
-    measured window, or None (with the reason on ``log``, default stderr) where there is none."""
+    measured window, or None (the reason a warning on the logger) where there is none."""
     lam = res.settings["load"]
     window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
-    if log is not None:
-        print(
-            f"[jaxqueue] periodic mean field of {pol.label()} at load {lam:g} over t in "
-            f"[{window[0]:g}, {window[0] + window[1]:g}]",
-            file=log,
-            flush=True,
-        )
+    log(
+        f"periodic mean field of {pol.label()} at load {lam:g} over t in "
+        f"[{window[0]:g}, {window[0] + window[1]:g}]"
+    )
     try:
         return mean_field(
             pol,
@@ -266,9 +284,5 @@ def _periodic_theory(pol, res, limit, profile, buffer, service, pools, log) -> R
         )
     # the periodic regime was not found, or a setting its solver does not cover
     except (RuntimeError, NotImplementedError) as err:
-        print(
-            f"[jaxqueue] no periodic mean field for {pol.label()} at load {lam:g}: {err}",
-            file=log or sys.stderr,
-            flush=True,
-        )
+        log(f"no periodic mean field for {pol.label()} at load {lam:g}: {err}", logging.WARNING)
         return None

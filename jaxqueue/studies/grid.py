@@ -18,6 +18,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxqueue.core.config import Bounds, RunOptions
+from jaxqueue.core.progress import PointProgress, tqdm_bar
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import realized_pools
 from jaxqueue.core.versions import versions
@@ -180,12 +181,15 @@ def run_grid(
         batch_points: points per batch; a shape group with fewer points uses
             its size, and the last batch of a group is padded to the same
             size (padding replicas are run and dropped), so one group compiles once.
-        progress: report progress on ``log``: points done, replica-steps per
-            second and time left; a bar with the ``progress`` extra (tqdm), else
-            one line per batch.
+        progress: report progress on the ``jaxqueue`` logger (INFO,
+            :mod:`jaxqueue.core.progress`): points done, replica-steps per
+            second and time left, a line per batch (the batch that compiles a
+            shape left out of the rate); a bar on a terminal with the
+            ``progress`` extra (tqdm).
         devices: devices to spread replicas over (default: all; with
             ``jax.distributed``, every device of every process).
-        log: where progress goes (stderr by default; never stdout).
+        log: where the warning about points whose warm-up diagnostic failed
+            goes (stderr by default; never stdout).
 
     One sweep writes a store at a time: a second one into the same store
     stops before anything runs with :class:`~jaxqueue.studies.store.StoreBusyError`
@@ -215,9 +219,9 @@ def run_grid(
         store, writer = _open_store(stack, spec, store_path) if lead else (None, None)
         done = _done(spec, ids, store)
         finished = sum(ids[p] in done for p in spec.points)
-        ran, events, t0 = 0, 0, time.perf_counter()
+        ran = 0
         batch_index = store.next_batch() if lead else 0
-        bar = _Progress(spec.name, len(spec.points), finished, log) if progress and lead else None
+        report = _progress(spec, finished) if progress and lead else None
         pending, cache, failed = None, {}, []
         for points in groups.values():
             bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
@@ -229,13 +233,14 @@ def run_grid(
                 merge_ratio(devices),
                 LATENCY_REPLICAS.get(platform(devices), 1),
             )
-            for batch in chosen:
+            if report is not None and chosen:
+                report.compiling(_shape_words(points, chosen, size))
+            for k, batch in enumerate(chosen):
                 t_batch = time.perf_counter()
                 plan = _batch_plan(spec, batch, size, bounds, devices)
                 results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
                 wall = time.perf_counter() - t_batch
                 ran += len(batch)
-                events += plan.n_replicas * plan.total_blocks * BLOCK
                 if not lead:  # the other processes step their replicas; the first writes
                     continue
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
@@ -245,15 +250,29 @@ def run_grid(
                     pending.result()  # the previous batch is committed (or its error raised)
                 pending = writer.submit(store.commit_batch, batch_index, committed, rows)
                 batch_index += 1
-                if bar is not None:
-                    bar.update(len(batch), events / max(time.perf_counter() - t0, 1e-9))
+                if report is not None:
+                    steps = plan.n_replicas * plan.total_blocks * BLOCK
+                    report.update(len(batch), steps, wall, compiled=k == 0)
         if pending is not None:
             pending.result()
-        if bar is not None:
-            bar.close()
+        if report is not None:
+            report.close()
     if failed:
         _warn_warmup(spec, failed, ran, log)
     return ran
+
+
+def _progress(spec: GridSpec, finished: int) -> PointProgress:
+    """The sweep's progress on the ``jaxqueue`` logger: points done of the spec's."""
+    total = len(spec.points)
+    return PointProgress(spec.name, total, finished, bar=tqdm_bar(total, finished, spec.name, "pt"))
+
+
+def _shape_words(points: list, chosen: list, size: int) -> str:
+    """A shape group's compile, in words: its policy, the points to run and the batches."""
+    label = make(points[0].policy, **dict(points[0].options)).label()
+    todo = sum(len(batch) for batch in chosen)
+    return f"{label} for {todo} points in {len(chosen)} batches of {size}"
 
 
 def _warn_warmup(spec: GridSpec, failed: list, ran: int, log) -> None:
@@ -320,6 +339,7 @@ def _batch_plan(spec: GridSpec, batch: list, size: int, bounds: Bounds, devices)
         init=run.init,
         interval="replicas",
         devices=devices,
+        metrics=spec.point_metrics(first) or None,
     )
     return planner.plan_model(
         model,
@@ -386,45 +406,3 @@ def _remove(checkpoint: str) -> None:
     if jax.process_index() == 0:
         os.remove(checkpoint)
     _sync("jaxqueue sweep: checkpoint removed")
-
-
-class _Progress:
-    """Points done, replica-steps per second and time left: a tqdm bar, else a line a batch."""
-
-    def __init__(self, name: str, total: int, done: int, log):
-        self.name, self.total, self.done, self.log = name, total, done, log
-        self.t0, self.ran = time.perf_counter(), 0
-        try:
-            from tqdm.auto import tqdm  # the optional progress extra: imported where used
-        except ModuleNotFoundError:
-            self.bar = None
-            print(
-                f"[jaxqueue] {name}: a progress bar needs the progress extra (pip install "
-                "'jaxqueue[progress]'); reporting a line per batch",
-                file=log,
-                flush=True,
-            )
-        else:
-            self.bar = tqdm(
-                total=total, initial=done, desc=name, unit="pt", file=log, dynamic_ncols=True
-            )
-
-    def update(self, n: int, rate: float) -> None:
-        self.done += n
-        self.ran += n
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{rate:.3g} replica-steps/s", refresh=False)
-            self.bar.update(n)
-            return
-        elapsed = time.perf_counter() - self.t0
-        left = elapsed / self.ran * (self.total - self.done)
-        print(
-            f"[jaxqueue] {self.name}: {self.done}/{self.total} points, {rate:.3g} "
-            f"replica-steps/s, about {left:.0f} s left",
-            file=self.log,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
