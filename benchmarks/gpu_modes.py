@@ -54,7 +54,7 @@ def _rows(spec, folder: Path, mode: str) -> tuple[dict, float]:
     wall = time.perf_counter() - t0
     with Store(path, spec.spec_hash(), spec.name, versions()) as store:
         rows = store.rows()
-    index = lambda r: None if r["idx"] == SCALAR_INDEX else int(r["idx"])  # noqa: E731
+    index = lambda r: None if r["k"] == SCALAR_INDEX else int(r["k"])  # noqa: E731
     return {(r["point_id"], r["metric"], index(r)): r for r in rows}, wall
 
 
@@ -65,7 +65,7 @@ def _metrics(spec) -> set[tuple[str, int | None]]:
         for metric in fig.metrics:
             if fig.index is not None:
                 out.add((metric, int(fig.index)))
-            elif fig.x == "index":
+            elif fig.x == "k":
                 out.update((metric, k) for k in range(1, 6))
             else:
                 out.add((metric, None))
@@ -81,7 +81,7 @@ def compare(name: str, max_servers: int, folder: Path) -> dict:
     gpu_rows, gpu_wall = _rows(gpu, folder, "gpu")
     wanted = _metrics(full)
     out = []
-    for key, f in sorted(full_rows.items(), key=lambda kv: (kv[1]["servers"], str(kv[0]))):
+    for key, f in sorted(full_rows.items(), key=lambda kv: (kv[1]["n_servers"], str(kv[0]))):
         if (key[1], key[2]) not in wanted or key not in gpu_rows:
             continue
         g = gpu_rows[key]
@@ -94,7 +94,7 @@ def compare(name: str, max_servers: int, folder: Path) -> dict:
         )
         out.append(
             {
-                "point": f"{label} N={f['servers']} {axis}",
+                "point": f"{label} N={f['n_servers']} {axis}",
                 "metric": key[1],
                 "index": key[2],
                 "full": [f["mean"], f["ci95"]],

@@ -36,7 +36,7 @@ SPEC = """
 name = "overhead"
 [grid]
 policy = [{{ name = "pod", d = 2 }}]
-servers = [100]
+n_servers = [100]
 load = [{loads}]
 [run]
 replicas = {replicas}

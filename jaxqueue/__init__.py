@@ -28,6 +28,7 @@ _PUBLIC = {
     "Model": "jaxqueue.core.config",
     "RunOptions": "jaxqueue.core.config",
     "Bounds": "jaxqueue.core.config",
+    "MetricState": "jaxqueue.core.user_metrics",
     "System": "jaxqueue.core.system",
     "SERVICE_RATE": "jaxqueue.core.system",
     "heavy_traffic_load": "jaxqueue.core.system",
@@ -50,6 +51,7 @@ _PUBLIC = {
     "PoolRoundingWarning": "jaxqueue.core.service",
     "simulate": "jaxqueue.api",
     "sweep": "jaxqueue.api",
+    "sensitivity": "jaxqueue.studies.sensitivity",
     "transient": "jaxqueue.runs.transient",
     "TransientResult": "jaxqueue.runs.transient",
 }

@@ -1,4 +1,5 @@
-"""The Python API for simulation: :func:`simulate` one load, :func:`sweep` several.
+"""The Python API for simulation: :func:`simulate` one load or several
+(:func:`sweep`, its earlier name for several, is deprecated).
 
 Arguments: the policy, the load (or loads), the size (``n_servers``,
 ``n_dispatchers``), then keyword-only options; or a
@@ -11,7 +12,16 @@ import inspect
 import warnings
 from collections.abc import Sequence
 
-from jaxqueue.core.config import Bounds, Model, RunOptions, split_keywords, unexpected_keyword
+import numpy as np
+
+from jaxqueue.core.config import (
+    DEFAULT_REPLICAS,
+    Bounds,
+    Model,
+    RunOptions,
+    split_keywords,
+    unexpected_keyword,
+)
 from jaxqueue.policies.base import Policy
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.results.sweep import SweepResult
@@ -34,7 +44,7 @@ def sweep(
     z: int | None = None,
     order: str | None = None,
     buffer: int | None = None,
-    replicas: int = 32,
+    replicas: int = DEFAULT_REPLICAS,
     steps: int | None = None,
     warmup: int | str | None = None,
     seed: int = 0,
@@ -54,9 +64,63 @@ def sweep(
     arrivals=None,
     time: float | None = None,
     warmup_time: float | None = None,
+    metrics=None,
     **unknown,
 ) -> SweepResult:
-    """Simulate one policy at several loads in one compiled batch.
+    """Deprecated: use :func:`simulate` with a list of loads, which returns
+    the same :class:`~jaxqueue.results.sweep.SweepResult` (arguments as there).
+
+    Warns:
+        DeprecationWarning: always; :class:`jaxqueue.WarmupWarning` as :func:`simulate`.
+    """
+    warnings.warn(
+        "jaxqueue.sweep is deprecated: use jq.simulate with a list of loads "
+        "(the same arguments and SweepResult)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    _refuse("sweep", unknown)
+    results = _run(policy, loads, n_servers, n_dispatchers, _keywords(locals()), "sweep")
+    _warn_failed_warmups(results)
+    return results
+
+
+def simulate(
+    policy: str | Policy | Model,
+    load: float | Sequence[float],
+    n_servers: int | Sequence[int] | None = None,
+    n_dispatchers: int | Sequence[int] = 1,
+    *,
+    run: RunOptions | None = None,
+    bounds: Bounds | None = None,
+    d: int | None = None,
+    z: int | None = None,
+    order: str | None = None,
+    buffer: int | None = None,
+    replicas: int = DEFAULT_REPLICAS,
+    steps: int | None = None,
+    warmup: int | str | None = None,
+    seed: int = 0,
+    levels: int | None = None,
+    iqueue_levels: int | None = None,
+    init="auto",
+    on_overflow: str = "raise",
+    progress: bool = False,
+    devices: Sequence | None = None,
+    interval: str = "auto",
+    batches: int = runner.BATCHES,
+    checkpoint: str | None = None,
+    checkpoint_every: float = 300.0,
+    backend: str = "auto",
+    service=None,
+    pools=None,
+    arrivals=None,
+    time: float | None = None,
+    warmup_time: float | None = None,
+    metrics=None,
+    **unknown,
+) -> SimulationResult | SweepResult:
+    """Simulate one policy at one load, or at several loads in one compiled batch.
 
     ``replicas`` independent replicas run at each load; all replicas of all
     loads step together. Every argument is checked before anything compiles.
@@ -67,7 +131,9 @@ def sweep(
             ``n_servers``, ``n_dispatchers``, ``d``, ``z``, ``order``,
             ``buffer``, ``service``, ``pools`` and ``arrivals`` (giving one
             of them beside it is an error).
-        loads: the values of ``lambda`` (each > 0; < 1 for infinite buffers).
+        load: the value of ``lambda`` (> 0; < 1 for infinite buffers), or a
+            sequence of them (a list, a tuple, a 1-d array): the result is then
+            a :class:`~jaxqueue.results.sweep.SweepResult`, one result per load.
         run: a :class:`~jaxqueue.core.config.RunOptions` instead of the run's
             keywords (``replicas`` to ``on_overflow``; a keyword given beside
             it, other than at its default, is an error).
@@ -165,6 +231,14 @@ def sweep(
             cover the run (the per-server policies, more than 8 probes or
             128 levels) warns (:class:`jaxqueue.BackendWarning`)
             and runs on ``"xla"``. The result's settings record the backend used.
+        metrics: user-defined metrics, ``{name: expression or function}``: each a
+            JAX function of a :class:`~jaxqueue.core.user_metrics.MetricState`
+            (``fn(state) -> scalar``) or an expression over its fields
+            (``"sum(s[1:])"``, :mod:`jaxqueue.core.expressions`). The result's
+            ``user_metrics`` hold each one's time average (``name``) and its
+            average over accepted arrivals (``name_per_arrival``), with intervals
+            like the built-in ones; ``settings["metrics"]`` records them
+            (docs/metrics.md). Runs on ``"xla"``.
         service: the service law: ``None`` (exponential, mean 1), a
             :class:`~jaxqueue.core.service.PhaseType` (:mod:`jaxqueue.core.service`
             builds Erlang, hyperexponential and two-moment fits) or its
@@ -196,78 +270,36 @@ def sweep(
             needs identical exponential servers. Runs on ``"xla"``.
 
     Returns:
-        One :class:`~jaxqueue.results.simulation.SimulationResult` per load, in
-        order, in a :class:`~jaxqueue.results.sweep.SweepResult` (a list that
-        also gives all loads as one frame).
+        A :class:`~jaxqueue.results.simulation.SimulationResult` for one load;
+        for a sequence of loads, one per load, in order, in a
+        :class:`~jaxqueue.results.sweep.SweepResult` (a list that also gives
+        all loads as one frame).
 
     Warns:
         :class:`jaxqueue.WarmupWarning`: once per load whose warm-up
         diagnostic failed (:mod:`jaxqueue.results.warmup`), naming the load,
         with advice.
-    """
-    _refuse("sweep", unknown)
-    results = _run(policy, loads, n_servers, n_dispatchers, _keywords(locals()))
-    _warn_failed_warmups(results)
-    return results
-
-
-def simulate(
-    policy: str | Policy | Model,
-    load: float,
-    n_servers: int | None = None,
-    n_dispatchers: int = 1,
-    *,
-    run: RunOptions | None = None,
-    bounds: Bounds | None = None,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
-    replicas: int = 32,
-    steps: int | None = None,
-    warmup: int | str | None = None,
-    seed: int = 0,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    init="auto",
-    on_overflow: str = "raise",
-    progress: bool = False,
-    devices: Sequence | None = None,
-    interval: str = "auto",
-    batches: int = runner.BATCHES,
-    checkpoint: str | None = None,
-    checkpoint_every: float = 300.0,
-    backend: str = "auto",
-    service=None,
-    pools=None,
-    arrivals=None,
-    time: float | None = None,
-    warmup_time: float | None = None,
-    **unknown,
-) -> SimulationResult:
-    """Simulate one policy at one load. Arguments as in :func:`sweep` (a
-    :class:`~jaxqueue.core.config.Model` with ``run=`` and ``bounds=``, or the
-    keywords), with one ``load``.
-
-    Warns:
-        :class:`jaxqueue.WarmupWarning`: the warm-up diagnostic failed (see :func:`sweep`).
 
     Examples:
         >>> res = simulate("pod", 0.8, 100, d=2, replicas=8, steps=100_000)
         >>> res.mean_response_time.mean  # doctest: +SKIP
         1.59...
+        >>> sweep = simulate("pod", [0.5, 0.8], 100, d=2, replicas=8, steps=100_000)
+        >>> [r.mean_response_time.mean for r in sweep]  # doctest: +SKIP
+        [1.16..., 1.59...]
     """
     _refuse("simulate", unknown)
-    results = _run(policy, [load], n_servers, n_dispatchers, _keywords(locals()))
+    loads = [load] if np.ndim(load) == 0 else list(load)
+    results = _run(policy, loads, n_servers, n_dispatchers, _keywords(locals()), "simulate")
     _warn_failed_warmups(results)
-    return results[0]
+    return results[0] if np.ndim(load) == 0 else results
 
 
-#: :func:`sweep`'s keyword defaults: a keyword at its default is not "given"
+#: :func:`simulate`'s keyword defaults: a keyword at its default is not "given"
 #: (it defers to ``run=`` or ``bounds=``, or to a Model's field).
 _DEFAULTS = {
     name: par.default
-    for name, par in inspect.signature(sweep).parameters.items()
+    for name, par in inspect.signature(simulate).parameters.items()
     if par.kind is inspect.Parameter.KEYWORD_ONLY
 }
 
@@ -286,7 +318,7 @@ def _refuse(where: str, unknown: dict) -> None:
         raise unexpected_keyword(where, name, _DEFAULTS)
 
 
-def _run(policy, loads, n_servers, n_dispatchers, keywords: dict) -> SweepResult:
+def _run(policy, loads, n_servers, n_dispatchers, keywords: dict, where: str) -> SweepResult:
     """Plan and run a sweep (the keywords: :func:`_keywords`)."""
     options = {k: v for k, v in keywords.items() if k not in ("run", "bounds") + _RUNNER_KEYS}
     model, run_options, bound = split_keywords(
@@ -296,7 +328,7 @@ def _run(policy, loads, n_servers, n_dispatchers, keywords: dict) -> SweepResult
         _given(**options),
         keywords["run"],
         keywords["bounds"],
-        where="sweep",
+        where=where,
     )
     p = planner.plan_model(model, loads, run_options, bound)
     return SweepResult(runner.run(p, **{k: keywords[k] for k in _RUNNER_KEYS}))

@@ -124,7 +124,7 @@ def test_the_command_line_says_did_you_mean(capsys):
 SPEC = """\
 [grid]
 policy = ["JIQ", { name = "JIQ-Pod", d = [2, 3] }]
-servers = [100]
+n_servers = [100]
 load = [0.5, 0.9]
 [run]
 replicas = 4
@@ -134,7 +134,7 @@ time = 50
 
 def test_spec_keys_and_policies_say_did_you_mean():
     for old, new, message in (
-        ("servers =", "servrs =", r"line 3: unknown key 'servrs' .*; did you mean 'servers'\?"),
+        ("n_servers =", "servrs =", r"line 3: unknown key 'servrs' .*; did you mean 'n_servers'\?"),
         ("replicas", "replica", r"line 6: unknown key 'replica' .*; did you mean 'replicas'\?"),
         ("[run]", "[rn]", r"unknown key or table 'rn'.*; did you mean 'run'\?"),
         ('"JIQ",', '"jiqq",', r"line 2: unknown policy 'jiqq'.*; did you mean 'jiq'\?"),

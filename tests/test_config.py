@@ -38,12 +38,12 @@ def test_types_are_frozen_hashable_and_lists_become_tuples():
 
 
 def test_defaults_are_the_keyword_apis():
-    """RunOptions() and Bounds() are what the keywords default to (api.sweep and the plan)."""
+    """RunOptions() and Bounds() are what the keywords default to (api.simulate and the plan)."""
     for key in RUN_KEYS + BOUND_KEYS:
         default = getattr(RunOptions(), key) if key in RUN_KEYS else getattr(Bounds(), key)
         assert api._DEFAULTS[key] == default, key
     assert RunOptions().batches == runner.BATCHES
-    sweep_keys = set(inspect.signature(jq.sweep).parameters)
+    sweep_keys = set(inspect.signature(jq.simulate).parameters)
     assert set(MODEL_KEYS) - {"policy", "n_servers", "n_dispatchers"} <= sweep_keys
     assert set(RUN_KEYS) | set(BOUND_KEYS) <= sweep_keys
 
@@ -67,20 +67,20 @@ def test_simulate_takes_a_model_and_gives_the_keywords_result():
     [
         (
             lambda m: jq.simulate(m, 0.9, 10),
-            r"sweep\(\): n_servers given beside a Model: set it in "
+            r"simulate\(\): n_servers given beside a Model: set it in "
             r"the Model \(model.replace\(n_servers=...\)\)",
         ),
         (
             lambda m: jq.simulate(m, 0.9, d=3, buffer=4),
-            r"sweep\(\): buffer, d given beside a Model",
+            r"simulate\(\): buffer, d given beside a Model",
         ),
         (
             lambda m: jq.simulate(m, 0.9, run=RunOptions(), replicas=8),
-            r"sweep\(\): replicas given beside run=: set it in the RunOptions",
+            r"simulate\(\): replicas given beside run=: set it in the RunOptions",
         ),
         (lambda m: jq.simulate(m, 0.9, bounds=Bounds(), levels=8), r"levels given beside bounds="),
         (lambda m: jq.simulate(m, 0.9, run={"replicas": 8}), r"run= takes a RunOptions, got dict"),
-        (lambda m: jq.simulate("pod", 0.9), r"sweep\(\) needs n_servers \(or a Model"),
+        (lambda m: jq.simulate("pod", 0.9), r"simulate\(\) needs n_servers \(or a Model"),
         (
             lambda m: jq.simulate("pod", 0.9, 10, step=5),
             r"simulate\(\) got an unexpected keyword argument 'step'; did you mean 'steps'\?",
@@ -117,7 +117,7 @@ def test_exact_and_transient_take_a_model():
 
 def test_a_spec_point_has_its_model():
     spec = parse_spec(
-        '[grid]\npolicy = [{ name = "jiq-pod", d = 3 }]\nservers = [100]\n'
+        '[grid]\npolicy = [{ name = "jiq-pod", d = 3 }]\nn_servers = [100]\n'
         "ratio = [10]\nload = [0.9]\nbuffer = [5]\n[run]\nreplicas = 4\ntime = 10\n"
     )
     (point,) = spec.points

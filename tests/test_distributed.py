@@ -92,7 +92,7 @@ GRID_SPEC = """
 name = "two_hosts"
 [grid]
 policy = [{ name = "pod", d = 2 }]
-servers = [6, 8]
+n_servers = [6, 8]
 load = [0.4, 0.6, 0.8]
 [run]
 replicas = 4

@@ -240,7 +240,7 @@ def test_runs_with_the_same_shapes_do_not_recompile():
     before = run_blocks._cache_size()
     # other loads, seeds and lengths reuse the compiled chunk
     jq.simulate("jiq", load=0.5, steps=9 * BLOCK, seed=2, **kw)
-    jq.sweep("jiq", [0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
+    jq.simulate("jiq", [0.3, 0.6, 0.7], steps=2 * BLOCK, seed=3, **{**kw, "replicas": 1})
     assert run_blocks._cache_size() == before
 
 

@@ -65,7 +65,7 @@ def test_one_server_is_mph1(service, load):
     assert res.mean_response_time == pytest.approx(mph1_mean_response_time(load, law), rel=1e-6)
     assert res.waiting_probability == pytest.approx(load, rel=1e-6)  # M/G/1: P(busy) = rho
     assert res.tail[1] == pytest.approx(load, rel=1e-6)
-    assert res.blocking_probability == 0.0
+    assert res.blocking_probability is None  # infinite buffer
     assert res.settings["service"] == law.to_dict()
 
 
@@ -146,7 +146,7 @@ def test_jiq_iqueues_list_exactly_the_idle_servers(policy, kw):
     assert res.p0 == iq[0]
     assert np.arange(n + 1) @ iq * m == pytest.approx(n * res.occupancy[0], rel=1e-9)
     lam = res.load
-    accepted = lam * (1 - res.blocking_probability - res.truncation_loss)
+    accepted = lam * (1 - (res.blocking_probability or 0.0) - res.truncation_loss)
     # work conservation: busy fraction = accepted work per server
     assert res.tail[1] == pytest.approx(accepted * law.mean, rel=1e-9)
     # every server that becomes idle joins one I-queue; servers become busy as often

@@ -25,8 +25,8 @@ SPEC = """
 name = "small"
 [grid]
 policy = ["pod", "jiq"]
-servers = [6]
-dispatchers = [2]
+n_servers = [6]
+n_dispatchers = [2]
 load = [{loads}]
 [run]
 replicas = 4
@@ -199,7 +199,7 @@ def test_one_compile_for_many_loads(tmp_path):
 def test_init_auto_keeps_sizes_apart_that_start_otherwise():
     """Under init = "auto" N < 100 starts empty and larger N at the mean field:
     such points get programs of their own (a point starts as it would alone)."""
-    text = SPEC.format(loads="0.4").replace("servers = [6]", "servers = [6, 50, 200, 400]")
+    text = SPEC.format(loads="0.4").replace("n_servers = [6]", "n_servers = [6, 50, 200, 400]")
     assert len(shape_groups(parse_spec(text))) == 2  # pod, jiq
     assert len(shape_groups(parse_spec(text.replace("seed = 3", 'seed = 3\ninit = "auto"')))) == 4
 
@@ -212,7 +212,7 @@ def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
     text = (
         SPEC.format(loads="0.4, 0.7")
         .replace('["pod", "jiq"]', '["jiq"]')
-        .replace("servers = [6]", "servers = [6, 8, 10]")
+        .replace("n_servers = [6]", "n_servers = [6, 8, 10]")
         .replace('theory = "mean-field"', 'theory = "none"')
     )
     spec = parse_spec(text)
@@ -220,14 +220,14 @@ def test_one_program_for_many_sizes_and_the_rows_of_each_size_alone(tmp_path):
     before = run_blocks._cache_size()
     assert run_grid(spec, tmp_path / "all.sqlite", batch_points=6, devices=jax.devices()[:1]) == 6
     assert run_blocks._cache_size() - before == 1
-    alone = parse_spec(text.replace("servers = [6, 8, 10]", "servers = [8]"))
+    alone = parse_spec(text.replace("n_servers = [6, 8, 10]", "n_servers = [8]"))
     assert run_grid(alone, tmp_path / "8.sqlite", devices=jax.devices()[:1]) == 2
 
     def values(path):
         return {
-            (r["load"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
+            (r["load"], r["metric"], r["k"]): (r["mean"], r["ci95"])
             for r in _rows(path)
-            if r["servers"] == 8
+            if r["n_servers"] == 8
         }
 
     mine, theirs = values(tmp_path / "all.sqlite"), values(tmp_path / "8.sqlite")
@@ -279,7 +279,7 @@ def test_store_refuses_another_spec_or_version(tmp_path):
             [{"point_id": "p1", "policy": "pod", "metric": "m", "mean": 1.0}],
         )
         assert store.done() == {"p1"}
-        assert store.rows()[0]["idx"] == -1.0
+        assert store.rows()[0]["k"] == -1.0
 
 
 @pytest.mark.slow
@@ -339,8 +339,8 @@ def test_cli_sweep_and_csv_export(tmp_path, capsys):
         rows = list(csv.DictReader(f))
     need = {
         "policy",
-        "servers",
-        "dispatchers",
+        "n_servers",
+        "n_dispatchers",
         "load",
         "d",
         "z",
@@ -398,7 +398,7 @@ def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
     """buffer = [3, 5]: one compiled program for Pod(2), both buffers in one batch, and
     each point's stored rows are the ones it gets in a spec of its buffer alone."""
     text = (
-        '[grid]\npolicy = ["pod"]\nservers = [6]\nbuffer = [{b}]\nload = [0.8, 1.2]\n'
+        '[grid]\npolicy = ["pod"]\nn_servers = [6]\nbuffer = [{b}]\nload = [0.8, 1.2]\n'
         '[run]\nreplicas = 3\nsteps = 1024\nwarmup = 256\nseed = 1\ninit = "empty"\n'
         'theory = "none"\n'
     )
@@ -406,7 +406,7 @@ def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
     assert len(shape_groups(both)) == 1 and plan_grid(both)["batches"] == 1
     run_grid(both, tmp_path / "both.sqlite", devices=jax.devices()[:1])
     rows = {
-        (r["point_id"], r["metric"], r["idx"]): (r["mean"], r["ci95"])
+        (r["point_id"], r["metric"], r["k"]): (r["mean"], r["ci95"])
         for r in _rows(tmp_path / "both.sqlite")
     }
     for b in (3, 5):
@@ -414,9 +414,9 @@ def test_finite_buffers_share_a_program_and_each_point_keeps_its_rows(tmp_path):
         run_grid(one, tmp_path / f"{b}.sqlite", devices=jax.devices()[:1])
         alone = _rows(tmp_path / f"{b}.sqlite")
         assert alone and all(
-            rows[r["point_id"], r["metric"], r["idx"]] == (r["mean"], r["ci95"]) for r in alone
+            rows[r["point_id"], r["metric"], r["k"]] == (r["mean"], r["ci95"]) for r in alone
         )
-        assert max(r["idx"] for r in alone if r["metric"] == "tail") == b
+        assert max(r["k"] for r in alone if r["metric"] == "tail") == b
         ids = {r["point_id"] for r in alone}
         assert sum(key[0] in ids for key in rows) == len(alone)  # no rows past its own levels
 

@@ -55,7 +55,7 @@ def test_a_load_given_twice_to_compare_is_refused(no_run):
 def test_cli_refuses_zero_batch_points_and_infinite_checkpoint_intervals(tmp_path, capsys, no_run):
     spec = tmp_path / "s.toml"
     spec.write_text(
-        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+        '[grid]\npolicy = ["pod"]\nn_servers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
     )
     for argv in (
         ["sweep", str(spec), "--batch-points", "0"],
@@ -184,7 +184,7 @@ def test_a_file_that_is_no_store_is_refused_untouched(tmp_path, capsys):
 
     spec = tmp_path / "s.toml"
     spec.write_text(
-        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+        '[grid]\npolicy = ["pod"]\nn_servers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
     )
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database")
@@ -211,7 +211,7 @@ def test_a_file_that_is_no_store_is_refused_untouched(tmp_path, capsys):
 def test_a_store_in_a_folder_that_does_not_exist_is_said_by_the_plan_and_refused(tmp_path, capsys):
     spec = tmp_path / "s.toml"
     spec.write_text(
-        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
+        '[grid]\npolicy = ["pod"]\nn_servers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'
     )
     store = tmp_path / "missing" / "s.sqlite"
     assert cli_main(["sweep", str(spec), "--store", str(store), "--plan"]) == 0
@@ -299,7 +299,7 @@ def test_the_plan_warns_of_a_grid_past_its_sizes(tmp_path, capsys, monkeypatch):
 
     spec = tmp_path / "s.toml"
     spec.write_text(
-        '[grid]\npolicy = ["pod"]\nservers = [10]\nload = [0.5, 0.6, 0.7]\n'
+        '[grid]\npolicy = ["pod"]\nn_servers = [10]\nload = [0.5, 0.6, 0.7]\n'
         "[run]\nreplicas = 2\nsteps = 256\n"
     )
     assert cli_main(["sweep", str(spec), "--plan"]) == 0

@@ -162,6 +162,9 @@ def test_fifo_symmetry_lumping_is_exact():
     b = solve_exact("jiq-original", LOAD, 3, 2, symmetry=False, **kw)
     assert a.n_states < b.n_states
     for name in (*METRICS, "tail", "iqueue_distribution"):
+        if getattr(b, name) is None:  # a metric that does not apply (infinite buffer)
+            assert getattr(a, name) is None, name
+            continue
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-9, atol=1e-12)
 
 

@@ -306,7 +306,7 @@ def test_batch_means_with_one_replica_cover_at_the_nominal_rate():
     about 1700 time units. The count of intervals covering the exact value is
     Binomial(400, 0.95) if the intervals are right: 380 +- 4 x 4.36."""
     with pytest.warns(jq.WarmupWarning) as caught:  # the chance failures counted below
-        results = jq.sweep("random", [0.5] * 400, 1, replicas=1, steps=200 * BLOCK, seed=11)
+        results = jq.simulate("random", [0.5] * 400, 1, replicas=1, steps=200 * BLOCK, seed=11)
     assert all(r.diagnostics["interval"] == "batch-means" for r in results)
     assert results[0].mean_queue_length.n == 20
     lo, hi = 380 - 4 * 4.36, 380 + 4 * 4.36

@@ -73,7 +73,7 @@ def test_random_pools_are_independent_mm1_queues():
     from jaxqueue.studies.grid import _theory_value
 
     row = next(
-        r for r in mf.records() if r["metric"] == "pool1_response_quantile" and r["index"] == 0.99
+        r for r in mf.records() if r["metric"] == "pool1_response_quantile" and r["k"] == 0.99
     )
     assert row["mean"] == pytest.approx(-math.log(0.01) / rate[1], rel=1e-9)
     assert _theory_value(mf, "pool1_response_quantile", 0.99) == row["mean"]

@@ -46,9 +46,9 @@ def test_overflow_fails_with_advice_or_is_reported(case):
     )
     loads = [0.1, heavy]
     with pytest.raises(jq.LevelOverflowError, match=r"levels=\S+; rerun with a larger") as err:
-        jq.sweep(name, loads, 40, 8, **kw)
+        jq.simulate(name, loads, 40, 8, **kw)
     assert "on_overflow='report'" in str(err.value)
-    light, loaded = jq.sweep(name, loads, 40, 8, on_overflow="report", **kw)
+    light, loaded = jq.simulate(name, loads, 40, 8, on_overflow="report", **kw)
     assert light.iq_overflow > 0 and light.overflow == 0
     assert loaded.overflow > 0
     for res in (light, loaded):

@@ -8,6 +8,7 @@ measured window.
 """
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -244,7 +245,7 @@ def test_simulation_at_large_n_matches_over_its_window(name, ratio):
 GRID = """\
 [grid]
 policy = ["pod"]
-servers = [300]
+n_servers = [300]
 load = [0.6, 0.8]
 arrivals = ["day.csv"]
 [run]
@@ -291,12 +292,11 @@ def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path)
 # -- compare: each row's theory is the mean field over that row's own window ----------------
 
 
-def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch):
+def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch, caplog):
     """The plumbing, without running a simulation: a profile reaches the runs,
     each row's theory is the periodic mean field over its own window, a policy
     without a mean field there says why (jsew with pools of other speeds), and
     an MMPP has no theory."""
-    import io
     from types import SimpleNamespace
 
     from jaxqueue.studies import compare as cmp
@@ -318,23 +318,23 @@ def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch)
         ]
 
     monkeypatch.setattr(cmp, "sweep", fake_sweep)
-    log = io.StringIO()
-    rows = cmp.compare(["pod"], 300, loads=(0.6, 0.8), arrivals=DAY, log=log)
+    caplog.set_level(logging.INFO, logger="jaxqueue")  # what compare says, on the logger
+    rows = cmp.compare(["pod"], 300, loads=(0.6, 0.8), arrivals=DAY)
     assert seen[0]["arrivals"] is DAY and seen[0]["init"] == "mean-field"
     for r in rows:
         ref = theory.mean_field("pod", r.load, arrivals=DAY, window=windows[r.load])
         assert r.mean_field.mean_response_time == pytest.approx(ref.mean_response_time, abs=1e-12)
         assert r.mean_field.settings["window"] == list(windows[r.load])
-    assert "periodic mean field of pod(d=2) at load 0.8 over t in [20, 56.5]" in log.getvalue()
-    rows = cmp.compare(["jsew"], 300, loads=(0.6, 0.8), arrivals=DAY, pools="0.2:2,0.8:1", log=log)
+    assert "periodic mean field of pod(d=2) at load 0.8 over t in [20, 56.5]" in caplog.text
+    rows = cmp.compare(["jsew"], 300, loads=(0.6, 0.8), arrivals=DAY, pools="0.2:2,0.8:1")
     assert [r.mean_field for r in rows] == [None, None] and seen[-1]["init"] == "empty"
-    assert "no mean field for jsew here: " in log.getvalue()
+    assert "no mean field for jsew here: " in caplog.text
     # an MMPP: simulated (from the mean field at the mean load), no theory beside it
     mmpp = MMPP(((-1.0, 1.0), (1.0, -1.0)), (0.5, 1.5))
-    rows = cmp.compare(["pod"], 300, loads=(0.6,), arrivals=mmpp, log=log)
+    rows = cmp.compare(["pod"], 300, loads=(0.6,), arrivals=mmpp)
     assert seen[-1]["arrivals"] is mmpp and seen[-1]["init"] == "mean-field"
     assert rows[0].mean_field is None
-    assert "no mean field for pod(d=2) under mmpp arrivals" in log.getvalue()
+    assert "no mean field for pod(d=2) under mmpp arrivals" in caplog.text
 
 
 @pytest.mark.slow

@@ -243,7 +243,7 @@ def test_simulation_at_large_n_matches_over_its_window():
 GRID = """\
 [grid]
 policy = ["pod", "jsew"]
-servers = [300]
+n_servers = [300]
 load = [0.8]
 pools = ["0.2:2,0.8:1"]
 arrivals = ["day.csv"]

@@ -189,10 +189,10 @@ def _pools_close(sim, exact):
     np.testing.assert_allclose(sim.pool_arrival_share.mean.sum(), 1.0, rtol=1e-12)
     rows = sim.records()
     by_pool = [r for r in rows if r["metric"] == "pool_mean_response_time"]
-    assert [r["index"] for r in by_pool] == [0, 1]  # a row per pool
+    assert [r["k"] for r in by_pool] == [0, 1]  # a row per pool
     assert [r["mean"] for r in by_pool] == sim.pool_mean_response_time.mean.tolist()
     # the metrics with two indices name the pool in the metric
-    p99 = next(r for r in rows if r["metric"] == "pool1_response_quantile" and r["index"] == 0.99)
+    p99 = next(r for r in rows if r["metric"] == "pool1_response_quantile" and r["k"] == 0.99)
     assert (p99["mean"], p99["ci95"]) == (
         sim.pool_response_quantiles[0.99].mean[1],
         sim.pool_response_quantiles[0.99].ci95[1],

@@ -23,13 +23,13 @@ from jaxqueue.studies.figures import (
 from jaxqueue.studies.grid_theory import theory_value, theory_values
 from jaxqueue.studies.plots import dodged_x
 from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.store import Store, parameter_values
 
 SPEC = """\
 name = "tiny"
 [grid]
 policy = [{ name = "jiq-pod", d = 2 }, { name = "pod", d = 2 }]
-servers = [100]
+n_servers = [100]
 ratio = [10]
 load = [0.5, 0.7, 0.9]
 [run]
@@ -45,7 +45,7 @@ x = "load"
 [[figure]]
 name = "s2"
 metric = "tail"
-index = 2
+k = 2
 x = "load"
 labels = { "pod" = "two choices" }
 """
@@ -57,11 +57,14 @@ def _rows(spec):
     rows = []
     for p, theory in zip(spec.points, theory_values(list(spec.points), "mean-field", {})):
         params = p.params()
-        base = {k: params.get(k) for k in ("policy", "servers", "dispatchers", "ratio", "load")}
+        base = {
+            k: parameter_values(params)[k]
+            for k in ("policy", "n_servers", "n_dispatchers", "ratio", "load")
+        }
         base.update(d=params["d"], point_id=p.point_id(), replicas=4, steps=100, seed=0)
         for metric, idx in (("mean_response_time", None), ("tail", 1), ("tail", 2)):
             value = theory_value(theory, metric, idx)
-            row = {"metric": metric, "idx": idx, "mean": 1.01 * value, "ci95": 0.001}
+            row = {"metric": metric, "k": idx, "mean": 1.01 * value, "ci95": 0.001}
             rows.append({**base, **row, "theory": value})
     return rows
 
@@ -150,7 +153,7 @@ def test_line_names_default_to_the_papers_and_the_labels_map_overrides(tiny):
         "Random",
     ]
     assert policy_label("jiq-original", d=1, z=1, order="fifo") == "JIQ-Original (FIFO, z=1)"
-    assert line_label({"policy": "pod", "d": 2, "servers": 1000}) == "Pod(2) $N = 1000$"
+    assert line_label({"policy": "pod", "d": 2, "n_servers": 1000}) == "Pod(2) $N = 1000$"
     assert line_label({"policy": "jiq"}, "join_rate") == "JIQ join requests"
     assert metric_label("tail", 2.0) == r"$s_{2}$ (servers with $\geq 2$ tasks)"
     assert metric_label("waiting_probability") == r"$P(\mathrm{wait})$"
@@ -178,7 +181,7 @@ def test_theory_is_a_curve_on_a_fine_grid_of_loads(tiny):
         "N = 100, 4 replicas per point, bars: 95% intervals"
     )
     # theory at the points only: another x axis, or a store whose theory is not this one
-    by_servers = SPEC.replace('x = "load"\nlabels = { "pod" = "two choices" }', 'x = "servers"')
+    by_servers = SPEC.replace('x = "load"\nlabels = { "pod" = "two choices" }', 'x = "n_servers"')
     by_servers = parse_spec(by_servers).figure("s2")
     assert all(theory_curve(s, by_servers, spec) is None for s in figure_series(rows, by_servers))
     other = [r | {"theory": r["theory"] * 1.5} for r in rows]

@@ -97,7 +97,7 @@ SPEC = """
 name = "rounded"
 [grid]
 policy = ["random"]
-servers = [10, 100]
+n_servers = [10, 100]
 load = [0.5]
 pools = ["0.25:2,0.75:1"]
 [run]

@@ -385,6 +385,9 @@ def test_exact_solver_follows_the_rule(name, references):
         if key == "n_states":
             continue
         got = getattr(ex, key)
+        if got is None:  # a metric that does not apply: the hand-built chain counts none
+            assert value == 0, f"{name}: {key} is None but the reference has {value}"
+            continue
         if isinstance(value, dict):  # quantiles: {level: value}
             assert set(got) == set(value), key
             got, value = [got[q] for q in value], list(value.values())

@@ -28,7 +28,7 @@ LOADS = [0.5, 0.8]
 
 @pytest.fixture(scope="module")
 def swept():
-    return jq.sweep("jiq", LOADS, 20, 2, replicas=4, steps=20 * BLOCK, seed=1)
+    return jq.simulate("jiq", LOADS, 20, 2, replicas=4, steps=20 * BLOCK, seed=1)
 
 
 # --- Estimate -------------------------------------------------------------------------------
@@ -148,8 +148,8 @@ def test_simulate_and_sweep_have_explicit_keywords():
     for sig in (sim, swp):  # the one catch-all only turns a misspelling into "did you mean"
         var = [p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
         assert var == ["unknown"]
-    with pytest.raises(TypeError, match=r"sweep\(\) got .* 'replica'; did you mean 'replicas'"):
-        jq.sweep("pod", [0.5], 10, replica=2)
+    with pytest.raises(TypeError, match=r"simulate\(\) got .* 'replica'; did you mean 'replicas'"):
+        jq.simulate("pod", [0.5], 10, replica=2)
 
 
 def test_a_sweep_is_a_list_and_one_frame(swept):
@@ -169,7 +169,7 @@ def test_a_sweep_as_an_xarray_dataset(swept, monkeypatch):
     assert list(ds["load"].values) == LOADS and list(ds["n_servers"].values) == [20, 20]
     assert ds["mean_queue_length"].dims == ("load",)
     assert ds["mean_queue_length_ci95"].values[1] == swept[1].mean_queue_length.ci95
-    assert ds["tail"].dims == ("load", "level")
+    assert ds["tail"].dims == ("load", "k")
     assert ds["tail"].sel(load=0.5).values[1] == swept[0].tail.mean[1]
     assert ds["response_quantile"].sel(load=0.8, quantile=0.99).item() == (
         swept[1].response_quantiles[0.99].mean

@@ -173,7 +173,7 @@ def test_finite_buffer_overload_against_simulation():
     n, lam, names = 1000, 1.2, ("jsq", "i1f", "idle-first")
     for seed, name in enumerate(names):
         mf = theory.mean_field(name, lam, buffer=3)
-        at_n, at_half = jq.sweep(
+        at_n, at_half = jq.simulate(
             name, [lam, lam], [n, n // 2], buffer=3, replicas=16, steps=200_000, seed=seed
         )
         metrics = ("mean_response_time", "waiting_probability", "blocking_probability")

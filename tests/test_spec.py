@@ -21,8 +21,8 @@ EXAMPLE = """\
 name = "wang-fig4"            # optional; default: the file stem
 [grid]
 policy = ["jiq", { name = "jiq-pod", d = [2, 3] }, "pod"]   # strings or inline tables
-servers = [1000]
-ratio = [10]                  # or dispatchers = [100]
+n_servers = [1000]
+ratio = [10]                  # or n_dispatchers = [100]
 load = [0.5, 0.7, 0.9]
 buffer = [0]                  # 0 or "inf" means infinite
 [run]
@@ -33,7 +33,7 @@ seed = 0
 init = "mean-field"
 theory = "mean-field"
 [quick]
-servers = [100]
+n_servers = [100]
 time = 50
 """
 
@@ -41,7 +41,7 @@ BASE = """\
 # test spec
 [grid]
 policy = ["jiq", "pod"]
-servers = [100]
+n_servers = [100]
 load = [0.5, 0.9]
 [run]
 replicas = 4
@@ -107,7 +107,7 @@ def test_axis_order_policy_servers_ratio_buffer_options_load():
     text = """\
 [grid]
 policy = ["jiq", { name = "pod", d = [3, 2] }]
-servers = [20, 40]
+n_servers = [20, 40]
 ratio = [2, 4]
 buffer = [5, "inf"]
 load = [0.9, 0.5]
@@ -137,7 +137,7 @@ def test_defaults_scalars_and_dispatchers():
     assert {(p.dispatchers, p.buffer) for p in spec.points} == {(1, None)}
     assert spec.run == RunSettings(replicas=4, time=50.0, warmup_time=100.0)
     assert spec.run.seed == 0 and spec.run.init == "empty" and spec.run.theory == "none"
-    spec = parse_spec(edit(BASE, "servers = [100]", "servers = [100]\ndispatchers = [1, 4]"))
+    spec = parse_spec(edit(BASE, "n_servers = [100]", "n_servers = [100]\nn_dispatchers = [1, 4]"))
     assert sorted({p.dispatchers for p in spec.points}) == [1, 4]
     assert parse_spec(BASE).name == "spec"
 
@@ -176,7 +176,7 @@ def test_quick_overrides():
     assert quick.spec_hash() != full.spec_hash()
     # a quick key replaces its whole group of alternatives
     text = edit(
-        EXAMPLE, "servers = [100]\ntime = 50\n", "steps = 20000\nalpha = 0.5\ndispatchers = 5\n"
+        EXAMPLE, "n_servers = [100]\ntime = 50\n", "steps = 20000\nalpha = 0.5\nn_dispatchers = 5\n"
     )
     spec = parse_spec(text, quick=True)
     assert spec.run.steps == 20000 and spec.run.time is None
@@ -250,7 +250,7 @@ def test_load_spec_reads_name_from_stem(tmp_path):
     path = tmp_path / "fig5.toml"
     path.write_text(BASE)
     assert load_spec(path).name == "fig5" and load_spec(str(path)).source_text == BASE
-    path.write_text(edit(BASE, "servers = [100]", "servers = []"))
+    path.write_text(edit(BASE, "n_servers = [100]", "n_servers = []"))
     with pytest.raises(SpecError, match=r"fig5\.toml: line 4: servers is empty") as info:
         load_spec(path)
     assert info.value.line == 4
@@ -291,7 +291,7 @@ def test_ids_do_not_depend_on_grid_order():
     text = """\
 [grid]
 policy = ["jiq", { name = "jiq-pod", d = [2, 3] }, "pod", "jsq"]
-servers = [50, 100, 200]
+n_servers = [50, 100, 200]
 ratio = [1, 5, 10]
 buffer = [0, 4]
 load = [0.3, 0.5, 0.7, 0.9]
@@ -309,7 +309,7 @@ seed = 7
         policies = ['"jiq"', '{ name = "jiq-pod", d = [3, 2] }', '"pod"', '"jsq"']
         rng.shuffle(policies)
         lines[1] = f"policy = [{', '.join(policies)}]"
-        for i, key in ((2, "servers"), (3, "ratio"), (4, "buffer"), (5, "load")):
+        for i, key in ((2, "n_servers"), (3, "ratio"), (4, "buffer"), (5, "load")):
             values = lines[i].split("=")[1].strip(" []").split(", ")
             rng.shuffle(values)
             lines[i] = f"{key} = [{', '.join(values)}]"
@@ -317,7 +317,7 @@ seed = 7
         assert [p.point_id() for p in shuffled.points] != [p.point_id() for p in spec.points]
         assert ids(shuffled) == reference
     # a point of a smaller grid is the same point
-    one = BASE.replace('["jiq", "pod"]', '"jsq"').replace("[100]", "[50]\ndispatchers = 50")
+    one = BASE.replace('["jiq", "pod"]', '"jsq"').replace("[100]", "[50]\nn_dispatchers = 50")
     one = parse_spec(one.replace("[0.5, 0.9]", "[0.7]").replace("time = 50", "time = 20\nseed = 7"))
     assert ids(one) <= reference
 
@@ -332,8 +332,8 @@ def test_spec_hash_ignores_comments_layout_and_order():
         EXAMPLE.replace("time = 300", "time = 300.0").replace("buffer = [0]", 'buffer = "inf"'),
         EXAMPLE.replace('"jiq", {', '"jiq",{').replace("replicas = 16", "replicas=16  # r"),
         EXAMPLE.replace('"pod"]', '{ name = "pod", d = 2 }]'),  # the default written out
-        EXAMPLE.replace("ratio = [10]", "dispatchers = [100]"),
-        EXAMPLE.replace("servers = [100]\ntime = 50", "servers = [10]"),  # [quick] is not used
+        EXAMPLE.replace("ratio = [10]", "n_dispatchers = [100]"),
+        EXAMPLE.replace("n_servers = [100]\ntime = 50", "n_servers = [10]"),  # [quick] is not used
         EXAMPLE.replace('name = "wang-fig4"', 'name = "other"'),
         EXAMPLE.replace("[0.5, 0.7, 0.9]", "[0.9, 0.5, 0.7]").replace(  # the order of the grid
             '"jiq", { name = "jiq-pod", d = [2, 3] }, "pod"',
@@ -348,7 +348,7 @@ def test_spec_hash_ignores_comments_layout_and_order():
     "old, new",
     [
         ("load = [0.5, 0.7, 0.9]", "load = [0.5, 0.7, 0.8]"),
-        ("servers = [1000]", "servers = [2000]"),
+        ("n_servers = [1000]", "n_servers = [2000]"),
         ("ratio = [10]", "ratio = [20]"),
         ("buffer = [0]", "buffer = [0, 8]"),
         ("d = [2, 3]", "d = [2, 4]"),
@@ -408,12 +408,12 @@ def test_run_lengths_as_expressions_of_the_point():
 # further edits
 # fmt: off
 ERRORS = [
-    ("toml", "servers = [100]", "servers == [100]  # <-", "not valid TOML"),
+    ("toml", "n_servers = [100]", "servers == [100]  # <-", "not valid TOML"),
     ("unknown table", "[run]", "[gird]  # <-\nx = 1\n[run]",
      "unknown key or table 'gird'; valid: name, grid, run, quick"),
     ("unknown top key", "# test spec", 'nmae = "x"  # <-', "unknown key or table 'nmae'"),
-    ("unknown grid key", "servers = [100]", "servers = [100]\nservrs = [1]  # <-",
-     r"unknown key 'servrs' in \[grid\]; valid: policy, servers, ratio"),
+    ("unknown grid key", "n_servers = [100]", "n_servers = [100]\nservrs = [1]  # <-",
+     r"unknown key 'servrs' in \[grid\]; valid: policy, n_servers, ratio"),
     ("unknown run key", "time = 50", "time = 50\nsteeps = 3  # <-",
      r"unknown key 'steeps' in \[run\]; valid: replicas, time, steps"),
     ("unknown quick key", "time = 50", "time = 50\n[quick]\nname = 'q'  # <-",
@@ -425,7 +425,7 @@ ERRORS = [
     ("policy not a name", '["jiq", "pod"]', "[1]  # <-", "a policy is a name or an inline table"),
     ("option not taken", '["jiq", "pod"]', '["pod", { name = "jiq", d = 2 }]  # <-',
      "policy 'jiq' takes no option d; its options: none"),
-    ("grid option not taken", "servers = [100]", "servers = [100]\nd = [2]  # <-",
+    ("grid option not taken", "n_servers = [100]", "n_servers = [100]\nd = [2]  # <-",
      "policy 'jiq' takes no option d; its options: none"),
     ("option twice", '["jiq", "pod"]', '[{ name = "pod", d = 3 }]\nd = 2  # <-',
      r"d is given both in \[grid\] and for policy 'pod'"),
@@ -436,15 +436,15 @@ ERRORS = [
      "policy 'jiq' takes no option d"),
     ("option wrong type", '["jiq", "pod"]', '["pod"]\nd = 2.5  # <-',
      "d must be an int, got 2.5"),
-    ("single dispatcher", "servers = [100]", "servers = [100]\nratio = 10  # <-\n",
+    ("single dispatcher", "n_servers = [100]", "n_servers = [100]\nratio = 10  # <-\n",
      "'idle-first' is a single-dispatcher scheme, need n_dispatchers = 1",
      ('["jiq", "pod"]', '["idle-first"]')),
-    ("empty axis", "servers = [100]", "servers = []  # <-", "servers is empty: give at least one"),
+    ("empty axis", "n_servers = [100]", "n_servers = []  # <-", "servers is empty: give at least one"),
     ("empty policy", 'policy = ["jiq", "pod"]', "policy = []  # <-", "policy is empty"),
     ("empty option", '["jiq", "pod"]', '[{ name = "pod", d = [] }]  # <-', "option d is empty"),
-    ("servers type", "servers = [100]", 'servers = ["100"]  # <-',
+    ("servers type", "n_servers = [100]", 'n_servers = ["100"]  # <-',
      "servers must be an int, got '100'"),
-    ("servers range", "servers = [100]", "servers = [0]  # <-",
+    ("servers range", "n_servers = [100]", "n_servers = [0]  # <-",
      "servers=0 is out of range: need 1 <="),
     ("load type", "load = [0.5, 0.9]", 'load = "half"  # <-',
      "load must be a finite number, got 'half'"),
@@ -463,28 +463,28 @@ ERRORS = [
     ("beta gives load > 1", "load = [0.5, 0.9]", "beta = -1  # <-", "need 0 < beta < sqrt"),
     ("alpha out of range", "load = [0.5, 0.9]", "alpha = [0.5, 0]  # <-",
      "alpha=0 at servers=100: alpha=0 is out of range: need 0 < alpha <= 1"),
-    ("alpha, one server", "servers = [100]", "servers = 1\nalpha = [0.5]  # <-",
+    ("alpha, one server", "n_servers = [100]", "n_servers = 1\nalpha = [0.5]  # <-",
      "need 2 <= n_servers", ("load = [0.5, 0.9]\n", "")),
     ("load 0", "load = [0.5, 0.9]", "load = [0.5, 0]  # <-",
      "load=0 is out of range: need load > 0"),
     ("load negative", "load = [0.5, 0.9]", "load = -0.5  # <-", "need load > 0"),
-    ("ratio and dispatchers", "servers = [100]",
-     "servers = [100]\nratio = 10\ndispatchers = 10  # <-",
+    ("ratio and dispatchers", "n_servers = [100]",
+     "n_servers = [100]\nratio = 10\nn_dispatchers = 10  # <-",
      r"\[grid\] gives ratio and dispatchers: give only one of ratio / dispatchers"),
     ("no load", "[grid]", "[grid]  # <-", r"\[grid\] needs one of load / alpha / beta",
      ("load = [0.5, 0.9]\n", "")),
     ("load and beta", "load = [0.5, 0.9]", "load = [0.5, 0.9]\nbeta = [1]  # <-",
      r"\[grid\] gives load and beta: give only one of load / alpha / beta"),
-    ("ratio does not divide", "servers = [100]", "servers = [100, 30]\nratio = [10, 3]  # <-",
+    ("ratio does not divide", "n_servers = [100]", "n_servers = [100, 30]\nratio = [10, 3]  # <-",
      ("ratio=3 does not split servers=100 into a whole number of dispatchers: "
       "need servers / ratio = an integer from 1 to 100")),
-    ("ratio below 1", "servers = [100]", "servers = [100]\nratio = 0.5  # <-",
+    ("ratio below 1", "n_servers = [100]", "n_servers = [100]\nratio = 0.5  # <-",
      "ratio=0.5 does not split"),
-    ("dispatchers range", "servers = [100]", "servers = [100]\ndispatchers = [200]  # <-",
+    ("dispatchers range", "n_servers = [100]", "n_servers = [100]\nn_dispatchers = [200]  # <-",
      "dispatchers=200 is out of range: need 1 <= dispatchers <= 100"),
-    ("buffer negative", "servers = [100]", "servers = [100]\nbuffer = [-1]  # <-",
+    ("buffer negative", "n_servers = [100]", "n_servers = [100]\nbuffer = [-1]  # <-",
      r'buffer=-1 is out of range: need 1 <= buffer <= 10\*\*6, or 0 or "inf"'),
-    ("buffer text", "servers = [100]", "servers = [100]\nbuffer = ['infinite']  # <-",
+    ("buffer text", "n_servers = [100]", "n_servers = [100]\nbuffer = ['infinite']  # <-",
      "buffer must be an int"),
     ("replicas < 2", "replicas = 4", "replicas = 1  # <-",
      "replicas=1 is out of range: need 2 <= replicas"),
@@ -510,22 +510,23 @@ ERRORS = [
     ("unknown init", "time = 50", 'time = 50\ninit = "full"  # <-',
      "init='full' is not valid: use one of 'empty', 'mean-field'"),
     ("unknown theory", "time = 50", 'time = 50\ntheory = "exactly"  # <-',
-     "theory='exactly' is not valid: use one of 'mean-field', 'refined', 'exact', 'none'"),
+     "theory='exactly' is not valid: use one of 'mean-field', 'refined', 'exact', 'erlang', "
+     "'lu', 'none'"),
     ("exact is for small systems", "time = 50", 'time = 50\ntheory = "exact"  # <-',
      "theory='exact' is for small systems"),
     ("duplicate load", "load = [0.5, 0.9]", "load = [0.5, 0.9, 0.5]  # <-", "load lists 0.5 twice"),
-    ("duplicate buffer", "servers = [100]", 'servers = [100]\nbuffer = [0, "inf"]  # <-',
+    ("duplicate buffer", "n_servers = [100]", 'n_servers = [100]\nbuffer = [0, "inf"]  # <-',
      "buffer lists 'inf' twice"),
     ("duplicate policy", '["jiq", "pod"]',
      '[\n  "pod",\n  "jiq",\n  { name = "pod", d = 2 },  # <-\n]',
      r"duplicate point pod\(d=2\) N=100 M=1 buffer=inf load=0.5 \(also from line 4\)"),
     ("duplicate option", '["jiq", "pod"]', '[{ name = "pod", d = [2, 2] }]  # <-',
      "repeats a value"),
-    ("quick value", "time = 50", "time = 50\n[quick]\nservers = []  # <-", "servers is empty"),
+    ("quick value", "time = 50", "time = 50\n[quick]\nn_servers = []  # <-", "servers is empty"),
     ("quick group", "time = 50", "time = 50\n[quick]\nsteps = 10  # <-\nwarmup = 101",
      "too short for its warm-up: the warm-up is 101 steps"),
     ("time expression name", "time = 50", 'time = "50 * policy"  # <-',
-     "time='50 \\* policy' names policy: valid names are servers"),
+     "time='50 \\* policy' names policy: valid names are n_servers"),
     ("time expression syntax", "time = 50", 'time = "50 *"  # <-', "is not an expression"),
     ("time expression unset", "time = 50", 'time = "50 * alpha"  # <-',
      "time='50 \\* alpha' is nan at jiq .* need a finite value > 0"),
@@ -548,7 +549,7 @@ def test_errors_name_their_line(case):
 
 
 def test_exact_theory_for_small_systems():
-    text = edit(BASE, "servers = [100]", "servers = [4]\ndispatchers = [1, 2]")
+    text = edit(BASE, "n_servers = [100]", "n_servers = [4]\nn_dispatchers = [1, 2]")
     spec = parse_spec(edit(text, "time = 50", 'time = 50\ntheory = "exact"'))
     assert spec.run.theory == "exact" and len(spec.points) == 8
 
@@ -556,7 +557,7 @@ def test_exact_theory_for_small_systems():
 def test_quick_without_quick_table():
     with pytest.raises(SpecError, match=r"^line 1: --quick needs a \[quick\] table"):
         parse_spec(BASE, quick=True)
-    parse_spec(BASE + "[quick]\nservers = []\n")  # quick values are checked with --quick only
+    parse_spec(BASE + "[quick]\nn_servers = []\n")  # quick values are checked with --quick only
 
 
 def test_missing_tables():
@@ -618,7 +619,7 @@ def test_service_and_pools_errors(line, error):
 
 def test_service_with_a_per_server_policy_is_an_error():
     text = edit(BASE, '["jiq", "pod"]', '["jiq-original"]')
-    text = edit(text, "servers = [100]", 'servers = [100]\nratio = [10]\nservice = "erlang:2"')
+    text = edit(text, "n_servers = [100]", 'n_servers = [100]\nratio = [10]\nservice = "erlang:2"')
     with pytest.raises(SpecError, match="exchangeable"):
         parse_spec(text)
 

@@ -27,7 +27,7 @@ SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 SPEC = """\
 [grid]
 policy = ["jiq", "pod"]
-servers = [100]
+n_servers = [100]
 ratio = [10]
 load = [0.5, 0.9]
 arrivals = ["poisson", "data/trace.csv"]
@@ -159,8 +159,8 @@ def _rows(spec, seen_of):
             k: params.get(k)
             for k in (
                 "policy",
-                "servers",
-                "dispatchers",
+                "n_servers",
+                "n_dispatchers",
                 "ratio",
                 "load",
                 "alpha",
@@ -181,7 +181,7 @@ def _rows(spec, seen_of):
                 {
                     **base,
                     "metric": "arrival_seen",
-                    "idx": k,
+                    "k": k,
                     "mean": v,
                     "ci95": 1e-3,
                     "theory": None if theory is None else v,
@@ -193,7 +193,7 @@ def _rows(spec, seen_of):
                 {
                     **base,
                     "metric": "response_quantile",
-                    "idx": q,
+                    "k": q,
                     "mean": t,
                     "ci95": 0.01 * t,
                     "theory": None if theory is None else t,
@@ -203,7 +203,7 @@ def _rows(spec, seen_of):
             {
                 **base,
                 "metric": "mean_response_time",
-                "idx": None,
+                "k": None,
                 "mean": 1 / (1 - p.load),
                 "ci95": 0.01,
                 "theory": None,
@@ -320,13 +320,13 @@ def test_response_cdf_needs_one_point_per_curve_and_exponential_servers(spec_dir
     [
         ('metric = "response_cdf"', 'metric = ["response_cdf", "p0"]', "drawn alone"),
         ('metric = "response_cdf"', 'metric = "response_cdf"\nx = "load"', 'x = "time"'),
-        ('metric = "response_cdf"', 'metric = "response_cdf"\nindex = 2', "index does not apply"),
+        ('metric = "response_cdf"', 'metric = "response_cdf"\nk = 2', "k does not apply"),
         (
             'metric = "response_cdf"',
             'metric = "response_cdf"\ny_scale = "servers"',
             "y_scale does not apply",
         ),
-        ("where = { load = 0.9 }", "where = { index = [1, 2] }", "where cannot filter index"),
+        ("where = { load = 0.9 }", "where = { k = [1, 2] }", "where cannot filter k"),
         ('metric = "response_cdf"', 'metric = "p0"\nx = "time"', "x='time' is not a parameter"),
     ],
 )
@@ -379,7 +379,7 @@ def test_wang_trace_spec():
 
 @pytest.mark.slow
 def test_a_grid_with_a_trace_runs_and_draws_its_law(spec_dir, tmp_path):
-    text = _edit(SPEC, '["jiq", "pod"]', '["pod"]').replace("servers = [100]", "servers = [20]")
+    text = _edit(SPEC, '["jiq", "pod"]', '["pod"]').replace("n_servers = [100]", "n_servers = [20]")
     text = _edit(text, "time = 50", "time = 5\nwarmup_time = 2") + CDF_FIGURE
     (spec_dir / "s.toml").write_text(text)
     spec = load_spec(spec_dir / "s.toml")

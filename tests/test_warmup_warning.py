@@ -66,7 +66,7 @@ def test_simulate_warns_at_the_callers_line_with_advice(cold):
 
 def test_sweep_warns_once_per_failing_load():
     with pytest.warns(jq.WarmupWarning) as caught:
-        results = jq.sweep("jiq", [0.5, 0.98], 20, 2, **SHORT)
+        results = jq.simulate("jiq", [0.5, 0.98], 20, 2, **SHORT)
     verdicts = [r.diagnostics["warmup_diagnostic"]["passed"] for r in results]
     assert verdicts == [True, False]
     messages = [str(c.message) for c in caught if c.category is jq.WarmupWarning]

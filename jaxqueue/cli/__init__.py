@@ -40,6 +40,8 @@ def main(argv=None) -> int:
         # a failed warm-up is always said (whatever the caller's filters), never raised:
         # the command's output stands and it exits 0
         warnings.filterwarnings("always", message="the warm-up diagnostic")
+        # an earlier spelling in a spec says so (Python hides DeprecationWarnings by default)
+        warnings.filterwarnings("default", category=DeprecationWarning, module="jaxqueue")
         return _run(args)
 
 

@@ -9,13 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import sys
 
-from jaxqueue.results.schema import (
-    POOL_METRICS,
-    POOL_QUANTILE_NAMES,
-    QUANTILE_NAMES,
-    SCALAR_METRICS,
-)
+from jaxqueue.cli.metric_flags import add_compare_metric, add_user_metrics
+from jaxqueue.core.config import COMPARE_TIME, COMPARE_WARMUP_TIME, DEFAULT_REPLICAS
 
 __all__ = ["build_parser", "DESCRIPTION", "package_version"]
 
@@ -52,9 +49,38 @@ def _loads(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--loads needs comma-separated numbers, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"needs comma-separated numbers, got {text!r}") from None
+
+
+class _Loads(argparse.Action):
+    """``--load``: one load or many, comma-separated or the flag repeated (the
+    values add up; a default is replaced). ``--loads``, its earlier spelling,
+    says so on stderr and does the same."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--loads":
+            print("warning: --loads is deprecated: use --load (one or many)", file=sys.stderr)
+        have = getattr(namespace, self.dest, None)
+        given = list(have) if isinstance(have, list) else []  # a default is a tuple
+        setattr(namespace, self.dest, given + list(values))
+
+
+def _add_loads(p, default=None, help_default: str = "") -> None:
+    """``--load`` (one or many loads, into ``loads``) and its deprecated spelling
+    ``--loads`` (not in the help); ``p`` a parser or a group."""
+    for flag, text in (
+        ("--load", "lambda: one load, or several comma-separated or with the flag repeated"),
+        ("--loads", argparse.SUPPRESS),
+    ):
+        p.add_argument(
+            flag,
+            dest="loads",
+            type=_loads,
+            action=_Loads,
+            default=default,
+            metavar="LOAD[,LOAD...]",
+            help=text if text is argparse.SUPPRESS else text + help_default,
+        )
 
 
 def _warmup(text: str):
@@ -157,7 +183,10 @@ _ARRIVALS_HELP = (
 
 def _add_length(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--replicas", type=int, default=32, help="independent replicas (per load; default 32)"
+        "--replicas",
+        type=int,
+        default=DEFAULT_REPLICAS,
+        help=f"independent replicas (per load; default {DEFAULT_REPLICAS})",
     )
     length = p.add_mutually_exclusive_group()
     length.add_argument(
@@ -255,17 +284,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _simulate_parser(sub) -> None:
-    p = sub.add_parser("simulate", help="simulate one policy at one load")
+    p = sub.add_parser("simulate", help="simulate one policy at one load or several")
     _add_policy(p)
     p.add_argument(
         "--servers",
         type=int,
         required=True,
-        help="N (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
+        help="n_servers N, the number of servers (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
     )
-    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument(
+        "--dispatchers",
+        type=int,
+        default=1,
+        help="n_dispatchers M, the number of dispatchers (default 1)",
+    )
     load = p.add_mutually_exclusive_group(required=True)
-    load.add_argument("--load", type=float, help="lambda")
+    _add_loads(load, help_default=" (a table each)")
     load.add_argument(
         "--alpha", type=float, help="heavy traffic: lambda = 1 - N**(-alpha) (Liu and Ying)"
     )
@@ -273,6 +307,12 @@ def _simulate_parser(sub) -> None:
         "--beta", type=float, help="Halfin-Whitt: lambda = 1 - beta / sqrt(N) (Mukherjee et al.)"
     )
     _add_run(p)
+    add_user_metrics(p, "; it may read --alpha or --beta as alpha, beta")
+    p.add_argument(
+        "--sensitivity",
+        choices=("load", "alpha", "beta"),
+        help="print d(metric)/d(this parameter) by common random numbers instead (docs/crn.md)",
+    )
 
 
 def _transient_parser(sub) -> None:
@@ -280,9 +320,16 @@ def _transient_parser(sub) -> None:
         "transient", help="ensemble estimates at given times beside the mean-field ODE"
     )
     _add_policy(p)
-    p.add_argument("--servers", type=int, required=True, help="N")
-    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
-    p.add_argument("--load", type=float, required=True, help="lambda from time 0 on")
+    p.add_argument("--servers", type=int, required=True, help="n_servers N, the number of servers")
+    p.add_argument(
+        "--dispatchers",
+        type=int,
+        default=1,
+        help="n_dispatchers M, the number of dispatchers (default 1)",
+    )
+    p.add_argument(
+        "--load", type=float, required=True, help="lambda from time 0 on (one load: a transient)"
+    )
     p.add_argument(
         "--start-load",
         type=float,
@@ -299,7 +346,10 @@ def _transient_parser(sub) -> None:
         help="comma-separated times (default 0.5,1,2,4,8,16,32)",
     )
     p.add_argument(
-        "--replicas", type=int, default=32, help="independent replicas (>= 2; default 32)"
+        "--replicas",
+        type=int,
+        default=DEFAULT_REPLICAS,
+        help=f"independent replicas (>= 2; default {DEFAULT_REPLICAS})",
     )
     p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     p.add_argument(
@@ -331,7 +381,7 @@ def _theory_parser(sub) -> None:
         "--servers",
         type=int,
         default=None,
-        help="N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)",
+        help="n_servers N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)",
     )
     p.add_argument("--service", default=None, help=_SERVICE_HELP)
     p.add_argument(
@@ -352,6 +402,13 @@ def _theory_parser(sub) -> None:
         help="START,LENGTH: with --arrivals, average over this window of the "
         "periodic regime (time 0 = the profile's start) instead of one period",
     )
+    p.add_argument(
+        "--model",
+        choices=("mean-field", "lu", "erlang"),
+        default="mean-field",
+        help="mean-field (default), or lu: Lu et al.'s approximation of JIQ (needs --ratio), "
+        "or erlang: the M/M/N queue of --servers N (Erlang C), the pooled-queue benchmark",
+    )
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
@@ -359,9 +416,17 @@ def _exact_parser(sub) -> None:
     p = sub.add_parser("exact", help="exact stationary solution of a small system")
     _add_policy(p)
     p.add_argument(
-        "--servers", type=int, required=True, help="N (small: the state space grows fast)"
+        "--servers",
+        type=int,
+        required=True,
+        help="n_servers N, the number of servers (small: the state space grows fast)",
     )
-    p.add_argument("--dispatchers", type=int, default=1, help="M (default 1)")
+    p.add_argument(
+        "--dispatchers",
+        type=int,
+        default=1,
+        help="n_dispatchers M, the number of dispatchers (default 1)",
+    )
     p.add_argument("--load", type=float, required=True, help="lambda")
     p.add_argument(
         "--buffer", type=int, default=None, help="places per server b (default: infinite)"
@@ -384,44 +449,41 @@ def _exact_parser(sub) -> None:
 def _compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="simulation beside mean-field theory over loads")
     _add_policy(p, many=True)
-    p.add_argument("--servers", type=int, default=1000, help="N (default 1000)")
-    p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
     p.add_argument(
-        "--loads",
-        type=_loads,
-        default=[0.5, 0.7, 0.9, 0.95, 0.98],
-        help="comma-separated loads lambda (default 0.5,0.7,0.9,0.95,0.98)",
+        "--servers",
+        type=int,
+        default=1000,
+        help="n_servers N, the number of servers (default 1000)",
     )
+    p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
+    _add_loads(p, (0.5, 0.7, 0.9, 0.95, 0.98), " (default 0.5,0.7,0.9,0.95,0.98)")
     p.add_argument(
         "--time",
         type=float,
-        default=300.0,
-        help="measured time units per replica at the largest load (default 300)",
+        default=COMPARE_TIME,
+        help=f"measured time units per replica at the largest load (default {COMPARE_TIME:g})",
     )
     p.add_argument(
         "--warmup-time",
         type=float,
-        default=50.0,
-        help="warm-up time units, from the mean-field state (default 50)",
+        default=COMPARE_WARMUP_TIME,
+        help=f"warm-up time units, from the mean-field state (default {COMPARE_WARMUP_TIME:g})",
     )
-    p.add_argument("--replicas", type=int, default=16, help="replicas per load (default 16)")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=DEFAULT_REPLICAS,
+        help=f"replicas per load (default {DEFAULT_REPLICAS})",
+    )
     p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     _add_servers(
         p,
         "time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "
-        "JSON file, simulated without a mean field), scaled to mean load --loads; "
+        "JSON file, simulated without a mean field), scaled to mean load --load; "
         "each row's mean field is the periodic regime averaged over that row's "
         "measured window",
     )
-    p.add_argument(
-        "--metric",
-        default="mean_response_time",
-        choices=SCALAR_METRICS + QUANTILE_NAMES + POOL_METRICS + POOL_QUANTILE_NAMES,
-        help="what the table puts side by side (default mean_response_time; "
-        "p50 to p99.9: response-time quantiles; pool_*: a row per pool, "
-        "with --pools, pool_p50 to pool_p99.9 each pool's quantiles); --json "
-        "has every metric",
-    )
+    add_compare_metric(p)
     p.add_argument("--progress", action="store_true", help="progress on stderr")
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 

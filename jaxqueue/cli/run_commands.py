@@ -1,4 +1,4 @@
-"""The run commands: ``simulate`` (one policy at one load) and ``transient``
+"""The run commands: ``simulate`` (one policy at one load or several) and ``transient``
 (ensemble estimates at given times beside the mean-field ODE).
 """
 
@@ -13,19 +13,22 @@ from jaxqueue.cli.flags import model_of, order_option
 from jaxqueue.cli.output import emit, servers_line
 from jaxqueue.core.config import Bounds, RunOptions
 from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
+from jaxqueue.core.user_metrics import user_metrics
 from jaxqueue.policies import make
+from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.runs.transient import transient
+from jaxqueue.studies.sensitivity import sensitivity
 from jaxqueue.studies.transient import plot_transient, transient_study
 
 __all__ = ["cmd_simulate", "cmd_transient"]
 
 
 def cmd_simulate(args) -> int:
-    load = args.load
+    loads = args.loads
     if args.alpha is not None:
-        load = heavy_traffic_load(args.servers, args.alpha)
+        loads = [heavy_traffic_load(args.servers, args.alpha)]
     if args.beta is not None:
-        load = halfin_whitt_load(args.servers, args.beta)
+        loads = [halfin_whitt_load(args.servers, args.beta)]
     run = RunOptions(
         replicas=args.replicas,
         steps=args.steps,
@@ -37,20 +40,54 @@ def cmd_simulate(args) -> int:
         interval=args.interval,
         batches=args.batches,
         backend=args.backend,
+        metrics=_metrics(args),
     )
+    if args.sensitivity:
+        return _sensitivity(args, run)
     # a failed warm-up is a WarmupWarning, shown on stderr with the flags to change
     # (jaxqueue.cli's warning display); stdout stays the table or the JSON
-    res = api.simulate(
+    results = api.simulate(
         model_of(args, arrivals=args.arrivals),
-        load,
+        loads[0] if len(loads) == 1 else loads,
         run=run,
         bounds=Bounds(args.levels, args.iqueue_levels),
         progress=args.progress,
         checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
     )
-    code = emit(res, args)
-    return code
+    if len(loads) == 1:
+        return emit(results, args)
+    if args.json:  # one JSON object: the results in load order
+        print(json.dumps({"loads": loads, "results": [res.to_dict() for res in results]}))
+        return 0
+    for i, res in enumerate(results):
+        print("" if i == 0 else "\n", end="")
+        emit(res, args)
+    return 0
+
+
+def _sensitivity(args, run) -> int:
+    """``simulate --sensitivity PARAMETER``: every scalar metric's derivative (docs/crn.md)."""
+    at = {"load": args.loads, "alpha": args.alpha, "beta": args.beta}
+    at = {k: v[0] if k == "load" and len(v) == 1 else v for k, v in at.items() if v is not None}
+    res = sensitivity(
+        model_of(args, arrivals=args.arrivals),
+        parameter=args.sensitivity,
+        run=run,
+        bounds=Bounds(args.levels, args.iqueue_levels),
+        progress=args.progress,
+        **at,
+    )
+    print(json.dumps(res.to_dict()) if args.json else res)
+    return 0
+
+
+def _metrics(args):
+    """The ``--metric NAME=EXPR`` definitions, reading ``--alpha``/``--beta`` where given."""
+    if not args.metrics:
+        return None
+    params = {"alpha": args.alpha, "beta": args.beta}
+    return user_metrics(dict(args.metrics), params, RESERVED_METRIC_NAMES)
 
 
 def cmd_transient(args) -> int:

@@ -73,7 +73,7 @@ def cmd_compare(args) -> int:
         replicas=args.replicas,
         seed=args.seed,
         progress=args.progress,
-        log=sys.stderr,
+        metrics=None if args.metrics is None else dict(args.metrics),
     )
     if args.json:
         print(json.dumps({"rows": [r.to_dict() for r in rows]}))
@@ -199,7 +199,7 @@ def _print_plan(spec, store, args) -> int:
         span = lambda v: str(v) if isinstance(v, int) else f"{v[0]}-{v[-1]}"  # noqa: E731
         buf = "inf" if g["buffer"] is None else span(g["buffer"])
         print(
-            f"{g['policy']:18s} {span(g['servers']):>8s} {span(g['dispatchers']):>7s} {buf:>6s} "
+            f"{g['policy']:18s} {span(g['n_servers']):>8s} {span(g['n_dispatchers']):>7s} {buf:>6s} "
             f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}"
         )
     return 0

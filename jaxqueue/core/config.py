@@ -20,6 +20,9 @@ __all__ = [
     "BOUND_KEYS",
     "split_keywords",
     "unexpected_keyword",
+    "DEFAULT_REPLICAS",
+    "COMPARE_TIME",
+    "COMPARE_WARMUP_TIME",
 ]
 
 
@@ -76,9 +79,17 @@ class Model(_Config):
         return {k: v for k in ("d", "z", "order") if (v := getattr(self, k)) is not None}
 
 
+#: Independent replicas per load by default, wherever a run is made (the API,
+#: the command line, ``compare``, ``transient``).
+DEFAULT_REPLICAS = 32
+#: ``compare``'s run (Python and the command line): time units measured at the
+#: largest load, and the warm-up from the mean-field state before them.
+COMPARE_TIME, COMPARE_WARMUP_TIME = 300.0, 50.0
+
+
 @dataclasses.dataclass(frozen=True)
 class RunOptions(_Config):
-    """How a simulation runs a model (the arguments of :func:`jaxqueue.sweep`).
+    """How a simulation runs a model (the arguments of :func:`jaxqueue.simulate`).
 
     Attributes:
         replicas: independent replicas per load.
@@ -93,9 +104,11 @@ class RunOptions(_Config):
         backend: ``"auto"``, ``"xla"``, ``"registers"`` or ``"pallas"``.
         devices: the devices to spread replicas over (None: JAX's).
         on_overflow: ``"raise"`` or ``"report"``.
+        metrics: user-defined metrics, ``{name: expression or function}``
+            (:mod:`jaxqueue.core.user_metrics`), or None.
     """
 
-    replicas: int = 32
+    replicas: int = DEFAULT_REPLICAS
     steps: Any = None
     time: Any = None
     warmup: Any = None
@@ -107,6 +120,7 @@ class RunOptions(_Config):
     backend: str = "auto"
     devices: Any = None
     on_overflow: str = "raise"
+    metrics: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

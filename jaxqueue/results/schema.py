@@ -38,10 +38,10 @@ SCALAR_METRICS = (
     "mean_queue_length",  # mean tasks per server, sum_{i>=1} s_i
     "mean_response_time",  # mean sojourn time of accepted tasks
     "waiting_probability",  # P(an accepted task finds its server busy)
-    "blocking_probability",  # P(an arrival is blocked); 0 with infinite buffers
+    "blocking_probability",  # P(an arrival is blocked); None with infinite buffers
     "p0",  # fraction of empty I-queues (JIQ family; None otherwise)
-    "join_rate",  # join-I-queue requests per server per unit time
-    "delete_rate",  # delete requests per server per unit time
+    "join_rate",  # join-I-queue requests per server per unit time (JIQ family; None otherwise)
+    "delete_rate",  # delete requests per server per unit time (JIQ family; None otherwise)
     "probe_rate",  # probe messages per server per unit time
     "stale_fraction",  # JIQ-Original: fraction of arrivals sent to a busy listed server
 )
@@ -143,7 +143,10 @@ class Result:
             it is the law of the number of idle servers).
         mean_queue_length, mean_response_time, waiting_probability,
         blocking_probability, p0, join_rate, delete_rate, probe_rate,
-        stale_fraction: see :data:`SCALAR_METRICS`.
+        stale_fraction: see :data:`SCALAR_METRICS`; ``None`` where they do
+        not apply (set so here for every source: ``blocking_probability``
+        with an infinite buffer, ``join_rate`` and ``delete_rate`` where
+        ``p0`` is None, a policy without I-queues).
         response_quantiles: ``{q: value}`` for ``q`` in :data:`QUANTILES`.
         pool_arrival_share, pool_utilization, pool_mean_queue_length,
         pool_mean_response_time, pool_waiting_probability: with server pools,
@@ -153,6 +156,9 @@ class Result:
         pool_response_quantiles: with server pools, ``{q: value per pool}``
             for ``q`` in :data:`QUANTILES`: the response-time quantiles of the
             tasks sent to each pool; else None.
+        user_metrics: user-defined metrics by name (:mod:`jaxqueue.core.user_metrics`):
+            each ``name`` (its time average) and ``name_per_arrival`` (its
+            average over accepted arrivals); empty without.
         settings: what produced the result: at least ``policy``,
             ``policy_label``, ``options`` and ``load``.
         diagnostics: the source's own accuracy report.
@@ -181,8 +187,18 @@ class Result:
     pool_waiting_probability: Any = None
     pool_occupancy: Any = None
     pool_response_quantiles: dict | None = None
+    user_metrics: dict = dataclasses.field(default_factory=dict)
     settings: dict
     diagnostics: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        # The metrics that do not apply are None, whatever the source computed:
+        # blocking with infinite buffers, I-queue messages without I-queues.
+        if "buffer" in self.settings and self.settings["buffer"] is None:
+            object.__setattr__(self, "blocking_probability", None)
+        if self.p0 is None:
+            object.__setattr__(self, "join_rate", None)
+            object.__setattr__(self, "delete_rate", None)
 
     def __init_subclass__(cls, **kwargs):
         # Every source's repr is the short table: placed in the subclass's own
@@ -218,6 +234,8 @@ class Result:
         value per pool. ``None`` where it does not apply."""
         if name in QUANTILE_NAMES:
             return self.response_quantiles.get(QUANTILES[QUANTILE_NAMES.index(name)])
+        if name in self.user_metrics:
+            return self.user_metrics[name]
         if name in POOL_QUANTILE_NAMES:
             by_pool = self.pool_response_quantiles
             return (
@@ -229,8 +247,9 @@ class Result:
         return getattr(self, name)
 
     def scalar_metrics(self) -> dict:
-        """The scalar metrics that apply, by name (missing ones left out)."""
-        return {k: getattr(self, k) for k in SCALAR_METRICS if getattr(self, k) is not None}
+        """The scalar metrics that apply, by name (missing ones left out), then the user metrics."""
+        out = {k: getattr(self, k) for k in SCALAR_METRICS if getattr(self, k) is not None}
+        return out | self.user_metrics
 
     def to_dict(self) -> dict:
         """A JSON-serialisable dict with the same keys for every source.
@@ -252,17 +271,20 @@ class Result:
             if by_pool is None
             else {str(q): metric_json(v) for q, v in sorted(by_pool.items())}
         )
+        out["user_metrics"] = {k: metric_json(v) for k, v in self.user_metrics.items()}
         out["source"] = self.source
         out["settings"] = _json_setting(self.settings)
         out["diagnostics"] = _json_setting(self.diagnostics)
         return out
 
     def records(self) -> list[dict]:
-        """A flat table: one row per metric (and per index for vector metrics and
-        quantiles; the pool for :data:`POOL_METRICS`). ``pool_occupancy`` and
-        ``pool_response_quantiles`` have two indices: their rows name the pool
-        in the metric (:func:`pool_row_metric`: ``pool0_occupancy`` with
-        index ``k``, ``pool1_response_quantile`` with index ``q``)."""
+        """A flat table: one row per metric (and per index ``k`` for vector
+        metrics and quantiles; the pool for :data:`POOL_METRICS`); ``k`` is
+        ``None`` for a scalar metric, the quantile level ``q`` for a quantile.
+        ``pool_occupancy`` and ``pool_response_quantiles`` have two indices:
+        their rows name the pool in the metric (:func:`pool_row_metric`:
+        ``pool0_occupancy`` with ``k`` the level, ``pool1_response_quantile``
+        with ``k`` the quantile level)."""
         base = {"source": self.source}
         base.update({k: self.settings[k] for k in _ROW_SETTINGS if k in self.settings})
 
@@ -274,7 +296,7 @@ class Result:
             return {
                 **base,
                 "metric": metric,
-                "index": index,
+                "k": index,
                 "mean": _scalar(mean),
                 "ci95": None if half is None else _scalar(half),
             }
@@ -297,11 +319,11 @@ class Result:
         return rows
 
     def to_frame(self):
-        """The :meth:`records` as a pandas DataFrame (needs pandas)."""
+        """The :meth:`records` as a pandas DataFrame (extra ``frames``)."""
         try:
             import pandas as pd
-        except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ImportError("to_frame needs pandas: pip install pandas") from err
+        except ModuleNotFoundError:
+            raise ImportError("to_frame needs pandas: pip install 'jaxqueue[frames]'") from None
         return pd.DataFrame(self.records())
 
 

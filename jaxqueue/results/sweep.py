@@ -15,21 +15,22 @@ __all__ = ["SweepResult", "dimension_of"]
 #: The dimension of each indexed metric's rows in :meth:`SweepResult.to_xarray`.
 DIMENSIONS = {
     "response_quantile": "quantile",
-    "tail": "level",
-    "occupancy": "level",
-    "arrival_seen": "level",
-    "iqueue_distribution": "iqueue_level",
+    "tail": "k",
+    "occupancy": "k",
+    "arrival_seen": "k",
+    "iqueue_distribution": "iqueue_size",
     **{name: "pool" for name in POOL_METRICS},
 }
 
 
 def dimension_of(metric: str) -> str | None:
     """The index dimension of a :meth:`~jaxqueue.results.schema.Result.records`
-    metric (``None`` for a scalar metric): ``level``, ``quantile``, ``pool``
-    or ``iqueue_level``."""
+    metric (``None`` for a scalar metric): ``k`` (the queue length),
+    ``quantile``, ``pool`` or ``iqueue_size`` (as the store's Dataset,
+    :func:`jaxqueue.studies.export.to_dataset`)."""
     pool_row = split_pool_row_metric(metric)
-    if pool_row is not None:  # pool0_occupancy by level, pool1_response_quantile by quantile
-        return "level" if pool_row[0] == "occupancy" else "quantile"
+    if pool_row is not None:  # pool0_occupancy by k, pool1_response_quantile by quantile
+        return "k" if pool_row[0] == "occupancy" else "quantile"
     return DIMENSIONS.get(metric)
 
 
@@ -57,8 +58,8 @@ class SweepResult(list):
 
     def to_xarray(self):
         """The sweep as an xarray Dataset (extra ``xarray``): each metric a
-        variable over ``load`` (and its index: ``level``, ``quantile``,
-        ``pool``, ``iqueue_level``), its half-width beside it as
+        variable over ``load`` (and its index: ``k``, ``quantile``,
+        ``pool``, ``iqueue_size``), its half-width beside it as
         ``{metric}_ci95``; ``n_servers`` and ``n_dispatchers`` are
         coordinates along ``load``. NaN where a load has no such entry."""
         xr = _optional("xarray", "xarray")
@@ -67,7 +68,7 @@ class SweepResult(list):
         for j, res in enumerate(self):
             for row in res.records():
                 per_index = values.setdefault(row["metric"], {})
-                per_index.setdefault(row["index"], {})[j] = (row["mean"], row["ci95"])
+                per_index.setdefault(row["k"], {})[j] = (row["mean"], row["ci95"])
         coords: dict[str, list] = {}
         for name, per_index in values.items():
             dim = dimension_of(name)

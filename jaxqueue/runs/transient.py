@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxqueue.core.config import Bounds, Model, split_keywords
+from jaxqueue.core.config import DEFAULT_REPLICAS, Bounds, Model, split_keywords
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, check_load
 from jaxqueue.core.versions import versions
@@ -33,7 +33,7 @@ def transient(
     n_dispatchers: int = 1,
     *,
     times: Sequence[float],
-    replicas: int = 32,
+    replicas: int = DEFAULT_REPLICAS,
     seed: int = 0,
     init="empty",
     start_load: float | None = None,

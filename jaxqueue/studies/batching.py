@@ -71,7 +71,8 @@ def shape_groups(spec: GridSpec) -> OrderedDict[tuple, list[Point]]:
     depends on them), in order."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
-        groups.setdefault(shape_key(point, spec.run.init), []).append(point)
+        key = shape_key(point, spec.run.init) + (spec.point_metrics(point),)
+        groups.setdefault(key, []).append(point)
     return groups
 
 
@@ -299,8 +300,8 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
     dispatchers = sorted({p.dispatchers for p in points})
     group = {
         "policy": make(first.policy, **dict(first.options)).label(),
-        "servers": servers[0] if len(servers) == 1 else servers,
-        "dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
+        "n_servers": servers[0] if len(servers) == 1 else servers,
+        "n_dispatchers": dispatchers[0] if len(dispatchers) == 1 else dispatchers,
         "buffer": buffers[0] if len(buffers) == 1 else buffers,
         "points": len(points),
         "batches": len(chosen),

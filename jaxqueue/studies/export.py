@@ -2,12 +2,15 @@
 xarray Dataset with the grid's axes as dimensions (:func:`to_dataset`, :func:`export_netcdf`).
 
 All carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`) unchanged; the
-Dataset's layout and the extras each needs: docs/sweeps.md (Exports).
+Dataset's layout and the extras each needs: docs/sweeps.md (Exports); the names and the
+encoding of an infinite buffer: docs/vocabulary.md.
 """
 
 from __future__ import annotations
 
 import json
+
+import numpy as np
 
 from jaxqueue.studies.store import COLUMNS
 
@@ -16,9 +19,9 @@ __all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSI
 #: Candidate dimensions of :func:`to_dataset`, in order.
 DIMENSIONS = (
     "policy",
-    "servers",
+    "n_servers",
     "ratio",
-    "dispatchers",
+    "n_dispatchers",
     "buffer",
     "load",
     "alpha",
@@ -30,6 +33,9 @@ DIMENSIONS = (
     "pools",
     "arrivals",
 )
+#: A finite stand-in for an infinite buffer while the Dataset is built (pandas
+#: indexes drop NaN); the Dataset's ``buffer`` then holds NaN there.
+_NO_BUFFER = -1.0
 _INDEX_DIM = {
     "tail": "k",
     "occupancy": "k",
@@ -65,7 +71,7 @@ def export_parquet(rows: list[dict], path) -> int:
 def _dimensions(frame) -> tuple[list[str], list[str]]:
     """The dimensions, and the parameters that vary but follow others (coordinates)."""
     skip = {
-        "dispatchers" if frame["ratio"].nunique() <= frame["dispatchers"].nunique() else "ratio"
+        "n_dispatchers" if frame["ratio"].nunique() <= frame["n_dispatchers"].nunique() else "ratio"
     }
     if frame["alpha"].notna().any() or frame["beta"].notna().any():
         skip.add("load")
@@ -75,7 +81,7 @@ def _dimensions(frame) -> tuple[list[str], list[str]]:
     dims = [k for k in DIMENSIONS if k not in skip and frame[k].nunique(dropna=False) > 1]
     coords = [
         k
-        for k in ("ratio", "dispatchers", "load")
+        for k in ("ratio", "n_dispatchers", "load")
         if k in skip and frame[k].nunique(dropna=False) > 1
     ]
     return dims, coords
@@ -103,7 +109,7 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     """
     xr = _need("xarray", "xarray")
     frame = to_frame(rows)
-    frame["buffer"] = frame["buffer"].fillna(0).astype("int64")
+    frame["buffer"] = frame["buffer"].astype("float64").fillna(_NO_BUFFER)
     for key in ("d", "z"):
         frame[key] = frame[key].fillna(-1).astype("int64")
     frame["order"] = frame["order"].fillna("")
@@ -118,7 +124,7 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
         g = group.copy()
         index = dims + ([extra] if extra else [])
         if extra:
-            g[extra] = g["idx"].astype("float64" if extra == "quantile" else "int64")
+            g[extra] = g["k"].astype("float64" if extra == "quantile" else "int64")
         g = g.drop_duplicates(subset=index)
         cols = g.set_index(index)[["mean", "ci95", "theory", "refined"]]
         cols = cols.rename(
@@ -143,9 +149,15 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     for key in DIMENSIONS + ("replicas", "steps", "warmup", "seed"):
         if key not in dims and key not in coords and frame[key].nunique(dropna=False) == 1:
             value = frame[key].iloc[0]
-            attrs[key] = "none" if value is None or value != value else value
+            if key == "buffer":
+                value = np.nan if value == _NO_BUFFER else value
+            elif value is None or value != value:
+                value = "none"
+            attrs[key] = value
     attrs["missing_option"] = "-1 on d and z, '' on order: the policy does not take it"
-    attrs["buffer_0"] = "0 on buffer means an infinite buffer"
+    attrs["buffer_nan"] = "NaN on buffer means an infinite buffer"
+    if "buffer" in ds.coords:
+        ds = ds.assign_coords(buffer=ds["buffer"].where(ds["buffer"] != _NO_BUFFER))
     if meta:
         attrs.update(
             spec_name=meta.get("spec_name", ""),

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import operator
 import re
+import warnings
 
 from jaxqueue.results.schema import (
     POOL_METRICS,
@@ -29,6 +30,7 @@ __all__ = [
     "METRIC_NAMES",
     "CDF",
     "check_expression",
+    "RENAMED",
     "evaluate_expression",
     "axis_label",
     "metric_label",
@@ -39,8 +41,8 @@ __all__ = [
 #: Point parameters a figure can use (the store's columns of the same names).
 PARAMETERS = (
     "policy",
-    "servers",
-    "dispatchers",
+    "n_servers",
+    "n_dispatchers",
     "ratio",
     "load",
     "alpha",
@@ -60,6 +62,7 @@ FIGURE_KEYS = (
     "x",
     "series",
     "panels",
+    "k",
     "index",
     "y_scale",
     "where",
@@ -70,19 +73,28 @@ FIGURE_KEYS = (
     "ylabel",
     "theory",
     "labels",
+    "baseline",
 )
+#: Approximations a figure can draw beside its theory (``baseline``; jaxqueue.studies.baselines).
+BASELINES = ("lu",)
 #: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
 CDF = "response_cdf"
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as
-#: ``response_quantile``; a pool's metric with ``index`` = the pool, from 0),
-#: and the response-time law; also ``pool0_occupancy`` (index ``k``) and
-#: ``pool0_response_quantile`` (index ``q``) for each pool
+#: ``response_quantile``; a pool's metric with ``k`` = the pool, from 0),
+#: and the response-time law; also ``pool0_occupancy`` (``k`` the level) and
+#: ``pool0_response_quantile`` (``k`` the quantile level) for each pool
 #: (:func:`~jaxqueue.results.schema.pool_row_metric`).
 METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
 #: What a missing service law, pools or arrivals value means.
 PARAMETER_DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
 _TEXT = ("policy", "order", "service", "pools", "arrivals")
 NUMERIC_PARAMETERS = tuple(p for p in PARAMETERS if p not in _TEXT)
+#: Names of earlier releases, still read with a DeprecationWarning: old -> new
+#: (a figure's ``x``, ``series``, ``panels``, ``where`` and its key ``index``).
+RENAMED = {"servers": "n_servers", "dispatchers": "n_dispatchers", "index": "k"}
+#: What the names of :data:`RENAMED` are in a point's parameters, where
+#: expressions (``y_scale``, ``time``) read them; both spellings are read there.
+_POINT_NAMES = {"n_servers": "servers", "n_dispatchers": "dispatchers"}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _OPS = {
     ast.Add: operator.add,
@@ -96,15 +108,15 @@ _OPS = {
 #: Axis labels of parameters and metrics (mathtext where a symbol reads better).
 AXIS_LABELS = {
     "load": r"load $\lambda$",
-    "servers": "servers $N$",
+    "n_servers": "servers $N$",
     "ratio": "$r = N / M$",
-    "dispatchers": "dispatchers $M$",
+    "n_dispatchers": "dispatchers $M$",
     "alpha": r"$\alpha$",
     "beta": r"$\beta$",
     "buffer": "buffer $b$",
     "d": "$d$",
     "z": "$z$",
-    "index": "$k$",
+    "k": "$k$",
     "mean_response_time": "mean response time $T$",
     "waiting_probability": r"$P(\mathrm{wait})$",
     "blocking_probability": r"$P(\mathrm{blocked})$",
@@ -145,8 +157,8 @@ POLICY_NAMES = {
 }
 #: How a line names a parameter other than the policy and its options.
 _LINE_NAMES = {
-    "servers": "N",
-    "dispatchers": "M",
+    "n_servers": "N",
+    "n_dispatchers": "M",
     "ratio": "r",
     "buffer": "b",
     "load": r"\lambda",
@@ -234,6 +246,7 @@ class FigureSpec:
     ylabel: str | None = None
     theory: bool = True
     labels: tuple = ()  # (line, display name) pairs: a line as ``plot`` names it
+    baseline: str | None = None  # one of BASELINES: drawn dotted beside the theory
 
     def label_map(self) -> dict:
         """``labels`` as a dict: the line's name (``Series.label``) -> its display name."""
@@ -250,7 +263,7 @@ def _evaluate(node, params: dict):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return float(node.value)  # (an int power of ints would compute without bound)
     if isinstance(node, ast.Name):
-        value = params.get(node.id)
+        value = params.get(node.id, params.get(_POINT_NAMES.get(node.id, "")))
         return math.nan if value is None else float(value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         return _OPS[type(node.op)](_evaluate(node.left, params), _evaluate(node.right, params))
@@ -285,7 +298,7 @@ def check_expression(text, key: str = "y_scale") -> str:
     except SyntaxError:
         raise ValueError(f"{key}={text!r} is not an expression") from None
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    if bad := sorted(names - set(NUMERIC_PARAMETERS)):
+    if bad := sorted(names - set(NUMERIC_PARAMETERS) - set(_POINT_NAMES.values())):
         raise ValueError(
             f"{key}={text!r} names {', '.join(bad)}: valid names are {', '.join(NUMERIC_PARAMETERS)}"
         )
@@ -300,8 +313,23 @@ def check_expression(text, key: str = "y_scale") -> str:
     return text
 
 
+def renamed(key: str, value):
+    """``value``'s name now (:data:`RENAMED`), with a DeprecationWarning where it
+    is an earlier one; ``value`` itself otherwise."""
+    new = RENAMED.get(value) if isinstance(value, str) else None
+    if new is None:
+        return value
+    warnings.warn(
+        f'[[figure]] {key}: "{value}" is deprecated, write "{new}"',
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return new
+
+
 def _parameter(key: str, value, allow_index: bool = False) -> str:
-    valid = PARAMETERS + (("index",) if allow_index else ())
+    value = renamed(key, value)
+    valid = PARAMETERS + (("k",) if allow_index else ())
     if value not in valid:
         raise ValueError(f"{key}={value!r} is not a parameter: use one of {', '.join(valid)}")
     return value
@@ -347,7 +375,7 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         "series": lambda v: tuple(
             _parameter("series", s) for s in (v if isinstance(v, list) else [v])
         ),
-        "index": lambda v: _index(v),
+        "k": lambda v: _index(v),
         "y_scale": check_expression,
         "where": _where,
         "logx": lambda v: _flag("logx", v),
@@ -357,7 +385,13 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         "xlabel": lambda v: _text("xlabel", v),
         "ylabel": lambda v: _text("ylabel", v),
         "labels": _labels,
+        "baseline": _baseline,
     }
+    if "index" in table:  # the key of earlier releases
+        if "k" in table:
+            fail("index", "give k = ... (index is its earlier name), not both")
+        table = {("k" if key == "index" else key): v for key, v in table.items()}
+        renamed("key", "index")
     if CDF in out["metrics"]:  # its x is the response time
         _check_cdf(table, out["metrics"], fail)
         out["x"] = "time"
@@ -365,25 +399,25 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     for key, check in checks.items():
         if key in table:
             try:
-                out[key] = check(table[key])
+                out["index" if key == "k" else key] = check(table[key])
             except (TypeError, ValueError) as err:
                 fail(key, str(err))
     fig = FigureSpec(**out)
     vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
-    if vector and fig.x != "index" and fig.index is None:
+    if vector and fig.x != "k" and fig.index is None:
         fail(
             "metric",
-            f"metric {vector[0]!r} is a vector (or quantiles): give index = k (the "
-            'quantile level, or the pool from 0), or x = "index"',
+            f"metric {vector[0]!r} is a vector (or quantiles): give k = ... (the level, the "
+            'quantile level, or the pool from 0), or x = "k"',
         )
-    if fig.x == "index" and (not vector or len(vector) < len(fig.metrics)):
+    if fig.x == "k" and (not vector or len(vector) < len(fig.metrics)):
         fail(
             "x",
-            'x = "index" needs vector metrics only (tail, occupancy, arrival_seen, '
+            'x = "k" needs vector metrics only (tail, occupancy, arrival_seen, '
             "iqueue_distribution, response_quantile, the pool metrics)",
         )
-    if fig.x == "index" and fig.index is not None:
-        fail("index", 'give either x = "index" or index = k, not both')
+    if fig.x == "k" and fig.index is not None:
+        fail("k", 'give either x = "k" or k = ..., not both')
     if fig.panels is not None and fig.panels == fig.x:
         fail("panels", f"panels={fig.panels!r} is also the x axis")
     if fig.series and (fig.x in fig.series or fig.panels in fig.series):
@@ -397,22 +431,21 @@ def _check_cdf(table: dict, metrics: tuple, fail) -> None:
         fail("metric", f"metric {CDF!r} is drawn alone: give it as the only metric")
     if table.get("x", "time") != "time":
         fail("x", f'metric {CDF!r} is drawn against x = "time" (the response time)')
-    for key in ("index", "y_scale"):
+    for key in ("k", "y_scale"):
         if key in table:
             fail(key, f"{key} does not apply to metric {CDF!r}, drawn from every k of arrival_seen")
     where = table.get("where")
-    if isinstance(where, dict) and "index" in where:
+    if isinstance(where, dict) and ("k" in where or "index" in where):
         fail(
             "where",
-            f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot filter index",
+            f"metric {CDF!r} is drawn from every k of arrival_seen: where cannot filter k",
         )
 
 
 def _index(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ValueError(
-            f"index={value!r} is out of range: need a number >= 0 (k, or a "
-            "quantile level in (0, 1))"
+            f"k={value!r} is out of range: need a number >= 0 (k, or a quantile level in (0, 1))"
         )
     return float(value)
 
@@ -426,6 +459,14 @@ def _flag(key, value) -> bool:
 def _text(key, value) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+def _baseline(value) -> str:
+    if value not in BASELINES:
+        raise ValueError(
+            f"baseline must be one of {', '.join(map(repr, BASELINES))}, got {value!r}"
+        )
     return value
 
 
@@ -446,7 +487,7 @@ def _where(value) -> tuple:
         raise ValueError(f"where must be an inline table {{ parameter = [values] }}, got {value!r}")
     out = []
     for key, vals in value.items():
-        _parameter("where", key, allow_index=True)
+        key = _parameter("where", key, allow_index=True)
         vals = tuple(vals if isinstance(vals, list) else [vals])
         if not vals:
             raise ValueError(f"where: {key} is empty")

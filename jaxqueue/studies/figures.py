@@ -90,7 +90,7 @@ class Series:
 
 
 def _matches(row: dict, key: str, values: tuple) -> bool:
-    have = row["idx"] if key == "index" else row.get(key)
+    have = row["k"] if key == "k" else row.get(key)
     for v in values:
         if isinstance(v, str) or isinstance(have, str) or have is None:
             if v == have or (
@@ -129,21 +129,21 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     for r in rows:
         if r["metric"] not in fig.metrics:
             continue
-        if fig.index is not None and not _same(float(r["idx"]), fig.index):
+        if fig.index is not None and not _same(float(r["k"]), fig.index):
             continue
-        if fig.x == "index" and r["idx"] < 0:
+        if fig.x == "k" and r["k"] < 0:
             continue
         if all(_matches(r, k, v) for k, v in fig.where):
             picked.append(r)
     if not picked:
         raise ValueError(
             f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
-            + (f", index {fig.index:g}" if fig.index is not None else "")
+            + (f", k = {fig.index:g}" if fig.index is not None else "")
             + (f" and filters {dict(fig.where)}" if fig.where else "")
         )
     series_keys = fig.series
     if series_keys is None:
-        series_keys = _varying(picked, fig, lambda r: r["idx"] if fig.x == "index" else r[fig.x])
+        series_keys = _varying(picked, fig, lambda r: r["k"] if fig.x == "k" else r[fig.x])
     groups: OrderedDict = OrderedDict()
     for r in picked:
         panel = r.get(fig.panels) if fig.panels else None
@@ -153,7 +153,7 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     out = []
     for gkey in sorted(groups):
         panel, key, members = groups[gkey]
-        xs = np.array([float(m["idx"] if fig.x == "index" else m[fig.x]) for m in members])
+        xs = np.array([float(m["k"] if fig.x == "k" else m[fig.x]) for m in members])
         order = np.argsort(xs, kind="stable")
         scale = np.array([fig.scale(m) for m in members])
         col = lambda name, members=members: _column(members, name)  # noqa: E731
@@ -218,7 +218,7 @@ def _varying(picked: list[dict], fig: FigureSpec, x_of) -> tuple:
         if p not in (fig.x, fig.panels) and any(_varies(b, p) for b in buckets.values())
     ]
     if "ratio" in varying:  # M follows N and r
-        varying = [p for p in varying if p != "dispatchers"]
+        varying = [p for p in varying if p != "n_dispatchers"]
     if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
         varying = [p for p in varying if p != "load"]
     return tuple(varying)
@@ -284,14 +284,14 @@ def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
 
 
 def _seen_weights(members: list[dict], column: str):
-    """A point's ``arrival_seen`` (``w_k`` at ``k = idx``) from ``column``, or None where
+    """A point's ``arrival_seen`` (``w_k`` at each ``k``) from ``column``, or None where
     some ``k`` has no finite value (no theory; a replica set that saw no arrival)."""
     seen = [m for m in members if m["metric"] == "arrival_seen"]
     values = _column(seen, column)
     if not np.isfinite(values).all() or not values.sum() > 0:
         return None
-    w = np.zeros(int(max(m["idx"] for m in seen)) + 1)
-    w[[int(m["idx"]) for m in seen]] = values
+    w = np.zeros(int(max(m["k"] for m in seen)) + 1)
+    w[[int(m["k"]) for m in seen]] = values
     return np.clip(w, 0.0, None)  # a solver's rounding can leave a -1e-17
 
 
@@ -344,14 +344,14 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
     out = []
     for panel, label, members, name in _cdf_curves(rows, fig):
         qs = sorted(
-            (m for m in members if m["metric"] == "response_quantile"), key=lambda m: m["idx"]
+            (m for m in members if m["metric"] == "response_quantile"), key=lambda m: m["k"]
         )
         out.append(
             Series(
                 panel,
                 label,
                 "response_quantile",
-                _column(qs, "idx"),
+                _column(qs, "k"),
                 _column(qs, "mean"),
                 _column(qs, "ci95"),
                 _column(qs, "theory"),
@@ -465,7 +465,7 @@ def figure_caption(rows: list[dict], series: list[Series]) -> str:
     ids = {i for s in series for i in s.point_ids}
     mine = [r for r in rows if r["point_id"] in ids]
     parts = []
-    for key, text in (("servers", "N = {}"), ("replicas", "{} replicas per point")):
+    for key, text in (("n_servers", "N = {}"), ("replicas", "{} replicas per point")):
         values = sorted({r[key] for r in mine if r.get(key) is not None})
         if values:
             span = f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g} to {values[-1]:g}"

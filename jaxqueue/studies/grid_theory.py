@@ -7,14 +7,17 @@ from __future__ import annotations
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.config import Model
 from jaxqueue.core.service import pool_shares
+from jaxqueue.core.user_metrics import at_fixed_point
 from jaxqueue.exact import solve_exact
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.policies.registry import make
 from jaxqueue.results.schema import pool_row_value, split_pool_row_metric
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.studies.spec import GridSpec, Point
-from jaxqueue.studies.store import PARAMETER_COLUMNS
+from jaxqueue.studies.store import parameter_values
 from jaxqueue.theory import mean_field, periodic
+from jaxqueue.theory.erlang import erlang_result
+from jaxqueue.theory.lu import lu_covers, lu_result
 from jaxqueue.theory.refined import refined_mean_field
 from jaxqueue.theory.result import fill_quantiles
 
@@ -36,7 +39,7 @@ def point_ratio(point: Point) -> float | None:
 def theory_key(point: Point, kind: str) -> tuple:
     """What a theory value depends on: a mean field not on N (nor M beyond ``r``), but
     on the fractions of N's whole servers that its pools hold (``Point.pool_set``, as simulated)."""
-    if kind == "mean-field":
+    if kind in ("mean-field", "lu"):
         return (
             kind,
             point.policy,
@@ -63,7 +66,7 @@ def theory_key(point: Point, kind: str) -> tuple:
 
 
 def theory_values(points: list[Point], kind: str, cache: dict, results=None, sources=None) -> list:
-    """The theory of each point (``kind``: "none", "mean-field" or "exact"), or None each.
+    """The theory of each point (``kind``: "none", "mean-field", "exact" or "erlang"), or None each.
 
     ``cache`` holds results by :func:`theory_key`. Mean fields are solved
     without their response-time quantiles, which are then computed for the
@@ -76,6 +79,11 @@ def theory_values(points: list[Point], kind: str, cache: dict, results=None, sou
     arrival sources have none: the mean field and the exact chain are
     written for Poisson arrivals. With pools the mean field is solved at the
     fractions of the point's whole servers (``Point.pool_set``, as simulated).
+    "lu" is Lu et al.'s approximation (:mod:`jaxqueue.theory.lu`), where it
+    covers the policy (JIQ, JIQ-SQ(d), exp(1) servers, infinite buffers).
+    "erlang" is the M/M/N queue of the point's N and load (one shared queue,
+    whatever the policy and buffer: the pooled benchmark), for exponential
+    servers without pools.
     """
     if kind == "none":
         return [None] * len(points)
@@ -134,6 +142,12 @@ def _solve(point: Point, kind: str, window, sources):
                 service=point.service,
                 pools=point.pool_set(),
             )
+    elif kind == "erlang":
+        value = erlang_result(point.servers, point.load) if plain else None
+    elif kind == "lu":  # Lu et al.'s approximation: JIQ, exp(1) servers, infinite buffers
+        pol, ratio = make(point.policy, **opts), point_ratio(point)
+        covered = plain and point.buffer is None and ratio is not None and lu_covers(pol)
+        value = lu_result(pol, point.load, ratio, with_quantiles=False) if covered else None
     elif kind == "mean-field":
         pol = make(point.policy, **opts)
         value = None
@@ -205,6 +219,9 @@ def theory_value(result, metric: str, index):
     if metric == "response_quantile":
         value = result.response_quantiles.get(index)
         return None if value is None else float(value)
+    user = getattr(result, "user_metrics", None) or {}
+    if metric in user:  # a user metric at a mean-field fixed point
+        return user[metric]
     value = getattr(result, metric, None)
     if value is None:
         return None
@@ -225,7 +242,7 @@ def store_rows(
     point: Point, point_id: str, spec: GridSpec, res, theory, refined=None
 ) -> list[dict]:
     params = point.params()
-    base = {k: params.get(k) for k in PARAMETER_COLUMNS}
+    base = parameter_values(params)
     run = {
         "replicas": spec.run.replicas,
         "steps": res.settings["steps"],
@@ -233,15 +250,17 @@ def store_rows(
         "warmup_passed": warmup_passed(res),
         "seed": spec.run.seed,
     }
+    metrics = spec.point_metrics(point)
+    theory = at_fixed_point(theory, metrics, point.servers, point.dispatchers, point.load)
     rows = []
     for rec in res.records():
-        metric, index = rec["metric"], rec["index"]
+        metric, index = rec["metric"], rec["k"]
         rows.append(
             {
                 "point_id": point_id,
                 **base,
                 "metric": metric,
-                "idx": index,
+                "k": index,
                 "mean": rec["mean"],
                 "ci95": rec["ci95"],
                 "theory": theory_value(theory, metric, index),

@@ -14,9 +14,22 @@ import math
 from jaxqueue.core.config import Model
 from jaxqueue.core.service import make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, MAX_STEPS, System
+from jaxqueue.core.user_metrics import user_metrics
 from jaxqueue.studies.figure_spec import FigureSpec, evaluate_expression
 
-__all__ = ["SpecError", "Point", "RunSettings", "ArrivalsFile", "GridSpec", "canonical"]
+__all__ = [
+    "SpecError",
+    "Point",
+    "RunSettings",
+    "ArrivalsFile",
+    "GridSpec",
+    "canonical",
+    "METRIC_PARAMETERS",
+]
+
+#: The point parameters a ``[metrics]`` expression may read besides the state
+#: (whose ``N``, ``M`` and ``load`` are the point's own).
+METRIC_PARAMETERS = ("ratio", "alpha", "beta", "buffer", "d", "z")
 
 
 class SpecError(ValueError):
@@ -164,7 +177,8 @@ class RunSettings:
         init: ``"empty"`` or ``"mean-field"``.
         theory: ``"mean-field"``, ``"refined"`` (the mean field, and beside it
             the 1/N-refined mean field at the point's N where the policy has a
-            generic mean field), ``"exact"`` or ``"none"``.
+            generic mean field), ``"exact"``, ``"erlang"`` (the M/M/N queue of the
+            point's N and load) or ``"none"``.
     """
 
     replicas: int
@@ -258,6 +272,7 @@ class GridSpec:
         arrivals: the :class:`ArrivalsFile` of each ``arrivals`` value; empty when
             the spec was parsed without its folder (then its files were not
             read, and a spec with arrivals can be drawn but not run).
+        metrics: the ``[metrics]`` table as ``(name, expression)`` pairs (user metrics).
     """
 
     name: str
@@ -266,6 +281,15 @@ class GridSpec:
     source_text: str = dataclasses.field(default="", repr=False)
     figures: tuple = ()
     arrivals: tuple = ()
+    metrics: tuple = ()
+
+    def point_metrics(self, point: Point) -> tuple:
+        """The user metrics of ``point``: the ``[metrics]`` expressions with the point's
+        parameters (:data:`METRIC_PARAMETERS`) bound (a parameter it lacks stays unbound:
+        running the point then says so)."""
+        params = point.params()
+        known = {k: params.get(k) for k in METRIC_PARAMETERS}
+        return user_metrics(dict(self.metrics), parameters=known)
 
     def model(self, point: Point) -> Model:
         """The :class:`~jaxqueue.core.config.Model` of one of the spec's points

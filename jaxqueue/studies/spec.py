@@ -108,7 +108,8 @@ def parse_spec(
             'a rate profile); use theory = "none" (a point without '
             "one gets no theory value)",
         )
-    return GridSpec(spec_name, tuple(points), run, text, p.figures(), tuple(axes.sources.values()))
+    sources = tuple(axes.sources.values())
+    return GridSpec(spec_name, tuple(points), run, text, p.figures(), sources, p.metrics())
 
 
 def _spec_name(p: SpecParser, name: str | None) -> str:
@@ -148,7 +149,7 @@ class _Axes:
 def _axes(p: SpecParser, base) -> _Axes:
     """Read and check the axes, in the order their errors are reported."""
     if not p.has("grid", "servers"):
-        p.fail("grid", "servers", "[grid] needs servers = [...]")
+        p.fail("grid", "servers", "[grid] needs n_servers = [...]")
     servers = p.axis("servers", int_check("servers", 1, MAX_SERVERS))
     dispatchers = {n: p.dispatchers(n) for n in servers}
     buffers = p.axis("buffer", buffer_value) if p.has("grid", "buffer") else [None]
@@ -199,9 +200,10 @@ def _points(p: SpecParser, policies: list, axes: _Axes, run: RunSettings) -> tup
                         "which needs identical exponential servers: give service or pools, "
                         "or a trace, not both",
                     )
+                loads = axes.loads[n, b, axes.caps[n, law, pools]]
                 for combo in itertools.product(*(opts[k] for k in sorted(opts))):
                     given = dict(zip(sorted(opts), combo, strict=True))
-                    pol = p.resolve(policy, given, lines, n, m, b, run)
+                    pol = p.resolve(policy, given, lines, n, m, b, run, *loads[0][1:])
                     if pol.per_server and (law or pools):
                         p.fail(
                             "grid",
@@ -210,8 +212,10 @@ def _points(p: SpecParser, policies: list, axes: _Axes, run: RunSettings) -> tup
                             "cover the exchangeable policies only",
                         )
                     with_mean_field |= _has_mean_field(pol, arr, src, run)
-                    options = tuple(sorted(pol.options().items()))
-                    for lam, alpha, beta in axes.loads[n, b, axes.caps[n, law, pools]]:
+                    for lam, alpha, beta in loads:
+                        if isinstance(given.get("d"), str):  # d of N, alpha, beta: per point
+                            pol = p.resolve(policy, given, lines, n, m, b, run, alpha, beta)
+                        options = tuple(sorted(pol.options().items()))
                         point = Point(
                             policy, options, n, m, b, lam, alpha, beta, law, pools, arr, src
                         )

@@ -12,9 +12,11 @@ import itertools
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 from jaxqueue.core.arrivals import parse_arrivals
+from jaxqueue.core.expressions import compile_expression
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import make_pools, parse_service
 from jaxqueue.core.system import (
@@ -27,9 +29,11 @@ from jaxqueue.core.system import (
     halfin_whitt_load,
     heavy_traffic_load,
 )
+from jaxqueue.core.user_metrics import STATE_NAMES, user_metrics
 from jaxqueue.policies.registry import make, option_names, policy_class
+from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.studies.figure_spec import check_expression, parse_figure
-from jaxqueue.studies.points import ArrivalsFile, Point, RunSettings, SpecError
+from jaxqueue.studies.points import METRIC_PARAMETERS, ArrivalsFile, Point, RunSettings, SpecError
 
 try:
     import tomllib as toml
@@ -80,23 +84,34 @@ GRID_KEYS = (
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
 INITS = ("empty", "mean-field", "auto")
-THEORIES = ("mean-field", "refined", "exact", "none")
+THEORIES = ("mean-field", "refined", "exact", "erlang", "lu", "none")
 #: The warm-up may be at most this many times the measured part.
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
 EXACT_MAX_STATES = 200_000
 #: The modes a spec may define: a table of overrides each, chosen by ``--quick`` or ``--gpu``.
 MODES = ("quick", "gpu")
-_TOP_KEYS = ("name", "grid", "run", *MODES, "figure")
+_TOP_KEYS = ("name", "grid", "run", *MODES, "figure", "metrics")
 _GROUPS = (
     ("ratio", "dispatchers"),
     ("load", "alpha", "beta"),
     ("time", "steps"),
     ("warmup_time", "warmup"),
 )
+#: The size keys of [grid] and the modes as written (``n_servers``,
+#: ``n_dispatchers``: the names of every export) and as the points hold them;
+#: ``servers`` and ``dispatchers``, the names of earlier releases, are still
+#: read, with a DeprecationWarning.
+SIZE_KEYS = {"n_servers": "servers", "n_dispatchers": "dispatchers"}
 _HEADER = re.compile(r"""^\s*\[\s*["']?([\w.-]+)["']?\s*\]""")
 _ARRAY = re.compile(r"""^\s*\[\[\s*["']?([\w.-]+)["']?\s*\]\]""")
 _KEY = re.compile(r"""^\s*["']?([\w.-]+)["']?\s*=""")
+
+
+def _written(keys) -> list[str]:
+    """``keys`` as a spec writes them (:data:`SIZE_KEYS`: ``n_servers``)."""
+    spelled = {point: spec for spec, point in SIZE_KEYS.items()}
+    return [spelled.get(k, k) for k in keys]
 
 
 def _did_you_mean(name: str, valid) -> str:
@@ -113,6 +128,37 @@ def number(name: str, value) -> float:
 
 def int_check(name: str, lo: int, hi: int):
     return lambda value: check_int(name, value, lo, hi) or value
+
+
+#: The names a policy's ``d`` given as an expression may read, per point.
+D_NAMES = ("N", "alpha", "beta")
+
+
+def d_at(text: str, n: int, alpha=None, beta=None) -> tuple[int, str | None]:
+    """``d`` given as an expression (e.g. ``"N**0.5 * log(N)**2"``) at a point of ``n``
+    servers: rounded to the nearest integer and clipped to ``[1, n]``, and a note
+    saying so where it was clipped (else None).
+
+    Raises:
+        ValueError: outside the expression language, for a name the point lacks
+            (``alpha`` at a plain load) or a value that is not finite.
+    """
+    expr = compile_expression(text, D_NAMES)
+    values = {"N": float(n), "alpha": alpha, "beta": beta}
+    if missing := sorted(k for k in expr.variables if values[k] is None):
+        raise ValueError(
+            f"d={text!r} names {', '.join(missing)}, which this point has not "
+            "(give the load axis as alpha or beta)"
+        )
+    with warnings.catch_warnings():  # log(0) and the like: refused below, not warned about
+        warnings.simplefilter("ignore", RuntimeWarning)
+        x = float(expr(**{k: values[k] for k in expr.variables}))
+    if not math.isfinite(x):
+        raise ValueError(f"d={text!r} is {x} at N={n}: need a finite value")
+    k = math.floor(x + 0.5)
+    d = min(max(k, 1), n)
+    note = None if d == k else f"d={text!r} is {x:.6g} at N={n}: clipped to d={d} (1 <= d <= N)"
+    return d, note
 
 
 def _span(name: str, zero: bool):
@@ -210,6 +256,9 @@ class SpecParser:
         except toml.TOMLDecodeError as err:
             m = re.search(r"line (\d+)", str(err))
             raise SpecError(f"not valid TOML: {err}", int(m.group(1)) if m else None) from None
+        for part in ("grid", *MODES):
+            if isinstance(self.data.get(part), dict):
+                self.data[part] = self._size_keys(part, self.data[part])
         self.vals = {}  # part -> {key: (value, the table it came from)}
         for key, value in self.data.items():
             if key not in _TOP_KEYS:
@@ -237,8 +286,8 @@ class SpecParser:
                     self.fail(
                         part,
                         key,
-                        f"unknown key {key!r} in [{part}]; valid: {', '.join(valid)}"
-                        + _did_you_mean(key, valid),
+                        f"unknown key {key!r} in [{part}]; valid: {', '.join(_written(valid))}"
+                        + _did_you_mean(key, _written(valid)),
                     )
             self.vals[part] = {k: (v, part) for k, v in self.data.get(part, {}).items()}
         if mode is not None and mode not in self.data:
@@ -248,6 +297,26 @@ class SpecParser:
             for other in itertools.chain(*(g for g in _GROUPS if key in g)):
                 part.pop(other, None)
             part[key] = (value, mode)
+
+    def _size_keys(self, part: str, table: dict) -> dict:
+        """``table`` with :data:`SIZE_KEYS` read as the points name them (a
+        DeprecationWarning for an earlier name; both names of one key: an error)."""
+        out = {}
+        for key, value in table.items():
+            name = SIZE_KEYS.get(key, key)
+            if key in SIZE_KEYS.values():
+                warnings.warn(
+                    f"[{part}] {key} is deprecated: write n_{key}", DeprecationWarning, stacklevel=4
+                )
+            elif key in SIZE_KEYS:
+                self.keys.setdefault((part, name), self.keys.get((part, key)))
+            if name in out:
+                raise SpecError(
+                    f"[{part}] gives n_{name} and {name}: write n_{name} alone",
+                    self.keys.get((part, key)),
+                )
+            out[name] = value
+        return out
 
     def line(self, part: str, key: str) -> int:
         """The line of ``key`` in the table it came from, else of that table, else 1."""
@@ -349,6 +418,11 @@ class SpecParser:
                 values = shared.get(key) or as_list(table[key])
                 if not values or len(set(map(repr, values))) < len(values):
                     raise SpecError(f"{name}: option {key} is empty or repeats a value", line)
+                for text in [v for v in values if isinstance(v, str)] if key == "d" else ():
+                    try:  # an expression of N (alpha, beta), evaluated per point by resolve
+                        compile_expression(text, D_NAMES)
+                    except ValueError as err:
+                        raise SpecError(f"{name}: option d: {err}", lines[key]) from None
                 opts[key] = values
             entries.append((name, opts, lines))
         return entries
@@ -380,8 +454,18 @@ class SpecParser:
 
         return self.axis(key, check)
 
-    def resolve(self, name, opts, lines, n, m, buffer, run: RunSettings):
-        """Build and validate the Policy of one grid cell (errors name the line of the cause)."""
+    def resolve(self, name, opts, lines, n, m, buffer, run: RunSettings, alpha=None, beta=None):
+        """Build and validate the Policy of one grid cell (errors name the line of the cause);
+        a ``d`` given as an expression is evaluated at ``n`` (``alpha``, ``beta``), and
+        a clipped value is reported by a warning."""
+        if isinstance(opts.get("d"), str):
+            try:
+                d, note = d_at(opts["d"], n, alpha, beta)
+            except ValueError as err:
+                raise SpecError(f"{name} at servers={n}: {err}", lines["d"]) from None
+            if note:
+                warnings.warn(f"{name} at servers={n}: {note}", stacklevel=2)
+            opts = {**opts, "d": d}
         try:
             pol = make(name, **opts)
             pol.validate(System(n, m, buffer, buffer or 1, 0))
@@ -441,6 +525,18 @@ class SpecParser:
             names.add(fig.name)
             out.append(fig)
         return tuple(out)
+
+    def metrics(self) -> tuple:
+        """The ``[metrics]`` table, ``name = "expression"``, checked (user metrics)."""
+        names = STATE_NAMES + METRIC_PARAMETERS
+        for name, text in self.data.get("metrics", {}).items():
+            if not isinstance(text, str):
+                self.fail("metrics", name, f"metric {name} must be an expression string")
+            try:
+                user_metrics({name: text}, dict.fromkeys(names), RESERVED_METRIC_NAMES)
+            except ValueError as err:
+                self.fail("metrics", name, str(err))
+        return tuple(self.data.get("metrics", {}).items())
 
     def run(self) -> RunSettings:
         if not self.has("run", "replicas"):

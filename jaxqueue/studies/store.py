@@ -2,7 +2,7 @@
 
 A batch of points is one transaction, so a sweep killed at any moment resumes where it
 stopped; a store of another spec, code version or layout (:data:`SCHEMA`) is refused.
-Its tables and columns: docs/sweeps.md (The store).
+Its tables and columns: docs/sweeps.md (The store); the names: docs/vocabulary.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ except ModuleNotFoundError:  # pragma: no cover (Windows)
     fcntl = None
     import msvcrt
 
-__all__ = ["Store", "StoreMismatchError", "StoreBusyError", "writer_lock", "COLUMNS", "SCHEMA"]
+__all__ = [
+    "Store",
+    "StoreMismatchError",
+    "StoreBusyError",
+    "writer_lock",
+    "COLUMNS",
+    "SCHEMA",
+    "parameter_values",
+]
 
 #: The layout of the tables; a store written with another is refused.
 SCHEMA = "5"
@@ -29,8 +37,8 @@ SCHEMA = "5"
 COLUMNS = (
     "point_id",
     "policy",
-    "servers",
-    "dispatchers",
+    "n_servers",
+    "n_dispatchers",
     "ratio",
     "load",
     "alpha",
@@ -43,7 +51,7 @@ COLUMNS = (
     "pools",
     "arrivals",
     "metric",
-    "idx",
+    "k",
     "mean",
     "ci95",
     "theory",
@@ -59,8 +67,8 @@ PARAMETER_COLUMNS = COLUMNS[COLUMNS.index("point_id") + 1 : COLUMNS.index("metri
 _TYPES = {
     "point_id": "TEXT NOT NULL",
     "policy": "TEXT NOT NULL",
-    "servers": "INTEGER",
-    "dispatchers": "INTEGER",
+    "n_servers": "INTEGER",
+    "n_dispatchers": "INTEGER",
     "ratio": "REAL",
     "load": "REAL",
     "alpha": "REAL",
@@ -73,7 +81,7 @@ _TYPES = {
     "pools": "TEXT",
     "arrivals": "TEXT",
     "metric": "TEXT NOT NULL",
-    "idx": "REAL NOT NULL",
+    "k": "REAL NOT NULL",
     "mean": "REAL",
     "ci95": "REAL",
     "theory": "REAL",
@@ -84,9 +92,21 @@ _TYPES = {
     "warmup_passed": "INTEGER",
     "seed": "INTEGER",
 }
-_QUOTED = ", ".join(f'"{c}"' for c in COLUMNS)
-#: ``idx`` of scalar metrics (SQLite primary keys must not be NULL).
+#: The names the tables of layout :data:`SCHEMA` give some columns (the
+#: names of the store's first layouts, kept so that their stores resume);
+#: rows and every export use :data:`COLUMNS`.
+_STORED = {"n_servers": "servers", "n_dispatchers": "dispatchers", "k": "idx"}
+#: A point's parameters (:meth:`~jaxqueue.studies.points.Point.params`) by column.
+_PARAMETER_KEYS = {"n_servers": "servers", "n_dispatchers": "dispatchers"}
+_QUOTED = ", ".join(f'"{_STORED.get(c, c)}"' for c in COLUMNS)
+#: ``k`` of scalar metrics in the table (SQLite primary keys must not be NULL).
 SCALAR_INDEX = -1.0
+
+
+def parameter_values(params: dict) -> dict:
+    """A point's parameters (:meth:`~jaxqueue.studies.points.Point.params`) as
+    the values of :data:`PARAMETER_COLUMNS`."""
+    return {c: params.get(_PARAMETER_KEYS.get(c, c)) for c in PARAMETER_COLUMNS}
 
 
 class StoreMismatchError(RuntimeError):
@@ -176,7 +196,8 @@ class Store:
         # One writer thread of run_grid commits while the caller simulates; the
         # connection is used by one thread at a time.
         self._db = _connect(self.path)
-        cols = ", ".join(f'"{c}" {_TYPES[c]}' for c in COLUMNS)  # "order" is an SQL keyword
+        # "order" is an SQL keyword
+        cols = ", ".join(f'"{_STORED.get(c, c)}" {_TYPES[c]}' for c in COLUMNS)
         with self._db:
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             self._db.execute(
@@ -259,11 +280,11 @@ class Store:
         Args:
             batch: the batch's index in the sweep (recorded).
             points: ``(point_id, params, wall_seconds)`` per point.
-            rows: dicts with the keys of :data:`COLUMNS` (``idx`` may be None
+            rows: dicts with the keys of :data:`COLUMNS` (``k`` may be None
                 for a scalar metric).
         """
         values = [
-            tuple(SCALAR_INDEX if c == "idx" and r.get(c) is None else r.get(c) for c in COLUMNS)
+            tuple(SCALAR_INDEX if c == "k" and r.get(c) is None else r.get(c) for c in COLUMNS)
             for r in rows
         ]
         marks = ", ".join("?" for _ in COLUMNS)
@@ -278,7 +299,8 @@ class Store:
             )
 
     def rows(self) -> list[dict]:
-        """Every result row, ordered by point id, metric and index."""
+        """Every result row (keys :data:`COLUMNS`), ordered by point id, metric
+        and ``k`` (``k`` is -1 for a scalar metric)."""
         cur = self._db.execute(f"SELECT {_QUOTED} FROM results ORDER BY point_id, metric, idx")
         return [dict(zip(COLUMNS, r)) for r in cur]
 

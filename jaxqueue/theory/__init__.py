@@ -38,7 +38,11 @@ Modules (each depends only on those above it):
 * :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
   Houdt): :func:`refined_mean_field`, ``refined.refined_grid``
   (:mod:`~jaxqueue.theory.expansion`, the expansion itself);
-* :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`.
+* :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`;
+* :mod:`~jaxqueue.theory.lu` -- Lu et al.'s approximation of JIQ, a baseline:
+  :func:`lu_approximation` (vectorised), :func:`lu_result`;
+* :mod:`~jaxqueue.theory.erlang` -- the M/M/N queue (Erlang C), the
+  pooled-queue benchmark: ``erlang.erlang_c``, ``erlang.erlang_result``.
 
 Everything is in units of the mean service time
 (:data:`jaxqueue.core.system.SERVICE_RATE` is 1). Status codes are
@@ -61,6 +65,7 @@ from jaxqueue.theory import meanfield, phases, refined
 from jaxqueue.theory.closed_forms import mean_response_time, tail
 from jaxqueue.theory.design import MaxLoadResult, max_load_for_target
 from jaxqueue.theory.dispatch import mean_field
+from jaxqueue.theory.lu import LuResult, lu_approximation, lu_result
 from jaxqueue.theory.p0 import P0Solution, iqueue_distribution, p0_grid, solve_p0
 from jaxqueue.theory.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.result import MeanFieldResult
@@ -82,4 +87,7 @@ __all__ = [
     "refined",
     "refined_mean_field",
     "RefinedMeanField",
+    "lu_approximation",
+    "lu_result",
+    "LuResult",
 ]

@@ -140,16 +140,22 @@ def build(
         mean_queue_length=float(mean_queue_length),
         mean_response_time=float(mean_response_time),
         waiting_probability=float(waiting_probability),
-        blocking_probability=float(blocking_probability),
-        p0=None if p0 is None else float(p0),
-        join_rate=float(join_rate),
-        delete_rate=float(delete_rate),
+        blocking_probability=_optional(blocking_probability),  # None where it does not apply
+        p0=_optional(p0),
+        join_rate=_optional(join_rate),
+        delete_rate=_optional(delete_rate),
         probe_rate=float(probe_rate),
         stale_fraction=None if stale_fraction is None else float(stale_fraction),
         response_quantiles=quantiles,
         settings=settings,
         diagnostics=diagnostics,
     )
+
+
+def _optional(value) -> float | None:
+    """A metric's value as a float, or None where it does not apply (a result built
+    from another's metrics, the refined mean field's, keeps its Nones)."""
+    return None if value is None else float(value)
 
 
 def per_server_result(
