@@ -187,7 +187,8 @@ def _listed(value) -> list:
 def _slice(path: Path, folder: Path) -> Path:
     """``path`` written into ``folder`` with its ``[quick]`` table narrowed to its
     first policy (an option with several values: the first) and one load (where
-    the spec has loads: one that a figure's ``where`` names, else the first);
+    the spec has loads: one that a figure's ``where`` names, else the first; an
+    ``alpha`` or ``beta`` axis likewise, else its median value);
     every other key, table and figure as written.
     The spec's ``data/`` folder is linked beside it (arrival files are
     relative to the spec)."""
@@ -202,6 +203,11 @@ def _slice(path: Path, folder: Path) -> Path:
     if loads is not None:
         named = [v for f in doc["figure"] for v in _listed(f.get("where", {}).get("load"))]
         quick["load"] = [next((v for v in loads if v in named), loads[0])]
+    for axis in ("alpha", "beta"):  # a heavy-traffic load axis: one value, named or the median
+        values = quick.get(axis, doc["grid"].get(axis))
+        if isinstance(values, list) and len(values) > 1:
+            named = [v for f in doc["figure"] for v in _listed(f.get("where", {}).get(axis))]
+            quick[axis] = [next((v for v in values if v in named), values[len(values) // 2])]
     table = "[quick]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in quick.items()) + "\n"
     sliced, count = re.subn(r"(?ms)^\[quick\]\n.*?(?=^\[|\Z)", lambda m: table, text)
     assert count == 1, path.name

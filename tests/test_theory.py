@@ -258,7 +258,7 @@ def test_mean_field_consistency(policy, ratio, d):
     assert all(type(v) is float for v in mf.response_quantiles.values())
     assert np.all(np.diff(t) > 0) and t[0] > 0
     np.testing.assert_allclose(erlang_mixture_cdf(mf.arrival_seen, t), q, rtol=1e-10)
-    assert mf.blocking_probability == 0.0 and mf.stale_fraction is None
+    assert mf.blocking_probability is None and mf.stale_fraction is None  # infinite buffer
     assert mf.status is Status.CONVERGED
     # the jnp helpers agree
     with jax.enable_x64(True):
@@ -534,7 +534,7 @@ def test_levels_convention_of_the_generic_path():
     assert mf.tail.shape == mf.occupancy.shape == mf.arrival_seen.shape == (n + 1,)
     assert mf.levels == n and mf.arrival_seen[n] == 0.0 and mf.p0 is None
     assert mf.status is Status.CONVERGED
-    assert mf.blocking_probability == 0.0 and mf.stale_fraction is None
+    assert mf.blocking_probability is None and mf.stale_fraction is None  # infinite buffer
     assert mf.iqueue_distribution is None
     assert tuple(mf.response_quantiles) == QUANTILES
 
