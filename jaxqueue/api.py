@@ -342,6 +342,7 @@ def _warn_failed_warmups(results) -> None:
             res.diagnostics.get("warmup_diagnostic"),
             res.settings["load"],
             res.settings.get("n_servers"),
+            init=res.settings.get("init"),
         )
         if message is not None:
             warnings.warn(WarmupWarning(message), stacklevel=3)

@@ -21,7 +21,12 @@ effective exponent of the stated bound over the same N, which its log N
 factor raises by about 1 / log N) and beside the M/M/N queue's exact
 exponents over the same N (jaxqueue.theory.erlang: its number waiting, its
 P(wait) and E[W]). It draws the fitted exponents against alpha with the
-paper's line (E[N S_3] against N is liu_ying_fig2.toml's figure "s3").
+paper's line and the M/M/N queue's (E[N S_3] against N is liu_ying_fig2.toml's
+figure "s3"). The fits and the drawing are the spec figures' own
+(``kind = "exponent"``: liu_ying_fig1.toml's "fig1", "exponents_waiting" and
+"exponents_excess", drawn by ``python -m jaxqueue plot``); this script adds
+what a figure of stored values cannot: E[W] = T - 1, the M/M/N counterparts of
+the counts, the bounds' exponents, and the table.
 
     python sweeps/liu_ying_fig1.py liu_ying_fig1.sqlite -o figures/ [--json]
     python sweeps/liu_ying_fig1.py liu_ying_fig2.sqlite -o figures/ [--json]
@@ -41,7 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxqueue.studies.fits import power_law_fit, store_series
+from jaxqueue.studies.figures import Series
+from jaxqueue.studies.fits import positive_fit, power_law_fit, store_series
+from jaxqueue.studies.plots import plot_series, pyplot_free_figure
 from jaxqueue.studies.store import Store
 from jaxqueue.theory import erlang
 
@@ -117,10 +124,8 @@ def _scaled(rows, metric, index, scale, **where):
 def _fit(series) -> dict:
     keep = (series["y"] > 0) & (series["ci95"] > 0)
     out = {"servers": [int(n) for n in series["x"][keep]], "slope": None, "ci95": None}
-    if keep.sum() >= 2:
-        fit = power_law_fit(
-            series["x"][keep], series["y"][keep], series["ci95"][keep], series["replicas"][keep]
-        )
+    fit = positive_fit(series["x"], series["y"], series["ci95"], series["replicas"])
+    if fit is not None:
         out.update(slope=fit.slope, ci95=fit.ci95, chi2_per_dof=fit.chi2 / max(fit.dof, 1))
     return out
 
@@ -194,49 +199,45 @@ def print_table(records, out=sys.stdout) -> None:
 
 
 def _plot_exponents(records, folder: Path, quantities, name: str, title: str, ylim) -> Path:
-    # imported here, to draw only: the fits alone need no matplotlib (1 s to import)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    """The fitted exponents against alpha, drawn as a spec's exponent figure is
+    (:func:`~jaxqueue.studies.plots.plot_series`, with the paper's line as its
+    reference), and the M/M/N queue's exponents beside them."""
+    mpl_fig = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = mpl_fig.add_subplot()
     lines = sorted({(r["policy"], r["d"], r["quantity"]) for r in records}, key=str)
-    lines = [line for line in lines if line[2] in quantities]
-    for i, (policy, d, q) in enumerate(lines):
+    series = []
+    for policy, d, q in (line for line in lines if line[2] in quantities):
         mine = [r for r in records if (r["policy"], r["d"], r["quantity"]) == (policy, d, q)]
         fitted = [r for r in mine if r["slope"] is not None]
-        ax.errorbar(
-            [r["alpha"] + 0.006 * (i - (len(lines) - 1) / 2) for r in fitted],
-            [r["slope"] for r in fitted],
-            yerr=[r["ci95"] for r in fitted],
-            marker="o",
-            capsize=3,
-            label=f"{policy}{'' if d is None else f'({d})'}: {q}",
-        )
+        column = lambda key, fitted=fitted: np.array([float(r[key]) for r in fitted])  # noqa: E731
+        label = f"{policy}{'' if d is None else f'({d})'}: {q}"
+        nan = np.full(len(fitted), np.nan)
+        series.append(Series(None, label, q, column("alpha"), column("slope"), column("ci95"), nan))
+    shift = 0.0 if quantities[0].startswith("N") else -1.0
+    a = np.linspace(0.5, 1.0, 11)
+    reference = (a, a + shift, "paper: alpha" + (" - 1" if shift else ""))
+    plot_series(
+        series,
+        ax,
+        title=title,
+        xlabel=r"$\alpha$",
+        ylabel="exponent fitted across N (95% interval)",
+        reference=reference,
+    )
     for q, style in zip(quantities, ("k:", "k--"), strict=False):
         mmn = [r for r in records if r["quantity"] == q and r["mmn"] is not None]
         mmn = list({r["alpha"]: r for r in mmn}.values())
         label = "M/M/N: " + MMN_NAMES.get(q, q)
         ax.plot([r["alpha"] for r in mmn], [r["mmn"] for r in mmn], style, label=label)
-    a = np.linspace(0.5, 1.0, 11)
-    shift = 0.0 if quantities[0].startswith("N") else -1.0
-    ax.plot(a, a + shift, "r-", lw=3, alpha=0.4, label="paper: alpha" + (" - 1" if shift else ""))
     ax.axvspan(0.0, 0.5, color="0.9", zorder=0)
     ax.text(
         0.12, ylim[0] + 0.05 * (ylim[1] - ylim[0]), "alpha < 0.5: o(1), no exponent", fontsize=8
     )
     ax.set_xlim(0.05, 1.05)
     ax.set_ylim(*ylim)
-    ax.set_xlabel(r"$\alpha$")
-    ax.set_ylabel("exponent fitted across N (95% interval)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, frameon=False)
     path = folder / f"{name}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    mpl_fig.savefig(path, dpi=120)
     return path
 
 

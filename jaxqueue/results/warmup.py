@@ -104,13 +104,17 @@ SPELLINGS = {
 }
 
 
-def failure_message(diagnostic, load, n_servers=None, spelling: str = "python") -> str | None:
+def failure_message(
+    diagnostic, load, n_servers=None, spelling: str = "python", init=None
+) -> str | None:
     """What to say of a failed warm-up diagnostic (:func:`diagnose`'s dict,
     with the run's ``auto`` and ``extensions``), with advice; ``None`` where
     it passed or could not judge.
 
     ``spelling`` names the settings as keywords (``"python"``) or flags
-    (``"cli"``), :data:`SPELLINGS`.
+    (``"cli"``), :data:`SPELLINGS`. ``init`` is the run's start as it ran
+    (``settings["init"]``): a mean-field start is not advised to one that
+    started there.
     """
     if not diagnostic or diagnostic.get("passed") is not False:
         return None
@@ -122,15 +126,25 @@ def failure_message(diagnostic, load, n_servers=None, spelling: str = "python") 
             f", half drift {diagnostic['half_drift']:.3g} "
             f"± {diagnostic['half_drift_ci99']:.2g} (99%)"
         )
+    started_empty = init != "mean-field"
     if diagnostic.get("auto"):
+        start = f", or start from the mean field ({mean_field})" if started_empty else ""
         return (
             f"the warm-up diagnostic still fails at {where} after {auto} extended the warm-up "
             f"{diagnostic.get('extensions', 0)} times ({detail}): the estimates may carry the "
-            f"start's bias; lengthen the warm-up ({longer}) or the window ({window}), or start "
-            f"from the mean field ({mean_field})"
+            f"start's bias; lengthen the warm-up ({longer}) or the window ({window}){start}"
+        )
+    if started_empty:
+        advice = (
+            f"lengthen the warm-up ({longer}), start from the mean field ({mean_field}), "
+            f"or let {auto} extend it until the diagnostic passes"
+        )
+    else:
+        advice = (
+            f"lengthen the warm-up ({longer}) or the window ({window}), or let {auto} "
+            "extend the warm-up until the diagnostic passes"
         )
     return (
         f"the warm-up diagnostic failed at {where} ({detail}): the estimates may carry the "
-        f"start's bias; lengthen the warm-up ({longer}), start from the mean field "
-        f"({mean_field}), or let {auto} extend it until the diagnostic passes"
+        f"start's bias; {advice}"
     )

@@ -13,11 +13,22 @@ import operator
 import re
 import warnings
 
+import numpy as np
+
+from jaxqueue.core.expressions import compile_expression
+from jaxqueue.core.user_metrics import PER_ARRIVAL
 from jaxqueue.results.schema import (
     POOL_METRICS,
     SCALAR_METRICS,
     VECTOR_METRICS,
     split_pool_row_metric,
+)
+from jaxqueue.studies.figure_labels import (
+    PARAMETER_DEFAULTS,
+    axis_label,
+    line_label,
+    metric_label,
+    policy_label,
 )
 
 __all__ = [
@@ -27,6 +38,8 @@ __all__ = [
     "NUMERIC_PARAMETERS",
     "PARAMETER_DEFAULTS",
     "FIGURE_KEYS",
+    "FIGURE_KINDS",
+    "EXPONENT_KEYS",
     "METRIC_NAMES",
     "CDF",
     "check_expression",
@@ -36,6 +49,7 @@ __all__ = [
     "metric_label",
     "policy_label",
     "line_label",
+    "reference_line",
 ]
 
 #: Point parameters a figure can use (the store's columns of the same names).
@@ -74,7 +88,19 @@ FIGURE_KEYS = (
     "theory",
     "labels",
     "baseline",
+    "kind",
+    "across",
+    "reference",
+    "reference_range",
+    "reference_label",
 )
+#: What a figure draws: the stored values against ``x`` (``"values"``), or the exponent
+#: of a power law fitted across ``across`` at each ``x`` (``"exponent"``).
+FIGURE_KINDS = ("values", "exponent")
+#: The keys of an ``"exponent"`` figure alone.
+EXPONENT_KEYS = ("across", "reference", "reference_range", "reference_label")
+#: Points at which a reference line is drawn.
+REFERENCE_POINTS = 101
 #: Approximations a figure can draw beside its theory (``baseline``; jaxqueue.studies.baselines).
 BASELINES = ("lu",)
 #: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
@@ -85,8 +111,6 @@ CDF = "response_cdf"
 #: ``pool0_response_quantile`` (``k`` the quantile level) for each pool
 #: (:func:`~jaxqueue.results.schema.pool_row_metric`).
 METRIC_NAMES = SCALAR_METRICS + VECTOR_METRICS + POOL_METRICS + ("response_quantile", CDF)
-#: What a missing service law, pools or arrivals value means.
-PARAMETER_DEFAULTS = {"service": "exp", "pools": "identical", "arrivals": "poisson"}
 _TEXT = ("policy", "order", "service", "pools", "arrivals")
 NUMERIC_PARAMETERS = tuple(p for p in PARAMETERS if p not in _TEXT)
 #: Names of earlier releases, still read with a DeprecationWarning: old -> new
@@ -103,128 +127,6 @@ _OPS = {
     ast.Div: operator.truediv,
     ast.Pow: operator.pow,
 }
-
-
-#: Axis labels of parameters and metrics (mathtext where a symbol reads better).
-AXIS_LABELS = {
-    "load": r"load $\lambda$",
-    "n_servers": "servers $N$",
-    "ratio": "$r = N / M$",
-    "n_dispatchers": "dispatchers $M$",
-    "alpha": r"$\alpha$",
-    "beta": r"$\beta$",
-    "buffer": "buffer $b$",
-    "d": "$d$",
-    "z": "$z$",
-    "k": "$k$",
-    "mean_response_time": "mean response time $T$",
-    "waiting_probability": r"$P(\mathrm{wait})$",
-    "blocking_probability": r"$P(\mathrm{blocked})$",
-    "mean_queue_length": "mean tasks per server",
-    "p0": "$p_0$",
-    "join_rate": "join requests per server per unit time",
-    "delete_rate": "delete requests per server per unit time",
-    "probe_rate": "probes per server per unit time",
-    "stale_fraction": "stale picks",
-    "tail": r"$s_k$ (servers with $\geq k$ tasks)",
-    "occupancy": "servers with exactly $k$ tasks",
-    "arrival_seen": "arrivals that find $k$ tasks",
-    "iqueue_distribution": "I-queues of size $k$",
-    "response_quantile": "response-time quantile",
-    "time": "response time $t$",
-    CDF: r"$P(T \leq t)$",
-}
-#: Metrics at one index ``k`` (``index = k``): their symbol, then what it counts.
-_AT_INDEX = {
-    "tail": ("s", r"servers with $\geq {k}$ tasks"),
-    "occupancy": ("x", "servers with {k} tasks"),
-    "arrival_seen": ("w", "arrivals that find {k} tasks"),
-    "iqueue_distribution": ("q", "I-queues of size {k}"),
-}
-#: Display names of the policies; ``{d}`` and ``{z}`` are their options.
-POLICY_NAMES = {
-    "jiq": "JIQ",
-    "jiq-pod": "JIQ-Pod({d})",
-    "pod": "Pod({d})",
-    "jsq": "JSQ",
-    "i1f": "I1F",
-    "idle-first": "Idle-first({d})",
-    "jiq-sq": "JIQ-SQ({d})",
-    "jiq-threshold": "JIQ-Threshold({z})",
-    "jiq-original": "JIQ-Original",
-    "jsew": "JSEW",
-    "random": "Random",
-}
-#: How a line names a parameter other than the policy and its options.
-_LINE_NAMES = {
-    "n_servers": "N",
-    "n_dispatchers": "M",
-    "ratio": "r",
-    "buffer": "b",
-    "load": r"\lambda",
-    "alpha": r"\alpha",
-    "beta": r"\beta",
-}
-
-
-def axis_label(key: str) -> str:
-    """The axis label of a parameter or metric name."""
-    return AXIS_LABELS.get(key, key)
-
-
-def metric_label(metric: str, index: float | None = None) -> str:
-    """The axis label of a metric at ``index`` (``$s_2$ (servers with >= 2 tasks)``,
-    ``99% quantile of the response time``), or of the metric alone."""
-    if index is None:
-        return axis_label(metric)
-    if metric == "response_quantile":
-        return f"{100 * index:g}% quantile of the response time"
-    if metric in _AT_INDEX:
-        symbol, text = _AT_INDEX[metric]
-        return f"${symbol}_{{{index:g}}}$ ({text.format(k=f'{index:g}')})"
-    return f"{axis_label(metric)} at {index:g}"
-
-
-def policy_label(policy: str, d=None, z=None, order=None) -> str:
-    """A policy's display name with its options: ``JIQ-Pod(2)``, ``JIQ-Original (FIFO, z=1)``."""
-    name = POLICY_NAMES.get(policy)
-    if name is None:
-        return " ".join([policy] + [f"{k}={v}" for k, v in (("d", d), ("z", z)) if v is not None])
-    if ("{d}" in name and d is None) or ("{z}" in name and z is None):
-        return name.split("(")[0]
-    name = name.format(d=d, z=z)
-    if policy == "jiq-original":
-        extra = [str(order).upper() if order in ("fifo", "lifo") else order]
-        extra += [
-            f"{k}={v}" for k, v, plain in (("z", z, 0), ("d", d, 1)) if v not in (None, plain)
-        ]
-        extra = [e for e in extra if e]
-        name += f" ({', '.join(extra)})" if extra else ""
-    return name
-
-
-def line_label(params: dict, metric: str | None = None) -> str:
-    """A line's display name from the parameters that tell it apart (``params``: the
-    series' parameters with the policy's options where the line has one policy), and
-    its metric where the figure draws several."""
-    parts = []
-    if "policy" in params:
-        parts.append(
-            policy_label(params["policy"], params.get("d"), params.get("z"), params.get("order"))
-        )
-    for key, value in params.items():
-        if key in ("policy", "d", "z", "order") and "policy" in params:
-            continue
-        if key in ("service", "pools", "arrivals"):
-            parts.append(f"{key} {value if value is not None else PARAMETER_DEFAULTS[key]}")
-        elif key == "buffer" and value is None:
-            parts.append("$b = \\infty$")
-        elif value is not None:
-            shown = f"{value:g}" if isinstance(value, float) else str(value)
-            parts.append(f"${_LINE_NAMES.get(key, key)} = {shown}$")
-    if metric is not None:
-        parts.append(axis_label(metric).split(" per ")[0])
-    return " ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +149,11 @@ class FigureSpec:
     theory: bool = True
     labels: tuple = ()  # (line, display name) pairs: a line as ``plot`` names it
     baseline: str | None = None  # one of BASELINES: drawn dotted beside the theory
+    kind: str = "values"  # one of FIGURE_KINDS
+    across: str | None = None  # an exponent figure's parameter the power law is fitted in
+    reference: str | None = None  # an expression of x, drawn as a line (exponent figures)
+    reference_range: tuple | None = None  # (low, high) of x where it is drawn
+    reference_label: str | None = None
 
     def label_map(self) -> dict:
         """``labels`` as a dict: the line's name (``Series.label``) -> its display name."""
@@ -335,12 +242,14 @@ def _parameter(key: str, value, allow_index: bool = False) -> str:
     return value
 
 
-def parse_figure(table: dict, fail) -> FigureSpec:
+def parse_figure(table: dict, fail, user_metrics=()) -> FigureSpec:
     """Check one ``[[figure]]`` table.
 
     Args:
         table: the TOML table.
         fail: ``fail(key, message)`` raises the caller's error for ``key``.
+        user_metrics: the names the spec's ``[metrics]`` declares (each drawn as
+            ``name`` and ``name_per_arrival``, scalars).
 
     Returns:
         The :class:`FigureSpec`.
@@ -355,18 +264,9 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     if not isinstance(name, str) or not _NAME.match(name):
         fail("name", f"figure name must be letters, digits, '_', '.' or '-', got {name!r}")
     out = {"name": name}
+    user = tuple(n for name in user_metrics for n in (name, name + PER_ARRIVAL))
     try:
-        metrics = table["metric"] if isinstance(table["metric"], list) else [table["metric"]]
-        if not metrics:
-            raise ValueError("metric is empty: give at least one metric")
-        for m in metrics:
-            if m not in METRIC_NAMES and split_pool_row_metric(m) is None:
-                raise ValueError(
-                    f"metric={m!r} is not a metric: use one of "
-                    f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
-                    "poolI_response_quantile for pool I (from 0)"
-                )
-        out["metrics"] = tuple(metrics)
+        out["metrics"] = _metrics(table["metric"], user)
     except ValueError as err:
         fail("metric", str(err))
     checks = {
@@ -386,6 +286,10 @@ def parse_figure(table: dict, fail) -> FigureSpec:
         "ylabel": lambda v: _text("ylabel", v),
         "labels": _labels,
         "baseline": _baseline,
+        "kind": _kind,
+        "across": lambda v: _parameter("across", v),
+        "reference_range": _range,
+        "reference_label": lambda v: _text("reference_label", v),
     }
     if "index" in table:  # the key of earlier releases
         if "k" in table:
@@ -402,8 +306,14 @@ def parse_figure(table: dict, fail) -> FigureSpec:
                 out["index" if key == "k" else key] = check(table[key])
             except (TypeError, ValueError) as err:
                 fail(key, str(err))
+    if "reference" in table:  # an expression of x
+        try:
+            out["reference"] = _reference(table["reference"], out.get("x", "load"))
+        except ValueError as err:
+            fail("reference", str(err))
     fig = FigureSpec(**out)
-    vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,)]
+    _check_kind(fig, table, fail)
+    vector = [m for m in fig.metrics if m not in SCALAR_METRICS + (CDF,) + user]
     if vector and fig.x != "k" and fig.index is None:
         fail(
             "metric",
@@ -423,6 +333,87 @@ def parse_figure(table: dict, fail) -> FigureSpec:
     if fig.series and (fig.x in fig.series or fig.panels in fig.series):
         fail("series", "series must not repeat x or panels")
     return fig
+
+
+def _metrics(value, user: tuple) -> tuple:
+    """A figure's ``metric`` (one or a list) checked against the metrics and ``user``'s."""
+    metrics = value if isinstance(value, list) else [value]
+    if not metrics:
+        raise ValueError("metric is empty: give at least one metric")
+    for m in metrics:
+        if m not in METRIC_NAMES + user and split_pool_row_metric(m) is None:
+            declared = (
+                f"; the spec's [metrics]: {', '.join(user)}"
+                if user
+                else "; or a name the spec's [metrics] declares (none here)"
+            )
+            raise ValueError(
+                f"metric={m!r} is not a metric: use one of "
+                f"{', '.join(METRIC_NAMES)}, or poolI_occupancy, "
+                f"poolI_response_quantile for pool I (from 0){declared}"
+            )
+    return tuple(metrics)
+
+
+def _check_kind(fig: FigureSpec, table: dict, fail) -> None:
+    """The keys of a figure's kind: an exponent figure's across, x and reference, and
+    none of them on a figure of values."""
+    if fig.kind == "values":
+        for key in EXPONENT_KEYS:
+            if key in table:
+                fail(key, f'{key} applies to kind = "exponent" only (this figure draws values)')
+        return
+    if "baseline" in table:
+        valid = ", ".join(k for k in FIGURE_KEYS if k != "baseline")
+        fail("baseline", f'baseline does not apply to kind = "exponent"; its keys: {valid}')
+    if fig.across is None:
+        fail("across", 'kind = "exponent" needs across = "..." (e.g. "n_servers")')
+    if fig.across not in NUMERIC_PARAMETERS:
+        fail("across", f"across={fig.across!r} must be one of {', '.join(NUMERIC_PARAMETERS)}")
+    if CDF in fig.metrics:
+        fail("metric", f"metric {CDF!r} is drawn as values, not as an exponent")
+    if fig.x in ("k", fig.across):
+        fail("x", f"an exponent figure needs x = a parameter other than across, got {fig.x!r}")
+    if fig.across == fig.panels or fig.across in (fig.series or ()):
+        fail("across", f"across={fig.across!r} is fitted in: not also panels or series")
+    if fig.reference is None and (fig.reference_range or fig.reference_label):
+        fail("reference", "reference_range and reference_label need reference = ...")
+
+
+def reference_line(fig: FigureSpec, xs) -> tuple | None:
+    """``(x, y)`` of a figure's ``reference`` (None without one), on
+    :data:`REFERENCE_POINTS` points of its ``reference_range``, else of the span of ``xs``."""
+    if fig.reference is None:
+        return None
+    xs = np.asarray(xs, dtype=np.float64)
+    xs = xs[np.isfinite(xs)]
+    if fig.reference_range is None and xs.size == 0:
+        return None
+    low, high = fig.reference_range or (float(xs.min()), float(xs.max()))
+    grid = np.linspace(low, high, REFERENCE_POINTS)
+    y = compile_expression(fig.reference, [fig.x])(**{fig.x: grid})
+    return grid, np.broadcast_to(np.asarray(y, dtype=np.float64), grid.shape)
+
+
+def _kind(value) -> str:
+    if value not in FIGURE_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, FIGURE_KINDS))}, got {value!r}")
+    return value
+
+
+def _reference(value, x: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"reference must be a string expression of x ({x}), got {value!r}")
+    compile_expression(value, [x])  # its errors name the allowed names and functions
+    return value
+
+
+def _range(value) -> tuple:
+    ok = isinstance(value, list) and len(value) == 2
+    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if not ok or not math.isfinite(value[0]) or not math.isfinite(value[1]) or value[0] >= value[1]:
+        raise ValueError(f"reference_range must be [low, high] with low < high, got {value!r}")
+    return (float(value[0]), float(value[1]))
 
 
 def _check_cdf(table: dict, metrics: tuple, fail) -> None:

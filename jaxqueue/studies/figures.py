@@ -14,19 +14,31 @@ from collections import OrderedDict
 
 import numpy as np
 
+from jaxqueue.core.user_metrics import PER_ARRIVAL, at_fixed_point
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
+from jaxqueue.studies.figure_lines import (
+    Series,
+    check_labels,
+    column,
+    fmt,
+    key_label,
+    line_name,
+    matches,
+    same,
+    sort_key,
+    varying,
+)
 from jaxqueue.studies.figure_spec import (
     CDF,
     FIGURE_KEYS,
     METRIC_NAMES,
-    PARAMETER_DEFAULTS,
     PARAMETERS,
     FigureSpec,
     check_expression,
     evaluate_expression,
-    line_label,
     parse_figure,
 )
+from jaxqueue.studies.fits import positive_fit, power_law_fit
 from jaxqueue.studies.grid_theory import theory_key, theory_value, theory_values
 from jaxqueue.studies.points import GridSpec
 from jaxqueue.studies.spec import MODES, parse_spec
@@ -59,105 +71,42 @@ CDF_LEVEL = 0.999
 CURVE_POINTS = 61
 
 
-@dataclasses.dataclass(frozen=True)
-class Series:
-    """One line of a figure: simulated means with 95% half-widths, and theory (NaN: none).
-
-    All arrays are float64 and sorted by ``x``; ``y``, ``ci95``, ``theory`` and
-    ``refined`` (the 1/N-refined mean field, NaN unless the spec asked for it)
-    already carry the figure's ``y_scale``. ``label`` names the line in ``plot``'s
-    report and is the key of the figure's ``labels``; ``name`` is its display name
-    (from ``labels``, else :func:`~jaxqueue.studies.figure_spec.line_label`);
-    ``point_ids`` are the store's points of the line, in the order of ``x``.
-    """
-
-    panel: object
-    label: str
-    metric: str
-    x: np.ndarray
-    y: np.ndarray
-    ci95: np.ndarray
-    theory: np.ndarray
-    refined: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    name: str = ""
-    point_ids: tuple = ()
-
-    def __post_init__(self):
-        if self.refined.size != self.x.size:  # not given: none
-            object.__setattr__(self, "refined", np.full(self.x.size, math.nan))
-        if not self.name:
-            object.__setattr__(self, "name", self.label)
-
-
-def _matches(row: dict, key: str, values: tuple) -> bool:
-    have = row["k"] if key == "k" else row.get(key)
-    for v in values:
-        if isinstance(v, str) or isinstance(have, str) or have is None:
-            if v == have or (
-                have is None and v == ("inf" if key == "buffer" else PARAMETER_DEFAULTS.get(key))
-            ):
-                return True
-        elif math.isclose(float(have), float(v), rel_tol=1e-9, abs_tol=1e-12):
-            return True
-    return False
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return a == b
-
-
-def _fmt(value) -> str:
-    return "inf" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
-
-
 def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
     """The lines of ``fig`` from store rows (:meth:`Store.rows`), in a stable order.
 
     For a ``response_cdf`` figure a line is the law ``P(T <= t)`` of one
     point at :data:`CDF_POINTS` times ``t`` (its ``ci95`` is NaN: the store
     keeps an interval per ``k``, not their joint law; :func:`cdf_quantiles`
-    gives the quantiles with theirs).
+    gives the quantiles with theirs). For an exponent figure (``kind =
+    "exponent"``) a line's ``y`` are the exponents fitted across ``fig.across``
+    at each ``x``, with their 95% half-widths.
 
     Raises:
-        ValueError: no row matches the figure's metrics, index and filters.
+        ValueError: no row matches the figure's metrics, index and filters
+            (an exponent figure: or no line has an exponent).
     """
     if fig.metrics == (CDF,):
         return _cdf_series(rows, fig)
-    picked = []
-    for r in rows:
-        if r["metric"] not in fig.metrics:
-            continue
-        if fig.index is not None and not _same(float(r["k"]), fig.index):
-            continue
-        if fig.x == "k" and r["k"] < 0:
-            continue
-        if all(_matches(r, k, v) for k, v in fig.where):
-            picked.append(r)
-    if not picked:
-        raise ValueError(
-            f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
-            + (f", k = {fig.index:g}" if fig.index is not None else "")
-            + (f" and filters {dict(fig.where)}" if fig.where else "")
-        )
+    picked = _picked(rows, fig)
+    if fig.kind == "exponent":
+        return _exponent_series(picked, fig)
     series_keys = fig.series
     if series_keys is None:
-        series_keys = _varying(picked, fig, lambda r: r["k"] if fig.x == "k" else r[fig.x])
+        series_keys = varying(picked, fig, lambda r: r["k"] if fig.x == "k" else r[fig.x])
     groups: OrderedDict = OrderedDict()
     for r in picked:
         panel = r.get(fig.panels) if fig.panels else None
         key = tuple(r.get(p) for p in series_keys)
-        groups.setdefault((_sort_key(panel), _sort_key(key), r["metric"]), (panel, key, []))
-        groups[(_sort_key(panel), _sort_key(key), r["metric"])][2].append(r)
+        groups.setdefault((sort_key(panel), sort_key(key), r["metric"]), (panel, key, []))
+        groups[(sort_key(panel), sort_key(key), r["metric"])][2].append(r)
     out = []
     for gkey in sorted(groups):
         panel, key, members = groups[gkey]
         xs = np.array([float(m["k"] if fig.x == "k" else m[fig.x]) for m in members])
         order = np.argsort(xs, kind="stable")
         scale = np.array([fig.scale(m) for m in members])
-        col = lambda name, members=members: _column(members, name)  # noqa: E731
-        label = _label(series_keys, key)
+        col = lambda name, members=members: column(members, name)  # noqa: E731
+        label = key_label(series_keys, key)
         many = len(fig.metrics) > 1
         if many:
             label = f"{label} {gkey[2]}".strip()
@@ -171,69 +120,109 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 (col("ci95") * scale)[order],
                 (col("theory") * scale)[order],
                 (col("refined") * scale)[order],
-                _name(fig, label or gkey[2], series_keys, key, members, gkey[2] if many else None),
+                line_name(
+                    fig, label or gkey[2], series_keys, key, members, gkey[2] if many else None
+                ),
                 tuple(members[i]["point_id"] for i in order),
             )
         )
-    return _check_labels(fig, out)
+    return check_labels(fig, out)
 
 
-def _name(fig: FigureSpec, label: str, series_keys: tuple, key: tuple, members, metric) -> str:
-    """A line's display name: the figure's ``labels`` entry for ``label``, else the
-    parameters that tell it apart (with its policy's options, where it has one policy)."""
-    given = fig.label_map().get(label)
-    if given is not None:
-        return given
-    shown = ("buffer", *PARAMETER_DEFAULTS)  # None is a value: infinite, exp, ...
-    params = {p: v for p, v in zip(series_keys, key) if v is not None or p in shown}
-    if "policy" in params:
-        for option in ("d", "z", "order"):
-            values = {m.get(option) for m in members}
-            if len(values) == 1 and None not in values:
-                params[option] = values.pop()
-    return line_label(params, metric) or label
-
-
-def _check_labels(fig: FigureSpec, series: list) -> list:
-    """``series``, or a ValueError where the figure's ``labels`` name a line it does not have."""
-    if unknown := sorted(set(fig.label_map()) - {s.label for s in series}):
-        lines = sorted({s.label for s in series})
+def _picked(rows: list[dict], fig: FigureSpec) -> list[dict]:
+    """The rows of ``fig``'s metrics at its ``k`` that pass its ``where``; a ValueError
+    where there are none."""
+    picked = []
+    for r in rows:
+        if r["metric"] not in fig.metrics:
+            continue
+        if fig.index is not None and not same(float(r["k"]), fig.index):
+            continue
+        if fig.x == "k" and r["k"] < 0:
+            continue
+        if all(matches(r, k, v) for k, v in fig.where):
+            picked.append(r)
+    if not picked:
         raise ValueError(
-            f"figure {fig.name!r}: labels names {', '.join(map(repr, unknown))}, not a line "
-            f"of the figure; its lines are {', '.join(map(repr, lines))}"
+            f"figure {fig.name!r}: no rows match its metrics {list(fig.metrics)}"
+            + (f", k = {fig.index:g}" if fig.index is not None else "")
+            + (f" and filters {dict(fig.where)}" if fig.where else "")
         )
-    return series
+    return picked
 
 
-def _varying(picked: list[dict], fig: FigureSpec, x_of) -> tuple:
-    """The default series: every parameter other than x and panels that varies at a fixed
-    x (``x_of(row)``) and panel."""
-    buckets: dict = {}
+def _exponent_series(picked: list[dict], fig: FigureSpec) -> list[Series]:
+    """The lines of an exponent figure: at each x, the exponent of the line's points
+    across ``fig.across`` (:func:`~jaxqueue.studies.fits.positive_fit`), with its 95%
+    half-width; theory and refined the exponents of the stored values (NaN where fewer
+    than two are positive). An x with no exponent is left out of its line."""
+    series_keys = fig.series
+    if series_keys is None:
+        series_keys = varying(picked, fig, lambda r: (r[fig.x], r[fig.across]))
+    groups: OrderedDict = OrderedDict()
     for r in picked:
-        key = (_sort_key(x_of(r)), _sort_key(r.get(fig.panels)) if fig.panels else None)
-        buckets.setdefault(key, []).append(r)
-    varying = [
-        p
-        for p in PARAMETERS
-        if p not in (fig.x, fig.panels) and any(_varies(b, p) for b in buckets.values())
-    ]
-    if "ratio" in varying:  # M follows N and r
-        varying = [p for p in varying if p != "n_dispatchers"]
-    if "alpha" in varying or "beta" in varying:  # the load follows N and alpha or beta
-        varying = [p for p in varying if p != "load"]
-    return tuple(varying)
+        panel = r.get(fig.panels) if fig.panels else None
+        key = tuple(r.get(p) for p in series_keys)
+        at = groups.setdefault((sort_key(panel), sort_key(key), r["metric"]), (panel, key, {}))
+        at[2].setdefault(sort_key(r[fig.x]), []).append(r)
+    out = []
+    for gkey in sorted(groups):
+        panel, key, by_x = groups[gkey]
+        fits = [f for x in sorted(by_x) if (f := _exponent(fig, by_x[x])) is not None]
+        if not fits:
+            continue
+        members = [m for x in sorted(by_x) for m in by_x[x]]
+        label = key_label(series_keys, key)
+        many = len(fig.metrics) > 1
+        if many:
+            label = f"{label} {gkey[2]}".strip()
+        columns = [np.array([f[i] for f in fits]) for i in range(5)]
+        out.append(
+            Series(
+                panel,
+                label or gkey[2],
+                gkey[2],
+                *columns,
+                line_name(
+                    fig, label or gkey[2], series_keys, key, members, gkey[2] if many else None
+                ),
+                tuple(i for f in fits for i in f[5]),
+            )
+        )
+    if not out:
+        raise ValueError(
+            f"figure {fig.name!r}: no exponent: no line has two points with positive "
+            f"estimates across {fig.across} at any {fig.x}"
+        )
+    return check_labels(fig, out)
 
 
-def _column(members: list[dict], name: str) -> np.ndarray:
-    return np.array([math.nan if m.get(name) is None else float(m[name]) for m in members])
-
-
-def _label(series_keys: tuple, key: tuple) -> str:
-    return " ".join(
-        _fmt(v) if p == "policy" else f"{p}={_fmt(PARAMETER_DEFAULTS.get(p) if v is None else v)}"
-        for p, v in zip(series_keys, key)
-        if v is not None or p in ("buffer", "service", "pools", "arrivals")  # an option the
-    )  # policy does not take is left out
+def _exponent(fig: FigureSpec, members: list[dict]) -> tuple | None:
+    """``(x, exponent, half-width, theory's, refined's, point ids)`` of one x's points
+    across ``fig.across``, or None where they have no exponent."""
+    across = np.array([float(m[fig.across]) for m in members])
+    if np.unique(across).size < across.size:
+        raise ValueError(
+            f"figure {fig.name!r}: two points at one {fig.across} in a fit at "
+            f"{fig.x}={fmt(members[0][fig.x])}: add the parameter that tells them apart "
+            "to series or panels, or keep one with where"
+        )
+    scale = np.array([fig.scale(m) for m in members])
+    replicas = np.array([int(m["replicas"]) for m in members])
+    fit = positive_fit(
+        across, column(members, "mean") * scale, column(members, "ci95") * scale, replicas
+    )
+    if fit is None:
+        return None
+    exact = []
+    for name in ("theory", "refined"):
+        values = column(members, name) * scale
+        ok = np.isfinite(values) & (values > 0)
+        have = np.unique(across[ok]).size >= 2
+        exact.append(power_law_fit(across[ok], values[ok]).slope if have else math.nan)
+    order = np.argsort(across, kind="stable")
+    ids = tuple(members[i]["point_id"] for i in order)
+    return (float(members[0][fig.x]), fit.slope, fit.ci95, *exact, ids)
 
 
 def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
@@ -243,7 +232,7 @@ def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
         r
         for r in rows
         if r["metric"] in ("arrival_seen", "response_quantile")
-        and all(_matches(r, k, v) for k, v in fig.where)
+        and all(matches(r, k, v) for k, v in fig.where)
     ]
     seen = [r for r in picked if r["metric"] == "arrival_seen"]
     if not seen:
@@ -261,33 +250,33 @@ def _cdf_curves(rows: list[dict], fig: FigureSpec) -> list[tuple]:
             )
     series_keys = fig.series
     if series_keys is None:
-        series_keys = _varying(seen, fig, lambda r: None)
+        series_keys = varying(seen, fig, lambda r: None)
     groups: dict = {}
     for r in picked:
         panel = r.get(fig.panels) if fig.panels else None
         key = tuple(r.get(p) for p in series_keys)
-        groups.setdefault((_sort_key(panel), _sort_key(key)), (panel, key, []))[2].append(r)
+        groups.setdefault((sort_key(panel), sort_key(key)), (panel, key, []))[2].append(r)
     out = []
     for gkey in sorted(groups):
         panel, key, members = groups[gkey]
-        label = _label(series_keys, key) or CDF
+        label = key_label(series_keys, key) or CDF
         if len({m["point_id"] for m in members}) > 1:
-            in_panel = "" if panel is None else f" in panel {fig.panels}={_fmt(panel)}"
+            in_panel = "" if panel is None else f" in panel {fig.panels}={fmt(panel)}"
             raise ValueError(
                 f"figure {fig.name!r}: a {CDF} curve is one point, and series "
                 f"{list(series_keys)} put {len({m['point_id'] for m in members})} points on "
                 f"the curve {label!r}{in_panel}: add the parameter that tells them apart to "
                 "series or panels, or keep one with where (e.g. where = { load = 0.9 })"
             )
-        out.append((panel, label, members, _name(fig, label, series_keys, key, members, None)))
+        out.append((panel, label, members, line_name(fig, label, series_keys, key, members, None)))
     return out
 
 
-def _seen_weights(members: list[dict], column: str):
-    """A point's ``arrival_seen`` (``w_k`` at each ``k``) from ``column``, or None where
+def _seen_weights(members: list[dict], field: str):
+    """A point's ``arrival_seen`` (``w_k`` at each ``k``) from ``field``, or None where
     some ``k`` has no finite value (no theory; a replica set that saw no arrival)."""
     seen = [m for m in members if m["metric"] == "arrival_seen"]
-    values = _column(seen, column)
+    values = column(seen, field)
     if not np.isfinite(values).all() or not values.sum() > 0:
         return None
     w = np.zeros(int(max(m["k"] for m in seen)) + 1)
@@ -330,7 +319,7 @@ def _cdf_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 (members[0]["point_id"],),
             )
         )
-    return _check_labels(fig, out)
+    return check_labels(fig, out)
 
 
 def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
@@ -351,30 +340,16 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
                 panel,
                 label,
                 "response_quantile",
-                _column(qs, "k"),
-                _column(qs, "mean"),
-                _column(qs, "ci95"),
-                _column(qs, "theory"),
-                _column(qs, "refined"),
+                column(qs, "k"),
+                column(qs, "mean"),
+                column(qs, "ci95"),
+                column(qs, "theory"),
+                column(qs, "refined"),
                 name,
                 (members[0]["point_id"],),
             )
         )
     return out
-
-
-def _varies(rows, key) -> bool:
-    return len({_sort_key(r.get(key)) for r in rows}) > 1
-
-
-def _sort_key(value):
-    if isinstance(value, tuple):
-        return tuple(_sort_key(v) for v in value)
-    if value is None:
-        return (2, 0.0, "")
-    if isinstance(value, str):
-        return (1, 0.0, value)
-    return (0, float(value), "")
 
 
 def summarize(series: list[Series]) -> list[dict]:
@@ -424,6 +399,8 @@ def theory_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | 
     """
     if fig.x != "load" or not fig.theory or fig.metrics == (CDF,) or series.x.size < 2:
         return None
+    if fig.kind != "values":
+        return None
     if spec.run.theory not in ("mean-field", "refined") or not np.isfinite(series.theory).any():
         return None
     by_id = {p.point_id(): p for p in spec.points}
@@ -444,6 +421,11 @@ def theory_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | 
         values = theory_values(fine, "mean-field", {} if cache is None else cache)
     except (ValueError, RuntimeError, ArithmeticError):  # a load between the points it
         return None  # cannot solve: theory at the points, as stored
+    if series.metric in {n for name, _ in spec.metrics for n in (name, name + PER_ARRIVAL)}:
+        values = [
+            at_fixed_point(r, spec.point_metrics(p), p.servers, p.dispatchers, p.load)
+            for r, p in zip(values, fine)
+        ]
     y = np.array(
         [
             math.nan

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxqueue.results.estimates import t_quantile_975
 
-__all__ = ["Slope", "power_law_fit", "local_slopes", "store_series"]
+__all__ = ["Slope", "power_law_fit", "positive_fit", "local_slopes", "store_series"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +93,19 @@ def power_law_fit(x, y, ci95=None, replicas=None) -> Slope:
     else:
         half = math.nan
     return Slope(slope, float(half), intercept, chi2, dof, int(x.size), fewest)
+
+
+def positive_fit(x, y, ci95, replicas) -> Slope | None:
+    """:func:`power_law_fit` of the points with a positive estimate and a positive
+    finite half-width (a zero estimate, as where no replica saw the event, has no
+    log), or None with fewer than two of them at distinct ``x``."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ci95 = np.asarray(ci95, dtype=np.float64)
+    keep = (y > 0) & (ci95 > 0) & np.isfinite(y) & np.isfinite(ci95)
+    if np.unique(x[keep]).size < 2:
+        return None
+    counts = np.broadcast_to(np.asarray(replicas), x.shape)[keep]
+    return power_law_fit(x[keep], y[keep], ci95[keep], counts)
 
 
 def local_slopes(x, y, ci95=None, replicas=None) -> list[Slope]:

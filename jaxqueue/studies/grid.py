@@ -55,6 +55,7 @@ __all__ = [
     "shape_groups",
     "window_overruns",
     "DEFAULT_BATCH_POINTS",
+    "warmup_warning",
     "CPU_MERGE_RATIO",
 ]
 
@@ -277,19 +278,44 @@ def _shape_words(points: list, chosen: list, size: int) -> str:
 
 def _warn_warmup(spec: GridSpec, failed: list, ran: int, log) -> None:
     """Say on ``log`` which points' warm-up diagnostic failed: their rows may be biased."""
-    shown = ", ".join(
-        " ".join(f"{k}={v}" for k, v in p.params().items() if k in ("policy", "servers", "load"))
-        for p in failed[:3]
-    )
+    print(warmup_warning(spec, failed, ran), file=log, flush=True)
+
+
+def warmup_warning(spec: GridSpec, failed: list, ran: int) -> str:
+    """The sweep's warning for the points ``failed`` (of ``ran``) whose warm-up diagnostic
+    failed, naming the first three and the ``[run]`` keys that would change the verdict:
+    a longer warm-up or window, and a mean-field start only where a failed point started
+    empty and its policy has a mean field."""
+
+    def words(p) -> str:
+        extra = "".join(
+            f" {k}={v:g}" for k, v in (("alpha", p.alpha), ("beta", p.beta)) if v is not None
+        )
+        return f"policy={p.policy} n_servers={p.servers} load={p.load:.6g}{extra}"
+
+    run = spec.run
+    shown = ", ".join(words(p) for p in failed[:3])
     more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
-    print(
+    warm = "warmup" if run.warmup is not None else "warmup_time"
+    window = "steps" if run.steps is not None else "time"
+    advice = f"lengthen the warm-up ({warm} in [run]) or the measured window ({window} in [run])"
+    if any(_started_empty(run.init, p) for p in failed):
+        advice += ', or start from the mean field (init = "mean-field" in [run])'
+    return (
         f"[jaxqueue] {spec.name}: warning: the warm-up diagnostic failed at {len(failed)} of "
         f"the {ran} points run ({shown}{more}; warmup_passed = 0 in the store): their "
-        "estimates may carry the start's bias; lengthen warmup_time in [run], or start "
-        'from the mean field (init = "mean-field")',
-        file=log,
-        flush=True,
+        f"estimates may carry the start's bias; {advice}"
     )
+
+
+def _started_empty(init: str, point) -> bool:
+    """Whether ``point`` started empty under the spec's ``init`` though its policy has a
+    mean field to start from (``"auto"`` starts small systems empty)."""
+    if init == "mean-field" or (
+        init == "auto" and point.servers >= planner.AUTO_MEAN_FIELD_SERVERS
+    ):
+        return False
+    return make(point.policy, **dict(point.options)).mean_field_kind() != "none"
 
 
 def _check_groups(groups, init: str) -> None:

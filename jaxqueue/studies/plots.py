@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 
 from jaxqueue.studies.baselines import BASELINE_NAMES, baseline_curve
-from jaxqueue.studies.figure_spec import axis_label, line_label, metric_label
+from jaxqueue.studies.figure_spec import axis_label, line_label, metric_label, reference_line
 from jaxqueue.studies.figures import (
     CDF,
     FigureSpec,
@@ -50,6 +50,8 @@ DODGE = 0.008
 #: Line style and width of a response-time law: simulated, theory, refined mean field.
 _CDF_STYLES = {"y": ("-", 1.5), "theory": (":", 1.2), "refined": ("--", 1.0)}
 _LEGEND = {"fontsize": 8, "frameon": False}
+#: The colour of a figure's reference line.
+_REFERENCE = "tab:red"
 
 
 def pyplot_free_figure(**kw):
@@ -137,6 +139,7 @@ def plot_series(
     dodge: float = DODGE,
     baselines: list | None = None,
     baseline_name: str | None = None,
+    reference: tuple | None = None,
 ):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
 
@@ -158,12 +161,18 @@ def plot_series(
         baselines: per line, ``(x, y)`` of an approximation drawn dotted in its
             colour (:func:`~jaxqueue.studies.baselines.baseline_curve`), or None;
             ``baseline_name`` names it in the legend.
+        reference: ``(x, y, name)`` of a reference line (a paper's rate), drawn
+            wide and light behind the lines, or None.
     """
     if ax is None:
         ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
     colors = {} if colors is None else colors
     curves = [None] * len(series) if curves is None else curves
     lowest = np.inf  # the smallest value drawn on a log y axis
+    if reference is not None:
+        rx, ry, name = reference
+        ok = _positive(ry, logy) & _positive(rx, logx)
+        ax.plot(rx[ok], ry[ok], "-", color=_REFERENCE, lw=3, alpha=0.45, label=name, zorder=1)
     for i, (s, x, curve) in enumerate(zip(series, dodged_x(series, logx, dodge), curves)):
         color = colors.setdefault(s.label, f"C{len(colors) % 10}")
         keep = _positive(s.y, logy) & _positive(s.x, logx)
@@ -288,9 +297,20 @@ def _heading(title: str, caption: str, width_inches: float) -> str:
 def _ylabel(fig: FigureSpec) -> str:
     if fig.ylabel:
         return fig.ylabel
+    if fig.kind == "exponent":
+        return f"exponent fitted across {axis_label(fig.across)} (95% intervals)"
     if len(fig.metrics) > 1:
         return "value" + (f" x {fig.y_scale}" if fig.y_scale else "")
     return metric_label(fig.metrics[0], fig.index) + (f" x {fig.y_scale}" if fig.y_scale else "")
+
+
+def _reference(fig: FigureSpec, series: list) -> tuple | None:
+    """``(x, y, name)`` of a figure's reference line over its lines' x, or None."""
+    xs = np.concatenate([s.x for s in series]) if series else np.zeros(0)
+    line = reference_line(fig, xs)
+    if line is None:
+        return None
+    return (*line, fig.reference_label or f"reference: {fig.reference}")
 
 
 def _axes(fig: FigureSpec, panels: list, ax):
@@ -356,6 +376,7 @@ def plot_figure(
                 curves=[curves[i] for i in mine],
                 baselines=[lines[i] for i in mine],
                 baseline_name=BASELINE_NAMES.get(fig.baseline),
+                reference=_reference(fig, [series[i] for i in mine]),
                 **style,
             )
         else:

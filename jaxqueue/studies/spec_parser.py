@@ -519,7 +519,7 @@ class SpecParser:
                 line = self.keys.get((part, key)) or self.keys.get((part, ""), 1)
                 raise SpecError(message, line)
 
-            fig = parse_figure(table, fail)
+            fig = parse_figure(table, fail, tuple(self.data.get("metrics", {})))
             if fig.name in names:
                 fail("name", f"two figures are named {fig.name!r}")
             names.add(fig.name)
