@@ -5,14 +5,16 @@ linear and Gaussian; the reflected process's stationary moments satisfy
 ``E[Q_1] = -beta``, ``E[Q_1^2] = 1 + beta^2 - beta E[Q_2] / 2`` and ``E[Q_1
 Q_2] = -beta E[Q_2] / 2`` (Ito's formula; docs/diffusion.md). The simulated
 side: JSQ's transient against the exact chain of (idle servers, servers with
-two tasks), whose finite-N gap from the limit halves as N quadruples, and a
-slice of sweeps/mukherjee_process.py's quick mode.
+two tasks), whose finite-N gap from the limit halves as N quadruples, a
+slice of sweeps/mukherjee_process.py's quick mode, and the finite horizon's
+level bound of idle-first with d = 1 (runs.bounds.horizon_levels).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ import pytest
 import jaxqueue as jq
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.stats import tolerance, within
+from jaxqueue.runs import bounds
 from jaxqueue.theory import diffusion
 
 SCRIPT = Path(__file__).resolve().parents[1] / "sweeps" / "mukherjee_process.py"
@@ -139,3 +142,82 @@ def test_quick_mode_slice_runs_and_sits_near_the_limit(tmp_path):
     path = tmp_path / "process.png"
     script.plot(data, str(path))
     assert path.stat().st_size > 10_000
+
+
+def _poisson_sf(mean: float, k: int) -> float:
+    """``P(X >= k)`` for ``X ~ Poisson(mean)``, summed (float64)."""
+    terms = [math.exp(j * math.log(mean) - mean - math.lgamma(j + 1)) for j in range(k, k + 400)]
+    return math.fsum(terms)
+
+
+def test_the_horizon_bound_covers_the_poisson_arrivals_of_the_transients_steps():
+    """``horizon_levels`` for idle-first d = 1 from every server at one task
+    over 5 time units: far below the stationary default (Random's tail), and
+    ``N P(A >= L) < 1e-6`` for the arrivals ``A`` a server can be picked by
+    (Poisson of mean ``lambda`` per time unit over the horizon and the
+    steps past it), exactly. Other policies get None."""
+    pol = jq.make("idle-first", d=1)
+    for n in (100, 400, 1600, 102400):
+        lam = jq.halfin_whitt_load(n, 1.0)
+        top = bounds.horizon_levels(pol, n, lam, 5.0, start_top=1)
+        assert top % 4 == 0 and 8 <= top <= 40
+        assert top < bounds.default_levels(pol, n, 1, lam) / 5
+        rate = n * (lam + 1.0)
+        steps = rate * 5.0 + 8.0 * math.sqrt(rate * 5.0) + 40 + 256  # sim.transient's, to a block
+        assert n * _poisson_sf(steps * lam / rate, top) < 1e-6  # queue <= 1 + A passes top
+        assert bounds.required_levels(pol, n, 1, lam) == 2  # the mean field: none past 1
+    at_1600 = bounds.horizon_levels(pol, 1600, 0.975, 5.0)
+    assert bounds.horizon_levels(pol, 1600, 0.975, 10.0) > at_1600  # a longer horizon
+    assert bounds.horizon_levels(pol, 1600, 0.975, 5.0, start_top=9) == at_1600 + 8
+    for other in (jq.make("idle-first", d=2), jq.make("jsq"), jq.make("random")):
+        assert bounds.horizon_levels(other, 1600, 0.975, 5.0) is None
+    assert bounds.required_levels(jq.make("random"), 1600, 1, 0.975) == 292
+
+
+@pytest.mark.slow
+def test_a_queue_past_an_explicit_bound_fails_the_transient():
+    """Idle-first d = 1 at N = 100 from every server at one task: with
+    ``levels=2`` the queues that reach three tasks are overflows and the run
+    fails; with the horizon's bound it runs, within the steps the bound covers."""
+    lam = jq.halfin_whitt_load(100, 1.0)
+    args = dict(times=[0.0, 5.0], replicas=16, seed=0, init=[0.0, 1.0])
+    with pytest.raises(jq.LevelOverflowError, match="levels=2"):
+        jq.transient("idle-first", lam, 100, d=1, levels=2, **args)
+    top = bounds.horizon_levels(jq.make("idle-first", d=1), 100, lam, 5.0)
+    res = jq.transient("idle-first", lam, 100, d=1, levels=top, **args)
+    assert res.tail.mean.shape == (2, top + 1) and res.tail.mean[1, 3] > 0.0
+    rate = 100 * (lam + 1.0)  # the steps the bound covers hold the run's
+    assert res.settings["steps"] <= rate * 5.0 + 12.0 * math.sqrt(rate * 5.0) + 64 + 512
+
+
+@pytest.mark.slow
+def test_the_gap_of_d2_from_the_limit_shrinks_from_n400_to_n1600():
+    """Idle-first d = 2, ``E[Qbar_2(5)]`` at N = 400 and 1600 (16384 replicas
+    each, 95% half-widths 0.013 and 0.014): its gap below the limit (2^14
+    paths, the script's; 0.740 ± 0.014) shrinks, 0.087 to 0.046 (JSQ's exact
+    chain: 0.089 to 0.048). At the house family-wise 0.001 (family 2): the
+    shrink (0.041 against about 0.034 tolerated), and the N = 1600 curve still
+    below the limit (0.046 against about 0.036), so it shrinks towards it, not
+    past it."""
+    sim = {}
+    for n in (400, 1600):
+        res = jq.transient(
+            "idle-first",
+            jq.halfin_whitt_load(n, 1.0),
+            n,
+            d=2,
+            times=[5.0],
+            replicas=16384,
+            seed=5,
+            init=[0.0, 1.0],
+        )
+        sim[n] = _script().scaled(res, n)["q2"]
+    full = diffusion.diffusion_paths(1.0, _script().TIMES, paths=1 << 14, dt=0.01, seed=0).q2
+    limit = Estimate(full.mean[-1:], full.ci95[-1:], full.n)
+
+    def tol(est):
+        return tolerance(est, family=2)
+
+    shrink, left = sim[1600].mean - sim[400].mean, limit.mean - sim[1600].mean
+    assert np.all(shrink > np.hypot(tol(sim[400]), tol(sim[1600]))), shrink
+    assert np.all(left > np.hypot(tol(limit), tol(sim[1600]))), left

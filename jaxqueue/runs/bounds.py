@@ -4,7 +4,8 @@ The simulator tracks queue lengths ``0..levels`` and I-queue sizes
 ``0..iqueue_levels``; passing a bound is an overflow that is counted and, by
 default, fails the run with advice. The defaults come from the mean-field tail
 of each policy (an upper bound where the policy has no closed form), with a
-margin for finite-``N`` fluctuations, so that an overflow is very unlikely.
+margin for finite-``N`` fluctuations, so that an overflow is very unlikely;
+:func:`horizon_levels` bounds a transient's queues over a finite horizon instead.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import numpy as np
 
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.host import host_float64
+from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
+from jaxqueue.policies.jiq import IdleFirst
 from jaxqueue.theory import mean_field, periodic
 from jaxqueue.theory.p0 import host_p0, iqueue_distribution
 
@@ -26,6 +29,7 @@ __all__ = [
     "mean_field_tail_bound",
     "required_levels",
     "default_levels",
+    "horizon_levels",
     "default_iqueue_levels",
     "mph1_tail",
     "phase_levels",
@@ -83,9 +87,55 @@ def _first_level(log_tail, threshold_log: float) -> int:
 
 
 def required_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: float) -> int:
-    """Smallest level bound the mean field allows: fewer than one server is expected past it."""
+    """Smallest level bound the mean field allows: fewer than one server is expected past it.
+
+    Idle-first with ``d = 1`` (one dispatcher) has a mean field with no server
+    holding two tasks below capacity (every arrival finds an idle server), so
+    any bound of at least 2 is allowed; its default stays Random's tail, which
+    bounds its stationary queues, and an explicit smaller bound (for a finite
+    horizon: :func:`horizon_levels`) is guarded by the overflow detector.
+    """
+    if _random_fallback(policy) and load < 1.0:
+        return 2
     log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
     return _first_level(log_tail, -math.log(n_servers))
+
+
+def _random_fallback(policy: Policy) -> bool:
+    """Idle-first with ``d = 1``: to an idle server if there is one, else to a uniform server."""
+    return isinstance(policy, IdleFirst) and policy.d == 1
+
+
+def horizon_levels(
+    policy: Policy, n_servers: int, load: float, horizon: float, start_top: int = 1
+) -> int | None:
+    """A level bound for a transient of ``horizon`` time units from a start whose
+    longest queue is ``start_top``, or None where the policy's routing gives none.
+
+    For idle-first with ``d = 1`` (exponential servers of rate 1): fewer than
+    ``1e-6`` servers are expected to pass it, at any step the transient runs
+    (its steps past ``horizon``, the uniformized chain's Poisson tail, included).
+    """
+    if not _random_fallback(policy):
+        return None
+    # Server j's queue grows past 1 only by tasks sent while no server is idle,
+    # each to a uniform server. Let every arrival pick a uniform server (used
+    # only then): from the last time j held at most one task (or the start),
+    # its queue is at most max(q_j(0), 1) + A_j, A_j the arrivals that pick j.
+    # Over K steps of the uniformized chain (rate N (lambda + 1)), A_j is
+    # Binomial(K, lambda / ((lambda + 1) N)) of mean m, and Chernoff's bound
+    # P(A_j >= k) <= e^-m (e m / k)^k holds for k > m. The union over the N
+    # servers needs N P(A_j >= k) < 1e-6. K covers the transient's steps: its
+    # Poisson tail past rate * horizon (sim.transient: 8 sqrt + 40), to a block.
+    rate = n_servers * (float(load) + 1.0)
+    steps = rate * horizon + 12.0 * math.sqrt(rate * horizon) + 64.0 + 2 * BLOCK
+    m = steps * float(load) / rate
+    threshold = math.log(1e-6 / n_servers)
+    k = max(1, math.floor(m) + 1)
+    while -m + k * (1.0 + math.log(m / k)) >= threshold:
+        k += 1
+    level = max(int(start_top), 1) + k - 1
+    return int(4 * math.ceil(level / 4))
 
 
 #: Below this many servers the mean field is no guide to the largest queues
