@@ -52,6 +52,7 @@ _PUBLIC = {
     "simulate": "jaxqueue.api",
     "sweep": "jaxqueue.api",
     "sensitivity": "jaxqueue.studies.sensitivity",
+    "paired": "jaxqueue.studies.paired",
     "transient": "jaxqueue.runs.transient",
     "TransientResult": "jaxqueue.runs.transient",
 }

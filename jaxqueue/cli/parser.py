@@ -12,6 +12,7 @@ import importlib.metadata
 import sys
 
 from jaxqueue.cli.metric_flags import add_compare_metric, add_user_metrics
+from jaxqueue.cli.paired_flags import add_paired
 from jaxqueue.core.config import COMPARE_TIME, COMPARE_WARMUP_TIME, DEFAULT_REPLICAS
 
 __all__ = ["build_parser", "DESCRIPTION", "package_version"]
@@ -484,6 +485,7 @@ def _compare_parser(sub) -> None:
         "measured window",
     )
     add_compare_metric(p)
+    add_paired(p)
     p.add_argument("--progress", action="store_true", help="progress on stderr")
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from jaxqueue.cli.output import num
+from jaxqueue.cli.paired_command import run_paired
 from jaxqueue.policies import make
 from jaxqueue.results.estimates import entries
 from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
@@ -53,6 +54,8 @@ def _policy_list(text: str) -> list:
 
 
 def cmd_compare(args) -> int:
+    if args.paired:
+        return run_paired(args, _policy_list(args.policies))
     if args.metric in POOL_METRICS + POOL_QUANTILE_NAMES and args.pools is None:
         raise ValueError(
             f"--metric {args.metric} is a metric by server pool: give --pools (e.g. 0.2:2,0.8:1)"

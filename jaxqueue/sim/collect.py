@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from jaxqueue.core.arrivals import Trace
@@ -11,14 +13,75 @@ from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import System
 from jaxqueue.core.user_metrics import PER_ARRIVAL, metric_settings
 from jaxqueue.core.versions import versions
-from jaxqueue.results.simulation import SimulationResult, from_stats
+from jaxqueue.results.simulation import SimulationResult, from_stats, metric_samples
 from jaxqueue.sim.classes import class_table
 
-__all__ = ["load_results", "LEVEL_SUMS"]
+__all__ = ["load_results", "load_sums", "load_samples", "LoadSums", "LEVEL_SUMS"]
 
 #: The window sums indexed by queue length (last axis ``levels + 1``): a
 #: load with its own buffer below the batch's reports its own levels.
 LEVEL_SUMS = ("tail", "seen")
+
+
+class LoadSums(NamedTuple):
+    """One load's window sums and what turns them into metrics (:func:`load_sums`)."""
+
+    sums: dict  # each replica's window sums, leading axis R
+    batches: dict | None  # each replica's batches' sums (R, B, ...), or None (no batch means)
+    load: np.ndarray  # float64 (R,): the replicas' lambda
+    policy: object  # the Policy simulated
+    single: bool  # one dispatcher of an exchangeable policy: only p0 of the I-queues
+    keywords: dict  # rate, step_rate, laws, fractions, metrics of metric_samples and from_stats
+
+
+def load_sums(run, j: int, sums: dict | None = None) -> LoadSums:
+    """Load ``j``'s window sums of a finished :class:`~jaxqueue.sim.runner.Run`
+    (cut to its own levels) and the keywords of
+    :func:`~jaxqueue.results.simulation.metric_samples`; ``sums``: the run's
+    :meth:`~jaxqueue.sim.totals.Totals.sums`, if already taken."""
+    p = run.plan
+    if sums is None:
+        sums = run.totals.sums()
+        sums["overflow"], sums["iq_overflow"] = run.overflow[:, 0], run.overflow[:, 1]
+    system, pol = p.system, p.policy
+    laws = fractions = None
+    if system.classes:  # each pool's law at its speed and first class
+        table = class_table(system)
+        laws = tuple(zip(pool_laws(table.pools), table.base))
+    if system.pools is not None:  # each pool's share of the servers
+        fractions = tuple(q.count / system.n_servers for q in system.pools)
+    w, lam = run.windows[j], p.loads[j]
+    part = {k: v[w.rows] for k, v in sums.items()}
+    bpart = None
+    if p.interval == "batch-means":
+        bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
+    own = p.load_system(j)
+    if own.levels < system.levels:  # a load's own buffer: its levels, as alone
+        part, bpart = (_own_levels(x, own.levels) for x in (part, bpart))
+    keywords = dict(
+        rate=system.service_rate if system.classes else None,
+        step_rate=_sample_rate(system, lam),
+        laws=laws,
+        fractions=fractions,
+        metrics=tuple((m.name, m.name + PER_ARRIVAL) for m in p.metrics),
+    )
+    load = p.load_vector()[w.rows].astype(np.float64)
+    single = system.n_dispatchers == 1 and not pol.per_server
+    return LoadSums(part, bpart, load, pol, single, keywords)
+
+
+def load_samples(run, j: int, sums: dict | None = None) -> tuple[dict, dict | None]:
+    """Load ``j``'s per-replica value of every metric
+    (:func:`~jaxqueue.results.simulation.metric_samples`, sample axis first),
+    and per batch, ``(R, B, ...)``, with batch means (else None)."""
+    x = load_sums(run, j, sums)
+    whole = metric_samples(x.sums, x.load, x.policy, x.single, **x.keywords)
+    if x.batches is None:
+        return whole, None
+    r, b = np.shape(x.batches["steps"])[:2]
+    flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in x.batches.items()}
+    per = metric_samples(flat, np.repeat(x.load, b), x.policy, x.single, **x.keywords)
+    return whole, {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
 
 
 def load_results(run, wall_seconds: float | None = None) -> list[SimulationResult]:
@@ -26,42 +89,23 @@ def load_results(run, wall_seconds: float | None = None) -> list[SimulationResul
     p = run.plan
     sums = run.totals.sums()
     sums["overflow"], sums["iq_overflow"] = run.overflow[:, 0], run.overflow[:, 1]
-    load_vec = p.load_vector()
-    system, pol = p.system, p.policy
     recorded = versions()
-    laws = fractions = None
-    if system.classes:  # each pool's law at its speed and first class
-        table = class_table(system)
-        laws = tuple(zip(pool_laws(table.pools), table.base))
-    if system.pools is not None:  # each pool's share of the servers
-        fractions = tuple(q.count / system.n_servers for q in system.pools)
     results = []
     for j, (lam, w, (n, m)) in enumerate(zip(p.loads, run.windows, p.load_sizes())):
-        own = p.load_system(j)
-        settings = _settings(p, own, lam, w, n, m, wall_seconds, recorded)
+        settings = _settings(p, p.load_system(j), lam, w, n, m, wall_seconds, recorded)
         if p.metrics:  # what the user metrics were (reproducibility)
             settings["metrics"] = metric_settings(p.metrics)
-        part = {k: v[w.rows] for k, v in sums.items()}
-        single = system.n_dispatchers == 1 and not pol.per_server
-        bpart = None
-        if p.interval == "batch-means":
-            bpart = {k: np.stack([b[k] for b in w.sums], axis=1) for k in w.sums[0]}
-        if own.levels < system.levels:  # a load's own buffer: its levels, as alone
-            part, bpart = (_own_levels(x, own.levels) for x in (part, bpart))
+        x = load_sums(run, j, sums)
         results.append(
             from_stats(
-                part,
-                load_vec[w.rows].astype(np.float64),
-                pol,
-                single,
+                x.sums,
+                x.load,
+                x.policy,
+                x.single,
                 settings,
-                batches=bpart,
-                rate=system.service_rate if system.classes else None,
-                step_rate=_sample_rate(system, lam),
-                laws=laws,
-                fractions=fractions,
-                metrics=tuple((m.name, m.name + PER_ARRIVAL) for m in p.metrics),
+                batches=x.batches,
                 diagnostics={"warmup_diagnostic": w.diagnostic},
+                **x.keywords,
             )
         )
     return results

@@ -13,17 +13,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxqueue.core.arrivals import Trace
 from jaxqueue.core.config import split_keywords
-from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import MAX_SERVERS, check_int
 from jaxqueue.core.user_metrics import PER_ARRIVAL
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
-from jaxqueue.results.simulation import batch_means, metric_samples
+from jaxqueue.results.simulation import batch_means
 from jaxqueue.results.stats import tolerance
 from jaxqueue.runs import planner
-from jaxqueue.sim.classes import class_table
+from jaxqueue.sim.collect import load_samples
 from jaxqueue.sim.runner import Plan, Run
 
 __all__ = [
@@ -37,6 +35,9 @@ __all__ = [
     "Sides",
     "default_step",
     "load_at",
+    "scalar_names",
+    "side_samples",
+    "paired_estimates",
 ]
 
 #: The parameters a sensitivity is taken in: the load ``lambda``, ``alpha`` of
@@ -239,8 +240,8 @@ def sensitivity(
     )
     r = Run.start(p).advance(progress=progress)
     sides = r.results()
-    names = _scalar_names(sides[0], p)
-    samples = [_side_samples(r, j, names) for j in range(len(p.loads))]
+    names = scalar_names(sides[0], p)
+    samples = [side_samples(r, j, names) for j in range(len(p.loads))]
     out = _derivatives(samples, values, richardson)
     curved = _curved(out.get("gap", {}))
     settings = dict(sides[0].settings, parameter=parameter, value=value, h=h)
@@ -332,7 +333,7 @@ def _parameter(parameter, load, alpha, beta) -> tuple[str, float]:
     return parameter, float(value)
 
 
-def _scalar_names(result, p) -> tuple:
+def scalar_names(result, p) -> tuple:
     """The scalar metrics a side reports (not None), its quantiles and user metrics."""
     names = [k for k in SCALAR_METRICS if getattr(result, k, None) is not None]
     if result.response_quantiles:
@@ -342,51 +343,29 @@ def _scalar_names(result, p) -> tuple:
     return tuple(names)
 
 
-def _side_samples(r: Run, j: int, names: tuple):
+def side_samples(r: Run, j: int, names: tuple):
     """Side ``j``'s per-replica values of each metric, and per batch (batch means) or None."""
-    p = r.plan
-    system, pol = p.system, p.policy
-    w = r.windows[j]
-    lam = p.loads[j]
-    laws = fractions = None
-    if system.classes:
-        table = class_table(system)
-        laws = tuple(zip(pool_laws(table.pools), table.base))
-    if system.pools is not None:
-        fractions = tuple(q.count / system.n_servers for q in system.pools)
-    trace = isinstance(system.arrivals, Trace)
-    kw = dict(
-        rate=system.service_rate if system.classes else None,
-        step_rate=system.service_rate if trace else system.step_rate(lam),
-        laws=laws,
-        fractions=fractions,
-        metrics=tuple(m.name for m in p.metrics),
-    )
-    single = system.n_dispatchers == 1 and not pol.per_server
-    sums = r.totals.sums(rows=w.rows)
-    whole = metric_samples(sums, np.full(p.replicas, lam), pol, single, **kw)
-    whole = _scalars(whole, names)
-    if p.interval != "batch-means":
-        return whole, None
-    n_batches = len(w.sums)
-    flat = {k: np.concatenate([b[k] for b in w.sums]) for k in w.sums[0]}
-    per = metric_samples(flat, np.full(p.replicas * n_batches, lam), pol, single, **kw)
-    per = {k: v.reshape(n_batches, p.replicas).T for k, v in _scalars(per, names).items()}
-    return whole, per
+    whole, per = load_samples(r, j)
+    if per is None:
+        return _scalars(whole, names), None
+    # (R, B) laid out batch by batch: the order in which the batch means sum them
+    return _scalars(whole, names), {
+        k: np.asfortranarray(v) for k, v in _scalars(per, names).items()
+    }
 
 
 def _scalars(samples: dict, names: tuple) -> dict:
-    """``{name: (S,)}`` of the scalar metrics ``names`` from :func:`metric_samples`."""
+    """``{name: (S,)}`` (or ``(R, B)``) of the scalar metrics ``names`` from :func:`metric_samples`."""
     out = {}
     for name in names:
         if name in QUANTILE_NAMES:
-            out[name] = samples["response_quantiles"][:, QUANTILE_NAMES.index(name)]
+            out[name] = samples["response_quantiles"][..., QUANTILE_NAMES.index(name)]
         else:
             out[name] = np.asarray(samples[name], np.float64)
     return out
 
 
-def _paired(combine, samples: list, interval_batches: bool) -> dict:
+def paired_estimates(combine, samples: list, interval_batches: bool) -> dict:
     """``{name: Estimate}`` of ``combine(side values...)`` per replica (or per batch)."""
     out = {}
     for name in samples[0][0]:
@@ -407,7 +386,7 @@ def _derivatives(samples: list, values: tuple, richardson: bool) -> dict:
     def at_h(lo, hi, *_):
         return (hi - lo) / wide
 
-    out = {"derivatives": _paired(at_h, samples, batched)}
+    out = {"derivatives": paired_estimates(at_h, samples, batched)}
     if not richardson:
         return out
     narrow = values[3] - values[2]
@@ -421,9 +400,9 @@ def _derivatives(samples: list, values: tuple, richardson: bool) -> dict:
     def gap(lo, hi, lo2, hi2):
         return at_h(lo, hi) - at_half(lo, hi, lo2, hi2)
 
-    out["half_step"] = _paired(at_half, samples, batched)
-    out["extrapolated"] = _paired(extrapolated, samples, batched)
-    out["gap"] = _paired(gap, samples, batched)
+    out["half_step"] = paired_estimates(at_half, samples, batched)
+    out["extrapolated"] = paired_estimates(extrapolated, samples, batched)
+    out["gap"] = paired_estimates(gap, samples, batched)
     return out
 
 

@@ -1,0 +1,130 @@
+"""Paired comparisons on common random numbers (jaxqueue.studies.paired, docs/crn.md).
+
+The fast tests check the arguments and that the points share their keys; the
+slow ones count how often the paired interval covers the exact chain's
+difference, measure how much narrower it is than independent runs', and check
+that two policies are reported as not coupled. The compiled shape is that of
+tests/test_sensitivity.py: Pod(2) at N = 3, four points of 16 replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import jaxqueue as jq
+from jaxqueue.cli import main as cli_main
+from jaxqueue.exact import solve_exact
+from jaxqueue.sim.placement import placement
+from jaxqueue.studies.paired import coupling_threshold, paired, plan_points
+
+#: Pod(2) at N = 3: four loads, 16 replicas each (the shape of the sensitivity tests).
+SMALL = dict(d=2, replicas=16, levels=24, steps=12_800)
+LOADS = (0.6, 0.65, 0.7, 0.75)
+
+
+def _plans(models, load, n_servers=None, **options):
+    return [g.plan for g in plan_points(models, load, n_servers, **options)]
+
+
+def test_the_points_share_their_keys():
+    (one,) = _plans("pod", [0.7, 0.8], 3, d=2, replicas=4, steps=256, levels=16)
+    assert one.streams == (0, 0)
+    keys = np.asarray(placement(one)[2]).reshape(2, 4, 2)
+    assert np.array_equal(keys[0], keys[1])
+    # two policies: a batch each, on the same keys
+    a, b = _plans([jq.Model("pod", 3, d=2), jq.Model("jsq", 3)], 0.7, replicas=4, steps=256)
+    assert np.array_equal(np.asarray(placement(a)[2]), np.asarray(placement(b)[2]))
+
+
+@pytest.mark.parametrize(
+    "models, load, error, text",
+    [
+        ("pod", 0.7, ValueError, "two or more points"),
+        ("pod", None, TypeError, "needs load"),
+        (["pod", "jsq", "random"], [0.7, 0.8], ValueError, "3 models and 2 loads"),
+    ],
+)
+def test_arguments_are_checked_before_anything_runs(models, load, error, text):
+    with pytest.raises(error, match=text):
+        _plans(models, load, 3, replicas=4, steps=256)
+    with pytest.raises(ValueError, match="warmup='auto'"):
+        _plans("pod", [0.7, 0.8], 3, d=2, warmup="auto")
+
+
+def test_the_coupling_threshold_and_the_public_name():
+    assert coupling_threshold(16) == 0.5 and coupling_threshold(400) == 0.1
+    assert jq.paired is paired
+
+
+def _binomial_lower(n: int, p: float, alpha: float) -> int:
+    """The largest ``k`` with ``P(X < k) <= alpha`` for ``X ~ Binomial(n, p)``."""
+    cdf, k = 0.0, 0
+    while cdf + math.comb(n, k) * p**k * (1 - p) ** (n - k) <= alpha:
+        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        k += 1
+    return k
+
+
+@pytest.mark.slow
+def test_the_paired_interval_covers_the_exact_difference_and_is_narrower():
+    """40 runs (seeds 200..239) of Pod(2) at N = 3, loads 0.6, 0.65, 0.7, 0.75:
+    the 95% interval of each point's difference in mean response time from the
+    first covers the exact chain's in about 95% of them. Each count is
+    Binomial(40, 0.95) if the interval is right: the lower bound at 0.001 / 3
+    (Bonferroni over the three points; measured 38, 38, 36). The paired
+    interval is narrower than independent runs' by a factor (median over the
+    runs) measured as 2.81, 1.79, 1.38 as the loads part: asserted as at least
+    2, 1.3, 1.1, and falling."""
+    runs, lower = 40, _binomial_lower(40, 0.95, 1e-3 / 3)
+    covered, narrowing, reference = np.zeros(3, int), [], None
+    for seed in range(200, 200 + runs):
+        c = paired("pod", LOADS, 3, seed=seed, **SMALL)
+        if reference is None:
+            t = [
+                solve_exact("pod", r.settings["load"], 3, d=2).mean_response_time for r in c.results
+            ]
+            reference = [t[k] - t[0] for k in (1, 2, 3)]
+        for k in (1, 2, 3):
+            est = c["mean_response_time", k]
+            covered[k - 1] += abs(est.mean - reference[k - 1]) <= est.ci95
+        narrowing.append([c.narrowing("mean_response_time", k) for k in (1, 2, 3)])
+    assert np.all(covered >= lower), (covered, lower)
+    median = np.median(narrowing, axis=0)
+    assert np.all(median >= (2.0, 1.3, 1.1)) and np.all(np.diff(median) < 0), median
+    assert all(c.coupled[k]["mean_response_time"] for k in range(3))
+
+
+@pytest.mark.slow
+def test_two_policies_are_said_not_to_be_coupled():
+    """Pod(2) and JSQ at N = 3 read the words differently: the correlation of
+    their per-replica mean response times is near 0 (measured -0.03), and the
+    comparison says that its interval is that of independent runs. A user
+    metric is compared like the built-in ones."""
+    models = [jq.Model("pod", 3, d=2), jq.Model("jsq", 3)]
+    small = {k: v for k, v in SMALL.items() if k != "d"}
+    c = paired(models, 0.7, seed=7, metrics={"two": "s[2]"}, **small)
+    assert not c.coupled[0]["mean_response_time"], c.correlation
+    assert {"two", "two_per_arrival"} <= set(c.differences[0])  # user metrics are paired too
+    assert "not coupled" in c.coupling(1) and "not coupled" in str(c)
+    data = c.to_dict()
+    assert (
+        data["points"][0]["differences"]["mean_response_time"] == c["mean_response_time"].to_dict()
+    )
+    assert data["settings"]["paired_interval"] == "replicas"
+
+
+@pytest.mark.slow
+def test_the_command_line_prints_the_paired_differences(capsys):
+    """``compare --paired`` with one policy: its loads from the first, as :func:`paired`."""
+    args = ["compare", "--policies", "pod", "--d", "2", "--servers", "3", "--ratio", "3"]
+    args += ["--load", "0.6,0.7", "--time", "500", "--warmup-time", "50", "--replicas", "16"]
+    assert cli_main(args + ["--paired", "--json"]) == 0
+    (data,) = json.loads(capsys.readouterr().out)["comparisons"]
+    c = paired("pod", [0.6, 0.7], 3, d=2, replicas=16, time=500, warmup_time=50, seed=0)
+    assert data == json.loads(json.dumps(c.to_dict()))
+    assert cli_main(args + ["--paired"]) == 0
+    assert "pod(d=2), N = 3, load 0.7: coupled" in capsys.readouterr().out
