@@ -36,6 +36,10 @@ from jaxqueue.theory import closed_forms
 
 #: The documented worst relative error of ``C(t, d) / C(n, d)`` (docs/policies.md).
 WORST_RELATIVE_ERROR = 1e-5
+#: Rounding to float32 (half an ulp, relative), with room for the float64 sums.
+ROUNDING = 2.0**-24 * (1.0 + 1e-6)
+#: The most servers the tail's draw takes.
+BIG = probes.MAX_TAIL_ITEMS
 
 
 @functools.cache
@@ -66,18 +70,43 @@ def _grid():
 
 @pytest.mark.slow
 def test_tail_probabilities_are_accurate_in_float32():
-    """Relative error of ``P = C(t, d) / C(n, d)`` wherever ``P >= 2**-32``."""
+    """Relative error of ``P = C(t, d) / C(n, d)`` wherever ``P >= 2**-32``: the formula's
+    below the documented bound, the table's (where there is one) that of rounding the
+    exact value to float32, and never larger than the formula's."""
     grid = np.array(_grid(), np.int64)
     n, d, t = (jnp.asarray(grid[:, i], jnp.int32) for i in range(3))
     got = np.asarray(jax.jit(probes.log_choose_ratio)(t, n, d), np.float64)
-    worst = 0.0
+    worst = worst_table = 0.0
     for (n, d, t), g in zip(grid.tolist(), got):
         want = _exact_log(t, n, d)
         if want < -32 * math.log(2):
             assert g < -20.0  # tiny: far below any u the draw compares with
             continue
-        worst = max(worst, abs(math.expm1(g - want)))
+        error = abs(math.expm1(g - want))
+        worst = max(worst, error)
+        found = probes.choose_ratio_table(n, d)
+        if found is not None:
+            table, first = found
+            assert t >= first  # the counts below have P < 2**-64
+            table_error = abs(float(table[t - first]) / math.exp(want) - 1.0)
+            assert table_error <= max(error, ROUNDING), (n, d, t, table_error, error)
+            worst_table = max(worst_table, table_error)
     assert worst < WORST_RELATIVE_ERROR, worst
+    assert worst_table <= ROUNDING, worst_table
+
+
+def test_table_is_the_exact_ratio_rounded_to_float32():
+    """Every count of a few small systems against exact binomials (Python integers)."""
+    for n, d in ((7, 3), (66, 65), (300, 100), (3000, 65)):
+        table, first = probes.choose_ratio_table(n, d)
+        assert first == 0 and table.dtype == np.float32 and table.shape == (n + 1,)
+        assert not table.flags.writeable and np.all(np.diff(table) >= 0)
+        assert np.all(table[:d] == 0.0) and table[n] == 1.0
+        total = math.comb(n, d)
+        want = np.array([float(Fraction(math.comb(t, d), total)) for t in range(d, n + 1)])
+        normal = want >= np.finfo(np.float32).tiny
+        error = np.abs(table[d:].astype(np.float64)[normal] / want[normal] - 1.0)
+        assert np.max(error) <= ROUNDING, (n, d, np.max(error))
 
 
 def _law(tail, n, d):
@@ -87,9 +116,15 @@ def _law(tail, n, d):
 
 
 def _draws(tail, n, d, groups, per_group, seed):
+    """Levels drawn by the table (``n`` a Python int) and by the formula (``n`` an array,
+    as in a batch of other sizes), on the same words."""
     words = jax.random.bits(jax.random.key(seed), (groups * per_group, 2), jnp.uint32)
-    draw = jax.vmap(lambda w: probes.shortest_by_tail(jnp.asarray(tail, jnp.int32), n, d, w))
-    return np.asarray(jax.jit(draw)(words)).reshape(groups, per_group)
+    arr = jnp.asarray(tail, jnp.int32)
+    out = []
+    for size in (n, jnp.int32(n)):
+        draw = jax.vmap(lambda w, size=size: probes.shortest_by_tail(arr, size, d, w))
+        out.append(np.asarray(jax.jit(draw)(words)).reshape(groups, per_group))
+    return out
 
 
 @pytest.mark.slow
@@ -99,14 +134,20 @@ def _draws(tail, n, d, groups, per_group, seed):
         (6, 3, (6, 5, 3, 3, 1, 0, 0, 0)),  # small: a forced tail draw
         (200, 100, (200, 199, 198, 197, 195, 192, 0, 0)),
         (10**6, 5000, (10**6, 999_900, 999_700, 999_300, 998_500, 0, 0, 0)),
+        # a table of the top 2**20 counts: a count below it reads the smallest
+        (BIG, 5000, (BIG, BIG - 100, BIG - 300, BIG - 700, BIG - 1500, BIG - 2**21, 0, 0)),
     ],
 )
 def test_tail_draw_has_the_hypergeometric_law(n, d, tail):
-    """Per-level frequencies over 32 groups of draws, Student-t, family = 8 levels x 3 cases."""
-    levels = _draws(tail, n, d, groups=32, per_group=4096, seed=3)
-    freq = np.stack([(levels == k).mean(axis=1) for k in range(len(tail))], axis=1)
+    """Per-level frequencies over 32 groups of draws, Student-t, family = 8 levels x 2
+    draws x 4 cases; the two draws differ only where ``u`` falls between their roundings."""
+    table, formula = _draws(tail, n, d, groups=32, per_group=4096, seed=3)
     law = _law(tail, n, d)
-    assert within(estimate(freq), law, family=24), (freq.mean(axis=0), law)
+    law[law < 2.0**-64] = 0.0  # drawn by u = 0 alone
+    for levels in (table, formula):
+        freq = np.stack([(levels == k).mean(axis=1) for k in range(len(tail))], axis=1)
+        assert within(estimate(freq), law, family=64), (freq.mean(axis=0), law)
+    assert np.mean(table != formula) < 1e-4
 
 
 @pytest.mark.slow
@@ -333,3 +374,28 @@ def test_a_level_every_server_reaches_is_always_drawn():
     tail = jnp.array([300, 300, 300, 299, 0], jnp.int32)
     draw = jax.vmap(lambda hi, lo: probes.shortest_by_tail(tail, 300, 100, (hi, lo)))
     assert np.all(np.asarray(draw(top, low)) >= 2)
+
+
+def test_a_large_system_has_a_table_of_its_top_counts_where_those_below_are_negligible():
+    n = probes.MAX_TAIL_ITEMS
+    table, first = probes.choose_ratio_table(n, 1000)
+    assert first == n - probes.MAX_TABLE_ITEMS and table.size == probes.MAX_TABLE_ITEMS + 1
+    assert 0.0 < table[0] < 2.0**-64 and table[-1] == 1.0
+    assert probes.choose_ratio_table(n, 65) is None  # (15/16)**65: far from negligible
+    assert probes.choose_ratio_table(probes.MAX_TABLE_ITEMS, 65)[1] == 0
+
+
+def test_sizes_past_max_probes_run_alone():
+    """Past 64 probes the draw reads a table of its own N's counts, so points of other
+    N do not share a compiled batch (a batched point would draw by the formula, which
+    differs from the table in rare draws): their size keys differ, and a run of several
+    sizes is refused before anything compiles, naming the reason."""
+    bare = System(200, 1, None, 8, 0)
+    pol = PowerOfD(d=100)
+    assert planner.size_key(pol, 200, 1, None, bare) != planner.size_key(pol, 300, 1, None, bare)
+    small = PowerOfD(d=2)
+    assert planner.size_key(small, 200, 1, None, bare) == planner.size_key(
+        small, 300, 1, None, bare
+    )
+    with pytest.raises(ValueError, match="table of each N's counts"):
+        jq.simulate("pod", [0.5, 0.6], [200, 300], d=100, replicas=2, steps=256)

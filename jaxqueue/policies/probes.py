@@ -2,8 +2,8 @@
 
 Floyd's algorithm draws the ``d`` probes one by one for ``d <= MAX_PROBES``;
 past it the shortest is read off the occupancy tail by its inverse CDF,
-``C(t_k, d) / C(n, d)`` evaluated in float32 (derivation and accuracy:
-docs/policies.md, "Probes of many servers").
+``C(t_k, d) / C(n, d)``, from a table of every count or evaluated in float32
+(derivation and accuracy: docs/policies.md, "Probes of many servers").
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxqueue.core.rng import uniform_index
 
 __all__ = [
     "MAX_PROBES",
     "MAX_TAIL_ITEMS",
+    "MAX_TABLE_ITEMS",
     "max_of_distinct",
     "log_choose_ratio",
+    "choose_ratio_table",
+    "open_uniform",
     "log_uniform",
     "shortest_by_tail",
     "distinct_tail",
@@ -32,6 +36,10 @@ MAX_PROBES = 64
 #: Most items (servers, or dispatchers) the tail's draw takes: its counts are exact
 #: float32 integers (``2**24 - 1``, the largest ``n`` its accuracy was measured at).
 MAX_TAIL_ITEMS = 2**24 - 1
+#: Most counts below ``n`` a table of ``P_k`` holds (float32, a constant of the
+#: compiled step: 4 MiB); a larger ``n`` takes one where the counts below it
+#: have ``P_k < 2**-64``. Else, or where ``n`` is traced, :func:`log_choose_ratio`.
+MAX_TABLE_ITEMS = 2**20
 
 _F32 = jnp.float32
 #: ``lnGamma(k + 1) - k ln k + k`` for ``k = 0..7``; :func:`_stirling` past them.
@@ -149,20 +157,45 @@ def log_choose_ratio(t, n, d, log_n=None) -> jax.Array:
     return jnp.where(t >= d, out, -jnp.inf)
 
 
-def log_uniform(hi: jax.Array, lo: jax.Array) -> jax.Array:
-    """``log u`` in float32 for ``u = (hi * 2**32 + lo) / 2**64``: below 0 (``-inf`` at 0).
+def open_uniform(hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """``u = (hi * 2**32 + lo) / 2**64`` in float32, at most ``1 - 2**-24`` (0 only at ``0, 0``).
 
-    ``u`` is rounded to float32 (relative ``2**-24``, far below the error of
-    :func:`log_choose_ratio`) and kept at most ``1 - 2**-24``, so that a level
-    every item reaches (``P = 1``, ``log P = 0``) is always drawn; below
+    ``u`` is rounded to float32 (relative ``2**-24``) and kept below 1, so
+    that a level every item reaches (``P = 1``) is always drawn; below
     ``2**-32`` the low word carries ``u``.
     """
     top = jnp.minimum(hi.astype(_F32) + lo.astype(_F32) * _F32(2.0**-32), _F32(2.0**32 - 256))
-    return jnp.where(
-        hi > 0,
-        jnp.log(jnp.where(hi > 0, top, 1.0) * _F32(2.0**-32)),
-        jnp.log(lo.astype(_F32) * _F32(2.0**-64)),
-    )
+    return jnp.where(hi > 0, top * _F32(2.0**-32), lo.astype(_F32) * _F32(2.0**-64))
+
+
+def log_uniform(hi: jax.Array, lo: jax.Array) -> jax.Array:
+    """``log u`` in float32 for :func:`open_uniform`'s ``u``: below 0 (``-inf`` at 0)."""
+    return jnp.log(open_uniform(hi, lo))
+
+
+@functools.lru_cache(maxsize=8)
+def choose_ratio_table(n: int, d: int) -> tuple[np.ndarray, int] | None:
+    """``(table, first)``: ``table[j] = C(first + j, d) / C(n, d)`` for ``first + j = first..n``
+    in float32 (0 below ``d``), read-only; None where no table serves.
+
+    ``first = max(0, n - MAX_TABLE_ITEMS)``: a count below it reads
+    ``table[0]``, which must then be below ``2**-64`` (drawn by no ``u`` but
+    0), else None. The logarithm is summed in float64 from ``t = n`` down (a
+    step ``log(C(t, d) / C(t - 1, d)) = log1p(d / (t - d))``), exponentiated
+    and rounded once to float32: a relative error of ``2**-24``
+    (docs/policies.md).
+    """
+    first = max(0, n - MAX_TABLE_ITEMS)
+    low = max(first, d)  # the first count with P > 0
+    steps = np.log1p(d / np.arange(low + 1 - d, n - d + 1, dtype=np.float64))  # t = low + 1 .. n
+    log_p = np.full(n + 1 - first, -np.inf)
+    log_p[low - first : n - first] = -np.cumsum(steps[::-1])[::-1]
+    log_p[n - first] = 0.0
+    if first > 0 and log_p[0] >= -64.0 * math.log(2.0):
+        return None
+    table = np.exp(log_p).astype(np.float32)
+    table.flags.writeable = False
+    return table, first
 
 
 def _at(tail, k):
@@ -179,11 +212,22 @@ def shortest_by_tail(tail, n, d: int, words: jax.Array) -> jax.Array:
     The shortest has at least ``k`` tasks with probability
     ``P_k = C(tail[k], d) / C(n, d)``, non-increasing in ``k``; with ``u``
     uniform the level is the largest ``k`` with ``P_k > u`` (``P_0 = 1``),
-    the same law as Floyd's draw, found by bisection over the levels
-    (``ceil(log2(levels + 1))`` evaluations of :func:`log_choose_ratio`).
+    the same law as Floyd's draw. For a static ``n`` with a table
+    (:func:`choose_ratio_table`) it is the count of levels ``k >= 1`` with
+    ``table[tail[k] - first] > u``: one read and compare a level; else (``n``
+    traced, or no table) a bisection over the levels (``ceil(log2(levels +
+    1))`` evaluations of :func:`log_choose_ratio`, against ``log u``).
     ``tail`` is one replica's array or the register layout's tuple of
     per-level vectors.
     """
+    found = choose_ratio_table(int(n), int(d)) if isinstance(n, (int, np.integer)) else None
+    if found is not None:
+        table, first = jnp.asarray(found[0]), found[1]
+        u = open_uniform(words[0], words[1])
+        index = (lambda t: t) if first == 0 else (lambda t: jnp.maximum(t - first, 0))
+        if isinstance(tail, tuple):
+            return sum((table[index(t)] > u).astype(jnp.int32) for t in tail[1:])
+        return jnp.sum(table[index(tail[1:])] > u, dtype=jnp.int32)
     log_u = log_uniform(words[0], words[1])
     log_n = jnp.log(jnp.asarray(n, jnp.int32).astype(_F32))
     levels = len(tail) - 1 if isinstance(tail, tuple) else tail.shape[0] - 1
