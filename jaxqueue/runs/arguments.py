@@ -20,7 +20,7 @@ from jaxqueue.core.system import (
     check_int,
 )
 from jaxqueue.core.user_metrics import MetricState, evaluate, user_metrics
-from jaxqueue.policies.base import Policy
+from jaxqueue.policies.base import MAX_PROBES, Policy
 from jaxqueue.results.schema import METRICS, QUANTILE_NAMES
 from jaxqueue.sim.runner import BATCH_MEANS_REPLICAS
 
@@ -123,11 +123,16 @@ def size_key(pol: Policy, n: int, m: int, buffer, bare: System) -> tuple | None:
     and ``M`` as numbers for the exchangeable policies (the per-server lists
     hold N servers) with exponential servers and Poisson arrivals (``bare``:
     the servers' laws and the arrivals); one dispatcher and several have other
-    states, and ``d = N`` is JSQ's exhaustive search, another draw."""
+    states, and ``d = N`` is JSQ's exhaustive search, another draw. Past
+    ``MAX_PROBES`` probes the draw reads a table built for its own ``N`` and
+    ``M`` (docs/policies.md), so those sizes run alone: a batched point would
+    draw by the formula instead, which differs from the table in rare draws."""
     if pol.per_server or bare.classes or bare.arrivals is not None:
         return None
     system = System(n, m, buffer, buffer or 1, 1 if m > 1 else 0)
-    return (m == 1, tuple(pol.draws(system)), tuple(pol.join_draws(system)))
+    draws = tuple(pol.draws(system)) + tuple(pol.join_draws(system))
+    alone = (n, m) if any(getattr(dr, "d", 1) > MAX_PROBES for dr in draws) else ()
+    return (m == 1, tuple(pol.draws(system)), tuple(pol.join_draws(system)), *alone)
 
 
 def check_sized(pol, sizes, bare: System, buffer) -> None:
@@ -141,7 +146,10 @@ def check_sized(pol, sizes, bare: System, buffer) -> None:
     elif len({k[0] for k in keys}) > 1:
         why = "one dispatcher and several have other states"
     elif len(keys) > 1:
-        why = f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive search)"
+        why = (
+            f"{pol.label()} draws differently at these sizes (d = N is JSQ's exhaustive "
+            f"search; past {MAX_PROBES} probes the draw reads a table of each N's counts)"
+        )
     if why is not None:
         raise ValueError(
             f"n_servers, n_dispatchers or buffer per load: {why}; run each size "
