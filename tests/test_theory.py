@@ -280,7 +280,7 @@ def test_mean_field_consistency(policy, ratio, d):
         assert mf.waiting_probability == pytest.approx(mf.p0 * lam**dd, rel=1e-12)
     else:
         assert mf.p0 is None and mf.iqueue_distribution is None
-        assert mf.join_rate == mf.delete_rate == 0.0
+        assert mf.join_rate is None and mf.delete_rate is None  # no I-queues: do not apply
         assert mf.probe_rate == (lam * d if policy == "pod" else 0.0)
 
 
