@@ -301,3 +301,24 @@ def test_kernel_loads_and_stores_each_state_matrix_once():
         }
         assert [a.dtype for a in call.params["out_avals"]] == [jnp.uint32, jnp.int32]
         assert all(a.shape[1] % 2 == 1 for a in call.params["out_avals"])
+
+
+def test_backend_choice_past_max_probes():
+    """Pod(d) and idle-first JSQ(d) past 64 probes at one N draw from a table (no
+    logarithms): ``registers`` runs them, ``pallas`` (which does not capture the
+    table) falls back to the engine naming the reason, and ``auto`` on a GPU takes
+    the engine without a note. Where each replica reads its own N (loads of other
+    buffers), the draw takes the formula's logarithms and ``registers`` refuses too."""
+    from types import SimpleNamespace
+
+    gpu = (SimpleNamespace(platform="gpu"),)
+    for name in ("pod", "idle-first"):
+        args = dict(policy=name, loads=[0.6], n_servers=200, d=100, levels=8, replicas=2)
+        assert planner.plan(**args, steps=512, backend="registers").backend == "registers"
+        with pytest.warns(jq.BackendWarning, match=r"a table of C\(t, d\) / C\(N, d\) at N=200"):
+            p = planner.plan(**args, steps=512, backend="pallas")
+        assert p.backend == "xla" and "backend='registers' runs it" in p.backend_note
+        assert planner._backend("auto", p.system, p.policy, gpu) == ("xla", None)
+        with pytest.warns(jq.BackendWarning):
+            used, note = planner._backend("registers", p.system, p.policy, ONE, sized=True)
+        assert used == "xla" and "float32 logarithms of the tail at N=200 (read per" in note

@@ -238,3 +238,44 @@ def test_command_line_json_and_text_with_pools(capsys):
     assert "pools 10 servers at speed 2, 10 servers at speed 1" in text
     assert "mean field s_1, s_2" in text
     assert "busy, speed 2" in text and "busy, speed 1" in text
+
+
+def test_the_horizon_bound_is_the_default_where_it_covers_the_run():
+    """Idle-first with ``d = 1`` and no ``levels``, buffer, service law or pools: the
+    bound of the transient's horizon from its start; anything else keeps its bound."""
+    from jaxqueue.core.config import Bounds, Model
+    from jaxqueue.runs import bounds
+    from jaxqueue.runs import transient as module
+
+    lam, pol = 0.9, jq.make("idle-first", d=1)
+    want = bounds.horizon_levels(pol, 100, lam, 5.0, start_top=3)
+    bare = Model("idle-first", 100, d=1)
+    assert module._horizon_bound(bare, Bounds(), lam, 5.0, 3) == Bounds(want)
+    given = Bounds(levels=12)
+    assert module._horizon_bound(bare, given, lam, 5.0, 3) is given
+    for other in (Model("idle-first", 100, d=2), Model("idle-first", 100, d=1, buffer=6)):
+        assert module._horizon_bound(other, Bounds(), lam, 5.0, 3) == Bounds()
+    assert [module._init_top(x) for x in ("empty", "mean-field", [0.0, 0.5, 0.5, 0.0])] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_idle_first_d1_transient_defaults_to_the_horizon_bound(monkeypatch):
+    """The default transient of idle-first ``d = 1`` gets the horizon's bound (far
+    below the stationary default) and the numbers of that ``levels=`` given; a
+    start that holds a longer queue than taken is planned again from it."""
+    from jaxqueue.runs import bounds
+    from jaxqueue.runs import transient as module
+
+    lam, pol = jq.halfin_whitt_load(100, 1.0), jq.make("idle-first", d=1)
+    args = dict(times=[0.0, 1.0], replicas=4, seed=3, devices=ONE)
+    top = bounds.horizon_levels(pol, 100, lam, 1.0, start_top=1)
+    default = transient("idle-first", lam, 100, d=1, init=[0.0, 1.0], **args)
+    given = transient("idle-first", lam, 100, d=1, init=[0.0, 1.0], levels=top, **args)
+    assert default.settings["levels"] == top < bounds.default_levels(pol, 100, 1, lam) / 5
+    for name in ("tail", "idle_fraction", "mean_queue_length"):
+        a, b = getattr(default, name), getattr(given, name)
+        assert np.array_equal(a.mean, b.mean) and np.array_equal(a.ci95, b.ci95), name
+    start = [0.0, 0.5, 0.3, 0.2]  # taken to be empty: the start's three tasks re-plan it
+    monkeypatch.setattr(module, "_init_top", lambda init: 0)
+    res = transient("idle-first", lam, 100, d=1, init=start, **args)
+    assert res.settings["levels"] == bounds.horizon_levels(pol, 100, lam, 1.0, start_top=3) > top

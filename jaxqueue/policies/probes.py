@@ -24,6 +24,7 @@ __all__ = [
     "max_of_distinct",
     "log_choose_ratio",
     "choose_ratio_table",
+    "draws_by_table",
     "open_uniform",
     "log_uniform",
     "shortest_by_tail",
@@ -196,6 +197,13 @@ def choose_ratio_table(n: int, d: int) -> tuple[np.ndarray, int] | None:
     table = np.exp(log_p).astype(np.float32)
     table.flags.writeable = False
     return table, first
+
+
+def draws_by_table(n, d: int) -> bool:
+    """Whether :func:`shortest_by_tail` at ``n`` items reads a table (no logarithms):
+    ``n`` a static int with :func:`choose_ratio_table`; a traced ``n`` (a batch of
+    other sizes) takes the formula."""
+    return isinstance(n, (int, np.integer)) and choose_ratio_table(int(n), int(d)) is not None
 
 
 def _at(tail, k):

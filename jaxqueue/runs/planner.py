@@ -209,7 +209,8 @@ def plan_model(
     stepped = len(loads) * replicas * lengths.total_blocks * BLOCK
     devs, host_note = _small_on_host(devs, devices is None and run.backend == "auto", stepped)
     metrics = check_metrics(metrics, pol, run.backend, system)
-    used, note = ("xla", None) if metrics else _backend(run.backend, system, pol, devs)
+    sized = srv.sizes is not None
+    used, note = ("xla", None) if metrics else _backend(run.backend, system, pol, devs, sized)
     return Plan(
         pol,
         system,
@@ -496,13 +497,14 @@ def _small_on_host(devices: tuple, auto: bool, stepped: int) -> tuple[tuple, str
     )
 
 
-def _backend(backend, system, pol, devices) -> tuple[str, str | None]:
-    """The backend that runs the plan, and why the one asked for is not it (or None)."""
+def _backend(backend, system, pol, devices, sized=False) -> tuple[str, str | None]:
+    """The backend that runs the plan, and why the one asked for is not it (or None);
+    ``sized``: each replica carries its own ``N`` and ``M`` (the plan's ``sizes``)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not valid: use one of {', '.join(BACKENDS)}")
     if backend == "xla":
         return "xla", None
-    reason = unsupported(system, pol)
+    reason = unsupported(system, pol, kernel=backend != "registers", sized=sized)
     if backend == "auto":
         if devices[0].platform != "gpu" or reason is not None:
             return "xla", None

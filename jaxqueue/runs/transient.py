@@ -18,7 +18,9 @@ from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, check_load
 from jaxqueue.core.versions import versions
 from jaxqueue.policies.base import Policy
+from jaxqueue.policies.registry import make
 from jaxqueue.results.estimates import estimate
+from jaxqueue.runs.bounds import horizon_levels
 from jaxqueue.runs.planner import plan
 from jaxqueue.sim.runner import Run
 from jaxqueue.sim.transient import MAX_TIMES, TransientResult, weighted_sums
@@ -68,7 +70,10 @@ def transient(
         warmup_time: see ``start_load``.
         d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
             as for :func:`jaxqueue.simulate` (``levels`` by default for the
-            larger of the two loads).
+            larger of the two loads; for idle-first with ``d = 1`` started
+            from ``init`` (no ``start_load``), no buffer, service law or
+            pools, the bound of the horizon ``max(times)`` from the start
+            instead: :func:`jaxqueue.runs.bounds.horizon_levels`).
         bounds: a :class:`~jaxqueue.core.config.Bounds` instead of ``levels``
             and ``iqueue_levels``.
 
@@ -101,19 +106,11 @@ def transient(
         ):
             raise ValueError(f"warmup_time={warmup_time!r} is out of range: need a number >= 0")
         bound = _shared_bounds(model, bound, load, start_load, common)
-    p = plan(
-        model,
-        [load],
-        steps=BLOCK,
-        warmup=0,
-        init=init if start_load is None else "empty",
-        bounds=bound,
-        **common,
-    )
-    if start_load is None:
-        core, first = Run.start(p).core, 0
-    else:
+        p = plan(model, [load], steps=BLOCK, warmup=0, init="empty", bounds=bound, **common)
         core, first = _warmed_up(p, model, bound, start_load, warmup_time, init, common)
+    else:
+        p, core = _started(model, bound, load, float(np.max(t)), init, common)
+        first = 0
     acc, acc_p0, acc_pool, steps, rate = weighted_sums(p, core, first, t)
     settings = _settings(p, model, load, start_load, warmup_time, init, replicas, seed)
     settings.update(steps=steps, steps_per_time_unit=rate)
@@ -159,6 +156,51 @@ def _model(policy, n_servers, n_dispatchers, given: dict, bounds) -> tuple[Model
             "Poisson arrivals; use arrivals=None"
         )
     return model, bound
+
+
+def _horizon_bound(model: Model, bound: Bounds, load, horizon: float, start_top: int) -> Bounds:
+    """``bound`` with the queue bound of ``horizon`` time units from a start whose
+    longest queue is ``start_top`` (:func:`jaxqueue.runs.bounds.horizon_levels`)
+    where no ``levels`` is given and that bound covers the run (idle-first with
+    ``d = 1``, infinite buffers, exponential servers of rate 1); else ``bound``."""
+    if bound.levels is not None or any(
+        x is not None for x in (model.buffer, model.service, model.pools)
+    ):
+        return bound
+    pol = make(model.policy, d=model.d, z=model.z, order=model.order)
+    levels = horizon_levels(pol, model.n_servers, load, horizon, start_top)
+    return bound if levels is None else Bounds(levels, bound.iqueue_levels)
+
+
+def _init_top(init) -> int:
+    """The longest queue a start is taken to hold: none when empty, one task for the
+    mean field (idle-first with ``d = 1`` has no server past one task below
+    capacity; :func:`_started` checks it), an occupancy's highest level held."""
+    if isinstance(init, str):
+        return 0 if init == "empty" else 1
+    held = np.flatnonzero(np.asarray(init, np.float64).ravel() > 0)
+    return int(held[-1]) if held.size else 0
+
+
+def _core_top(core) -> int:
+    """The longest queue of any replica of a batched ``Core``."""
+    return int(np.max(np.sum(np.asarray(core.tail)[:, 1:] > 0, axis=1)))
+
+
+def _started(model: Model, bound: Bounds, load, horizon: float, init, common: dict):
+    """``(plan, core)`` of a transient from ``init`` (no load step), with the
+    horizon's queue bound where it applies (:func:`_horizon_bound`); where the
+    start holds a longer queue than :func:`_init_top` took, planned again from it.
+    A queue that passes the bound fails the run (the overflow detector)."""
+    top = _init_top(init)
+    for _ in range(2):
+        used = _horizon_bound(model, bound, load, horizon, top)
+        p = plan(model, [load], steps=BLOCK, warmup=0, init=init, bounds=used, **common)
+        core = Run.start(p).core
+        if used is bound or _core_top(core) <= top:
+            break
+        top = _core_top(core)
+    return p, core
 
 
 def _shared_bounds(model: Model, bound: Bounds, load, start_load, common: dict) -> Bounds:

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from jaxqueue.core.rng import BLOCK, block_keys, step_word_rows
 from jaxqueue.core.system import System, arrival_probability
 from jaxqueue.policies.base import Dispatchers, Policy, Servers
+from jaxqueue.policies.probes import draws_by_table
 from jaxqueue.sim.blocks import add64, spread, zero_rows
 from jaxqueue.sim.state import COUNTERS, Core, Stats, n_words
 from jaxqueue.sim.step import occupancy_step
@@ -76,8 +77,12 @@ class Regs(NamedTuple):
     sizes: tuple = ()
 
 
-def unsupported(system: System, policy: Policy) -> str | None:
-    """Why the register layout (and so the Pallas kernel) cannot run ``policy``, or None."""
+def unsupported(
+    system: System, policy: Policy, *, kernel: bool = True, sized: bool = False
+) -> str | None:
+    """Why the Pallas kernel (``kernel``), or else the register layout in plain
+    XLA, cannot run ``policy``, or None. ``sized``: each replica reads its own
+    ``N`` and ``M`` (``Core.sizes``) as numbers, not as constants of the step."""
     if policy.per_server:
         return (
             f"{policy.label()} steps on per-server state (each dispatcher's list of "
@@ -97,16 +102,41 @@ def unsupported(system: System, policy: Policy) -> str | None:
         d = getattr(draw, "d", 1)
         exhaustive = isinstance(draw, Servers) and draw.exhaustive
         if isinstance(draw, (Servers, Dispatchers)) and draw.from_tail:
-            return (
-                f"{policy.label()} draws the shortest of d={d} probes from float32 "
-                "logarithms of the tail, which a GPU's math library may round otherwise "
-                "than the engine's"
-            )
+            why = _tail_draw(system, policy, draw, kernel, sized)
+            if why is not None:
+                return why
+            continue
         if isinstance(draw, (Servers, Dispatchers)) and d > UNROLLED_PROBES and not exhaustive:
             return (
                 f"{policy.label()} probes d={d} > {UNROLLED_PROBES}, drawn by a loop over "
                 "an array of picks"
             )
+    return None
+
+
+def _tail_draw(system: System, policy: Policy, draw, kernel: bool, sized: bool) -> str | None:
+    """Why a draw past ``MAX_PROBES`` (read off the tail) cannot run, or None.
+
+    At a static ``N`` (``M`` for dispatchers) with a table of ``C(t, d) / C(N, d)``
+    the level is a count of table entries above ``u``: no logarithms, the same in
+    the register layout as in the engine, but the table is a constant of the step,
+    which a Pallas kernel does not capture. Elsewhere the formula takes float32
+    logarithms, which a GPU's math library may round otherwise than the engine's."""
+    name, n = ("N", system.n_servers) if isinstance(draw, Servers) else ("M", system.n_dispatchers)
+    if sized or not draws_by_table(n, draw.d):
+        per_load = " (read per replica: the loads' sizes or buffers differ)" if sized else ""
+        return (
+            f"{policy.label()} draws the shortest of d={draw.d} probes from float32 "
+            f"logarithms of the tail at {name}={n}{per_load}, which a GPU's math library "
+            "may round otherwise than the engine's"
+        )
+    if kernel:
+        return (
+            f"{policy.label()} draws the shortest of d={draw.d} probes from a table of "
+            f"C(t, d) / C({name}, d) at {name}={n}, a constant of the compiled step that the Pallas "
+            "kernel does not capture (it takes arrays as inputs only); "
+            "backend='registers' runs it"
+        )
     return None
 
 
