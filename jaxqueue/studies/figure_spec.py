@@ -242,7 +242,7 @@ def _parameter(key: str, value, allow_index: bool = False) -> str:
     return value
 
 
-def parse_figure(table: dict, fail, user_metrics=()) -> FigureSpec:
+def parse_figure(table: dict, fail, user_metrics=(), derived=()) -> FigureSpec:
     """Check one ``[[figure]]`` table.
 
     Args:
@@ -250,6 +250,7 @@ def parse_figure(table: dict, fail, user_metrics=()) -> FigureSpec:
         fail: ``fail(key, message)`` raises the caller's error for ``key``.
         user_metrics: the names the spec's ``[metrics]`` declares (each drawn as
             ``name`` and ``name_per_arrival``, scalars).
+        derived: other scalar names the spec stores (its derivatives, ``d_m_d_load``).
 
     Returns:
         The :class:`FigureSpec`.
@@ -264,7 +265,7 @@ def parse_figure(table: dict, fail, user_metrics=()) -> FigureSpec:
     if not isinstance(name, str) or not _NAME.match(name):
         fail("name", f"figure name must be letters, digits, '_', '.' or '-', got {name!r}")
     out = {"name": name}
-    user = tuple(n for name in user_metrics for n in (name, name + PER_ARRIVAL))
+    user = tuple(n for name in user_metrics for n in (name, name + PER_ARRIVAL)) + tuple(derived)
     try:
         out["metrics"] = _metrics(table["metric"], user)
     except ValueError as err:

@@ -39,6 +39,7 @@ from jaxqueue.studies.batching import (
     warn_overruns,
     window_overruns,
 )
+from jaxqueue.studies.grid_sensitivity import check_processes, sensitivity_rows
 from jaxqueue.studies.grid_theory import (
     refined_values,
     store_rows,
@@ -211,6 +212,7 @@ def run_grid(
     devices = tuple(devices) if devices is not None else tuple(jax.devices())
     groups = shape_groups(spec)
     _check_groups(groups, spec.run.init)  # before anything runs
+    check_processes(spec)
     rounded = {(p.servers, p.pools) for p in spec.points if p.pools is not None}
     for n, pools in sorted(rounded):  # fractions that are not whole servers: said once each
         realized_pools(pools, n, stacklevel=2)
@@ -246,6 +248,7 @@ def run_grid(
                     continue
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = _batch_rows(spec, batch, results, ids, wall, cache)
+                rows += sensitivity_rows(spec, batch, ids, devices, cache)
                 failed += [p for p, r in zip(batch, results) if warmup_passed(r) == 0]
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)
@@ -372,7 +375,7 @@ def _batch_plan(spec: GridSpec, batch: list, size: int, bounds: Bounds, devices)
         [p.load for p in everyone],
         options,
         bounds,
-        streams=[p.seed_word(run.seed) for p in batch] + [0] * len(pad),
+        streams=[run.stream_for(p) for p in batch] + [0] * len(pad),
     )
 
 
@@ -388,7 +391,7 @@ def _batch_rows(spec: GridSpec, batch: list, results: list, ids: dict, wall: flo
     )
     for p, res, th, rf in zip(batch, results, theories, refined):
         rows += store_rows(p, ids[p], spec, res, th, rf)
-        committed.append((ids[p], p.params(), wall / len(batch)))
+        committed.append((ids[p], {**p.params(), "stream": run.stream_for(p)}, wall / len(batch)))
     return rows, committed
 
 

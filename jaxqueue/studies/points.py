@@ -15,6 +15,7 @@ from jaxqueue.core.config import Model
 from jaxqueue.core.service import make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, MAX_STEPS, System
 from jaxqueue.core.user_metrics import user_metrics
+from jaxqueue.studies.derivatives import paired_word
 from jaxqueue.studies.figure_spec import FigureSpec, evaluate_expression
 
 __all__ = [
@@ -179,6 +180,10 @@ class RunSettings:
             the 1/N-refined mean field at the point's N where the policy has a
             generic mean field), ``"exact"``, ``"erlang"`` (the M/M/N queue of the
             point's N and load) or ``"none"``.
+        sensitivity: the parameters every point's scalar metrics are differentiated
+            in (``"load"``, ``"alpha"``, ``"beta"``; docs/sweeps.md, Sensitivities).
+        paired: every point draws from one stream (:meth:`stream_for`), so that
+            differences between points are paired.
     """
 
     replicas: int
@@ -189,12 +194,19 @@ class RunSettings:
     seed: int = 0
     init: str = "empty"
     theory: str = "none"
+    sensitivity: tuple = ()
+    paired: bool = False
 
     def __post_init__(self):
         if (self.time is None) == (self.steps is None) or (
             (self.warmup_time is None) == (self.warmup is None)
         ):
             raise SpecError("RunSettings needs one of time / steps and one of warmup_time / warmup")
+
+    def stream_for(self, point: Point) -> int:
+        """The stream ``point`` draws from: its own (:meth:`Point.seed_word`), or
+        with ``paired`` the spec's one (:func:`~jaxqueue.studies.derivatives.paired_word`)."""
+        return paired_word(self.seed) if self.paired else point.seed_word(self.seed)
 
     def time_units(self, key: str, point: Point) -> float | None:
         """``time`` or ``warmup_time`` (``key``) at ``point``: its number, or its expression's value.
@@ -334,7 +346,11 @@ class GridSpec:
         and so does a change of the bytes of an ``arrivals`` file.
         """
         points = sorted((p.params() for p in self.points), key=canonical)
-        payload = {"points": points, "run": dataclasses.asdict(self.run)}
+        run = dataclasses.asdict(self.run)
+        for key, default in (("sensitivity", ()), ("paired", False)):
+            if run[key] == default:  # unset: the hashes of specs without them are unchanged
+                del run[key]
+        payload = {"points": points, "run": run}
         texts = sorted({p.arrivals for p in self.points if p.arrivals is not None})
         if texts:  # only then: the hashes of specs without arrivals are unchanged
             payload["arrivals"] = {t: self.arrivals_file(t).sha256 for t in texts}

@@ -32,6 +32,7 @@ from jaxqueue.core.system import (
 from jaxqueue.core.user_metrics import STATE_NAMES, user_metrics
 from jaxqueue.policies.registry import make, option_names, policy_class
 from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
+from jaxqueue.studies import derivatives
 from jaxqueue.studies.figure_spec import check_expression, parse_figure
 from jaxqueue.studies.points import METRIC_PARAMETERS, ArrivalsFile, Point, RunSettings, SpecError
 
@@ -83,6 +84,7 @@ GRID_KEYS = (
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
+RUN_KEYS += ("sensitivity", "paired")
 INITS = ("empty", "mean-field", "auto")
 THEORIES = ("mean-field", "refined", "exact", "erlang", "lu", "none")
 #: The warm-up may be at most this many times the measured part.
@@ -475,6 +477,8 @@ class SpecParser:
             if what and what.group(1) == "n_dispatchers" and m > 1:
                 line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
             raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
+        if (missing := derivatives.sensitivity_missing(run.sensitivity, alpha, beta)) is not None:
+            self.fail("run", "sensitivity", missing)
         if run.init == "mean-field" and pol.mean_field_kind() == "none":
             self.fail(
                 "run",
@@ -519,7 +523,9 @@ class SpecParser:
                 line = self.keys.get((part, key)) or self.keys.get((part, ""), 1)
                 raise SpecError(message, line)
 
-            fig = parse_figure(table, fail, tuple(self.data.get("metrics", {})))
+            user = tuple(self.data.get("metrics", {}))
+            derived = derivatives.derivative_names(self.run().sensitivity, user)
+            fig = parse_figure(table, fail, user, derived)
             if fig.name in names:
                 fail("name", f"two figures are named {fig.name!r}")
             names.add(fig.name)
@@ -556,6 +562,8 @@ class SpecParser:
             seed=self.scalar("seed", int_check("seed", 0, 2**63 - 1), 0),
             init=self.scalar("init", _choice("init", INITS), "empty"),
             theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
+            sensitivity=self.scalar("sensitivity", derivatives.sensitivity_value, ()),
+            paired=self.scalar("paired", derivatives.paired_value, False),
         )
 
     def check_steps(self, run: RunSettings, point: Point) -> None:

@@ -1,0 +1,77 @@
+"""The names and ``[run]`` keys of a grid spec's sensitivities and paired points: a
+metric ``m`` differentiated in a parameter ``p`` is stored as the metric
+``d_m_d_p``, its Richardson flag as ``d_m_d_p_curved`` (docs/sweeps.md, Sensitivities).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from jaxqueue.core.user_metrics import PER_ARRIVAL
+from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
+from jaxqueue.studies.sensitivity import PARAMETERS
+
+__all__ = [
+    "CURVED",
+    "derivative_name",
+    "derivative_names",
+    "sensitivity_value",
+    "paired_value",
+    "sensitivity_missing",
+    "paired_word",
+]
+
+#: The suffix of a derivative's Richardson flag (1.0: ``D(h)`` and ``D(h / 2)`` disagree).
+CURVED = "_curved"
+
+
+def derivative_name(metric: str, parameter: str) -> str:
+    """The stored name of ``d metric / d parameter``: ``d_<metric>_d_<parameter>``."""
+    return f"d_{metric}_d_{parameter}"
+
+
+def derivative_names(parameters, user=()) -> tuple:
+    """Every derivative (and flag) name a spec differentiating in ``parameters`` may
+    store: the scalar metrics, the response-time quantiles (``p50`` ...) and the
+    user metrics ``user`` (and their per-arrival forms)."""
+    metrics = SCALAR_METRICS + QUANTILE_NAMES
+    metrics += tuple(n for name in user for n in (name, name + PER_ARRIVAL))
+    names = tuple(derivative_name(m, p) for p in parameters for m in metrics)
+    return names + tuple(n + CURVED for n in names)
+
+
+def sensitivity_value(value) -> tuple:
+    """``[run] sensitivity``: a parameter of :data:`PARAMETERS` or a list of them."""
+    given = value if isinstance(value, list) else [value]
+    if not given or any(v not in PARAMETERS for v in given) or len(set(given)) < len(given):
+        raise ValueError(
+            f"sensitivity={value!r} is not valid: give one of {', '.join(PARAMETERS)} "
+            "or a list of distinct ones"
+        )
+    return tuple(given)
+
+
+def paired_value(value) -> bool:
+    """``[run] paired``: true or false."""
+    if not isinstance(value, bool):
+        raise ValueError(f"paired={value!r} is not valid: give true or false")
+    return value
+
+
+def sensitivity_missing(parameters: tuple, alpha, beta) -> str | None:
+    """Why a point given by ``alpha``/``beta`` (or a plain load) cannot be
+    differentiated in ``parameters``, or None."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if name in parameters and value is None:
+            return (
+                f"sensitivity in {name} needs every point given by {name} (a [grid] "
+                f"{name} axis); differentiate in the load instead"
+            )
+    return None
+
+
+def paired_word(seed: int) -> int:
+    """The one stream of every point of a paired spec: a 31-bit integer from the
+    sha256 of ``"paired:<seed>"`` (unpaired points draw from ``Point.seed_word``)."""
+    digest = hashlib.sha256(f"paired:{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
