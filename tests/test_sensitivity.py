@@ -77,7 +77,7 @@ def test_alpha_and_beta_move_the_load_by_the_same_fraction():
         (dict(load=0.9, alpha=0.5), TypeError, "one of load, alpha and beta"),
         (dict(), TypeError, "got none"),
         (dict(load=0.9, parameter="beta"), ValueError, "needs beta"),
-        (dict(load=0.9, parameter="speed"), ValueError, "is not valid"),
+        (dict(load=0.9, parameter="colour"), ValueError, "is not valid"),
         (dict(load=0.9, h=0.0), ValueError, "h=0.0"),
         (dict(load=0.9, warmup="auto"), ValueError, "warmup='auto'"),
         (dict(load=0.9, replica=4), TypeError, "did you mean 'replicas'"),

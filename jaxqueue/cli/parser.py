@@ -311,8 +311,9 @@ def _simulate_parser(sub) -> None:
     add_user_metrics(p, "; it may read --alpha or --beta as alpha, beta")
     p.add_argument(
         "--sensitivity",
-        choices=("load", "alpha", "beta"),
-        help="print d(metric)/d(this parameter) by common random numbers instead (docs/crn.md)",
+        choices=("load", "alpha", "beta", "speed", "share", "scv", "amplitude"),
+        help="print d(metric)/d(this parameter) by common random numbers instead (docs/crn.md; "
+        "speed and share are the first pool's)",
     )
 
 

@@ -1,7 +1,8 @@
 """Sensitivities of simulated metrics by common random numbers: the central
-difference of every scalar metric in the load (or in ``alpha`` or ``beta`` of
-the heavy-traffic forms), both sides run on the same random words, with paired
-intervals and a Richardson check at half the step (docs/crn.md).
+difference of every scalar metric in the load (or ``alpha``, ``beta``), a
+pool's speed or share, the service law's SCV or a profile's amplitude, the
+sides run on the same random words, with paired intervals and a Richardson
+check at half the step (docs/crn.md).
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from jaxqueue.results.stats import tolerance
 from jaxqueue.runs import planner
 from jaxqueue.sim.collect import load_samples
 from jaxqueue.sim.runner import Plan, Run
+from jaxqueue.studies.sensitivity_sides import SYSTEM_PARAMETERS, plan_system_sides
 
 __all__ = [
     "PARAMETERS",
+    "LOAD_PARAMETERS",
     "RELATIVE_STEP",
     "CURVATURE_ALPHA",
     "Sensitivity",
     "CurvatureWarning",
     "sensitivity",
     "plan_sides",
+    "plan_system_sides_of",
     "Sides",
     "default_step",
     "load_at",
@@ -42,8 +46,12 @@ __all__ = [
 
 #: The parameters a sensitivity is taken in: the load ``lambda``, ``alpha`` of
 #: ``lambda = 1 - N**(-alpha)`` (Liu and Ying) and ``beta`` of
-#: ``lambda = 1 - beta / sqrt(N)`` (Halfin-Whitt, Mukherjee et al.).
-PARAMETERS = ("load", "alpha", "beta")
+#: ``lambda = 1 - beta / sqrt(N)`` (Halfin-Whitt, Mukherjee et al.), whose
+#: sides are the loads of one batch; then those of the compiled system
+#: (:data:`~jaxqueue.studies.sensitivity_sides.SYSTEM_PARAMETERS`), each side
+#: its own run.
+LOAD_PARAMETERS = ("load", "alpha", "beta")
+PARAMETERS = LOAD_PARAMETERS + SYSTEM_PARAMETERS
 
 #: The default step moves the load by this fraction of its distance to the
 #: nearer of 0 and 1 (with a finite buffer, of the load itself): docs/crn.md.
@@ -68,7 +76,9 @@ def load_at(parameter: str, value: float, n_servers: int) -> float:
         return 1.0 - n_servers ** (-float(value))
     if parameter == "beta":
         return 1.0 - float(value) / math.sqrt(n_servers)
-    raise ValueError(f"parameter={parameter!r} is not valid: use one of {', '.join(PARAMETERS)}")
+    raise ValueError(
+        f"parameter={parameter!r} is not valid: use one of {', '.join(LOAD_PARAMETERS)}"
+    )
 
 
 def _value_of(parameter: str, load: float, n_servers: int) -> float:
@@ -103,7 +113,7 @@ class Sensitivity:
     """Derivatives of a simulated system's scalar metrics in one parameter.
 
     Attributes:
-        parameter: ``"load"``, ``"alpha"`` or ``"beta"``.
+        parameter: one of :data:`PARAMETERS`.
         value: the parameter's value ``theta``.
         h: the step: the sides run at ``theta - h`` and ``theta + h`` (and at
             ``theta -+ h / 2`` for the Richardson check).
@@ -187,6 +197,7 @@ def sensitivity(
     run=None,
     bounds=None,
     progress: bool = False,
+    pool: int = 0,
     **options,
 ) -> Sensitivity:
     """Derivatives of every scalar metric of a simulated system, by central
@@ -196,8 +207,11 @@ def sensitivity(
     lockstep batch that all draw from one stream: replica ``i`` of every side
     has the same key, so the sides take the same random words step by step and
     their paths part only where a word falls between two sides' thresholds
-    (docs/crn.md). The interval of a derivative comes from the paired
-    per-replica differences (or their batch means, as ``interval`` chooses).
+    (docs/crn.md). A parameter of the compiled system (a pool's speed or
+    share, the SCV, the amplitude) runs each side on its own, on the same seed
+    and stream: replica ``i`` of every side again has the same key. The
+    interval of a derivative comes from the paired per-replica differences (or
+    their batch means, as ``interval`` chooses).
 
     Args:
         policy, n_servers, n_dispatchers: as :func:`jaxqueue.simulate` (or a Model).
@@ -206,9 +220,14 @@ def sensitivity(
             parameter is then ``"alpha"``.
         beta: instead of ``load``: ``lambda = 1 - beta / sqrt(N)``; the default
             parameter is then ``"beta"``.
-        parameter: what to differentiate in (:data:`PARAMETERS`); it must be the
-            one given of ``load``, ``alpha`` and ``beta``.
-        h: the step in the parameter (default :func:`default_step`).
+        parameter: what to differentiate in (:data:`PARAMETERS`); ``load``,
+            ``alpha`` and ``beta`` must be the one given of them; ``speed``,
+            ``share`` (of pool ``pool``), ``scv`` and ``amplitude`` are taken at
+            the model's value, each side its own run on the same seed and stream.
+        pool: the pool whose ``speed`` or ``share`` moves (a share moves whole
+            servers from or to the next pool).
+        h: the step in the parameter (default :func:`default_step`, or
+            :func:`~jaxqueue.studies.sensitivity_sides.system_default_step`).
         richardson: also run ``h / 2`` (twice the replicas' work): the
             ``half_step``, ``extrapolated`` and ``gap`` estimates, and a
             :class:`CurvatureWarning` where they disagree.
@@ -224,27 +243,17 @@ def sensitivity(
     Warns:
         CurvatureWarning: where ``D(h)`` and ``D(h / 2)`` disagree.
     """
-    p, parameter, value, h, values = plan_sides(
-        policy,
-        load,
-        n_servers,
-        n_dispatchers,
-        parameter=parameter,
-        alpha=alpha,
-        beta=beta,
-        h=h,
-        richardson=richardson,
-        run=run,
-        bounds=bounds,
-        **options,
+    if pool != 0 and parameter not in ("speed", "share"):
+        raise ValueError(f"pool={pool!r} is for parameter='speed' or 'share' only")
+    keywords = dict(parameter=parameter, alpha=alpha, beta=beta, h=h, richardson=richardson)
+    sides, samples, (parameter, value, h, values) = _run_sides(
+        policy, load, n_servers, n_dispatchers, keywords, run, bounds, progress, pool, options
     )
-    r = Run.start(p).advance(progress=progress)
-    sides = r.results()
-    names = scalar_names(sides[0], p)
-    samples = [side_samples(r, j, names) for j in range(len(p.loads))]
     out = _derivatives(samples, values, richardson)
     curved = _curved(out.get("gap", {}))
     settings = dict(sides[0].settings, parameter=parameter, value=value, h=h)
+    if parameter in ("speed", "share"):
+        settings["pool"] = pool
     for name in curved:
         warnings.warn(_curvature_message(name, out, parameter, h), CurvatureWarning, stacklevel=2)
     return Sensitivity(
@@ -260,6 +269,75 @@ def sensitivity(
         tuple(sides),
         settings,
     )
+
+
+def _run_sides(
+    policy, load, n_servers, n_dispatchers, keywords, run, bounds, progress, pool, options
+):
+    """Every side's result and per-replica samples, and (parameter, value, h, values)."""
+    if keywords["parameter"] not in SYSTEM_PARAMETERS:
+        p, parameter, value, h, values = plan_sides(
+            policy, load, n_servers, n_dispatchers, run=run, bounds=bounds, **keywords, **options
+        )
+        r = Run.start(p).advance(progress=progress)
+        sides = r.results()
+        names = scalar_names(sides[0], p)
+        samples = [side_samples(r, j, names) for j in range(len(p.loads))]
+        return sides, samples, (parameter, value, h, values)
+    s = plan_system_sides_of(
+        policy,
+        load,
+        n_servers,
+        n_dispatchers,
+        run=run,
+        bounds=bounds,
+        pool=pool,
+        **keywords,
+        **options,
+    )
+    runs = [Run.start(p).advance(progress=progress) for p in s.plans]
+    sides = [r.results()[0] for r in runs]
+    names = scalar_names(sides[0], s.plans[0])
+    samples = [side_samples(r, 0, names) for r in runs]
+    return sides, samples, (s.parameter, s.value, s.h, s.values)
+
+
+def plan_system_sides_of(
+    policy,
+    load: float | None = None,
+    n_servers: int | None = None,
+    n_dispatchers: int = 1,
+    *,
+    parameter: str,
+    alpha: float | None = None,
+    beta: float | None = None,
+    h: float | None = None,
+    richardson: bool = True,
+    pool: int = 0,
+    run=None,
+    bounds=None,
+    **options,
+):
+    """The runs of :func:`sensitivity` in a parameter of the system (arguments
+    as there), checked, nothing compiled: one plan per side, all at one load
+    on one seed and one stream
+    (:class:`~jaxqueue.studies.sensitivity_sides.SystemSides`)."""
+    model, opts, bound = split_keywords(
+        policy, n_servers, n_dispatchers, options, run, bounds, where="sensitivity"
+    )
+    name, at = _parameter(None, load, alpha, beta)
+    n = check_int("n_servers", model.n_servers, 2 if name != "load" else 1, MAX_SERVERS)
+    _no_auto_warmup(opts)
+    lam = float(np.float32(load_at(name, at, n)))
+    return plan_system_sides(model, lam, opts, bound, parameter, h, richardson, pool)
+
+
+def _no_auto_warmup(opts) -> None:
+    if opts.warmup == "auto":
+        raise ValueError(
+            "warmup='auto' is not available for a sensitivity: its extensions would give "
+            "the sides windows of their own; give warmup (steps) or warmup_time"
+        )
 
 
 class Sides(NamedTuple):
@@ -294,11 +372,7 @@ def plan_sides(
     )
     parameter, value = _parameter(parameter, load, alpha, beta)
     n = check_int("n_servers", model.n_servers, 2 if parameter != "load" else 1, MAX_SERVERS)
-    if opts.warmup == "auto":
-        raise ValueError(
-            "warmup='auto' is not available for a sensitivity: its extensions would give "
-            "the sides windows of their own; give warmup (steps) or warmup_time"
-        )
+    _no_auto_warmup(opts)
     if h is None:
         h = default_step(parameter, value, n, model.buffer)
     if isinstance(h, bool) or not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):
@@ -327,6 +401,11 @@ def _parameter(parameter, load, alpha, beta) -> tuple[str, float]:
     if parameter not in PARAMETERS:
         raise ValueError(
             f"parameter={parameter!r} is not valid: use one of {', '.join(PARAMETERS)}"
+        )
+    if parameter in SYSTEM_PARAMETERS:
+        raise ValueError(
+            f"parameter={parameter!r} changes the compiled system: its sides are runs of "
+            "their own (plan_system_sides_of), not the loads of one plan"
         )
     if parameter != name:
         raise ValueError(f"parameter={parameter!r} needs {parameter}=..., got {name}=...")
