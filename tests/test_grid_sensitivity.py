@@ -1,10 +1,11 @@
 """Sensitivities and paired points in grid specs (jaxqueue.studies.grid_sensitivity,
 docs/sweeps.md, Sensitivities and paired points).
 
-The fast tests parse specs and check the streams; the slow one runs a spec with
-``sensitivity = "load"`` end to end (store, exports, a figure) at Pod(2), N = 3,
-16 replicas (the shape of tests/test_sensitivity.py's small system) and compares
-its rows with :func:`jaxqueue.sensitivity` and a finite difference of the mean field.
+The fast tests parse specs and check the streams and the lines of paired points; the
+slow ones run a spec with ``sensitivity = "load"`` end to end (store, exports, a
+figure) at Pod(2), N = 3, 16 replicas (the shape of tests/test_sensitivity.py's small
+system) and compare its rows with :func:`jaxqueue.sensitivity` and a finite difference
+of the mean field, and a paired spec's difference rows with :func:`jaxqueue.paired`'s.
 """
 
 from __future__ import annotations
@@ -13,17 +14,21 @@ import csv
 import json
 import sqlite3
 
+import jax
 import numpy as np
 import pytest
 
+import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.config import Bounds
 from jaxqueue.policies.registry import make
-from jaxqueue.studies import export
+from jaxqueue.studies import export, grid_paired
 from jaxqueue.studies.batching import group_bounds
-from jaxqueue.studies.derivatives import CURVED, derivative_name, paired_word
+from jaxqueue.studies.derivatives import CURVED, derivative_name, difference_name, paired_word
 from jaxqueue.studies.grid import _batch_plan, run_grid
-from jaxqueue.studies.grid_sensitivity import THEORY_STEP
+from jaxqueue.studies.grid_paired import PairedRows, references
+from jaxqueue.studies.grid_sensitivity import THEORY_STEP, check_processes
+from jaxqueue.studies.paired import compare_samples, coupling_threshold
 from jaxqueue.studies.sensitivity import sensitivity
 from jaxqueue.studies.spec import SpecError, parse_spec
 from jaxqueue.studies.store import Store
@@ -52,6 +57,13 @@ x = "load"
 #: The same grid without the new keys, and with ``paired``.
 PLAIN = SPEC.replace('sensitivity = "load"\n', "").split("[[figure]]")[0]
 PAIRED = PLAIN.replace('theory = "mean-field"', 'theory = "mean-field"\npaired = true')
+#: A figure of the paired differences.
+DIFF_FIGURE = """
+[[figure]]
+name = "gap"
+metric = "diff_mean_response_time"
+x = "load"
+"""
 
 
 def test_the_keys_are_parsed_and_unset_they_leave_the_hash():
@@ -103,6 +115,7 @@ def test_a_spec_with_sensitivity_runs_end_to_end(tmp_path):
         rows = store.rows()
         meta = store.meta()
     by = {(r["point_id"], r["metric"]): r for r in rows}
+    assert not any(r["metric"].startswith("diff_") for r in rows)  # unpaired: no differences
     name = derivative_name("mean_response_time", "load")
     for point in spec.points:
         pid = point.point_id()
@@ -144,3 +157,109 @@ def test_a_spec_with_sensitivity_runs_end_to_end(tmp_path):
     pytest.importorskip("matplotlib")
     assert cli_main(["plot", str(path), "-o", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "slope.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_line_is_its_points_but_the_load_and_its_reference_the_lowest_load():
+    text = PAIRED.replace("load = [0.5, 0.7]", "load = [0.7, 0.5, 0.6]\nn_dispatchers = [1, 3]")
+    spec = parse_spec(text)
+    ref = references(spec.points)
+    assert len(spec.points) == 6 and len(set(ref.values())) == 2
+    for p, r in ref.items():
+        assert (r.load, r.dispatchers) == (0.5, p.dispatchers)
+    assert PairedRows(parse_spec(PLAIN), {}, set()).rows([], [], None) == []  # unpaired
+    assert parse_spec(PAIRED + DIFF_FIGURE).figure("gap").metrics == ("diff_mean_response_time",)
+    with pytest.raises(SpecError, match="diff_mean_response_time"):
+        parse_spec(PLAIN + DIFF_FIGURE)
+
+
+def test_a_point_waits_for_its_reference_in_a_later_batch(monkeypatch):
+    """Batches in any order: a point's values are held until its reference has run,
+    and the rows are the pair's :func:`compare_samples`."""
+    spec = parse_spec(PAIRED)
+    low, high = sorted(spec.points, key=lambda p: p.load)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=8)
+    values = {low: ({"m": x}, None), high: ({"m": x + rng.normal(size=8)}, None)}
+    monkeypatch.setattr(grid_paired, "scalar_names", lambda result, plan: ("m",))
+    monkeypatch.setattr(grid_paired, "side_samples", lambda run, j, names: values[run.points[j]])
+
+    class Ran:
+        plan = None
+        settings = {"steps": 4096, "warmup": 1024}
+
+        def __init__(self, points):
+            self.points = points
+
+    ids = {p: p.point_id() for p in spec.points}
+    made = PairedRows(spec, ids, set())
+    assert made.rows([high], [Ran], Ran([high])) == []
+    rows = {r["metric"]: r for r in made.rows([low], [Ran], Ran([low]))}
+    diff, _, corr, coupled, _ = compare_samples([values[low], values[high]])
+    assert rows["diff_m"]["mean"] == float(diff[0]["m"].mean)
+    assert rows["diff_m"]["ci95"] == float(diff[0]["m"].ci95)
+    assert rows["diff_m_correlation"]["mean"] == corr[0]["m"]
+    assert rows["diff_m_coupled"]["mean"] == float(corr[0]["m"] > coupling_threshold(8))
+    assert {r["point_id"] for r in rows.values()} == {ids[high]} and not made.samples.get(high)
+    # a point whose reference is in the store already (a resumed sweep) is named
+    assert PairedRows(spec, ids, {ids[low]}).missed == [high]
+
+
+def test_paired_differences_run_in_one_process(monkeypatch):
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match="paired is not available with several processes"):
+        check_processes(parse_spec(PAIRED))
+    check_processes(parse_spec(PLAIN))
+
+
+@pytest.mark.slow
+def test_a_paired_spec_stores_jq_paired_differences_and_resumes(tmp_path):
+    """The stored differences are jq.paired's for the same two points, seed and stream;
+    a sweep resumed after its reference was stored says it has no rows for the point."""
+    spec = parse_spec(PAIRED + DIFF_FIGURE)
+    path = tmp_path / "paired.sqlite"
+    assert run_grid(spec, path) == 2
+    with Store.open_existing(path) as store:
+        rows = store.rows()
+    by = {(r["point_id"], r["metric"]): r for r in rows}
+    low, high = sorted(spec.points, key=lambda p: p.load)
+    run = dict(replicas=16, steps=4096, warmup=1024, seed=5, interval="replicas")
+    bounds = Bounds(*group_bounds(list(spec.points)))
+    c = jq.paired("pod", [low.load, high.load], 3, d=2, bounds=bounds, stream=paired_word(5), **run)
+    assert c.coupled[0]["mean_response_time"]
+    for metric, est in c.differences[0].items():
+        row = by[(high.point_id(), difference_name(metric))]
+        assert row["mean"] == float(est.mean) and row["ci95"] == float(est.ci95)
+        r = by[(high.point_id(), difference_name(metric) + "_correlation")]["mean"]
+        assert r == c.correlation[0][metric]
+        flag = by[(high.point_id(), difference_name(metric) + "_coupled")]["mean"]
+        assert flag == float(c.coupled[0][metric])
+    # the theory column: the difference of the two points' theory
+    theory = {(r["point_id"], r["metric"]): r["theory"] for r in rows if r["k"] == -1}
+    gap = by[(high.point_id(), "diff_mean_response_time")]["theory"]
+    ends = [theory[(p.point_id(), "mean_response_time")] for p in (high, low)]
+    assert gap == ends[0] - ends[1] and gap > 0
+    quantile = {
+        (r["point_id"], r["k"]): r["theory"] for r in rows if r["metric"] == "response_quantile"
+    }
+    gap = by[(high.point_id(), "diff_p90")]["theory"]
+    assert gap == quantile[(high.point_id(), 0.9)] - quantile[(low.point_id(), 0.9)]
+    assert not any(k[0] == low.point_id() and k[1].startswith("diff_") for k in by)
+    pytest.importorskip("matplotlib")
+    assert cli_main(["plot", str(path), "-o", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "gap.png").read_bytes()[:4] == b"\x89PNG"
+    # the state a kill between the two points' batches leaves: the reference stored alone
+    db = sqlite3.connect(path)
+    with db:
+        for table in ("results", "points"):
+            db.execute(f"DELETE FROM {table} WHERE point_id = ?", (high.point_id(),))
+    db.close()
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:
+        assert run_grid(spec, path, log=f) == 1
+    assert "1 points have no diff_ rows" in log.read_text()
+    with Store.open_existing(path) as store:
+        again = store.rows()
+    assert [r for r in again if not r["metric"].startswith("diff_")] == [
+        r for r in rows if not r["metric"].startswith("diff_")
+    ]
+    assert not any(r["metric"].startswith("diff_") for r in again)

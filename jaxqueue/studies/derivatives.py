@@ -1,6 +1,7 @@
 """The names and ``[run]`` keys of a grid spec's sensitivities and paired points: a
 metric ``m`` differentiated in a parameter ``p`` is stored as the metric
-``d_m_d_p``, its Richardson flag as ``d_m_d_p_curved`` (docs/sweeps.md, Sensitivities).
+``d_m_d_p``, its Richardson flag as ``d_m_d_p_curved``; a paired point's difference
+from its line's reference as ``diff_m`` (docs/sweeps.md, Sensitivities and paired points).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ __all__ = [
     "CURVED",
     "derivative_name",
     "derivative_names",
+    "DIFFERENCE",
+    "CORRELATION",
+    "COUPLED",
+    "difference_name",
+    "difference_names",
+    "derived_names",
     "sensitivity_value",
     "paired_value",
     "sensitivity_missing",
@@ -38,6 +45,37 @@ def derivative_names(parameters, user=()) -> tuple:
     metrics += tuple(n for name in user for n in (name, name + PER_ARRIVAL))
     names = tuple(derivative_name(m, p) for p in parameters for m in metrics)
     return names + tuple(n + CURVED for n in names)
+
+
+#: The prefix of a difference from the line's reference: ``diff_<metric>``.
+DIFFERENCE = "diff_"
+#: The suffix of the correlation of a point's values with its reference's.
+CORRELATION = "_correlation"
+#: The suffix of the coupling flag (1.0: the correlation is above
+#: :func:`~jaxqueue.studies.paired.coupling_threshold`).
+COUPLED = "_coupled"
+
+
+def difference_name(metric: str) -> str:
+    """The stored name of ``metric``'s difference from the reference: ``diff_<metric>``."""
+    return DIFFERENCE + metric
+
+
+def difference_names(paired: bool, user=()) -> tuple:
+    """Every difference (correlation and coupling) name a spec may store: none
+    unless ``paired``; else those of the metrics of :func:`derivative_names`."""
+    if not paired:
+        return ()
+    metrics = SCALAR_METRICS + QUANTILE_NAMES
+    metrics += tuple(n for name in user for n in (name, name + PER_ARRIVAL))
+    names = tuple(difference_name(m) for m in metrics)
+    return names + tuple(n + s for s in (CORRELATION, COUPLED) for n in names)
+
+
+def derived_names(run, user=()) -> tuple:
+    """The derivative and difference names a spec of run settings ``run``
+    (:class:`~jaxqueue.studies.points.RunSettings`) may store."""
+    return derivative_names(run.sensitivity, user) + difference_names(run.paired, user)
 
 
 def sensitivity_value(value) -> tuple:

@@ -39,6 +39,7 @@ from jaxqueue.studies.batching import (
     warn_overruns,
     window_overruns,
 )
+from jaxqueue.studies.grid_paired import PairedRows
 from jaxqueue.studies.grid_sensitivity import check_processes, sensitivity_rows
 from jaxqueue.studies.grid_theory import (
     refined_values,
@@ -226,6 +227,7 @@ def run_grid(
         batch_index = store.next_batch() if lead else 0
         report = _progress(spec, finished) if progress and lead else None
         pending, cache, failed = None, {}, []
+        paired = PairedRows(spec, ids, done) if lead else None
         for points in groups.values():
             bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
             size, chosen = batches(
@@ -241,7 +243,8 @@ def run_grid(
             for k, batch in enumerate(chosen):
                 t_batch = time.perf_counter()
                 plan = _batch_plan(spec, batch, size, bounds, devices)
-                results = _run_batch(plan, f"{store_path}.running.npz")[: len(batch)]
+                results, kept = _run_batch(plan, f"{store_path}.running.npz", spec.run.paired)
+                results = results[: len(batch)]
                 wall = time.perf_counter() - t_batch
                 ran += len(batch)
                 if not lead:  # the other processes step their replicas; the first writes
@@ -249,6 +252,7 @@ def run_grid(
                 # JAX runs on this thread only: theory and rows here, SQLite on the writer.
                 rows, committed = _batch_rows(spec, batch, results, ids, wall, cache)
                 rows += sensitivity_rows(spec, batch, ids, devices, cache)
+                rows += paired.rows(batch, results, kept, rows)
                 failed += [p for p, r in zip(batch, results) if warmup_passed(r) == 0]
                 if pending is not None:
                     pending.result()  # the previous batch is committed (or its error raised)
@@ -263,6 +267,8 @@ def run_grid(
             report.close()
     if failed:
         _warn_warmup(spec, failed, ran, log)
+    if lead and paired.missed:
+        print(paired.warning(), file=log, flush=True)
     return ran
 
 
@@ -416,16 +422,30 @@ def _sync(what: str) -> None:
 CHECKPOINT_EVERY = 300.0
 
 
-def _run_batch(plan, checkpoint: str):
+def _run_batch(plan, checkpoint: str, keep: bool = False):
     """Run one batch, saved to ``checkpoint`` every few minutes: a sweep stopped in a
-    long batch resumes inside it. A checkpoint of another batch is replaced."""
+    long batch resumes inside it. A checkpoint of another batch is replaced.
+    ``(results, run)``: with ``keep`` (one process) the finished run, whose
+    per-replica values a paired spec's differences take; else None."""
     try:
-        results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
+        out = _finish(plan, checkpoint, keep)
     except runner.CheckpointMismatch:
         _remove(checkpoint)
-        results = runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
+        out = _finish(plan, checkpoint, keep)
     _remove(checkpoint)
-    return results
+    return out
+
+
+def _finish(plan, checkpoint: str, keep: bool):
+    """``(results, run or None)`` of a batch run to its end from its checkpoint, if any."""
+    if not keep:
+        return runner.run(plan, checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY), None
+    if os.path.exists(checkpoint):
+        r = runner.Run.resume(plan, checkpoint)
+    else:
+        r = runner.Run.start(plan)
+    r.advance(checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY)
+    return r.results(), r
 
 
 def _remove(checkpoint: str) -> None:

@@ -34,13 +34,14 @@ THEORY_STEP = 1e-4
 
 
 def check_processes(spec: GridSpec) -> None:
-    """Refuse sensitivities with several processes: a point's sides run on the first
-    process alone, where the store is written."""
-    if spec.run.sensitivity and jax.process_count() > 1:
-        raise ValueError(
-            "[run] sensitivity is not available with several processes (jax.distributed): "
-            "run the spec in one process, or without sensitivity"
-        )
+    """Refuse sensitivities and paired differences with several processes: a point's
+    sides run, and the per-replica values are read, on the first process alone."""
+    for key, given in (("sensitivity", spec.run.sensitivity), ("paired", spec.run.paired)):
+        if given and jax.process_count() > 1:
+            raise ValueError(
+                f"[run] {key} is not available with several processes (jax.distributed): "
+                f"run the spec in one process, or without {key}"
+            )
 
 
 def _value(point: Point, parameter: str) -> float:

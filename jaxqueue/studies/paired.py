@@ -19,12 +19,21 @@ from jaxqueue.runs import planner
 from jaxqueue.sim.runner import Plan, Run
 from jaxqueue.studies.sensitivity import paired_estimates, scalar_names, side_samples
 
-__all__ = ["paired", "Paired", "plan_points", "Group", "HEADLINE", "coupling_threshold"]
+__all__ = [
+    "paired",
+    "Paired",
+    "plan_points",
+    "Group",
+    "HEADLINE",
+    "coupling_threshold",
+    "compare_samples",
+]
 
 #: The metric whose correlation says whether a point is coupled to the first.
 HEADLINE = "mean_response_time"
 
-#: The stream word every point draws from: replica ``i`` of each point has the same key.
+#: The stream word every point draws from by default: replica ``i`` of each point has
+#: the same key.
 _STREAM = 0
 
 
@@ -138,6 +147,7 @@ def paired(
     run=None,
     bounds=None,
     progress: bool = False,
+    stream: int = _STREAM,
     **options,
 ) -> Paired:
     """Points of a simulated system run on the same random words, each metric's
@@ -158,6 +168,9 @@ def paired(
             sequence of them: one per point (or one for all).
         load: ``lambda``, one for all points or one per point.
         n_servers, n_dispatchers: with policy names (as :func:`jaxqueue.simulate`).
+        stream: the stream word every point draws from (0; a paired grid
+            spec's points draw from
+            :func:`~jaxqueue.studies.derivatives.paired_word` of its seed).
         run, bounds, progress, **options: the keywords of :func:`jaxqueue.simulate`
             (``replicas``, ``steps``, ``seed``, ``d``, ``levels``, ...), the same
             for every point; ``warmup="auto"`` is refused (its extensions would
@@ -167,7 +180,9 @@ def paired(
         a :class:`Paired`: ``c["mean_response_time"]`` is the second point's
         difference from the first; ``print(c)`` shows every metric.
     """
-    groups = plan_points(models, load, n_servers, n_dispatchers, run=run, bounds=bounds, **options)
+    groups = plan_points(
+        models, load, n_servers, n_dispatchers, run=run, bounds=bounds, stream=stream, **options
+    )
     count = sum(len(g.points) for g in groups)
     samples, results = [None] * count, [None] * count
     for group in groups:
@@ -187,7 +202,15 @@ class Group(NamedTuple):
 
 
 def plan_points(
-    models, load=None, n_servers=None, n_dispatchers=1, *, run=None, bounds=None, **options
+    models,
+    load=None,
+    n_servers=None,
+    n_dispatchers=1,
+    *,
+    run=None,
+    bounds=None,
+    stream: int = _STREAM,
+    **options,
 ) -> list[Group]:
     """The runs of :func:`paired` (arguments as there), checked, nothing compiled:
     one plan per distinct model, its points' loads on one stream."""
@@ -219,7 +242,7 @@ def plan_points(
     groups = []
     for model, opts, bound, ks in by_model.values():
         group_loads = [float(loads[k]) for k in ks]
-        p = planner.plan_model(model, group_loads, opts, bound, streams=[_STREAM] * len(ks))
+        p = planner.plan_model(model, group_loads, opts, bound, streams=[stream] * len(ks))
         groups.append(Group(p, tuple(ks)))
     return groups
 
@@ -231,6 +254,29 @@ def _key(model: Model):
 
 def _compare(samples: list, results: list) -> Paired:
     """Each point's paired differences from the first, their unpaired width, the correlations."""
+    differences, unpaired, correlation, coupled, batched = compare_samples(samples)
+    labels = tuple(_label(res) for res in results)
+    settings = dict(results[0].settings, paired_interval="batch-means" if batched else "replicas")
+    return Paired(
+        labels,
+        tuple(differences),
+        tuple(unpaired),
+        tuple(correlation),
+        tuple(coupled),
+        tuple(results),
+        settings,
+    )
+
+
+def compare_samples(samples: list) -> tuple:
+    """The comparison of points from their values (:func:`side_samples`: per replica,
+    and per batch or None), each point after the first beside the first.
+
+    Returns:
+        ``(differences, unpaired, correlation, coupled, batched)``: a list per
+        point after the first of the :class:`Paired` attributes of those names
+        (``{metric: ...}``), and whether the intervals are batch means.
+    """
     batched = all(s[1] is not None for s in samples)
     if batched and len({next(iter(s[1].values())).shape for s in samples}) > 1:
         batched = False  # batches that do not line up: pair the replicas' whole windows
@@ -248,17 +294,7 @@ def _compare(samples: list, results: list) -> Paired:
         correlation.append(r)
         n = np.size(pair[0][at][names[0]])
         coupled.append({m: bool(r[m] > coupling_threshold(n)) for m in names})
-    labels = tuple(_label(res) for res in results)
-    settings = dict(results[0].settings, paired_interval="batch-means" if batched else "replicas")
-    return Paired(
-        labels,
-        tuple(differences),
-        tuple(unpaired),
-        tuple(correlation),
-        tuple(coupled),
-        tuple(results),
-        settings,
-    )
+    return differences, unpaired, correlation, coupled, batched
 
 
 def _only(values: dict | None, names: list) -> dict | None:

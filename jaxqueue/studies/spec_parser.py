@@ -524,7 +524,7 @@ class SpecParser:
                 raise SpecError(message, line)
 
             user = tuple(self.data.get("metrics", {}))
-            derived = derivatives.derivative_names(self.run().sensitivity, user)
+            derived = derivatives.derived_names(self.run(), user)
             fig = parse_figure(table, fail, user, derived)
             if fig.name in names:
                 fail("name", f"two figures are named {fig.name!r}")
