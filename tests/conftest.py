@@ -17,6 +17,12 @@ import os
 import shutil
 import tempfile
 
+# One BLAS thread per process (before NumPy is imported): the xdist workers
+# already use every core, and OpenBLAS's threads spin-wait for each other,
+# so a host-side solve sharing the cores with another worker's compile took
+# 10-50 times its time alone. A count already set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 # One compilation cache for the run, shared by the xdist workers and by the
 # subprocesses some tests start (the command line, two hosts): a program one
 # process has compiled is loaded by the others, not compiled again. pytest's
@@ -54,35 +60,47 @@ def pytest_addoption(parser):
 #: The order is that of the ``tests`` column of ``--compile-times``; a slow
 #: module left off this list runs last and leaves one worker finishing alone.
 LONGEST_FIRST = (
-    "test_periodic",
-    "test_periodic_classes",
-    "test_refined",
-    "test_vs_exact",
-    "test_kernel",
-    "test_threshold",
-    "test_phases",
-    "test_sliding",
     "test_sweeps",
+    "test_refined",
+    "test_kernel",
+    "test_vs_exact",
+    "test_periodic_classes",
+    "test_sliding",
+    "test_phases",
+    "test_periodic",
+    "test_threshold",
     "test_theory",
-    "test_meanfield_pools",
     "test_grid",
-    "test_meanfield",
-    "test_arrivals",
-    "test_engine",
-    "test_jiq_original",
     "test_transient",
-    "test_overflow",
-    "test_vs_mean_field",
-    "test_initial",
-    "test_long_runs",
+    "test_meanfield_pools",
+    "test_arrivals",
     "test_api",
-    "test_tagged_server",
-    "test_listed",
-    "test_meanfield_phases",
+    "test_engine",
+    "test_large_d",
+    "test_meanfield_jiqsq_large_r",
+    "test_jiq_original",
+    "test_meanfield",
+    "test_vs_mean_field",
     "test_distributed",
-    "test_suite_tools",
+    "test_windows",
+    "test_diffusion",
+    "test_meanfield_phases",
+    "test_sensitivity_params",
+    "test_references",
+    "test_long_runs",
+    "test_tagged_server",
+    "test_sensitivity",
+    "test_initial",
+    "test_overflow",
+    "test_listed",
+    "test_design_sim",
+    "test_paired",
+    "test_lu",
     "test_jsew",
-    "test_warmup_auto",
+    "test_suite_tools",
+    "test_cli_polish",
+    "test_source_bounds",
+    "test_grid_sensitivity",
 )
 
 

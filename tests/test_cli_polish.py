@@ -165,6 +165,7 @@ def test_the_command_line_takes_policy_names_in_any_case(capsys):
     assert outs[0] == outs[1] and outs[0]["settings"]["policy"] == "jiq"
 
 
+@pytest.mark.slow
 def test_simulate_takes_policy_names_in_any_case():
     kw = dict(replicas=2, steps=4096, warmup=512, levels=48, seed=3)
     upper, lower = jq.simulate("JIQ", 0.5, 8, **kw), jq.simulate("jiq", 0.5, 8, **kw)

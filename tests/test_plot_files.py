@@ -80,7 +80,7 @@ def tiny(tmp_path_factory):
     return path, spec, rows
 
 
-@pytest.mark.parametrize("suffix", [".png", ".pdf", ".svg"])
+@pytest.mark.parametrize("suffix", [".png", pytest.param(".pdf", marks=pytest.mark.slow), ".svg"])
 def test_one_figure_is_written_in_the_suffix_format(tiny, tmp_path, suffix):
     pytest.importorskip("matplotlib")
     out = tmp_path / f"T{suffix}"

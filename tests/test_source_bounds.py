@@ -27,6 +27,7 @@ def test_a_constant_path_stays_at_the_fixed_point():
     assert np.max(np.abs(tail - 0.7**k)) < 0.7**40
 
 
+@pytest.mark.slow
 def test_a_longer_burst_builds_longer_queues():
     """JSQ fills one level after another while the load is above 1: after a burst
     at 1.5 for t units, more than 1 + 0.5 t levels are busy (mass above 1/2)."""
