@@ -7,6 +7,8 @@ the predicted value that the mean field's O(1/N) error acts on
 (:func:`finite_n_scale`), never the whole value.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -93,3 +95,13 @@ def extrapolated(at_n, at_half_n):
 #: its nominal 1% (docs/simulation.md, "Warm-up"). Each use names the measured
 #: drift; the comparison, not the verdict, is the test.
 WARMUP_VERDICT_FAILS = pytest.mark.filterwarnings("ignore::jaxqueue.WarmupWarning")
+
+
+def binomial_lower(n: int, p: float, alpha: float) -> int:
+    """The largest ``k`` with ``P(X < k) <= alpha`` for ``X ~ Binomial(n, p)``: the
+    fewest covering runs a coverage test of ``n`` runs at level ``p`` accepts."""
+    cdf, k = 0.0, 0
+    while cdf + math.comb(n, k) * p**k * (1 - p) ** (n - k) <= alpha:
+        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        k += 1
+    return k

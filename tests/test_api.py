@@ -414,7 +414,7 @@ def test_compare_checks_every_policy_and_its_options_before_running(monkeypatch,
     def no_run(*args, **kwargs):
         raise AssertionError("validation must come before any run")
 
-    monkeypatch.setattr(compare_module, "sweep", no_run)
+    monkeypatch.setattr(compare_module, "simulate", no_run)
     cases = [
         (["--policies", "jiq,pod,foo"], "unknown policy 'foo'"),
         (["--policies", "jiq,jsq", "--d", "3"], "d=3 applies to the policies"),
@@ -434,7 +434,7 @@ def test_compare_gives_a_policy_its_own_options(monkeypatch):
 
     seen = []
     monkeypatch.setattr(
-        compare_module, "sweep", lambda model, *a, **k: seen.append(model.policy.label()) or []
+        compare_module, "simulate", lambda model, *a, **k: seen.append(model.policy.label()) or []
     )
     monkeypatch.setattr(compare_module, "mean_field", lambda *a, **k: None)
     assert (

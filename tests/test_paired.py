@@ -10,10 +10,10 @@ tests/test_sensitivity.py: Pod(2) at N = 3, four points of 16 replicas.
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
+from agreement import binomial_lower
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
@@ -60,15 +60,6 @@ def test_the_coupling_threshold_and_the_public_name():
     assert jq.paired is paired
 
 
-def _binomial_lower(n: int, p: float, alpha: float) -> int:
-    """The largest ``k`` with ``P(X < k) <= alpha`` for ``X ~ Binomial(n, p)``."""
-    cdf, k = 0.0, 0
-    while cdf + math.comb(n, k) * p**k * (1 - p) ** (n - k) <= alpha:
-        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
-        k += 1
-    return k
-
-
 @pytest.mark.slow
 def test_the_paired_interval_covers_the_exact_difference_and_is_narrower():
     """40 runs (seeds 200..239) of Pod(2) at N = 3, loads 0.6, 0.65, 0.7, 0.75:
@@ -79,7 +70,7 @@ def test_the_paired_interval_covers_the_exact_difference_and_is_narrower():
     interval is narrower than independent runs' by a factor (median over the
     runs) measured as 2.81, 1.79, 1.38 as the loads part: asserted as at least
     2, 1.3, 1.1, and falling."""
-    runs, lower = 40, _binomial_lower(40, 0.95, 1e-3 / 3)
+    runs, lower = 40, binomial_lower(40, 0.95, 1e-3 / 3)
     covered, narrowing, reference = np.zeros(3, int), [], None
     for seed in range(200, 200 + runs):
         c = paired("pod", LOADS, 3, seed=seed, **SMALL)

@@ -317,7 +317,7 @@ def test_compare_gives_each_row_the_periodic_regime_over_its_window(monkeypatch,
             for lam in loads
         ]
 
-    monkeypatch.setattr(cmp, "sweep", fake_sweep)
+    monkeypatch.setattr(cmp, "simulate", fake_sweep)
     caplog.set_level(logging.INFO, logger="jaxqueue")  # what compare says, on the logger
     rows = cmp.compare(["pod"], 300, loads=(0.6, 0.8), arrivals=DAY)
     assert seen[0]["arrivals"] is DAY and seen[0]["init"] == "mean-field"

@@ -57,7 +57,7 @@ def test_compare_puts_the_mean_field_of_the_simulated_pools_beside_them(monkeypa
     from jaxqueue.studies import compare as cmp
 
     seen = []
-    monkeypatch.setattr(cmp, "sweep", _fake_sweep(seen))
+    monkeypatch.setattr(cmp, "simulate", _fake_sweep(seen))
     with pytest.warns(jq.PoolRoundingWarning, match=r"0\.25, 0\.75.*0\.3, 0\.7") as caught:
         (row,) = cmp.compare(["random"], 10, ratio=10, loads=(0.5,), pools=NOMINAL)
     assert len(caught) == 1
@@ -82,7 +82,7 @@ def test_compare_with_whole_pools_says_nothing(monkeypatch):
     from jaxqueue.studies import compare as cmp
 
     seen = []
-    monkeypatch.setattr(cmp, "sweep", _fake_sweep(seen))
+    monkeypatch.setattr(cmp, "simulate", _fake_sweep(seen))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         (row,) = cmp.compare(["random"], 10, ratio=10, loads=(0.5,), pools=WHOLE)

@@ -202,7 +202,7 @@ def _fake_sweep(model, loads, run, **kw):
 
 
 def test_compare_says_what_it_runs_on_the_logger_and_can_be_silenced(lines, monkeypatch):
-    monkeypatch.setattr(cmp, "sweep", _fake_sweep)
+    monkeypatch.setattr(cmp, "simulate", _fake_sweep)
     rows = cmp.compare(["pod", "random"], 20, ratio=10, loads=(0.5, 0.7), progress=True)
     assert len(rows) == 4
     assert lines == [
@@ -216,7 +216,7 @@ def test_compare_says_what_it_runs_on_the_logger_and_can_be_silenced(lines, monk
 
 
 def test_compare_json_is_alone_on_stdout(capsys, monkeypatch):
-    monkeypatch.setattr(cmp, "sweep", _fake_sweep)
+    monkeypatch.setattr(cmp, "simulate", _fake_sweep)
     args = ["compare", "--policies", "pod,random", "--servers", "20", "--load", "0.5,0.7"]
     assert cli_main([*args, "--json", "--progress"]) == 0
     out = capsys.readouterr()

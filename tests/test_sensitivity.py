@@ -10,11 +10,11 @@ sides of 16 replicas each.
 from __future__ import annotations
 
 import json
-import math
 
 import jax
 import numpy as np
 import pytest
+from agreement import binomial_lower
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
@@ -140,7 +140,7 @@ def test_the_paired_interval_covers_the_exact_difference():
     the exact chain's difference at the same loads in about 95% of them. The
     count is Binomial(40, 0.95) if the interval is right; fewer than 33 has
     probability below 0.001 (33 is the lower bound at that rate)."""
-    runs, covered, lower = 40, 0, _binomial_lower(40, 0.95, 1e-3)
+    runs, covered, lower = 40, 0, binomial_lower(40, 0.95, 1e-3)
     assert lower == 33
     reference = None
     for seed in range(100, 100 + runs):
@@ -150,15 +150,6 @@ def test_the_paired_interval_covers_the_exact_difference():
         est = s["mean_response_time"]
         covered += abs(est.mean - reference) <= est.ci95
     assert covered >= lower, covered
-
-
-def _binomial_lower(n: int, p: float, alpha: float) -> int:
-    """The largest ``k`` with ``P(X < k) <= alpha`` for ``X ~ Binomial(n, p)``."""
-    cdf, k = 0.0, 0
-    while cdf + math.comb(n, k) * p**k * (1 - p) ** (n - k) <= alpha:
-        cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
-        k += 1
-    return k
 
 
 @pytest.mark.slow

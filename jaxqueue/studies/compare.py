@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxqueue.api import simulate as sweep  # given a list of loads: a SweepResult
+from jaxqueue.api import simulate
 from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.core.config import (
     COMPARE_TIME,
@@ -185,7 +185,7 @@ def compare(
             init="mean-field" if has_mf else "empty",
             metrics=metrics or None,
         )
-        results = sweep(model, loads, run=run, progress=progress)
+        results = simulate(model, loads, run=run, progress=progress)
         if source is not None:  # the constant-load values were the start only
             theory = (
                 [
