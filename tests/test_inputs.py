@@ -266,8 +266,8 @@ def test_a_store_or_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatc
         runner.Run.resume(_plan(), str(path))
     with pytest.raises(
         StoreMismatchError,
-        match=rf"written by other versions .*{ours}.*; now "
-        r".*0123456789abcdef.*results of different code",
+        match=rf"written by other versions \(.*source: {ours} there, "
+        r"0123456789abcdef here.*results of different code",
     ):
         Store(store, "hash", "s", versions_module.versions())
     assert cli_main(["export", str(store), "--csv", "-"]) == 0  # reading it is fine

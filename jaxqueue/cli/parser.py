@@ -521,6 +521,13 @@ def _sweep_parser(sub) -> None:
         "and run nothing",
     )
     p.add_argument("--json", action="store_true", help="with --plan: the plan as JSON on stdout")
+    p.add_argument(
+        "--accept-code-change",
+        action="store_true",
+        help="resume a store written by another version of jaxqueue (or of JAX, NumPy, "
+        "Python): only where the change cannot alter results; the store records which "
+        "batches each version wrote",
+    )
 
 
 def _export_parser(sub) -> None:

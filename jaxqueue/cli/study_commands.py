@@ -163,7 +163,13 @@ def cmd_sweep(args) -> int:
         raise ValueError("--json goes with --plan (a sweep writes its results to the store)")
     given = args.batch_points  # 0: refused
     points = grid.DEFAULT_BATCH_POINTS if given is None else given
-    ran = grid.run_grid(spec, store, batch_points=points, progress=args.progress)
+    ran = grid.run_grid(
+        spec,
+        store,
+        batch_points=points,
+        progress=args.progress,
+        accept_code_change=args.accept_code_change,
+    )
     print(
         f"[jaxqueue] {spec.name}: ran {ran} of {len(spec.points)} points into {store}",
         file=sys.stderr,

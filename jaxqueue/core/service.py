@@ -267,6 +267,29 @@ def fit_two_moments(mean: float, scv: float) -> PhaseType:
     return PhaseType(alpha, tuple(map(tuple, s)), f"fit:{scv:g}")
 
 
+#: The largest ``ph:`` file read (a law of a few hundred phases is far smaller).
+MAX_PH_BYTES = 1 << 20
+
+
+def _read_ph(text: str, path: str):
+    """The JSON of a ``ph:`` file: a regular file of at most :data:`MAX_PH_BYTES`
+    (a FIFO or a device would hang or fill memory), errors naming the file."""
+    if not os.path.exists(path):
+        raise ValueError(f"service={text!r}: no such file {path!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"service={text!r}: {path!r} is not a regular file")
+    if os.path.getsize(path) > MAX_PH_BYTES:
+        raise ValueError(
+            f"service={text!r}: {path!r} has {os.path.getsize(path)} bytes, more than the "
+            f"{MAX_PH_BYTES} a phase-type file may have"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"service={text!r}: {path!r} is not readable JSON ({err})") from None
+
+
 def parse_service(text: str) -> PhaseType:
     """A service law from its command-line form.
 
@@ -290,10 +313,7 @@ def parse_service(text: str) -> PhaseType:
     except ValueError as err:
         raise ValueError(f"service={text!r}: {err}") from None
     if kind == "ph" and arg:
-        if not os.path.exists(arg):
-            raise ValueError(f"service={text!r}: no such file {arg!r}")
-        with open(arg) as f:
-            spec = json.load(f)
+        spec = _read_ph(text, arg)
         if not isinstance(spec, dict) or "alpha" not in spec or "S" not in spec:
             raise ValueError(f"service={text!r}: the file must hold an object with 'alpha' and 'S'")
         law = PhaseType(tuple(spec["alpha"]), tuple(map(tuple, spec["S"])), spec.get("label", "ph"))

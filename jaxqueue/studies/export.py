@@ -163,6 +163,7 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
             spec_name=meta.get("spec_name", ""),
             spec_hash=meta.get("spec_hash", ""),
             versions=json.dumps(meta.get("versions", {}), sort_keys=True),
+            versions_accepted=json.dumps(meta.get("versions_accepted", []), sort_keys=True),
         )
     ds.attrs.update({k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()})
     return ds

@@ -175,6 +175,7 @@ def run_grid(
     progress: bool = False,
     devices=None,
     log=sys.stderr,
+    accept_code_change: bool = False,
 ) -> int:
     """Run every point of ``spec`` not yet in the store at ``store_path``; returns points run.
 
@@ -193,6 +194,8 @@ def run_grid(
             ``jax.distributed``, every device of every process).
         log: where the warning about points whose warm-up diagnostic failed
             goes (stderr by default; never stdout).
+        accept_code_change: resume a store written by other versions of the
+            code (:class:`~jaxqueue.studies.store.Store`; recorded in the store).
 
     One sweep writes a store at a time: a second one into the same store
     stops before anything runs with :class:`~jaxqueue.studies.store.StoreBusyError`
@@ -220,7 +223,9 @@ def run_grid(
     warn_overruns(spec)
     ids = {p: p.point_id() for p in spec.points}  # a hash each: computed once
     with contextlib.ExitStack() as stack:
-        store, writer = _open_store(stack, spec, store_path) if lead else (None, None)
+        store, writer = (
+            _open_store(stack, spec, store_path, accept_code_change) if lead else (None, None)
+        )
         done = _done(spec, ids, store)
         finished = sum(ids[p] in done for p in spec.points)
         ran = 0
@@ -341,12 +346,19 @@ def _check_groups(groups, init: str) -> None:
             check_source(points[0].system(), [p.load for p in points])
 
 
-def _open_store(stack: contextlib.ExitStack, spec: GridSpec, store_path):
+def _open_store(stack: contextlib.ExitStack, spec: GridSpec, store_path, accept: bool):
     """``(store, writer)``: the store, held by this sweep alone (a second sweep into it
     stops here), and the one thread that writes it."""
     stack.enter_context(writer_lock(store_path))
     store = stack.enter_context(
-        Store(store_path, spec.spec_hash(), spec.name, versions(), spec.source_text)
+        Store(
+            store_path,
+            spec.spec_hash(),
+            spec.name,
+            versions(),
+            spec.source_text,
+            accept_code_change=accept,
+        )
     )
     writer = stack.enter_context(
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxqueue-store")

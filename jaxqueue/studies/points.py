@@ -75,6 +75,9 @@ class Point:
         source: the parsed arrivals file (not part of the point's identity; None
             with Poisson arrivals, or when the spec's files were not read): it
             sets the steps per time unit.
+        service_as_written: a ``ph:`` law's form as the spec writes it, where
+            ``service`` holds the file's absolute path (what runs): the point's id
+            and its store rows use the spelling, the spec's hash the file's bytes.
     """
 
     policy: str
@@ -89,6 +92,7 @@ class Point:
     pools: str | None = None
     arrivals: str | None = None
     source: object = dataclasses.field(default=None, compare=False, repr=False)
+    service_as_written: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def params(self) -> dict:
         """The point as a plain dict, with ``ratio`` and ``d``, ``z`` (None if not options).
@@ -111,7 +115,7 @@ class Point:
             "d": opts.get("d"),
             "z": opts.get("z"),
             **({"order": opts["order"]} if "order" in opts else {}),
-            **({"service": self.service} if self.service is not None else {}),
+            **({"service": self.service_as_written or self.service} if self.service else {}),
             **({"pools": self.pools} if self.pools is not None else {}),
             **({"arrivals": self.arrivals} if self.arrivals is not None else {}),
         }
@@ -285,6 +289,8 @@ class GridSpec:
             the spec was parsed without its folder (then its files were not
             read, and a spec with arrivals can be drawn but not run).
         metrics: the ``[metrics]`` table as ``(name, expression)`` pairs (user metrics).
+        services: ``(text, sha256)`` of each ``ph:`` service file, the form as the
+            spec writes it and the digest of the file's bytes.
     """
 
     name: str
@@ -294,6 +300,7 @@ class GridSpec:
     figures: tuple = ()
     arrivals: tuple = ()
     metrics: tuple = ()
+    services: tuple = ()
 
     def point_metrics(self, point: Point) -> tuple:
         """The user metrics of ``point``: the ``[metrics]`` expressions with the point's
@@ -343,7 +350,8 @@ class GridSpec:
         Comments, layout, the name, the order of the grid (points are sorted by id, as
         results do not depend on it) and spellings of one value (``300`` or ``300.0``,
         ``0`` or ``"inf"``, a default written out) do not change it; any other change does,
-        and so does a change of the bytes of an ``arrivals`` file.
+        and so does a change of the ``[metrics]`` table or of the bytes of an
+        ``arrivals`` or ``ph:`` service file.
         """
         points = sorted((p.params() for p in self.points), key=canonical)
         run = dataclasses.asdict(self.run)
@@ -354,4 +362,9 @@ class GridSpec:
         texts = sorted({p.arrivals for p in self.points if p.arrivals is not None})
         if texts:  # only then: the hashes of specs without arrivals are unchanged
             payload["arrivals"] = {t: self.arrivals_file(t).sha256 for t in texts}
+        # each only where given: the hashes of specs without them are unchanged
+        if self.metrics:
+            payload["metrics"] = dict(self.metrics)
+        if self.services:
+            payload["services"] = dict(self.services)
         return hashlib.sha256(canonical(payload).encode()).hexdigest()

@@ -109,7 +109,10 @@ def parse_spec(
             "one gets no theory value)",
         )
     sources = tuple(axes.sources.values())
-    return GridSpec(spec_name, tuple(points), run, text, p.figures(), sources, p.metrics())
+    services = tuple(axes.service_files.values())
+    return GridSpec(
+        spec_name, tuple(points), run, text, p.figures(), sources, p.metrics(), services
+    )
 
 
 def _spec_name(p: SpecParser, name: str | None) -> str:
@@ -144,6 +147,7 @@ class _Axes:
     sources: dict
     caps: dict
     loads: dict
+    service_files: dict = dataclasses.field(default_factory=dict)
 
 
 def _axes(p: SpecParser, base) -> _Axes:
@@ -154,7 +158,14 @@ def _axes(p: SpecParser, base) -> _Axes:
     dispatchers = {n: p.dispatchers(n) for n in servers}
     buffers = p.axis("buffer", buffer_value) if p.has("grid", "buffer") else [None]
     key = p.one_of("grid", ("load", "alpha", "beta"), required=True)
-    services = p.axis("service", service_value) if p.has("grid", "service") else [None]
+    services, service_files = [None], {}
+    if p.has("grid", "service"):
+        services = []
+        for law in p.axis("service", lambda value: service_value(value, base)):
+            if isinstance(law, tuple):  # a ph: file: what runs is the resolved path
+                text, law, digest = law
+                service_files[law] = (text, digest)
+            services.append(law)
     pool_texts = p.axis("pools", pools_text) if p.has("grid", "pools") else [None]
     arrival_texts = p.axis("arrivals", arrivals_text) if p.has("grid", "arrivals") else [None]
     sources = {}  # arrivals value -> ArrivalsFile; the files are read only with a base
@@ -174,7 +185,16 @@ def _axes(p: SpecParser, base) -> _Axes:
         for b in buffers:
             loads.setdefault((n, b, cap), p.loads(key, n, b, cap))
     return _Axes(
-        servers, dispatchers, buffers, services, pool_texts, arrival_texts, sources, caps, loads
+        servers,
+        dispatchers,
+        buffers,
+        services,
+        pool_texts,
+        arrival_texts,
+        sources,
+        caps,
+        loads,
+        service_files,
     )
 
 
@@ -216,9 +236,12 @@ def _points(p: SpecParser, policies: list, axes: _Axes, run: RunSettings) -> tup
                         if isinstance(given.get("d"), str):  # d of N, alpha, beta: per point
                             pol = p.resolve(policy, given, lines, n, m, b, run, alpha, beta)
                         options = tuple(sorted(pol.options().items()))
+                        written = axes.service_files.get(law, (law,))[0]
                         point = Point(
                             policy, options, n, m, b, lam, alpha, beta, law, pools, arr, src
                         )
+                        if written != law:  # a ph: file: its id keeps the spec's spelling
+                            point = dataclasses.replace(point, service_as_written=written)
                         _add_point(p, point, lines, seen, run)
                         points.append(point)
     return points, with_mean_field

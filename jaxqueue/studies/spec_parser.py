@@ -188,10 +188,26 @@ def _choice(name: str, valid: tuple):
     return check
 
 
-def service_value(value):
-    """A service law's command-line form, checked; ``"exp"`` is None (the default law)."""
+def service_value(value, base=None):
+    """A service law's command-line form, checked; ``"exp"`` is None (the default law).
+
+    A ``ph:FILE.json`` law's file is found relative to ``base`` (the spec's folder;
+    None: the working directory), like an ``arrivals`` file: the value is then
+    ``(text, resolved, sha256)``, the form as written, ``ph:`` with the absolute
+    path (what runs) and the digest of the file's bytes (part of the spec's hash).
+    """
     if not isinstance(value, str):
         raise TypeError(f"service must be a string such as 'erlang:4', got {value!r}")
+    kind, _, arg = value.partition(":")
+    if kind == "ph" and arg:
+        path = Path(base if base is not None else os.getcwd(), os.path.expanduser(arg)).resolve()
+        resolved = f"ph:{path}"
+        law = parse_service(resolved)
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as err:
+            raise ValueError(f"service={value!r}: {path} cannot be read ({err})") from None
+        return None if law.is_unit_exponential else (value, resolved, digest)
     law = parse_service(value)
     return None if law.is_unit_exponential else value
 

@@ -184,13 +184,24 @@ class Store:
         spec_name: the spec's name (recorded).
         versions: the versions of the code (``jaxqueue.core.versions.versions()``).
         spec_text: the spec file's text (recorded for figures; None keeps what is there).
+        accept_code_change: resume a store written by other versions of the code
+            (or of JAX, NumPy, Python); the new versions are recorded in
+            ``meta.versions_accepted`` with the first batch they write.
 
     Raises:
-        StoreMismatchError: the file holds results of another spec or versions.
+        StoreMismatchError: the file holds results of another spec, or of other
+            versions not accepted.
     """
 
     def __init__(
-        self, path, spec_hash: str, spec_name: str, versions: dict, spec_text: str | None = None
+        self,
+        path,
+        spec_hash: str,
+        spec_name: str,
+        versions: dict,
+        spec_text: str | None = None,
+        *,
+        accept_code_change: bool = False,
     ):
         self.path = os.fspath(path)
         # One writer thread of run_grid commits while the caller simulates; the
@@ -232,13 +243,36 @@ class Store:
                 f"this one {spec_hash}): use a new store file for a changed spec"
             )
         if have.get("versions") != want["versions"]:
+            self._versions_changed(have, versions, accept_code_change)
+        self._set_text(spec_text)
+
+    def _versions_changed(self, have: dict, versions: dict, accept: bool) -> None:
+        """Resume with versions other than the store's first writer's only if they
+        were accepted before or are accepted now (recorded with the first batch they
+        write, in ``meta.versions_accepted``); else refuse, naming what changed."""
+        accepted = json.loads(have.get("versions_accepted", "[]"))
+        if any(entry["versions"] == versions for entry in accepted):
+            return
+        if not accept:
+            first = json.loads(have["versions"])
+            changed = ", ".join(
+                f"{k}: {first.get(k)} there, {versions.get(k)} here"
+                for k in sorted(set(first) | set(versions))
+                if first.get(k) != versions.get(k)
+            )
             self.close()
             raise StoreMismatchError(
-                f"{self.path} was written by other versions ({have.get('versions')}; now "
-                f"{want['versions']}): results of different code are not mixed; use a new "
-                "store file"
+                f"{self.path} was written by other versions ({changed}): results of "
+                "different code are not mixed; use a new store file, or resume with "
+                "--accept-code-change (accept_code_change=True) if the change cannot alter "
+                "results (the store records which batches each version wrote)"
             )
-        self._set_text(spec_text)
+        accepted.append({"versions": versions, "from_batch": self.next_batch()})
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('versions_accepted', ?)",
+                (json.dumps(accepted, sort_keys=True),),
+            )
 
     def _set_text(self, text: str | None) -> None:
         if text is not None:
@@ -246,9 +280,12 @@ class Store:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES ('spec_text', ?)", (text,))
 
     def meta(self) -> dict:
-        """The ``meta`` table: spec_hash, spec_name, versions (a dict) and spec_text."""
+        """The ``meta`` table: spec_hash, spec_name, versions (a dict: the first
+        writer's), versions_accepted (a list of ``{"versions", "from_batch"}``) and
+        spec_text."""
         meta = dict(self._db.execute("SELECT key, value FROM meta"))
         meta["versions"] = json.loads(meta["versions"])
+        meta["versions_accepted"] = json.loads(meta.get("versions_accepted", "[]"))
         return meta
 
     def __enter__(self):
