@@ -498,7 +498,8 @@ def _sweep_parser(sub) -> None:
         "--store",
         default=None,
         help="SQLite result store; the same command resumes (default: NAME.sqlite, "
-        "with --quick NAME.quick.sqlite, with --gpu NAME.gpu.sqlite)",
+        "with --quick NAME.quick.sqlite, with --gpu NAME.gpu.sqlite, with --cpu "
+        "NAME.cpu.sqlite)",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
@@ -511,6 +512,12 @@ def _sweep_parser(sub) -> None:
         action="store_true",
         help="apply the spec's [gpu] overrides (many replicas over short windows "
         "from the mean-field start: a lockstep batch that fills a GPU)",
+    )
+    mode.add_argument(
+        "--cpu",
+        action="store_true",
+        help="apply the spec's [cpu] overrides (paper scale sized for a few hours on two "
+        "CPU cores: more replicas over shorter windows from the mean-field start)",
     )
     p.add_argument("--batch-points", type=int, default=None, help="points per batch (default 32)")
     p.add_argument("--progress", action="store_true", help="progress on stderr")

@@ -152,7 +152,7 @@ def _print_compare_rows(rows, args) -> set:
 
 
 def cmd_sweep(args) -> int:
-    mode = "quick" if args.quick else "gpu" if args.gpu else None
+    mode = "quick" if args.quick else "gpu" if args.gpu else "cpu" if args.cpu else None
     spec = grid_spec.load_spec(args.spec, mode=mode)
     # a mode is another spec (its own hash): its own default store
     store = args.store or f"{spec.name}{f'.{mode}' if mode else ''}.sqlite"

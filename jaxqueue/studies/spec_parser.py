@@ -91,8 +91,9 @@ THEORIES = ("mean-field", "refined", "exact", "erlang", "lu", "none")
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
 EXACT_MAX_STATES = 200_000
-#: The modes a spec may define: a table of overrides each, chosen by ``--quick`` or ``--gpu``.
-MODES = ("quick", "gpu")
+#: The modes a spec may define: a table of overrides each, chosen by ``--quick``,
+#: ``--gpu`` or ``--cpu`` (paper scale within a few hours on two CPU cores).
+MODES = ("quick", "gpu", "cpu")
 _TOP_KEYS = ("name", "grid", "run", *MODES, "figure", "metrics")
 _GROUPS = (
     ("ratio", "dispatchers"),
