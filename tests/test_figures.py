@@ -178,6 +178,33 @@ def test_no_matching_rows_is_an_error(store_path):
         figure_series(rows, spec.figure("tails"))
 
 
+def test_points_that_failed_their_warm_up_are_drawn_hollow(store_path):
+    """A store row with warmup_passed = 0 is a hollow marker, named in the legend;
+    a line without such rows has none."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from jaxqueue.studies.plots import plot_series
+
+    spec = parse_spec(SPEC)
+    with Store.open_existing(store_path) as store:
+        rows = store.rows()
+    first = next(r for r in rows if r["metric"] == "mean_response_time")
+    marked = [{**r, "warmup_passed": 0} if r["point_id"] == first["point_id"] else r for r in rows]
+    series = figure_series(marked, spec.figure("T"))
+    flags = {s.label: s.passed.tolist() for s in series if s.panel == first["alpha"]}
+    failed = [(label, i) for label, f in flags.items() for i, ok in enumerate(f) if not ok]
+    assert len(failed) == 1 and all(all(s.passed) for s in figure_series(rows, spec.figure("T")))
+    ax = Figure().add_subplot()
+    plot_series(series, ax)
+    hollow = [ln for ln in ax.lines if ln.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and len(hollow[0].get_xdata()) == 1
+    assert "warm-up diagnostic failed (hollow)" in [t.get_text() for t in ax.get_legend().texts]
+    ax = Figure().add_subplot()
+    plot_series(figure_series(rows, spec.figure("T")), ax)
+    assert not [ln for ln in ax.lines if ln.get_markerfacecolor() == "white"]
+
+
 @pytest.mark.slow
 def test_plot_command_writes_every_figure(store_path, tmp_path, capsys):
     pytest.importorskip("matplotlib")

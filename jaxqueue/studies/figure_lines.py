@@ -36,7 +36,9 @@ class Series:
     already carry the figure's ``y_scale``. ``label`` names the line in ``plot``'s
     report and is the key of the figure's ``labels``; ``name`` is its display name
     (from ``labels``, else :func:`~jaxqueue.studies.figure_spec.line_label`);
-    ``point_ids`` are the store's points of the line, in the order of ``x``.
+    ``point_ids`` are the store's points of the line, in the order of ``x``;
+    ``passed`` whether each point passed its warm-up diagnostic (all True where
+    the store does not say: plots draw a failed point hollow).
     """
 
     panel: object
@@ -49,10 +51,13 @@ class Series:
     refined: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     name: str = ""
     point_ids: tuple = ()
+    passed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, bool))
 
     def __post_init__(self):
         if self.refined.size != self.x.size:  # not given: none
             object.__setattr__(self, "refined", np.full(self.x.size, math.nan))
+        if self.passed.size != self.x.size:  # not given: passed
+            object.__setattr__(self, "passed", np.ones(self.x.size, bool))
         if not self.name:
             object.__setattr__(self, "name", self.label)
 

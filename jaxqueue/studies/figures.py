@@ -124,6 +124,7 @@ def figure_series(rows: list[dict], fig: FigureSpec) -> list[Series]:
                     fig, label or gkey[2], series_keys, key, members, gkey[2] if many else None
                 ),
                 tuple(members[i]["point_id"] for i in order),
+                np.array([members[i].get("warmup_passed") != 0 for i in order], bool),
             )
         )
     return check_labels(fig, out)

@@ -184,6 +184,9 @@ def plot_series(
         ax.errorbar(
             x[keep], s.y[keep], yerr=err, fmt="o", ms=4, capsize=2, color=color, label=s.name
         )
+        failed = keep & ~s.passed
+        if failed.any():  # a point whose warm-up diagnostic failed: hollow
+            ax.plot(x[failed], s.y[failed], "o", ms=4, mfc="white", mec=color, zorder=3)
         if theory:
             lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy))
         if theory and baselines is not None and baselines[i] is not None:
@@ -205,6 +208,9 @@ def plot_series(
         if theory and any(np.isfinite(s.refined).any() for s in series):
             handles.append(_key_line(lw=1.0, ls="--"))
             labels.append("refined mean field at N (dashed)")
+        if any((~s.passed).any() for s in series):
+            handles.append(_key_line(marker="o", ms=4, ls="", mfc="white"))
+            labels.append("warm-up diagnostic failed (hollow)")
         if theory and baselines is not None and any(b is not None for b in baselines):
             handles.append(_key_line(lw=1.4, ls=":"))
             labels.append(f"{baseline_name} (dotted)")
