@@ -6,8 +6,9 @@ alpha in the store this fits, by weighted least squares of log y on log N
 (jaxqueue.studies.fits: each point weighted by its own interval, the
 exponent's 95% interval from theirs), the exponent of
 
-* E[N (S_2 - S_3)], the servers with exactly two tasks (Fig. 1: alpha for
-  0.5 <= alpha <= 1; o(1) below 0.5);
+* E[N (S_2 - S_3)], the servers with exactly two tasks (Fig. 1: the line
+  alpha for 0.5 <= alpha <= 1, proved O(N^alpha log N) for alpha < 1 and
+  conjectured tight; o(1) below 0.5);
 * E[N S_2] (Corollary 2.2: O(N^alpha log N)) and E[N S_3] (o(1));
 * P(wait) and the mean wait E[W] = T - 1 (Corollary 2.3: both
   O(log N / N^(1 - alpha)); conjectured Theta(1 / N^(1 - alpha)));

@@ -309,7 +309,7 @@ def _spec(policy: str, servers: str = "[100, 10000]", load: str = "load = [0.9]"
 
 
 def test_spec_d_may_be_an_expression_of_n():
-    """Rounded per point (Liu and Ying's d = N**0.5 log(N)**2: 212 at N = 100 is clipped
+    """Rounded per point (Liu and Ying's d >= N**alpha log(N)**2 at alpha = 1/2: 212 at N = 100 is clipped
     to 100, with a warning; 8483 at N = 10^4)."""
     text = _spec('{ name = "pod", d = ["N**0.5 * log(N)**2", "min(N - 1, 2 * sqrt(N))", 2] }')
     with pytest.warns(UserWarning, match=r"is 212\.\d+ at N=100: clipped to d=100"):

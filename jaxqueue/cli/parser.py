@@ -408,7 +408,8 @@ def _theory_parser(sub) -> None:
         "--model",
         choices=("mean-field", "lu", "erlang"),
         default="mean-field",
-        help="mean-field (default), or lu: Lu et al.'s approximation of JIQ (needs --ratio), "
+        help="mean-field (default), or lu: Lu et al.'s approximation of JIQ, reconstructed "
+        "from their stated assumptions (needs --ratio), "
         "or erlang: the M/M/N queue of --servers N (Erlang C), the pooled-queue benchmark",
     )
     p.add_argument("--json", action="store_true", help=_JSON_HELP)

@@ -52,7 +52,7 @@ class JIQOriginal(Policy):
     * Otherwise it sends the task to a uniformly random server. There are no
       delete requests: a listed server that gets a task this way stays listed.
 
-    The defaults are Lu et al.'s scheme as Wang et al. simulate it.
+    The defaults are Lu et al.'s scheme as we read Wang et al.'s simulation of it.
     Mitzenmacher's JIQ is ``order="fifo"``, his threshold variant adds
     ``z = 1`` and his JIQ-SQ(2) is ``order="fifo", d=2``.
 

@@ -1,8 +1,9 @@
 """Baselines drawn beside a figure's theory: approximations computed when it is drawn.
 
-A ``[[figure]]`` with ``baseline = "lu"`` draws Lu et al.'s approximation of JIQ
-(:mod:`jaxqueue.theory.lu`) dotted beside each line's mean field, against the
-load, for the lines whose policy it covers (docs/sweeps.md, Figures).
+A ``[[figure]]`` with ``baseline = "lu"`` draws Lu et al.'s approximation of JIQ,
+reconstructed from their stated assumptions (:mod:`jaxqueue.theory.lu`), dotted
+beside each line's mean field, against the load, for the lines whose policy it
+covers (docs/sweeps.md, Figures).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["BASELINE_NAMES", "baseline_curve"]
 
 #: The baselines a figure can draw (its ``baseline`` key), with their legend names;
 #: each is a theory kind of :func:`~jaxqueue.studies.grid_theory.theory_values`.
-BASELINE_NAMES = {"lu": "Lu et al.'s approximation"}
+BASELINE_NAMES = {"lu": "Lu et al.'s approximation (reconstructed)"}
 
 
 def baseline_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | None = None):

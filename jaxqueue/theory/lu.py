@@ -3,7 +3,8 @@
 Lu, Xie, Kliot, Geller, Larus and Greenberg ("Join-Idle-Queue", Performance
 Evaluation 68(11), 2011): each I-queue is an M/M/1-like queue of idle servers,
 and a server sees the fraction ``1 - rho`` of arrivals at random (a reduced
-load). What was implemented, from which source, and how it was checked:
+load). The equations here are reconstructed from these stated assumptions.
+What was implemented, from which source, and how it was checked:
 docs/theory.md ("Lu et al.'s approximation").
 """
 
@@ -154,7 +155,8 @@ def _empty_fraction(mean_size, d: int) -> np.ndarray:
 
 
 def lu_approximation(load, ratio, d: int = 1) -> LuApproximation:
-    """Lu et al.'s approximation of JIQ (``d = 1``) or JIQ-SQ(d) at each ``(load, ratio)``.
+    """Lu et al.'s approximation of JIQ (``d = 1``) or JIQ-SQ(d) at each ``(load, ratio)``,
+    reconstructed from their stated assumptions.
 
     ``rho`` solves ``sum_{i>=1} rho**((d**i - 1)/(d - 1)) = r (1 - lambda)``
     (``d = 1``: ``rho / (1 - rho) = r (1 - lambda)``), and each server is an
