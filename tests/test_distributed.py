@@ -173,7 +173,7 @@ def test_two_processes_match_one(tmp_path):
     for name in ("process 0", "process 1"):
         assert (rec[name]["grid_ran"], rec[name]["grid_rerun"]) == (6, 0)
     # no checkpoint left; the store's lock file (held by process 0 while it wrote) stays
-    assert rec["process 1"]["grid_files"] == ["grid.sqlite", "grid.sqlite.lock", "run.npz"]
+    assert rec["process 1"]["grid_files"] == ["grid.sqlite", "run.npz"]
     with (
         Store.open_existing(tmp_path / "shared" / "grid.sqlite") as two,
         Store.open_existing(tmp_path / "alone" / "grid.sqlite") as one,

@@ -8,6 +8,7 @@ an exit status. Progress and logs (the ``jaxqueue`` logger, at INFO) go to stder
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -74,7 +75,14 @@ def _run(args) -> int:
         return 1
     except OSError as err:  # a folder that cannot be written, a folder given as a file, ...
         text = f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
+        if err.errno == errno.ENOSPC:
+            text += " (free some space and run the command again)"
         print(f"error: {text}", file=sys.stderr)
+        return 2
+    except ImportError as err:  # an extra not installed: its message says what to install
+        if "pip install" not in str(err):
+            raise  # (a broken install: its traceback)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except MemoryError:
         print(

@@ -339,9 +339,33 @@ class Trace:
         return out
 
 
+#: The largest arrivals file read, in bytes (a FIFO or a device is refused too: either
+#: would hang or fill memory).
+MAX_ARRIVALS_BYTES = 256 << 20
+
+
+def _check_file(path: str) -> None:
+    """Refuse an arrivals file that is missing, not a regular file, or too large."""
+    if not os.path.exists(path):
+        raise ValueError(f"arrivals={path!r}: no such file")
+    if not os.path.isfile(path):
+        raise ValueError(f"arrivals={path!r}: not a regular file: give a CSV or JSON file")
+    size = os.path.getsize(path)
+    if size > MAX_ARRIVALS_BYTES:
+        raise ValueError(
+            f"arrivals={path!r}: {size} bytes, more than the {MAX_ARRIVALS_BYTES} an "
+            "arrivals file may have"
+        )
+
+
 def _read_csv(path: str) -> tuple[list[str], list[list[str]]]:
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # (a spreadsheet's BOM)
+            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"arrivals={path!r}: not UTF-8 text ({err})") from None
+    except csv.Error as err:
+        raise ValueError(f"arrivals={path!r}: not a CSV file ({err})") from None
     if not rows:
         raise ValueError(f"arrivals={path!r}: the file is empty")
     header = [c.strip().lower() for c in rows[0]]
@@ -378,13 +402,14 @@ def parse_arrivals(text: str):
     JSON file (``{"generator": [[...]], "rates": [...]}``)."""
     if not isinstance(text, str):
         raise TypeError(f"arrivals must be a file name, got {text!r}")
-    if not os.path.isfile(text):
-        raise ValueError(f"arrivals={text!r}: no such file")
+    _check_file(text)
     label = os.path.splitext(os.path.basename(text))[0]
     if text.lower().endswith(".json"):
-        with open(text) as f:
+        with open(text, encoding="utf-8-sig") as f:
             try:
                 spec = json.load(f)
+            except UnicodeDecodeError as err:
+                raise ValueError(f"arrivals={text!r}: not UTF-8 text ({err})") from None
             except json.JSONDecodeError as err:
                 raise ValueError(f"arrivals={text!r}: not valid JSON ({err})") from None
         if not isinstance(spec, dict) or "generator" not in spec or "rates" not in spec:

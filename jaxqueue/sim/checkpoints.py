@@ -1,12 +1,15 @@
 """Checkpoints of a run: write its state, sums and timeline to an npz file, read
-them back (refusing a file of another run, version or a damaged one), and
-rebuild the replicas' state from it (docs/simulation.md, "Checkpoints")."""
+them back (refusing a file of another run, version or a damaged one: the file's
+meta holds a sha256 of its arrays), and rebuild the replicas' state from it
+(docs/simulation.md, "Checkpoints")."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import tempfile
 import zipfile
 
 import numpy as np
@@ -24,6 +27,7 @@ __all__ = [
     "core_fields",
     "core_from_fields",
     "check_writable",
+    "array_checksum",
 ]
 
 #: Version of the checkpoint file layout (2: each load's window on its own).
@@ -52,19 +56,50 @@ def write_checkpoint(run, path: str, fields: dict) -> None:
         "block": run.block,
         "windows": [w.meta() for w in run.windows],
     }
+    meta["checksum"] = array_checksum(arrays)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = None
     try:
-        with open(tmp, "wb") as f:
+        # a fresh name of this process alone (O_EXCL), in the target's folder so that
+        # the replace is atomic: a name planted there (a symlink) is not written through
+        fd, tmp = tempfile.mkstemp(
+            dir=os.path.dirname(os.path.abspath(path)),
+            prefix=f".{os.path.basename(path)}.",
+            suffix=".tmp",
+        )
+        with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp's are private) as open() would make it
         os.replace(tmp, path)
     except OSError as err:  # a full disk, a folder gone: the last good checkpoint stays
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
         raise RuntimeError(
             f"checkpoint {path} cannot be written ({err.strerror or err}); "
             "the last one saved, if any, is kept"
         ) from None
+
+
+def _process_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: The permissions a file gets are ``0o666 & ~_UMASK`` (read once, at import).
+_UMASK = _process_umask()
+
+
+def array_checksum(arrays: dict) -> str:
+    """The sha256 (hex) of arrays by name: each one's name, dtype, shape and bytes, in
+    the order of the names (a checkpoint's, less ``meta``, which records it)."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        digest.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode() + b"\n")
+        digest.update(a.tobytes())
+    return digest.hexdigest()
 
 
 def read_checkpoint(p, path: str) -> tuple[dict, dict]:
@@ -72,18 +107,28 @@ def read_checkpoint(p, path: str) -> tuple[dict, dict]:
     written under the plan ``p``.
 
     Raises:
-        CheckpointMismatch: the file cannot be read, or was written by a run with other
-            settings, or by another version of jaxqueue.
+        CheckpointMismatch: the file is not a regular file or cannot be read, was
+            written by a run with other settings or by another version of jaxqueue
+            (an earlier one: without a checksum), its arrays do not match its
+            checksum (damaged), or it lacks an array or has one of another shape.
     """
+    if not os.path.exists(path):
+        raise CheckpointMismatch(f"checkpoint {path} does not exist; give the path of a saved run")
+    if not os.path.isfile(os.path.realpath(path)):  # a FIFO would hang, /dev/zero fill memory
+        raise CheckpointMismatch(
+            f"checkpoint {path} is not a regular file; give the path of the npz file a run saved"
+        )
     try:
         with open(path, "rb") as f, np.load(f) as data:  # (closed if np.load fails)
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(arrays.pop("meta").tobytes().decode())
         theirs = meta["fingerprint"]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        if not isinstance(theirs, dict):
+            raise ValueError(f"its fingerprint is {type(theirs).__name__}, not a dict")
+    except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as err:
         raise CheckpointMismatch(
             f"checkpoint {path} cannot be read ({type(err).__name__}: "
-            f"{err}); delete it or give another path"
+            f"{_one_line(err)}); delete it or give another path"
         ) from None
     ours = json.loads(json.dumps(p.fingerprint()))
     if theirs != ours:
@@ -102,7 +147,69 @@ def read_checkpoint(p, path: str) -> tuple[dict, dict]:
             "response-time quantiles and the pools' metrics with phase-type service or "
             "pools need them); delete it and run again, or give another path"
         )
+    if "checksum" not in meta:
+        raise CheckpointMismatch(
+            f"checkpoint {path} was written by an earlier jaxqueue that did not record a "
+            "checksum of its arrays; delete it and run again, or give another path"
+        )
+    if meta["checksum"] != array_checksum(arrays):
+        raise CheckpointMismatch(
+            f"checkpoint {path} is damaged (checksum mismatch); delete it or give another path"
+        )
+    _check_layout(arrays, meta, p, path)
     return arrays, meta
+
+
+def _one_line(err) -> str:
+    return " ".join(str(err).split())
+
+
+def _check_layout(arrays: dict, meta: dict, p, path: str) -> None:
+    """Refuse a checkpoint whose arrays or timeline a run of plan ``p`` does not
+    write (a key missing, a shape that is not the replicas'), with one line,
+    before anything is built from it (:func:`core_from_fields`, :func:`restore`)."""
+    n, levels = p.n_replicas, p.system.levels
+    why = None
+    core = {k[5:]: v for k, v in arrays.items() if k.startswith("core/")}
+    need = ["tail", "iq_tail", "iq_listed"]
+    if p.policy.per_server:
+        need += [f"lists.{k}" for k in Lists._fields]
+    if p.system.classes and not p.policy.per_server:
+        need.append("classes")
+    if p.system.arrivals is not None:
+        need += [f"clock.{k}" for k in Clock._fields]
+    windows = meta.get("windows")
+    missing = [f"core/{k}" for k in need if k not in core]
+    missing += [k for k in ("overflow",) if k not in arrays]
+    missing += [f"meta {k}" for k in ("block", "windows") if k not in meta]
+    if missing:
+        why = f"it lacks {', '.join(missing)}"
+    elif bad := [f"core/{k} {v.shape}" for k, v in core.items() if v.ndim < 1 or len(v) != n]:
+        why = f"{', '.join(bad)}: not one row per replica ({n})"
+    elif core["tail"].shape != (n, levels + 1):
+        why = f"core/tail has shape {core['tail'].shape}, not ({n}, {levels + 1})"
+    elif arrays["overflow"].shape != (n, 2):
+        why = f"overflow has shape {arrays['overflow'].shape}, not ({n}, 2)"
+    elif not isinstance(meta["block"], int) or not isinstance(windows, list):
+        why = "its timeline (meta block, windows) is not a block and a list"
+    elif len(windows) != len(p.loads):
+        why = f"it has {len(windows)} load windows, the run {len(p.loads)}"
+    else:
+        keys = ("extensions", "done", "diagnostic", "batches_done")
+        for j, w in enumerate(windows):
+            done = w.get("batches_done") if isinstance(w, dict) else None
+            if not isinstance(done, int) or done < 0 or not set(keys) <= set(w):
+                why = f"load window {j} lacks {', '.join(keys)}"
+            elif done and (f"queue/{j}" not in arrays or arrays[f"queue/{j}"].ndim != 2):
+                why = f"load window {j} has {done} batches and no queue/{j} of them"
+            elif done and arrays[f"queue/{j}"].shape[1] != done:
+                why = f"queue/{j} has {arrays[f'queue/{j}'].shape[1]} batches, not {done}"
+            if why is not None:
+                break
+    if why is not None:
+        raise CheckpointMismatch(
+            f"checkpoint {path} is not one this run writes ({why}); delete it or give another path"
+        )
 
 
 def restore(run, arrays: dict, meta: dict, path: str) -> None:
@@ -110,6 +217,18 @@ def restore(run, arrays: dict, meta: dict, path: str) -> None:
     (:func:`read_checkpoint`) into a run started at its saved state, and
     check that a run could have reached them."""
     p = run.plan
+    for name in ("totals", "mark"):  # as the fresh run's sums: their names and shapes
+        theirs = {
+            k[len(name) + 1 :]: v.shape for k, v in arrays.items() if k.startswith(f"{name}/")
+        }
+        ours = {k: np.shape(v) for k, v in getattr(run, name).arrays.items()}
+        if theirs != ours:
+            wrong = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            raise CheckpointMismatch(
+                f"checkpoint {path} is not one this run writes (its {name} "
+                f"{', '.join(wrong)} are missing or of another shape); delete it or give "
+                "another path"
+            )
     run.block = meta["block"]
     run.overflow = arrays["overflow"]
     for name in ("totals", "mark"):
@@ -204,10 +323,13 @@ def _shown(value):
 def check_writable(path: str) -> None:
     """Refuse a checkpoint path that cannot be written, before the first step
     (a run once simulated to its first save, and lost it there)."""
-    probe = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(probe, "wb"):
-            pass
+    try:  # a fresh name (O_EXCL): a name planted there is not written through
+        fd, probe = tempfile.mkstemp(
+            dir=os.path.dirname(os.path.abspath(path)),
+            prefix=f".{os.path.basename(path)}.",
+            suffix=".tmp",
+        )
+        os.close(fd)
         os.remove(probe)
     except OSError as err:
         raise ValueError(

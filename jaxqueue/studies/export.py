@@ -3,7 +3,8 @@ xarray Dataset with the grid's axes as dimensions (:func:`to_dataset`, :func:`ex
 
 All carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`) unchanged; the
 Dataset's layout and the extras each needs: docs/sweeps.md (Exports); the names and the
-encoding of an infinite buffer: docs/vocabulary.md.
+encoding of an infinite buffer: docs/vocabulary.md. A file is written whole or not at all
+(:func:`~jaxqueue.studies.store.replacing`), and a write's OSError (a full disk) names it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 
 import numpy as np
 
-from jaxqueue.studies.store import COLUMNS
+from jaxqueue.studies.store import COLUMNS, replacing
 
 __all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSIONS"]
 
@@ -46,6 +47,7 @@ _INDEX_DIM = {
 
 
 def _need(module: str, extra: str):
+    """The module, or a one-line ModuleNotFoundError naming the extra that installs it."""
     try:
         return __import__(module)
     except ModuleNotFoundError:
@@ -64,7 +66,8 @@ def export_parquet(rows: list[dict], path) -> int:
     """Write the rows as a Parquet file (extra ``parquet``); returns the row count."""
     _need("pyarrow", "parquet")
     frame = to_frame(rows)
-    frame.to_parquet(path, index=False)
+    with replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
     return len(frame)
 
 
@@ -173,5 +176,6 @@ def export_netcdf(rows: list[dict], path, meta: dict | None = None) -> int:
     """Write :func:`to_dataset` as netCDF (engine h5netcdf; extra ``xarray``); returns rows."""
     _need("h5netcdf", "xarray")
     ds = to_dataset(rows, meta)
-    ds.to_netcdf(path, engine="h5netcdf")
+    with replacing(path) as tmp:
+        ds.to_netcdf(tmp, engine="h5netcdf")
     return len(rows)

@@ -281,12 +281,29 @@ def _mode(mode: str | None, quick: bool) -> str | None:
 def load_spec(path, quick: bool = False, mode: str | None = None) -> GridSpec:
     """Read and check a spec file (see :func:`parse_spec`); errors start with the path.
 
-    ``arrivals`` paths are relative to the file's folder.
+    ``arrivals`` paths are relative to the file's folder. The file must be a regular
+    file of UTF-8 text, of at most 1 MiB.
     """
     path = Path(path)
+    limit = 1 << 20  # bytes: a FIFO or a device would hang or fill memory, so is refused
+    try:
+        if path.exists() and not path.is_file():
+            raise SpecError("not a regular file: give a spec file (NAME.toml)")
+        if path.exists() and path.stat().st_size > limit:
+            raise SpecError(
+                f"{path.stat().st_size} bytes, more than the {limit} a spec file may have"
+            )
+        with open(path, encoding="utf-8") as f:  # (a missing file: FileNotFoundError, named)
+            text = f.read(limit + 1)
+        if len(text) > limit:  # (it grew)
+            raise SpecError(f"more than the {limit} bytes a spec file may have")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8 text ({err})") from None
+    except SpecError as err:
+        raise SpecError(f"{path}: {err}") from None
     try:
         return parse_spec(
-            path.read_text(encoding="utf-8"),
+            text,
             name=path.stem,
             quick=quick,
             base=path.parent,
