@@ -444,11 +444,33 @@ def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
         assert holder.stdout.readline().strip() == "held"
         assert cli_main(["sweep", str(spec), "--store", str(path)]) == 3
         err = capsys.readouterr().err
-        assert err.startswith(f"error: another sweep is running into {path} (it holds {path}.lock)")
-        assert not path.exists()  # nothing was opened, nothing ran
+        assert err == (
+            f"error: another sweep is running into {path}: wait for it to end, or give "
+            "another --store\n"
+        )
+        assert path.stat().st_size == 0  # the holder's lock made it; nothing ran into it
     finally:
         holder.kill()
         holder.communicate()
     with writer_lock(path):  # the lock went with the process; within one process too
         with pytest.raises(StoreBusyError, match="another sweep is running into"):
             run_grid(parse_spec(SPEC.format(loads="0.5")), path)
+
+
+def test_the_plan_estimates_cpu_time_by_policy_and_batch_width():
+    """The CPU estimate follows each policy's measured rate (JIQ with I-queues 3.6x
+    slower a replica-step than Pod(2)) and counts a narrow batch as 128 replicas wide."""
+    from jaxqueue.studies.batching import CPU_RATES, LATENCY_REPLICAS
+
+    text = SPEC.format(loads="0.5").replace('theory = "mean-field"', 'theory = "none"')
+    groups = {g["policy"]: g for g in plan_grid(parse_spec(text))["groups"]}
+    compile_s = CPU_RATES["compile_s"]
+    pod, jiq = groups["pod(d=2)"], groups["jiq"]
+    # 4 replicas a batch run as 128: steps x 128 / rate
+    steps = pod["replica_steps"] / 4
+    assert pod["cpu_seconds"] - compile_s == pytest.approx(
+        steps * LATENCY_REPLICAS["cpu"] / 1.2e8, rel=1e-9
+    )
+    assert (jiq["cpu_seconds"] - compile_s) / (pod["cpu_seconds"] - compile_s) == pytest.approx(
+        1.2e8 / 3.3e7, rel=1e-9
+    )

@@ -197,8 +197,9 @@ def _print_plan(spec, store, args) -> int:
     print(
         f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
         f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
-        f"{plan['replica_steps']:.3g} replica-steps; on one H200 about "
-        f"{plan['gpu_seconds']:.0f} s (an estimate from the kernel's measured rates)"
+        f"{plan['replica_steps']:.3g} replica-steps; about {_duration(plan['cpu_seconds'])} on "
+        f"2 CPU cores and {_duration(plan['gpu_seconds'])} on one H200 (estimates from "
+        "measured rates)"
     )
     print(
         f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
@@ -212,6 +213,13 @@ def _print_plan(spec, store, args) -> int:
             f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}"
         )
     return 0
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.4 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.2g} h"
 
 
 def cmd_export(args) -> int:

@@ -29,6 +29,7 @@ __all__ = [
     "shape_key",
     "shape_groups",
     "run_length",
+    "run_lengths",
     "window_overruns",
     "warn_overruns",
     "CPU_MERGE_RATIO",
@@ -38,6 +39,8 @@ __all__ = [
     "batches",
     "GPU_RATES",
     "gpu_seconds",
+    "CPU_RATES",
+    "cpu_seconds",
     "plan_group",
     "group_bounds",
 ]
@@ -79,6 +82,12 @@ def shape_groups(spec: GridSpec) -> OrderedDict[tuple, list[Point]]:
 def run_length(point: Point, spec: GridSpec) -> int:
     """A point's steps from its start to the end of its window (warm-up included)."""
     return spec.run.steps_for(point) + spec.run.warmup_for(point)
+
+
+def run_lengths(points: list[Point], spec: GridSpec) -> dict:
+    """:func:`run_length` of each point, computed once (batching compares them often:
+    recomputed at each comparison, 10^5 points took a minute to plan)."""
+    return {p: run_length(p, spec) for p in points}
 
 
 def window_overruns(spec: GridSpec) -> list[tuple[Point, float, float]]:
@@ -147,6 +156,7 @@ def batches(
     todo=None,
     ratio: float = CPU_MERGE_RATIO,
     latency: int = LATENCY_REPLICAS["cpu"],
+    lengths: dict | None = None,
 ):
     """``(size, batches)`` of one shape group: at most ``size`` points a batch.
 
@@ -158,31 +168,34 @@ def batches(
     taking its longest point's steps times its replicas, or ``latency``
     replicas if fewer (below it a step costs about the same); it is chosen
     for the whole group, so a resumed sweep compiles the same shapes.
-    ``todo(point)`` says whether a point still has to run (default: all do).
+    ``todo(point)`` says whether a point still has to run (default: all do);
+    ``lengths``, the points' :func:`run_lengths` if already known.
     """
 
+    lengths = run_lengths(points, spec) if lengths is None else lengths
+    # once, sorted by length (pack keeps this order); a Point's hash is slow
+    ordered = sorted(((lengths[p], p) for p in points), key=lambda lp: lp[0])
+
     def pack(chosen, most):
-        batches = []
-        for p in sorted(chosen, key=lambda p: run_length(p, spec)):
-            last = batches[-1] if batches else None
-            if (
-                last
-                and len(last) < most
-                and run_length(p, spec) <= ratio * run_length(last[0], spec)
-            ):
-                last.append(p)
+        batches, first = [], 0
+        for length, p in chosen:
+            if batches and len(batches[-1]) < most and length <= ratio * first:
+                batches[-1].append(p)
             else:
                 batches.append([p])
+                first = length
         return batches
 
     def cost(most):
-        batches = pack(points, most)
+        packed = pack(indexed, most)
+        steps = sum(lengths_of[b[-1]] for b in packed)  # (sorted: the last is the longest)
         width = most * spec.run.replicas
-        steps = sum(max(run_length(p, spec) for p in b) for b in batches)
-        return steps * max(width, latency), steps * width, len(batches)
+        return steps * max(width, latency), steps * width, len(packed)
 
+    indexed = [(length, i) for i, (length, _) in enumerate(ordered)]
+    lengths_of = [length for length, _ in ordered]
     size = min(range(1, min(batch_points, len(points)) + 1), key=cost)
-    return size, pack([p for p in points if todo is None or todo(p)], size)
+    return size, pack([lp for lp in ordered if todo is None or todo(lp[1])], size)
 
 
 #: What the GPU time estimate of :func:`plan_grid` assumes, measured on one
@@ -203,7 +216,11 @@ GPU_RATES = {
 
 
 def gpu_seconds(
-    points: list[Point], spec: GridSpec, batches: list[list[Point]], size: int
+    points: list[Point],
+    spec: GridSpec,
+    batches: list[list[Point]],
+    size: int,
+    lengths: dict | None = None,
 ) -> float:
     """Estimated seconds of one shape group's batches on one H200 (see
     :data:`GPU_RATES`): each batch takes its longest point's steps at the
@@ -229,11 +246,52 @@ def gpu_seconds(
         )
     )
     width = size * spec.run.replicas
+    lengths = run_lengths(points, spec) if lengths is None else lengths
     seconds = sum(
-        max(run_length(p, spec) for p in b) * max(1 / GPU_RATES["per_replica"], width / full)
+        max(lengths[p] for p in b) * max(1 / GPU_RATES["per_replica"], width / full)
         for b in batches
     )
     return seconds + GPU_RATES["compile_s"]
+
+
+#: What the CPU time estimate of :func:`plan_grid` assumes, measured on 2 CPU
+#: cores through the command line (docs/performance.md; N = 1000, load 0.9,
+#: 10^4 replicas): replica-steps a second of an exchangeable policy without
+#: I-queues (Pod(2) 1.2e8), with I-queues (JIQ at r = 10: 3.3e7), with a
+#: service law or pools (Pod(2) 3.3e7, JIQ 1.7e7: ``classes``, a factor), an
+#: arrival source (``source``, a factor: Pod(2) 5.5e7 with a profile), a
+#: per-server policy (JIQ-Original at r = 10); a batch narrower than
+#: ``LATENCY_REPLICAS["cpu"]`` replicas takes as long as one that wide; and a
+#: compile of each program (2 to 10 s).
+CPU_RATES = {
+    "plain": 1.2e8,
+    "iqueues": 3.3e7,
+    "per_server": 1.0e7,
+    "classes": 0.3,
+    "source": 0.45,
+    "compile_s": 5.0,
+}
+
+
+def cpu_seconds(points: list[Point], spec: GridSpec, batches: list, size: int, lengths) -> float:
+    """Estimated seconds of one shape group's batches on 2 CPU cores (see
+    :data:`CPU_RATES`): each batch's replica-steps, at least
+    ``LATENCY_REPLICAS["cpu"]`` replicas wide, at the policy's rate, plus one compile."""
+    first = points[0]
+    pol = make(first.policy, **dict(first.options))
+    if pol.per_server:
+        rate = CPU_RATES["per_server"]
+    elif pol.uses_iqueues and first.dispatchers > 1:
+        rate = CPU_RATES["iqueues"]
+    else:
+        rate = CPU_RATES["plain"]
+    if first.service is not None or first.pools is not None:
+        rate *= CPU_RATES["classes"]
+    if first.arrivals is not None:
+        rate *= CPU_RATES["source"]
+    width = max(size * spec.run.replicas, LATENCY_REPLICAS["cpu"])
+    steps = sum(max(lengths[p] for p in b) for b in batches)
+    return steps * width / rate + CPU_RATES["compile_s"]
 
 
 def group_bounds(points: list[Point]) -> tuple[int | None, int | None]:
@@ -281,6 +339,7 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
     ids = {p: p.point_id() for p in points}
     stored = sum(ids[p] in done for p in points)
     todo = lambda p, ids=ids: ids[p] not in done  # noqa: E731
+    lengths = run_lengths(points, spec)
     size, chosen = batches(
         points,
         spec,
@@ -288,12 +347,17 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
         todo,
         merge_ratio(devices),
         LATENCY_REPLICAS.get(platform(devices), 1),
+        lengths,
     )
-    steps = sum(size * run.replicas * max(run_length(p, spec) for p in b) for b in chosen)
+    steps = sum(size * run.replicas * max(lengths[p] for p in b) for b in chosen)
     gpu_size, gpu_batches = batches(
-        points, spec, batch_points, todo, math.inf, LATENCY_REPLICAS["gpu"]
+        points, spec, batch_points, todo, math.inf, LATENCY_REPLICAS["gpu"], lengths
     )
-    gpu = gpu_seconds(points, spec, gpu_batches, gpu_size) if gpu_batches else 0.0
+    gpu = gpu_seconds(points, spec, gpu_batches, gpu_size, lengths) if gpu_batches else 0.0
+    cpu_size, cpu_batches = batches(
+        points, spec, batch_points, todo, CPU_MERGE_RATIO, LATENCY_REPLICAS["cpu"], lengths
+    )
+    cpu = cpu_seconds(points, spec, cpu_batches, cpu_size, lengths) if cpu_batches else 0.0
     first = points[0]
     servers = sorted({p.servers for p in points})
     buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)
@@ -307,5 +371,6 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
         "batches": len(chosen),
         "replica_steps": steps,
         "gpu_seconds": gpu,
+        "cpu_seconds": cpu,
     }
     return group, stored

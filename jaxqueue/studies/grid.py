@@ -96,14 +96,15 @@ def plan_grid(
         devices take: warm-up, padding replicas, and the steps a shorter
         point's replicas take past its window in a batch of longer ones) and
         per shape group ``groups``: policy label, servers, dispatchers,
-        buffer, points, batches, replica_steps, gpu_seconds;
+        buffer, points, batches, replica_steps, gpu_seconds, cpu_seconds;
         ``store_error`` (None, or why a run into ``store_path`` would be refused);
         ``window_overruns``, the points whose whole blocks run more than
         10% past the spec's ``time`` (:func:`window_overruns`); and
         ``gpu_seconds``, an estimate of the time on one H200 (per group too;
-        :func:`gpu_seconds`), batched as on a GPU; ``warnings``: lines about a
-        grid past :data:`LARGE_POINTS` points or :data:`LARGE_REPLICA_STEPS`
-        replica-steps.
+        :func:`gpu_seconds`), batched as on a GPU; ``cpu_seconds``, one on 2 CPU
+        cores (:func:`cpu_seconds`); ``warnings``: lines about a grid past
+        :data:`LARGE_POINTS` points, :data:`LARGE_REPLICA_STEPS` replica-steps or a
+        day on 2 CPU cores.
     """
     if batch_points < 1:
         raise ValueError(f"batch_points={batch_points} is out of range: need >= 1")
@@ -115,6 +116,7 @@ def plan_grid(
         n_done += stored
     total_steps = sum(g["replica_steps"] for g in groups)
     gpu_total = sum(g["gpu_seconds"] for g in groups)
+    cpu_total = sum(g["cpu_seconds"] for g in groups)
     return {
         "spec": spec.name,
         "points": len(spec.points),
@@ -126,7 +128,8 @@ def plan_grid(
         "store_error": store_error,
         "window_overruns": len(window_overruns(spec)),
         "gpu_seconds": gpu_total,
-        "warnings": _plan_warnings(spec, total_steps, gpu_total),
+        "cpu_seconds": cpu_total,
+        "warnings": _plan_warnings(spec, total_steps, gpu_total, cpu_total),
     }
 
 
@@ -149,7 +152,7 @@ def _stored(spec: GridSpec, store_path) -> tuple[set, str | None]:
     return done, store_error
 
 
-def _plan_warnings(spec: GridSpec, total_steps, gpu_total: float) -> list[str]:
+def _plan_warnings(spec: GridSpec, total_steps, gpu_total: float, cpu_total: float) -> list[str]:
     """Lines about a grid past :data:`LARGE_POINTS` points or :data:`LARGE_REPLICA_STEPS`."""
     warnings_ = []
     if len(spec.points) > LARGE_POINTS:
@@ -157,12 +160,10 @@ def _plan_warnings(spec: GridSpec, total_steps, gpu_total: float) -> list[str]:
             f"{len(spec.points)} points (more than {LARGE_POINTS}): check the "
             "spec's axes; each point is a batch member and a set of store rows"
         )
-    if total_steps > LARGE_REPLICA_STEPS:
+    if cpu_total > 86_400 or total_steps > LARGE_REPLICA_STEPS:
         warnings_.append(
-            f"{total_steps:.3g} replica-steps: about "
-            f"{total_steps / CPU_REFERENCE_RATE / 3600:.3g} hours on 2 CPU cores (at "
-            f"{CPU_REFERENCE_RATE:.0e} a second) and {gpu_total / 3600:.3g} on one "
-            "H200 by the estimate"
+            f"{total_steps:.3g} replica-steps: about {cpu_total / 3600:.3g} hours on 2 CPU "
+            f"cores and {gpu_total / 3600:.3g} on one H200 by the estimate"
         )
     return warnings_
 
