@@ -88,6 +88,12 @@ def test_the_keys_are_parsed_and_unset_they_leave_the_hash():
         ('sensitivity = "load"', 'sensitivity = ["load", "load"]', "a list of distinct"),
         ('sensitivity = "load"', 'sensitivity = "alpha"', "needs every point given by alpha"),
         ('sensitivity = "load"', "paired = 1", "paired=1 is not valid"),
+        # parameters of the compiled system: refused at parse time, not after the run
+        # (they once simulated the batch and then died with an AttributeError)
+        *(
+            ('sensitivity = "load"', f'sensitivity = ["load", "{p}"]', f"sensitivity='{p}' is not")
+            for p in ("speed", "share", "scv", "amplitude")
+        ),
     ],
 )
 def test_bad_keys_name_their_line(old, new, pattern):

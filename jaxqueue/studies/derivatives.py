@@ -10,7 +10,8 @@ import hashlib
 
 from jaxqueue.core.user_metrics import PER_ARRIVAL
 from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
-from jaxqueue.studies.sensitivity import PARAMETERS
+from jaxqueue.studies.sensitivity import LOAD_PARAMETERS, PARAMETERS
+from jaxqueue.studies.sensitivity_sides import SYSTEM_PARAMETERS
 
 __all__ = [
     "CURVED",
@@ -79,11 +80,24 @@ def derived_names(run, user=()) -> tuple:
 
 
 def sensitivity_value(value) -> tuple:
-    """``[run] sensitivity``: a parameter of :data:`PARAMETERS` or a list of them."""
+    """``[run] sensitivity``: a parameter of :data:`LOAD_PARAMETERS` or a list of them.
+
+    The parameters of the compiled system (a pool's speed or share, the SCV, a
+    profile's amplitude) are refused here, before anything runs: a spec's theory
+    rows difference the mean field in the load, and they have no such rows
+    (``jaxqueue.sensitivity`` and ``simulate --sensitivity`` take them)."""
     given = value if isinstance(value, list) else [value]
+    system = [v for v in given if v in SYSTEM_PARAMETERS]
+    if system:
+        raise ValueError(
+            f"sensitivity={system[0]!r} is not available in a spec: [run] sensitivity "
+            f"takes {', '.join(LOAD_PARAMETERS)}; differentiate in {system[0]} with "
+            f"jaxqueue.sensitivity(..., parameter={system[0]!r}) or simulate --sensitivity "
+            f"{system[0]}"
+        )
     if not given or any(v not in PARAMETERS for v in given) or len(set(given)) < len(given):
         raise ValueError(
-            f"sensitivity={value!r} is not valid: give one of {', '.join(PARAMETERS)} "
+            f"sensitivity={value!r} is not valid: give one of {', '.join(LOAD_PARAMETERS)} "
             "or a list of distinct ones"
         )
     return tuple(given)
