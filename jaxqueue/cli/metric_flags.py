@@ -34,6 +34,27 @@ def _metric(text: str) -> tuple[str, str]:
     return name.strip(), expr.strip()
 
 
+def _add_once(parser, given: list, pair: tuple[str, str]) -> list:
+    """``given`` with ``pair`` appended; a parser error where its name is defined already
+    (the last would otherwise win in silence)."""
+    name, expr = pair
+    for other, before in given:
+        if other == name:
+            parser.error(
+                f"argument --metric: {name!r} is defined twice ({before!r} and {expr!r}): "
+                "give each metric its own name"
+            )
+    return [*given, pair]
+
+
+class _UserMetric(argparse.Action):
+    """``--metric NAME=EXPR``, repeatable, into ``metrics``: each name once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, _add_once(parser, given, values))
+
+
 class _MetricChoice(argparse.Action):
     """``compare --metric``: a built-in metric for the table, or a user metric
     ``NAME=EXPR`` (repeatable, into ``metrics``), shown unless a built-in one is named."""
@@ -42,10 +63,10 @@ class _MetricChoice(argparse.Action):
         given = getattr(namespace, "metrics", None) or []
         if "=" in values:
             try:
-                given.append(_metric(values))
+                pair = _metric(values)
             except argparse.ArgumentTypeError as err:
                 parser.error(f"argument --metric: {err}")
-            namespace.metrics = given
+            given = namespace.metrics = _add_once(parser, given, pair)
             if not getattr(namespace, "metric_named", False):
                 namespace.metric = given[0][0]
             return
@@ -62,7 +83,7 @@ def add_user_metrics(p: argparse.ArgumentParser, more_help: str = "") -> None:
     p.add_argument(
         "--metric",
         dest="metrics",
-        action="append",
+        action=_UserMetric,
         type=_metric,
         default=None,
         metavar="NAME=EXPR",

@@ -17,7 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FUNCTIONS", "Expression", "compile_expression"]
+__all__ = ["FUNCTIONS", "MAX_DEPTH", "Expression", "compile_expression", "parse_expression"]
+
+#: The deepest an expression may nest (operators, calls, subscripts, parentheses): far past
+#: any formula, and well inside Python's parser and recursion limits.
+MAX_DEPTH = 100
 
 
 def _extremum(name: str) -> Callable:
@@ -84,6 +88,69 @@ _DESCRIBE = {
 }
 
 
+#: The largest integer constant kept an int (int32's); a larger one is a float.
+_LARGEST_INT = 2**31 - 1
+
+
+def _arithmetic(op: Callable, a, b):
+    """``op(a, b)``; between two plain numbers in float64, as arrays are computed (an
+    integer power of integers would be exact and without bound: ``9**9**9``), so that an
+    overflow is inf and a division by zero inf or NaN, at once."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        with np.errstate(all="ignore"):
+            return float(op(np.float64(a), np.float64(b)))
+    return op(a, b)
+
+
+def _shown(text: str, width: int = 80) -> str:
+    """``repr(text)``, shortened in the middle past ``width`` characters (for messages)."""
+    if len(text) <= width:
+        return repr(text)
+    return repr(text[: width // 2]) + f" ... ({len(text)} characters) ... " + repr(text[-10:])
+
+
+def _too_deep(text: str) -> ValueError:
+    return ValueError(
+        f"expression {_shown(text)} is nested too deeply: the depth limit is "
+        f"{MAX_DEPTH} nested operators, calls, subscripts or parentheses"
+    )
+
+
+def _depth(tree: ast.AST) -> int:
+    """The depth of ``tree`` (without recursion: it may be deep)."""
+    deepest, stack = 0, [(tree, 1)]  # (past MAX_DEPTH + 1: not counted further)
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:  # past the limit: no need to go further down
+            stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def parse_expression(text: str) -> ast.expr:
+    """``text`` parsed as one Python expression (its body), at most :data:`MAX_DEPTH` deep.
+
+    Raises:
+        ValueError: past the depth limit (one line, naming it), also where Python's
+            parser itself gives up on the nesting (a RecursionError or MemoryError).
+        SyntaxError: for anything else that does not parse.
+    """
+    brackets = 0
+    for char in text:  # parentheses leave no node: counted before parsing
+        brackets += (char in "([{") - (char in ")]}")
+        if brackets > MAX_DEPTH:
+            raise _too_deep(text)
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (RecursionError, MemoryError):  # the parser's own stack, with thousands of levels
+        raise _too_deep(text) from None
+    except ValueError as err:  # e.g. an integer literal past Python's digit limit
+        raise SyntaxError(str(err)) from None
+    if _depth(tree) > MAX_DEPTH:
+        raise _too_deep(text)
+    return tree
+
+
 def _suggest(word: str, choices: Collection[str]) -> str:
     close = difflib.get_close_matches(word, sorted(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -94,13 +161,14 @@ class _Compiler:
 
     def __init__(self, text: str, names: Collection[str]):
         self.text, self.names, self.used = text, frozenset(names), set()
+        self.indexed = set()  # (name, k): the constant subscripts, checked against the shapes
 
     def fail(self, what: str, node: ast.AST | None = None, hint: str = "") -> ValueError:
         where = ""
         if node is not None and hasattr(node, "col_offset"):
             where = f" at column {node.col_offset + 1}"
         return ValueError(
-            f"expression {self.text!r}: {what}{where}{hint}. Allowed names: "
+            f"expression {_shown(self.text)}: {what}{where}{hint}. Allowed names: "
             f"{', '.join(sorted(self.names)) or '(none)'}; functions: {', '.join(FUNCTIONS)}"
         )
 
@@ -112,7 +180,7 @@ class _Compiler:
             return self.name(node)
         if kind is ast.BinOp and type(node.op) in _BINARY:
             op, left, right = _BINARY[type(node.op)], self.node(node.left), self.node(node.right)
-            return lambda xp, v: op(left(xp, v), right(xp, v))
+            return lambda xp, v: _arithmetic(op, left(xp, v), right(xp, v))
         if kind is ast.UnaryOp and type(node.op) in _UNARY:
             op, arg = _UNARY[type(node.op)], self.node(node.operand)
             return lambda xp, v: op(arg(xp, v))
@@ -131,6 +199,11 @@ class _Compiler:
         value = node.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(f"the constant {value!r} is not a number", node)
+        if isinstance(value, int) and abs(value) > _LARGEST_INT:
+            try:  # past int32 (what a JAX array takes): a float, as its arithmetic is
+                value = float(value)
+            except OverflowError:
+                raise self.fail("the constant is too large for a float", node) from None
         return lambda xp, v: value
 
     def name(self, node: ast.Name) -> Callable:
@@ -183,6 +256,7 @@ class _Compiler:
             raise self.fail("only one subscript (arrays are vectors)", node)
         else:
             key = self.index(part)
+            self.indexed.add((node.value.id, key))
         return lambda xp, v: base(xp, v)[key]
 
     def call(self, node: ast.Call) -> Callable:
@@ -215,14 +289,31 @@ class Expression:
     #: the variables the expression reads (a subset of ``names``)
     variables: frozenset[str] = field(compare=False)
     _run: Callable = field(compare=False, repr=False)
+    #: the constant subscripts, ``(name, k)`` (slices are not: they clip, as NumPy's do)
+    subscripts: frozenset = field(default=frozenset(), compare=False)
 
     def __call__(self, **values):
         missing = sorted(self.variables - set(values))
         if missing:
-            raise ValueError(f"expression {self.text!r}: no value for {', '.join(missing)}")
+            raise ValueError(f"expression {_shown(self.text)}: no value for {', '.join(missing)}")
         used = {k: values[k] for k in self.variables}
+        self.check_subscripts({k: np.shape(x) for k, x in used.items()})
         on_device = any(isinstance(x, jax.Array) for x in used.values())
         return self._run(jnp if on_device else np, used)
+
+    def check_subscripts(self, shapes: dict) -> None:
+        """Refuse a constant subscript outside its array: ``shapes`` maps names to shapes
+        (static under ``jit``, where a JAX array would otherwise clamp it in silence)."""
+        for name, k in sorted(self.subscripts):
+            shape = shapes.get(name)
+            if shape is None or len(shape) != 1 or -shape[0] <= k < shape[0]:
+                continue  # (a scalar's subscript fails as it is evaluated)
+            size = shape[0]
+            raise ValueError(
+                f"expression {_shown(self.text)}: the subscript {name}[{k}] is out of range: "
+                f"{name} has {size} entries here, need 0 <= k <= {size - 1} "
+                f"(or -{size} <= k <= -1, from the end)"
+            )
 
     def __str__(self) -> str:
         return self.text
@@ -238,8 +329,9 @@ def compile_expression(text: str, names: Collection[str]) -> Expression:
         raise ValueError(f"an expression must be a non-empty string, not {text!r}")
     compiler = _Compiler(text, names)
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = parse_expression(text.strip())
     except SyntaxError as err:
         raise compiler.fail(f"cannot parse it ({err.msg})") from None
-    run = compiler.node(tree.body)
-    return Expression(text, tuple(sorted(set(names))), frozenset(compiler.used), run)
+    run = compiler.node(tree)
+    used, indexed = frozenset(compiler.used), frozenset(compiler.indexed)
+    return Expression(text, tuple(sorted(set(names))), used, run, indexed)

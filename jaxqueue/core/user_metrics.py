@@ -128,12 +128,29 @@ def user_metrics(metrics, parameters: Mapping | None = None, reserved=()) -> tup
             bound = tuple(
                 (k, params[k]) for k in sorted(expr.variables) if params.get(k) is not None
             )
+            _check_constant(name, expr, dict(bound))
             out.append(UserMetric(name, expr, bound))
         elif callable(spec):
             out.append(UserMetric(name, spec))
         else:
             raise TypeError(f"metric {name!r}: an expression (str) or a function, not {spec!r}")
     return tuple(out)
+
+
+def _check_constant(name: str, expr: Expression, bound: dict) -> None:
+    """Refuse a metric that reads no state (nor any unbound parameter) and is not finite
+    (``9**9**9`` is inf): its time sums would be NaN, and its estimate empty."""
+    if not expr.variables <= set(bound):
+        return
+    try:
+        with np.errstate(all="ignore"):
+            value = float(np.asarray(expr(**bound), np.float64))
+    except (ArithmeticError, TypeError, ValueError):
+        return  # (not a number here: said where it is evaluated, as before)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"metric {name!r} is {value} in every state ({expr.text!r}): a metric must be finite"
+        )
 
 
 def _check_name(name, reserved) -> None:

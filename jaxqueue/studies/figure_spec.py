@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from jaxqueue.core.expressions import compile_expression
+from jaxqueue.core.expressions import compile_expression, parse_expression
 from jaxqueue.core.user_metrics import PER_ARRIVAL
 from jaxqueue.results.schema import (
     POOL_METRICS,
@@ -186,8 +186,8 @@ def _evaluate(node, params: dict):
 def evaluate_expression(text: str, params: dict) -> float:
     """The value of an arithmetic expression of point parameters (NaN where one is None);
     a ValueError where it overflows a float or divides by zero."""
-    try:
-        return float(_evaluate(ast.parse(text, mode="eval").body, params))
+    try:  # (parse_expression: at most MAX_DEPTH deep, so _evaluate's recursion is bounded)
+        return float(_evaluate(parse_expression(text), params))
     except (OverflowError, ZeroDivisionError) as err:
         raise ValueError(f"{text!r} cannot be evaluated in floating point ({err})") from None
 
@@ -201,9 +201,11 @@ def check_expression(text, key: str = "y_scale") -> str:
     if not isinstance(text, str):
         raise ValueError(f"{key} must be a string expression, got {text!r}")
     try:
-        tree = ast.parse(text, mode="eval").body
+        tree = parse_expression(text)
     except SyntaxError:
         raise ValueError(f"{key}={text!r} is not an expression") from None
+    except ValueError as err:  # nested past the depth limit
+        raise ValueError(f"{key}: {err}") from None
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if bad := sorted(names - set(NUMERIC_PARAMETERS) - set(_POINT_NAMES.values())):
         raise ValueError(

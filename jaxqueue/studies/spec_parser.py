@@ -155,9 +155,17 @@ def d_at(text: str, n: int, alpha=None, beta=None) -> tuple[int, str | None]:
         )
     with warnings.catch_warnings():  # log(0) and the like: refused below, not warned about
         warnings.simplefilter("ignore", RuntimeWarning)
-        x = float(expr(**{k: values[k] for k in expr.variables}))
+        try:  # (constant arithmetic is in floats: an overflow is inf, not an exception)
+            x = float(expr(**{k: values[k] for k in expr.variables}))
+        except (ArithmeticError, ValueError) as err:
+            raise ValueError(
+                f"d={text!r} cannot be evaluated at N={n} ({err}): need a finite value, "
+                "1 <= d <= N once rounded"
+            ) from None
     if not math.isfinite(x):
-        raise ValueError(f"d={text!r} is {x} at N={n}: need a finite value")
+        raise ValueError(
+            f"d={text!r} is {x} at N={n}: need a finite value, 1 <= d <= N once rounded"
+        )
     k = math.floor(x + 0.5)
     d = min(max(k, 1), n)
     note = None if d == k else f"d={text!r} is {x:.6g} at N={n}: clipped to d={d} (1 <= d <= N)"
@@ -381,16 +389,20 @@ class SpecParser:
 
     def axis(self, key: str, check) -> list:
         """The checked values of a list key of [grid] (a scalar is a one-element list)."""
-        raw, out = self.get("grid", key), []
+        raw, out, seen = self.get("grid", key), [], set()
         for value in raw if isinstance(raw, list) else [raw]:
             try:
                 checked = check(value)
             except (TypeError, ValueError) as err:
                 self.fail("grid", key, str(err))
-            if checked in out:
+            # a set where the values hash (a list's lookup made 10^4 loads take seconds)
+            hashable = not isinstance(checked, (dict, list))
+            if checked in (seen if hashable else out):
                 self.fail(
                     "grid", key, f"{key} lists {value!r} twice (or two values that mean the same)"
                 )
+            if hashable:
+                seen.add(checked)
             out.append(checked)
         return out or self.fail("grid", key, f"{key} is empty: give at least one value")
 

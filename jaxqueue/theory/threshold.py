@@ -25,6 +25,7 @@ __all__ = [
     "BUSY_ACCEPT",
     "SIZE_ACCEPT",
     "MAX_ENTRIES",
+    "Z_MAX",
 ]
 
 #: Truncation: law of the I-queue compositions left at the largest size, and
@@ -48,6 +49,13 @@ SIZE_ACCEPT = 1e-8
 #: sum of squared compositions per size); 2.5e8 is 2 GB. A larger chain is
 #: refused before it is built.
 MAX_ENTRIES = 2.5e8
+#: The largest ``z`` solved: the last whose chain holds two busy members per I-queue
+#: within :data:`MAX_STATES` compositions of one size (``C(z + 2, 2) <= 600``). Past it
+#: only one fits, so the solve is refused at any ratio that is not tiny, and only after
+#: ``z + 1`` chain solves per Newton Jacobian on chains with ``z + 1`` counts per state
+#: (measured, load 0.9, r = 10, one BLAS thread: z = 3 to 33 refused in 2 to 5 s,
+#: z = 100 in 36 s; building the chain alone grows as z^2): refused up front instead.
+Z_MAX = 33
 #: Compositions per size level of the first, coarse chain (found cheaply, it
 #: sizes the next one, or shows that the limit cannot be met).
 _FIRST_STATES = 150
@@ -310,11 +318,19 @@ def jiq_threshold_mean_field(
 
     Raises:
         RuntimeError: where more than :data:`BUSY_ACCEPT` of the law would
-            sit at the largest busy bound :data:`MAX_STATES` allows.
+            sit at the largest busy bound :data:`MAX_STATES` allows, and at once
+            for ``z`` past :data:`Z_MAX`.
     """
     lam = float(load)
     if ratio is None or not float(ratio) > 0 or not math.isfinite(float(ratio)):
         raise ValueError(f"ratio={ratio!r} is out of range: {policy.name!r} needs ratio > 0")
+    if not 0 <= int(policy.z) <= Z_MAX:  # a refusal, like the others: the simulation goes on
+        raise RuntimeError(
+            f"z={policy.z} is out of range for the JIQ-Threshold mean field: need 0 <= z <= "
+            f"{Z_MAX} (past it an I-queue's chain holds at most one busy member within "
+            f"{MAX_STATES} compositions of one size: the solve would be refused, and only "
+            "after z + 1 chain solves per Newton Jacobian)"
+        )
     try:
         return _solve(policy, lam, float(ratio), levels, with_quantiles)
     except np.linalg.LinAlgError as err:  # Newton led the chain where it has no stationary law
