@@ -414,6 +414,27 @@ def shortest_queue(f: Farm, state):
     return [(1.0 / len(ties), s, listing, {}) for s in ties]
 
 
+def uniform_server(f: Farm, state):
+    """Random: a uniform server of all ``n``, full or not (a full one loses the task)."""
+    return [(1.0 / f.n, s, state[2], {}) for s in range(f.n)]
+
+
+def accepted_average(f: Farm, rule: Rule, states, pi, value) -> float:
+    """The average of ``value(state)`` over the accepted arrivals, of the state each
+    found before it was routed, from a solved farm (:func:`solve_farm`): a state's
+    arrivals weigh ``pi`` times the probability that ``rule`` sends them to a server
+    with room (a branch to no server, or to a full one, is lost and not counted)."""
+    num = den = 0.0
+    for state, p in zip(states, pi):
+        q = state[0]
+        room = sum(
+            prob for prob, s, _, _ in rule.route(f, state) if s is not None and q[s] < f.buffer
+        )
+        num += p * room * value(state)
+        den += p * room
+    return num / den
+
+
 def farm_metrics(f: Farm, states, pi, rewards, levels=LEVELS, stale=False) -> dict:
     """The metrics of docs/model.md from a solved farm (:func:`solve_farm`),
     the response-time quantiles at ``levels``; ``stale``: with ``stale_fraction``."""

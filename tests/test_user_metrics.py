@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from chains import Rule, accepted_average, farm, shortest_queue, solve_farm, uniform_server
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
@@ -242,3 +243,58 @@ def test_a_spec_metrics_table_end_to_end(tmp_path):
     assert busy["theory"] == pytest.approx(rows["busy" + PER_ARRIVAL]["theory"])
     assert busy["theory"] == pytest.approx(busy["load"], rel=1e-6)
     assert rows["gap"]["mean"] >= 0 and "gap" + PER_ARRIVAL in rows
+
+
+# -- blocked arrivals: Random and JSQ at N = 2 with two places per server ----------------
+
+#: Per server: ``idle`` the fraction of idle servers, ``queue`` the mean tasks per server.
+BLOCKING_METRICS = {"idle": "1 - s[1]", "queue": "sum(s[1:])"}
+BLOCKING = dict(load=0.9, buffer=2)
+#: Each policy: each metric over time and at arrivals, and the blocking probability.
+BLOCKING_FAMILY = 2 * (2 * len(BLOCKING_METRICS) + 1)
+
+
+def _blocking_reference(rule):
+    """Time and accepted-arrival averages of :data:`BLOCKING_METRICS` and the
+    blocking probability, from the farm's chain (tests/chains.py), not the simulator."""
+    f = farm(2, 1, BLOCKING["load"], BLOCKING["buffer"])
+    states, pi, rewards = solve_farm(f, rule)
+    values = {
+        "idle": lambda st: sum(x == 0 for x in st[0]) / f.n,
+        "queue": lambda st: sum(st[0]) / f.n,
+    }
+    out = {}
+    for name, value in values.items():
+        out[name] = float(sum(p * value(st) for st, p in zip(states, pi)))
+        out[name + PER_ARRIVAL] = accepted_average(f, rule, states, pi, value)
+    out["blocking_probability"] = rewards["blocked"] / (f.load * f.n)
+    return out
+
+
+@pytest.mark.parametrize(("policy", "rule"), [("random", uniform_server), ("jsq", shortest_queue)])
+def test_per_arrival_metrics_count_only_accepted_arrivals(policy, rule):
+    """With blocking (N = 2, two places per server, load 0.9) an accepted arrival does
+    not see the time average: Random, exact idle fraction 0.369 over time and 0.448 at
+    accepted arrivals, tasks per server 0.930 and 0.702, blocking 0.299; JSQ, 0.275 and
+    0.342, 1.066 and 0.841, blocking 0.195. A per-arrival sum that also counted the
+    blocked arrivals' states (over the same divisor) would be off by their share
+    (Random: idle +0.079, tasks +0.625; JSQ: tasks +0.48)."""
+    exact = _blocking_reference(Rule(rule))
+    sim = jq.simulate(
+        policy,
+        BLOCKING["load"],
+        2,
+        buffer=BLOCKING["buffer"],
+        metrics=BLOCKING_METRICS,
+        replicas=16,
+        steps=2**14,
+        warmup=2**10,
+        seed=7,
+        init="empty",
+        interval="replicas",
+    )
+    assert exact["idle" + PER_ARRIVAL] > exact["idle"] + 0.01  # the arrivals' view differs
+    for key, value in exact.items():
+        est = sim.metric(key)
+        tol = jq.tolerance(est, family=BLOCKING_FAMILY)
+        assert abs(est.mean - value) <= tol, (key, est, value, tol)
