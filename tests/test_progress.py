@@ -238,3 +238,22 @@ def test_compare_on_the_command_line_compiles_then_reports_rates_on_stderr(capsy
     assert err[0] == "[jaxqueue] simulating pod(d=2) at loads [0.5]"
     assert err[1].startswith("[jaxqueue] pod(d=2): compiling")
     assert re.fullmatch(r"\[jaxqueue\] pod\(d=2\) measure: .* replica-steps/s, done in .*", err[-1])
+
+
+def test_a_sweeps_time_left_counts_replica_steps_not_points(lines):
+    """Points 10x apart in size: after a small batch the time left is the replica-steps
+    still to run at the measured rate (a sweep once said "about 1.0 s left" counting
+    points, then ran a minute more); the compiling batch is left out of the rate."""
+    clock = _Clock()
+    # four batches of one point each: 1e4, 1e4, 1e5 and 1e5 replica-steps
+    report = PointProgress("grid", 4, 0, steps_left=2.2e5, clock=clock)
+    clock.now = 5.0
+    report.update(1, 1e4, 5.0, compiled=True)  # compiling: no rate
+    clock.now += 1.0
+    report.update(1, 1e4, 1.0, compiled=False)  # 1e4 a second; 2e5 left: 20 s
+    clock.now += 10.0
+    report.update(1, 1e5, 10.0, compiled=False)  # still 1e4 a second; 1e5 left: 10 s
+    assert lines[1:] == [
+        "grid: 2/4 points (50%), 1e+04 replica-steps/s, about 20 s left",
+        "grid: 3/4 points (75%), 1e+04 replica-steps/s, about 10 s left",
+    ]

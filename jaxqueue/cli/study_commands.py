@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxqueue.cli.output import num
 from jaxqueue.cli.paired_command import run_paired
+from jaxqueue.core.progress import duration
 from jaxqueue.policies import make
 from jaxqueue.results.estimates import entries
 from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
@@ -197,8 +198,8 @@ def _print_plan(spec, store, args) -> int:
     print(
         f"{plan['spec']}: {plan['points']} points ({plan['done']} stored), "
         f"{plan['shapes']} compiled shapes, {plan['batches']} batches, "
-        f"{plan['replica_steps']:.3g} replica-steps; about {_duration(plan['cpu_seconds'])} on "
-        f"2 CPU cores and {_duration(plan['gpu_seconds'])} on one H200 (estimates from "
+        f"{plan['replica_steps']:.3g} replica-steps; about {duration(plan['cpu_seconds'])} on "
+        f"2 CPU cores and {duration(plan['gpu_seconds'])} on one H200 (estimates from "
         "measured rates)"
     )
     print(
@@ -213,13 +214,6 @@ def _print_plan(spec, store, args) -> int:
             f"{g['points']:6d} {g['batches']:7d} {g['replica_steps']:13.3g}"
         )
     return 0
-
-
-def _duration(seconds: float) -> str:
-    """``42 s``, ``12 min``, ``3.4 h``."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.2g} h"
 
 
 def cmd_export(args) -> int:

@@ -69,7 +69,7 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def tqdm_bar(total: int, initial: int, desc: str, unit: str, stream=None):
+def tqdm_bar(total: int, initial: int, desc: str, unit: str, stream=None, bar_format=None):
     """A tqdm bar on ``stream`` (default stderr) where the ``progress`` extra is installed,
     the stream is a terminal and progress is not silenced (:func:`enabled`); else None."""
     stream = sys.stderr if stream is None else stream
@@ -79,7 +79,15 @@ def tqdm_bar(total: int, initial: int, desc: str, unit: str, stream=None):
         from tqdm.auto import tqdm  # the optional progress extra: imported where used
     except ModuleNotFoundError:
         return None
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=stream, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit=unit,
+        file=stream,
+        dynamic_ncols=True,
+        bar_format=bar_format,
+    )
 
 
 class Progress:
@@ -151,12 +159,25 @@ class PointProgress:
     """A sweep's progress in points: a line a batch (points done of the total, the
     replica-steps per second and the time left), or a tqdm bar of points.
 
-    A batch that compiled (the first of its shape) is left out of the rate and of the
-    time a point takes; the time left counts the points still to run at that pace.
+    A batch that compiled (the first of its shape) is left out of the rate. The time
+    left is the replica-steps still to run (``steps_left``, the plan's) at that rate:
+    points of a sweep differ in size by orders of magnitude, so counting them misled
+    (a sweep said "about 1.0 s left" and took a minute more). Without ``steps_left``
+    it counts the points still to run at the pace of those run.
     """
 
-    def __init__(self, name: str, total: int, done: int, *, bar=None, clock=time.perf_counter):
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        done: int,
+        *,
+        steps_left: float | None = None,
+        bar=None,
+        clock=time.perf_counter,
+    ):
         self.name, self.total, self.done, self.clock = name, total, done, clock
+        self.steps_left = steps_left
         self.bar = bar
         self.t0 = clock()
         self.points, self.steps, self.seconds = 0, 0.0, 0.0  # batches that did not compile
@@ -171,14 +192,23 @@ class PointProgress:
         """After a batch of ``n`` points: ``replica_steps`` in ``seconds``; ``compiled``:
         the batch compiled its shape first."""
         self.done += n
+        if self.steps_left is not None:
+            self.steps_left = max(self.steps_left - replica_steps, 0.0)
         if not compiled:
             self.points += n
             self.steps += replica_steps
             self.seconds += seconds
         rate = self.steps / self.seconds if self.seconds > 0 else None
-        if self.bar is not None:
+        left = None
+        if rate is not None and self.steps_left is not None:
+            left = self.steps_left / rate
+        elif rate is not None:
+            left = (self.total - self.done) * self.seconds / self.points
+        if self.bar is not None:  # (its own estimate, of points and with compiling, is not shown)
             if rate is not None:
-                self.bar.set_postfix_str(f"{rate:.3g} replica-steps/s", refresh=False)
+                self.bar.set_postfix_str(
+                    f"{rate:.3g} replica-steps/s, about {duration(left)} left", refresh=False
+                )
             self.bar.update(n)
             return
         head = (
@@ -191,7 +221,6 @@ class PointProgress:
         elif rate is None:
             log(f"{head}, compiled and ran the batch in {seconds:.1f} s")
         else:
-            left = (self.total - self.done) * self.seconds / self.points
             log(f"{head}, {rate:.3g} replica-steps/s, about {duration(left)} left")
 
     def close(self) -> None:

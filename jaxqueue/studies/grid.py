@@ -19,7 +19,6 @@ from jax.experimental import multihost_utils
 
 from jaxqueue.core.config import Bounds, RunOptions
 from jaxqueue.core.progress import PointProgress, tqdm_bar
-from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import realized_pools
 from jaxqueue.core.versions import versions
 from jaxqueue.policies.registry import make
@@ -35,6 +34,7 @@ from jaxqueue.studies.batching import (
     plan_group,
     platform,
     run_length,
+    run_lengths,
     shape_groups,
     warn_overruns,
     window_overruns,
@@ -231,11 +231,9 @@ def run_grid(
         finished = sum(ids[p] in done for p in spec.points)
         ran = 0
         batch_index = store.next_batch() if lead else 0
-        report = _progress(spec, finished) if progress and lead else None
-        pending, cache, failed = None, {}, []
-        paired = PairedRows(spec, ids, done) if lead else None
+        schedule = []  # per shape group: (points, size, batches, run lengths)
         for points in groups.values():
-            bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
+            lengths = run_lengths(points, spec)
             size, chosen = batches(
                 points,
                 spec,
@@ -243,7 +241,19 @@ def run_grid(
                 lambda p: ids[p] not in done,
                 merge_ratio(devices),
                 LATENCY_REPLICAS.get(platform(devices), 1),
+                lengths,
             )
+            schedule.append((points, size, chosen, lengths))
+
+        def batch_steps(batch, size, lengths):  # the replica-steps a batch takes
+            return size * spec.run.replicas * max(lengths[p] for p in batch)
+
+        left = sum(batch_steps(b, size, ln) for _, size, chosen, ln in schedule for b in chosen)
+        report = _progress(spec, finished, left) if progress and lead else None
+        pending, cache, failed = None, {}, []
+        paired = PairedRows(spec, ids, done) if lead else None
+        for points, size, chosen, lengths in schedule:
+            bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
             if report is not None and chosen:
                 report.compiling(_shape_words(points, chosen, size))
             for k, batch in enumerate(chosen):
@@ -265,7 +275,7 @@ def run_grid(
                 pending = writer.submit(store.commit_batch, batch_index, committed, rows)
                 batch_index += 1
                 if report is not None:
-                    steps = plan.n_replicas * plan.total_blocks * BLOCK
+                    steps = batch_steps(batch, size, lengths)
                     report.update(len(batch), steps, wall, compiled=k == 0)
         if pending is not None:
             pending.result()
@@ -278,10 +288,13 @@ def run_grid(
     return ran
 
 
-def _progress(spec: GridSpec, finished: int) -> PointProgress:
-    """The sweep's progress on the ``jaxqueue`` logger: points done of the spec's."""
+def _progress(spec: GridSpec, finished: int, steps_left: float) -> PointProgress:
+    """The sweep's progress on the ``jaxqueue`` logger: points done of the spec's, and
+    the time left from the ``steps_left`` replica-steps still to run."""
     total = len(spec.points)
-    return PointProgress(spec.name, total, finished, bar=tqdm_bar(total, finished, spec.name, "pt"))
+    form = "{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}{postfix}]"
+    bar = tqdm_bar(total, finished, spec.name, "pt", bar_format=form)
+    return PointProgress(spec.name, total, finished, steps_left=steps_left, bar=bar)
 
 
 def _shape_words(points: list, chosen: list, size: int) -> str:
