@@ -161,3 +161,49 @@ def test_the_command_line_prints_the_derivatives(capsys):
     assert data["parameter"] == "load" and data["h"] == pytest.approx(RELATIVE_STEP * 0.3)
     s = sensitivity("pod", SMALL_LOAD, 3, steps=12_800, seed=100, **SMALL)
     assert data["derivatives"]["mean_response_time"] == s["mean_response_time"].to_dict()
+
+
+#: At N = 3: one server at speed 2 and two at speed 1, a capacity of 4/3 tasks
+#: per server per unit time: load 1 is stable.
+POOLS = "0.34:2,0.66:1"
+#: A tiny run: the sides' derivatives exist, nothing is compared.
+TINY = dict(replicas=4, steps=2560, seed=3)
+
+
+def test_the_default_step_measures_the_room_to_the_capacity():
+    """The room is to the stability boundary of the system run: the pools'
+    capacity, none with a finite buffer (any load > 0 is stable)."""
+    assert default_step("load", 1.0, 3, capacity=4 / 3) == pytest.approx(RELATIVE_STEP / 3)
+    assert default_step("load", 0.9, 3) == default_step("load", 0.9, 3, capacity=1.0)
+    pools = jq.Model("jsq", 3, pools=POOLS)
+    for load, room in ((1.0, 1 / 3), (1.2, 4 / 3 - 1.2), (0.5, 0.5)):
+        sides = plan_sides(pools, load, replicas=4, steps=256)
+        assert sides.h == pytest.approx(RELATIVE_STEP * room) and sides.h > 0
+        assert max(sides.plan.loads) < 4 / 3
+    # a finite buffer: 5% of the load, past the capacity too
+    buffered = plan_sides(pools.replace(buffer=4), 1.5, replicas=4, steps=256)
+    assert buffered.h == pytest.approx(RELATIVE_STEP * 1.5)
+    # at or past the boundary with infinite buffers: the load's own error, not h=0
+    with pytest.raises(ValueError, match=r"infinite buffers need load < 1\.33333"):
+        plan_sides(pools, 1.4, replicas=4, steps=256)
+    with pytest.raises(ValueError, match="infinite buffers need 0 < load < 1"):
+        plan_sides("jsq", 1.0, 3, replicas=4, steps=256)
+
+
+# a tiny run: a Richardson gap its noise resolves is no concern here
+@pytest.mark.filterwarnings("ignore::jaxqueue.studies.sensitivity.CurvatureWarning")
+def test_a_load_of_1_below_the_pools_capacity_has_a_derivative(capsys):
+    """``simulate --policy jsq --servers 3 --load 1.0 --pools 0.34:2,0.66:1
+    --sensitivity load`` (it failed with "h=0.0 is out of range"), as
+    jq.sensitivity; and a finite buffer at load 1.2."""
+    args = ["simulate", "--policy", "jsq", "--servers", "3", "--load", "1.0", "--pools", POOLS]
+    args += ["--replicas", "4", "--steps", "2560", "--seed", "3", "--sensitivity", "load"]
+    assert cli_main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    s = sensitivity(jq.Model("jsq", 3, pools=POOLS), 1.0, **TINY)
+    assert data["h"] == s.h == pytest.approx(RELATIVE_STEP / 3)
+    assert data["derivatives"]["mean_response_time"] == s["mean_response_time"].to_dict()
+    assert np.isfinite(s["mean_response_time"].mean) and s["mean_response_time"].mean > 0
+    b = sensitivity(jq.Model("jsq", 3, buffer=4), 1.2, **TINY)
+    assert b.h == pytest.approx(RELATIVE_STEP * 1.2)
+    assert np.isfinite(b["mean_response_time"].mean) and np.isfinite(b["mean_response_time"].ci95)

@@ -94,6 +94,24 @@ def test_arguments_are_checked_before_anything_runs(parameter, model, kwargs, te
         plan_system_sides_of("pod", 0.7, 3, parameter=parameter, d=2, **model, **kwargs)
 
 
+def test_a_side_past_its_capacity_is_named():
+    """A load above 1 is stable below the pools' capacity (4/3 here), but a slower
+    side (speed 1.7: capacity 1.233) or a server moved to the slow pool (capacity
+    1.25) is not: the side is named, not the load; a finite buffer is stable."""
+    with pytest.raises(ValueError, match=r"side at speed=1\.7 has a capacity of 1\.23333"):
+        plan_system_sides_of("pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3)
+    with pytest.raises(
+        ValueError, match=r"side at share=0\.25 has a capacity of 1\.25 .*load=1\.3"
+    ):
+        plan_system_sides_of(
+            "pod", 1.3, 4, parameter="share", d=2, pools="0.5:2,0.5:1", h=0.25, richardson=False
+        )
+    s = plan_system_sides_of(
+        "pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3, buffer=5, steps=256
+    )
+    assert s.values == (1.7, 2.3, 1.85, 2.15)
+
+
 def test_the_load_plan_refuses_them():
     with pytest.raises(ValueError, match="runs of their own"):
         plan_sides("pod", 0.7, 3, parameter="speed", d=2, pools=POOLS)

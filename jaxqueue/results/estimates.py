@@ -37,13 +37,7 @@ def _with_number(op: str):
         @functools.wraps(method)
         def with_number(self, other):
             if isinstance(other, Estimate):
-                raise TypeError(
-                    f"Estimate {op} Estimate is not defined: the two estimates' errors may be "
-                    "correlated (replicas are keyed by position, so runs with one seed share "
-                    "their random streams), and the interval of a difference needs the paired "
-                    "replicas: take estimate() of the per-replica differences, or combine "
-                    "the means (.mean) without an interval"
-                )
+                raise TypeError(_between_estimates(op))
             if not isinstance(other, numbers.Real) or isinstance(other, bool):
                 return NotImplemented
             return method(self, other)
@@ -51,6 +45,28 @@ def _with_number(op: str):
         return with_number
 
     return wrap
+
+
+def _between_estimates(op: str) -> str:
+    """Why ``Estimate op Estimate`` is refused, and what to do instead."""
+    why = (
+        f"Estimate {op} Estimate is not defined: the two estimates' errors may be correlated "
+        "(replicas are keyed by position, so runs with one seed share their random streams), "
+        "and the interval of a difference needs the paired replicas, which an Estimate does "
+        "not keep"
+    )
+    if op in ("+", "-"):
+        return (
+            f"{why}: for the difference of two systems, run them as one paired comparison, "
+            "jq.paired(models or loads, ...) (both on one random stream: each metric's "
+            "difference with its paired 95% interval, e.g. "
+            "jq.paired('pod', [0.9, 0.95], 100, d=2)['mean_response_time']), or combine "
+            "the means (.mean) without an interval"
+        )
+    return (
+        f"{why}: combine the means (.mean) without an interval (a difference of two "
+        "systems with its interval: jq.paired)"
+    )
 
 
 def _pair(mean, half, spec: str) -> str:
@@ -95,6 +111,10 @@ class Estimate:
             where replicas with no sample were left out), or replicas times
             batches for an interval from batch means
             (:func:`jaxqueue.results.simulation.batch_means`).
+        replicas: where ``n`` counts batch means, the independent replicas
+            whose batches they are (``n = replicas * batches``; an int, or per
+            entry); ``None`` where ``n`` counts the replicas themselves, or
+            where it was not recorded. :attr:`counts` says which in words.
 
     ``f"{est:.3f}"`` reads ``1.446 ± 0.025``; ``est.lo`` and ``est.hi`` are
     the interval's ends and ``float(est)`` the mean. Adding or multiplying by
@@ -106,6 +126,16 @@ class Estimate:
     mean: Any
     ci95: Any
     n: Any = None
+    replicas: Any = None
+
+    @property
+    def counts(self) -> str:
+        """What :attr:`n` counts: ``"replicas"``, or ``"batch means of R replicas"``
+        where the interval is from batch means (:attr:`replicas` given)."""
+        if self.replicas is None:
+            return "replicas"
+        r = self.replicas if np.ndim(self.replicas) == 0 else np.asarray(self.replicas).tolist()
+        return f"batch means of {r} replicas"
 
     @property
     def lo(self):
@@ -132,14 +162,21 @@ class Estimate:
         return format(self, "")
 
     def __repr__(self) -> str:
+        r = self.replicas
         if np.ndim(self.mean) == 0:
-            return f"Estimate(mean={self.mean!r}, ci95={self.ci95!r}, n={self.n!r})"
+            r = "" if r is None else f", replicas={r!r}"
+            return f"Estimate(mean={self.mean!r}, ci95={self.ci95!r}, n={self.n!r}{r})"
         show = functools.partial(np.array2string, precision=6, threshold=8, edgeitems=3)
         n = self.n if np.ndim(self.n) == 0 else show(np.asarray(self.n))
+        r = "" if r is None else f", replicas={r if np.ndim(r) == 0 else show(np.asarray(r))}"
         return (
             f"Estimate(shape={np.shape(self.mean)}, mean={show(np.asarray(self.mean))}, "
-            f"ci95={show(np.asarray(self.ci95, np.float64))}, n={n})"
+            f"ci95={show(np.asarray(self.ci95, np.float64))}, n={n}{r})"
         )
+
+    def _with(self, mean, ci95) -> Estimate:
+        """This estimate's counts with another mean and half-width."""
+        return Estimate(mean, ci95, self.n, self.replicas)
 
     # Arithmetic with a plain number: a shift moves the mean and keeps the
     # half-width, a scale by c scales both (the half-width by |c|).
@@ -147,44 +184,48 @@ class Estimate:
 
     @_with_number("+")
     def __add__(self, c) -> Estimate:
-        return Estimate(self.mean + c, self.ci95, self.n)
+        return self._with(self.mean + c, self.ci95)
 
     @_with_number("+")
     def __radd__(self, c) -> Estimate:
-        return Estimate(c + self.mean, self.ci95, self.n)
+        return self._with(c + self.mean, self.ci95)
 
     @_with_number("-")
     def __sub__(self, c) -> Estimate:
-        return Estimate(self.mean - c, self.ci95, self.n)
+        return self._with(self.mean - c, self.ci95)
 
     @_with_number("-")
     def __rsub__(self, c) -> Estimate:
-        return Estimate(c - self.mean, self.ci95, self.n)
+        return self._with(c - self.mean, self.ci95)
 
     @_with_number("*")
     def __mul__(self, c) -> Estimate:
-        return Estimate(self.mean * c, self.ci95 * abs(c), self.n)
+        return self._with(self.mean * c, self.ci95 * abs(c))
 
     @_with_number("*")
     def __rmul__(self, c) -> Estimate:
-        return Estimate(c * self.mean, abs(c) * self.ci95, self.n)
+        return self._with(c * self.mean, abs(c) * self.ci95)
 
     @_with_number("/")
     def __truediv__(self, c) -> Estimate:
-        return Estimate(self.mean / c, self.ci95 / abs(c), self.n)
+        return self._with(self.mean / c, self.ci95 / abs(c))
 
     def __neg__(self) -> Estimate:
-        return Estimate(-self.mean, self.ci95, self.n)
+        return self._with(-self.mean, self.ci95)
 
     def to_dict(self) -> dict:
         """``{"mean": ..., "ci95": ..., "n": ...}`` with NaN as ``None`` (``n``
-        an int, a list of ints where it is per entry, or ``None``): enough to
-        rebuild the Estimate (:meth:`from_dict`) and test it against a value
+        an int, a list of ints where it is per entry, or ``None``), and
+        ``"replicas"`` where ``n`` counts batch means: enough to rebuild the
+        Estimate (:meth:`from_dict`) and test it against a value
         (:func:`jaxqueue.results.stats.tolerance` takes the dict as it is)."""
         n = self.n
         if n is not None:
             n = np.asarray(n).tolist()
-        return {"mean": json_number(self.mean), "ci95": json_number(self.ci95), "n": n}
+        out = {"mean": json_number(self.mean), "ci95": json_number(self.ci95), "n": n}
+        if self.replicas is not None:
+            out["replicas"] = np.asarray(self.replicas).tolist()
+        return out
 
     @classmethod
     def from_dict(cls, data) -> Estimate:
@@ -197,9 +238,12 @@ class Estimate:
                 return np.array([math.nan if v is None else v for v in x], np.float64)
             return math.nan if x is None else float(x)
 
-        n = data.get("n")
+        n, r = data.get("n"), data.get("replicas")
         return cls(
-            number(data["mean"]), number(data["ci95"]), np.asarray(n) if isinstance(n, list) else n
+            number(data["mean"]),
+            number(data["ci95"]),
+            np.asarray(n) if isinstance(n, list) else n,
+            np.asarray(r) if isinstance(r, list) else r,
         )
 
     def to_json(self) -> dict:
@@ -219,8 +263,9 @@ def entries(value) -> list:
     if not isinstance(value, Estimate):
         return list(np.atleast_1d(value))
     n = value.n if np.ndim(value.n) == 0 else np.asarray(value.n)
+    r = value.replicas if np.ndim(value.replicas) == 0 else np.asarray(value.replicas)
     return [
-        Estimate(m, h, n if np.ndim(n) == 0 else n[i])
+        Estimate(m, h, n if np.ndim(n) == 0 else n[i], r if np.ndim(r) == 0 else r[i])
         for i, (m, h) in enumerate(zip(np.atleast_1d(value.mean), np.atleast_1d(value.ci95)))
     ]
 

@@ -26,6 +26,9 @@ __all__ = [
     "Group",
     "HEADLINE",
     "coupling_threshold",
+    "MIN_COUPLING_REPLICAS",
+    "MIN_COUPLED_CORRELATION",
+    "coupling_of",
     "compare_samples",
 ]
 
@@ -37,11 +40,45 @@ HEADLINE = "mean_response_time"
 _STREAM = 0
 
 
+#: The fewest replicas whose correlation can pass :func:`coupling_threshold`
+#: (``2 / sqrt(n) < 1``): with fewer, coupling is not measured.
+MIN_COUPLING_REPLICAS = 5
+
+#: The least correlation called coupled however many replicas resolve it: a
+#: correlation ``r`` narrows the paired interval by ``1 / sqrt(1 - r)`` (sides
+#: of equal variance), 1.2x at 0.3. Two policies read the words at other
+#: positions, and a weak correlation (about 0.1 measured, Pod(2) and JIQ at
+#: ``N = 6``) can remain: many replicas resolve it, but it gains nothing.
+MIN_COUPLED_CORRELATION = 0.3
+
+
 def coupling_threshold(n: int) -> float:
     """The correlation of ``n`` paired values below which a pair reads as not
     coupled: ``2 / sqrt(n)``, about twice the standard error of the sample
     correlation of ``n`` independent pairs."""
     return 2.0 / math.sqrt(max(n, 1))
+
+
+def coupling_of(a, b) -> tuple[float, int, bool]:
+    """The coupling of two points from their per-replica values ``a``, ``b``
+    (each replica's whole window, replica ``i`` of both on one key).
+
+    The replicas are independent, so the correlation of ``n`` replicas' pairs
+    is that of ``n`` independent pairs, whose standard error without coupling
+    is about ``1 / sqrt(n)``: the pair is coupled where it is above
+    :func:`coupling_threshold` of ``n`` and above
+    :data:`MIN_COUPLED_CORRELATION`. (Batch means are not independent pairs:
+    a replica's batches follow one path, and counting them as ``n`` would call
+    two policies coupled by chance.) With fewer than
+    :data:`MIN_COUPLING_REPLICAS` replicas no correlation passes.
+
+    Returns:
+        ``(r, n, coupled)``: the correlation (NaN where a side has no spread,
+        a metric constant on it, or fewer than 2 pairs), the pairs with a value
+        on both sides, and the verdict.
+    """
+    r, n = _correlation(a, b)
+    return r, n, bool(r > max(coupling_threshold(n), MIN_COUPLED_CORRELATION))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +93,13 @@ class Paired:
         unpaired: the same points' half-widths as independent runs of the same
             length would give them: ``sqrt(ci_first^2 + ci_point^2)``.
         correlation: ``{metric: r}``, the correlation of the two points'
-            per-replica values (per-batch with batch means).
-        coupled: ``{metric: bool}``: ``r`` above :func:`coupling_threshold`.
+            per-replica values (their whole windows, with batch means too); NaN
+            where a metric is constant on a side (the probe rate of JIQ, 0).
+        coupled: ``{metric: bool}``: ``r`` above :func:`coupling_threshold` of
+            the replicas and :data:`MIN_COUPLED_CORRELATION` (:func:`coupling_of`).
         results: each point's :class:`~jaxqueue.results.simulation.SimulationResult`.
         settings: the run's settings (those of the first point).
+        pairs: ``{metric: n}``, the replicas the correlation is over.
     """
 
     labels: tuple
@@ -69,6 +109,7 @@ class Paired:
     coupled: tuple
     results: tuple
     settings: dict
+    pairs: tuple = ()
 
     def __getitem__(self, key) -> Estimate:
         """``c["p99"]``: the second point's difference from the first;
@@ -90,15 +131,17 @@ class Paired:
             diff, unp, corr = (
                 x[k - 1] for x in (self.differences, self.unpaired, self.correlation)
             )
-            points.append(
-                {
-                    "label": self.labels[k],
-                    "coupled": self.coupled[k - 1],
-                    "differences": {m: e.to_dict() for m, e in diff.items()},
-                    "unpaired_ci95": {m: _number(v) for m, v in unp.items()},
-                    "correlation": {m: _number(v) for m, v in corr.items()},
-                }
-            )
+            point = {
+                "label": self.labels[k],
+                "coupled": self.coupled[k - 1],
+                "coupling": self.coupling(k),
+                "differences": {m: e.to_dict() for m, e in diff.items()},
+                "unpaired_ci95": {m: _number(v) for m, v in unp.items()},
+                "correlation": {m: _number(v) for m, v in corr.items()},
+            }
+            if self.pairs:
+                point["correlation_replicas"] = dict(self.pairs[k - 1])
+            points.append(point)
         settings = {k: v for k, v in self.settings.items() if k != "versions"}
         return {"reference": self.labels[0], "points": points, "settings": settings}
 
@@ -115,21 +158,54 @@ class Paired:
             )
             width = max(len(m) for m in diff)
             for name, est in diff.items():
-                row = f"  {name:<{width}}  {est:.4g}   correlation {corr[name]:.3f}"
+                row = f"  {name:<{width}}  {est:.4g}   {self._correlation_text(name, k)}"
                 if est.ci95 > 0 and self.coupled[k - 1][name]:
                     row += f"   {unp[name] / est.ci95:.3g}x narrower"
                 lines.append(row)
         return "\n".join(lines)
 
+    def _pairs(self, metric: str, k: int) -> int:
+        """The replicas behind point ``k``'s correlation of ``metric``."""
+        if self.pairs:
+            return self.pairs[k - 1][metric]
+        return int(self.settings.get("replicas") or 0)
+
+    def _correlation_text(self, metric: str, k: int) -> str:
+        r = self.correlation[k - 1][metric]
+        if math.isfinite(r):
+            return f"correlation {r:.3f}"
+        if self._pairs(metric, k) < 2:
+            return "correlation not measured (fewer than 2 replicas)"
+        return "no correlation: constant on a side"
+
     def coupling(self, k: int = 1) -> str:
-        """A sentence on how well point ``k`` is coupled to the first (by :data:`HEADLINE`)."""
+        """A sentence on how well point ``k`` is coupled to the first (by :data:`HEADLINE`),
+        judged from the correlation of their per-replica values (:func:`coupling_of`)."""
         if HEADLINE not in self.correlation[k - 1]:
             return "coupling not measured"
-        r = self.correlation[k - 1][HEADLINE]
+        r, n = self.correlation[k - 1][HEADLINE], self._pairs(HEADLINE, k)
+        if n < MIN_COUPLING_REPLICAS:
+            few = f"{n} replica is" if n == 1 else f"{n} replicas are"
+            return (
+                f"coupling not measured: {few} too few (a correlation over fewer than "
+                f"{MIN_COUPLING_REPLICAS} cannot pass 2 / sqrt(replicas)); the interval is "
+                "valid, but whether it gains on independent runs is not known"
+            )
+        if not math.isfinite(r):
+            return f"coupling not measured: the {HEADLINE} is constant on a side"
         if not self.coupled[k - 1][HEADLINE]:
-            return f"not coupled (correlation {r:.2f}): the interval is that of independent runs"
+            weak = (
+                f", too weak to gain: coupled is above {MIN_COUPLED_CORRELATION:g}"
+                if r > coupling_threshold(n)
+                else ""
+            )
+            return (
+                f"not coupled (correlation {r:.2f} over {n} replicas{weak}): the interval is "
+                "that of independent runs"
+            )
         return (
-            f"coupled (correlation {r:.3f}, interval {self.narrowing(HEADLINE, k):.3g}x narrower)"
+            f"coupled (correlation {r:.3f} over {n} replicas, interval "
+            f"{self.narrowing(HEADLINE, k):.3g}x narrower)"
         )
 
 
@@ -160,8 +236,10 @@ def paired(
     policy, another ``d``) run in batches of their own on the same keys: they
     are coupled as far as they read the words alike. How far is measured, not
     assumed: the correlation of the points' per-replica values; where it is
-    below :func:`coupling_threshold` the pair is "not coupled", and its paired
-    interval is no narrower than that of independent runs (it stays valid).
+    below :func:`coupling_threshold` of the replicas (or
+    :data:`MIN_COUPLED_CORRELATION`; :func:`coupling_of`) the pair is "not
+    coupled", and its paired interval is no narrower than that of independent
+    runs (it stays valid).
 
     Args:
         models: a policy name, a Policy or a :class:`~jaxqueue.Model`, or a
@@ -257,6 +335,11 @@ def _compare(samples: list, results: list) -> Paired:
     differences, unpaired, correlation, coupled, batched = compare_samples(samples)
     labels = tuple(_label(res) for res in results)
     settings = dict(results[0].settings, paired_interval="batch-means" if batched else "replicas")
+    first = samples[0][0]
+    pairs = tuple(
+        {m: coupling_of(first[m], s[0][m])[1] for m in diff}
+        for s, diff in zip(samples[1:], differences)
+    )
     return Paired(
         labels,
         tuple(differences),
@@ -265,12 +348,17 @@ def _compare(samples: list, results: list) -> Paired:
         tuple(coupled),
         tuple(results),
         settings,
+        pairs,
     )
 
 
 def compare_samples(samples: list) -> tuple:
     """The comparison of points from their values (:func:`side_samples`: per replica,
     and per batch or None), each point after the first beside the first.
+
+    The correlation and the coupling come from the per-replica values, with
+    batch means too (:func:`coupling_of`): replicas are independent, a
+    replica's batches are not.
 
     Returns:
         ``(differences, unpaired, correlation, coupled, batched)``: a list per
@@ -282,7 +370,7 @@ def compare_samples(samples: list) -> tuple:
         batched = False  # batches that do not line up: pair the replicas' whole windows
     if not batched:
         samples = [(s[0], None) for s in samples]
-    first, at = samples[0], 1 if batched else 0  # the values the interval pairs
+    first = samples[0]
     differences, unpaired, correlation, coupled = [], [], [], []
     for s in samples[1:]:
         names = [m for m in first[0] if m in s[0]]
@@ -290,10 +378,9 @@ def compare_samples(samples: list) -> tuple:
         differences.append(paired_estimates(lambda a, b: b - a, pair, batched))
         alone = [paired_estimates(lambda a: a, [x], batched) for x in pair]
         unpaired.append({m: math.hypot(alone[0][m].ci95, alone[1][m].ci95) for m in names})
-        r = {m: _correlation(pair[0][at][m], pair[1][at][m]) for m in names}
-        correlation.append(r)
-        n = np.size(pair[0][at][names[0]])
-        coupled.append({m: bool(r[m] > coupling_threshold(n)) for m in names})
+        verdicts = {m: coupling_of(pair[0][0][m], pair[1][0][m]) for m in names}
+        correlation.append({m: v[0] for m, v in verdicts.items()})
+        coupled.append({m: v[2] for m, v in verdicts.items()})
     return differences, unpaired, correlation, coupled, batched
 
 
@@ -301,13 +388,17 @@ def _only(values: dict | None, names: list) -> dict | None:
     return None if values is None else {m: values[m] for m in names}
 
 
-def _correlation(a, b) -> float:
-    """The sample correlation of paired values (NaN pairs left out; NaN without spread)."""
+def _correlation(a, b) -> tuple[float, int]:
+    """The sample correlation of paired values and their number (NaN pairs left
+    out; NaN without spread or with fewer than 2 pairs)."""
     a, b = np.ravel(a), np.ravel(b)
     ok = np.isfinite(a) & np.isfinite(b)
+    n = int(np.sum(ok))
+    if n < 2:
+        return math.nan, n
     a, b = a[ok] - a[ok].mean(), b[ok] - b[ok].mean()
     den = math.sqrt(float(np.sum(a * a) * np.sum(b * b)))
-    return float(np.sum(a * b) / den) if den > 0 else math.nan
+    return (float(np.sum(a * b) / den) if den > 0 else math.nan), n
 
 
 def _label(result) -> str:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxqueue.core.config import split_keywords
-from jaxqueue.core.system import MAX_SERVERS, check_int
+from jaxqueue.core.system import MAX_SERVERS, check_int, check_load
 from jaxqueue.core.user_metrics import PER_ARRIVAL
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
@@ -24,7 +24,7 @@ from jaxqueue.results.stats import tolerance
 from jaxqueue.runs import planner
 from jaxqueue.sim.collect import load_samples
 from jaxqueue.sim.runner import Plan, Run
-from jaxqueue.studies.sensitivity_sides import SYSTEM_PARAMETERS, plan_system_sides
+from jaxqueue.studies.sensitivity_sides import SYSTEM_PARAMETERS, capacity_of, plan_system_sides
 
 __all__ = [
     "PARAMETERS",
@@ -54,7 +54,8 @@ LOAD_PARAMETERS = ("load", "alpha", "beta")
 PARAMETERS = LOAD_PARAMETERS + SYSTEM_PARAMETERS
 
 #: The default step moves the load by this fraction of its distance to the
-#: nearer of 0 and 1 (with a finite buffer, of the load itself): docs/crn.md.
+#: nearer of 0 and the servers' capacity (1 for identical servers of mean
+#: service 1; with a finite buffer, of the load itself): docs/crn.md.
 RELATIVE_STEP = 0.05
 
 #: The family-wise rate of the Richardson check over a result's metrics.
@@ -99,13 +100,23 @@ def _load_slope(parameter: str, value: float, n_servers: int) -> float:
     return 1.0
 
 
-def default_step(parameter: str, value: float, n_servers: int, buffer=None) -> float:
+def default_step(
+    parameter: str, value: float, n_servers: int, buffer=None, capacity: float = 1.0
+) -> float:
     """The default ``h``: it moves the load by :data:`RELATIVE_STEP` of its
-    distance to the nearer of 0 and 1 (of the load itself with a finite
-    buffer, where loads past 1 are stable), converted to the parameter."""
+    distance to the nearer of 0 and the stability boundary, converted to the
+    parameter.
+
+    The boundary is ``capacity``, the tasks per server per unit time the
+    servers complete when all are busy (:func:`~jaxqueue.core.service.capacity`:
+    1 for identical servers of mean service 1, ``sum_i f_i speed_i / mean_i``
+    for pools). With a finite ``buffer`` every load is stable: the step is then
+    a fraction of the load itself. A load at or past the capacity with
+    infinite buffers has no room: the step is 0 (the load is refused when run).
+    """
     lam = load_at(parameter, value, n_servers)
-    room = lam if buffer is not None else min(lam, 1.0 - lam)
-    return RELATIVE_STEP * room / _load_slope(parameter, value, n_servers)
+    room = lam if buffer is not None else min(lam, capacity - lam)
+    return RELATIVE_STEP * max(room, 0.0) / _load_slope(parameter, value, n_servers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,7 +385,12 @@ def plan_sides(
     n = check_int("n_servers", model.n_servers, 2 if parameter != "load" else 1, MAX_SERVERS)
     _no_auto_warmup(opts)
     if h is None:
-        h = default_step(parameter, value, n, model.buffer)
+        cap = capacity_of(model)
+        # a load past the boundary: the load's own error, not that of a step of 0
+        check_load(load_at(parameter, value, n), model.buffer, cap)
+        # a law fitted to mean 1 has 1 / mean within rounding of 1: the step of capacity 1
+        room_to = 1.0 if math.isclose(cap, 1.0, rel_tol=1e-12) else cap
+        h = default_step(parameter, value, n, model.buffer, room_to)
     if isinstance(h, bool) or not (isinstance(h, (int, float)) and math.isfinite(h) and h > 0):
         raise ValueError(f"h={h!r} is out of range: need a finite step > 0")
     steps = (-h, h, -h / 2, h / 2) if richardson else (-h, h)
@@ -445,16 +461,26 @@ def _scalars(samples: dict, names: tuple) -> dict:
 
 
 def paired_estimates(combine, samples: list, interval_batches: bool) -> dict:
-    """``{name: Estimate}`` of ``combine(side values...)`` per replica (or per batch)."""
+    """``{name: Estimate}`` of ``combine(side values...)`` per replica (or per batch:
+    then the Estimate's ``n`` counts the batch means and its ``replicas`` the replicas)."""
     out = {}
     for name in samples[0][0]:
         whole = combine(*(s[0][name] for s in samples))
         if interval_batches:
             per = combine(*(s[1][name] for s in samples))
-            out[name] = batch_means(whole, per)[0]
+            est = batch_means(whole, per)[0]
+            out[name] = dataclasses.replace(est, replicas=_replicas(whole))
         else:
             out[name] = estimate(whole)
     return out
+
+
+def _replicas(whole) -> int | np.ndarray:
+    """The replicas with a value (an int, or per entry where they differ)."""
+    count = np.sum(np.isfinite(np.asarray(whole, np.float64)), axis=0)
+    if np.ndim(count) == 0 or np.all(count == count.flat[0]):
+        return int(np.ravel(count)[0])
+    return np.asarray(count)
 
 
 def _derivatives(samples: list, values: tuple, richardson: bool) -> dict:

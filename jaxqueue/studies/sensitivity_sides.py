@@ -13,7 +13,8 @@ import numpy as np
 
 from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.core.config import Model
-from jaxqueue.core.service import Pool, as_law, fit_two_moments, realized_pools
+from jaxqueue.core.service import Pool, as_law, capacity, fit_two_moments, realized_pools
+from jaxqueue.core.system import check_load
 from jaxqueue.runs import planner
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "system_default_step",
     "side_model",
     "plan_system_sides",
+    "capacity_of",
 ]
 
 #: Parameters that change the compiled System: ``speed`` and ``share`` of a
@@ -141,6 +143,30 @@ def side_model(model: Model, parameter: str, value: float, pool: int = 0) -> Mod
     )
 
 
+def capacity_of(model: Model) -> float:
+    """The servers' capacity in ``model``: tasks per server per unit time with every
+    server busy (:func:`~jaxqueue.core.service.capacity` of its realized pools and
+    law), the stability boundary of the load with infinite buffers."""
+    pools = realized_pools(model.pools, model.n_servers, warn=False)
+    return capacity(as_law(model.service), pools, model.n_servers)
+
+
+def _check_stable(model: Model, models: list, load: float, parameter: str, values: list) -> None:
+    """``load`` stable in ``model`` and on every side: below the servers' capacity
+    with infinite buffers (a slower pool, or a server moved to one, lowers it)."""
+    check_load(load, model.buffer, capacity_of(model))
+    for m, v in zip(models, values):
+        if m.buffer is not None:
+            continue
+        cap = capacity_of(m)
+        if load >= cap:
+            raise ValueError(
+                f"the side at {parameter}={v:.6g} has a capacity of {cap:.6g} tasks per server "
+                f"per unit time, not above load={load:.6g}: it is unstable with infinite "
+                "buffers; give a smaller h (or a finite buffer)"
+            )
+
+
 def plan_system_sides(
     model: Model,
     load: float,
@@ -170,6 +196,7 @@ def plan_system_sides(
                 f"multiples of 1 / n_servers = {1.0 / model.n_servers:.6g}"
             )
     models = [side_model(model, parameter, value + s, pool) for s in steps]
+    _check_stable(model, models, load, parameter, [value + s for s in steps])
     plans = [planner.plan_model(m, [load], opts, bound, streams=[STREAM]) for m in models]
     if bound.levels is None:
         top = max(p.system.levels for p in plans)
