@@ -289,10 +289,58 @@ def test_compare_prints_small_intervals_and_no_zero_width_ratio(monkeypatch, cap
     assert cli_main(["compare", "--metric", "blocking_probability", "--buffer", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split()[2:] == ["2.1e-05", "±", "4.2e-06", "2e-05", "0.24"]
-    assert lines[3].split()[2:] == ["0.0000", "±", "0.0000", "3.3e-07", "n/a"]
+    assert lines[3].split()[2:] == ["0", "±", "0", "3.3e-07", "n/a"]
     assert lines[4].startswith("  n/a: the 95% CI has width 0") and len(lines) == 5
 
 
 def test_cli_helpers_format():
-    assert cli._num(0.0) == "0.0000" and cli._num(1.23456) == "1.2346"
+    assert cli._num(0.0) == "0" and cli._num(1.23456) == "1.23456"
     assert cli._num(4.2e-5) == "4.2e-05"
+
+
+# -- one number rule in every table; '-' where a metric does not apply -------------------
+
+
+def test_one_number_rule_for_table_entries():
+    """An interval's half-width to two significant digits and its mean to the same
+    decimal place (the Estimate's own text); a number alone to six significant digits."""
+    from jaxqueue.results.display import format_metric
+
+    for value, text in (
+        (Estimate(1.0702, 0.000626, 32), "1.07020 ± 0.00063"),
+        (Estimate(1.7721, 0.0091, 32), "1.7721 ± 0.0091"),
+        (Estimate(12.3456, 1.234, 32), "12.3 ± 1.2"),
+        (Estimate(2.1e-5, 4.2e-6, 32), "2.1e-05 ± 4.2e-06"),
+        (Estimate(0.0, 0.0, 32), "0 ± 0"),
+        (Estimate(0.5, float("nan"), 1), "0.5"),  # one replica: no interval
+        (0.9, "0.9"),
+        (0.0, "0"),
+        (0.390193482, "0.390193"),
+        (None, "-"),
+    ):
+        assert format_metric(value) == text, value
+        if isinstance(value, Estimate) and value.ci95 > 0:
+            assert format_metric(value) == str(value)
+
+
+def test_a_message_that_is_never_sent_prints_a_dash(monkeypatch, capsys):
+    """JIQ sends no probes: its probe rate is '-', not 0.0000 ± 0.0000 (and a zero
+    that is a measurement, a blocking probability, stays a number)."""
+    from jaxqueue.results.display import format_metric
+
+    assert format_metric(Estimate(0.0, 0.0, 32), "probe_rate") == "-"
+    assert format_metric(0.0, "delete_rate") == "-"
+    assert format_metric(Estimate(0.0, 0.001, 32), "probe_rate") == "0.0000 ± 0.0010"
+    assert format_metric(Estimate(0.0, 0.0, 32), "blocking_probability") == "0 ± 0"
+    assert cli_main(["theory", "--policy", "jiq", "--load", "0.9", "--ratio", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert row["probe_rate"] == ["-"] and row["join_rate"] == ["0.509807"]
+    assert row["s_1"] == ["0.9"]  # the tail by the same rule as the metrics above it
+    import jaxqueue.studies.compare
+
+    rows = [_row(0.0, 0.0, 0.0)]
+    monkeypatch.setattr(jaxqueue.studies.compare, "compare", lambda *a, **k: rows)
+    assert cli_main(["compare", "--metric", "probe_rate"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[2:] == ["-", "-", "-"] and len(lines) == 3

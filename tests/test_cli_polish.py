@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -172,3 +174,207 @@ def test_simulate_takes_policy_names_in_any_case():
     assert upper.settings["policy"] == "jiq"
     assert upper.to_dict()["mean_response_time"] == lower.to_dict()["mean_response_time"]
     assert upper.to_dict()["tail"] == lower.to_dict()["tail"]
+
+
+# -- compare's run flags and its warm-up warning ----------------------------------------
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices
+
+
+def test_no_flag_is_taken_by_a_prefix():
+    """``compare --warmup auto`` was ``--warmup-time auto`` (argparse's prefix match)."""
+    parser = build_parser()
+    assert not parser.allow_abbrev
+    assert all(not sub.allow_abbrev for sub in _subparsers(parser).values())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["simulate", "--policy", "pod", "--serv", "10", "--load", "0.5"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare", "--warm", "5"])
+
+
+def test_compare_takes_the_run_length_flags_of_simulate():
+    parse = build_parser().parse_args
+    args = parse(["compare"])  # compare's defaults are applied by compare()
+    assert (args.steps, args.time, args.warmup, args.warmup_time) == (None,) * 4
+    assert parse(["compare", "--warmup", "auto"]).warmup == "auto"
+    assert parse(["compare", "--warmup", "512", "--steps", "1000"]).steps == 1000
+    assert parse(["compare", "--time", "20", "--warmup-time", "5"]).warmup_time == 5.0
+    for pair in (["--steps", "1000", "--time", "5"], ["--warmup", "auto", "--warmup-time", "5"]):
+        with pytest.raises(SystemExit):
+            parse(["compare", *pair])
+    # the flags are simulate's own (declared once): the same help but the defaults
+    compare, simulate = (_subparsers(build_parser())[c] for c in ("compare", "simulate"))
+    flags = ("--steps", "--time", "--warmup", "--warmup-time")
+    for flag in flags:
+        a, b = compare._option_string_actions[flag], simulate._option_string_actions[flag]
+        assert (a.type, a.dest, a.default) == (b.type, b.dest, b.default), flag
+
+
+def _failed(load: float, auto: bool = False) -> dict:
+    return {
+        "passed": False,
+        "mser_truncation": 9,
+        "batches": 20,
+        "half_drift": 0.5,
+        "half_drift_ci99": 0.2,
+        "auto": auto,
+        "extensions": 4 if auto else 0,
+    }
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """compare's runs, faked: each policy's results at each load, the warm-up
+    diagnostic failed for jiq-pod at 0.98; the RunOptions each run got."""
+    from types import SimpleNamespace
+
+    from jaxqueue.results.estimates import Estimate
+    from jaxqueue.studies import compare as compare_module
+
+    runs = []
+
+    def simulate(model, loads, run, progress=False):
+        runs.append(run)
+        label = model.policy.label()
+        out = []
+        for load in loads:
+            failed = label.startswith("jiq-pod") and load == 0.98
+            out.append(
+                SimpleNamespace(
+                    settings={"policy_label": label, "load": load, "n_servers": model.n_servers},
+                    diagnostics={"warmup_diagnostic": _failed(load, run.warmup == "auto")}
+                    if failed
+                    else {"warmup_diagnostic": {"passed": True}},
+                    metric=lambda name: Estimate(1.5, 0.01, 32),
+                )
+            )
+        # the simulator's own warning (no policy in it), which compare replaces
+        for res in out:
+            if res.diagnostics["warmup_diagnostic"]["passed"] is False:
+                text = "the warm-up diagnostic failed at load 0.98"
+                warnings.warn(jq.WarmupWarning(text), stacklevel=2)
+        return out
+
+    monkeypatch.setattr(compare_module, "simulate", simulate)
+    monkeypatch.setattr(compare_module, "mean_field", lambda *a, **k: None)
+    return runs
+
+
+def test_compare_names_the_policy_whose_warmup_failed_and_marks_its_row(fake_runs, capsys):
+    argv = ["compare", "--servers", "100", "--load", "0.9,0.98", "--replicas", "4"]
+    assert cli_main(argv) == 0
+    out, err = capsys.readouterr()
+    (warning,) = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(
+        "warning: the warm-up diagnostic failed for jiq-pod(d=2) at load 0.98, N=100 ("
+    )
+    assert "--init" not in warning and "=" not in warning.split("(99%)")[1]  # flags only
+    advised = re.findall(r"--[a-z-]+(?: auto)?", warning)
+    assert set(advised) == {"--warmup", "--warmup-time", "--steps", "--time", "--warmup auto"}
+    rows = [line for line in out.splitlines() if line.startswith(("jiq", "pod"))]
+    marked = [line for line in rows if line.endswith(" *")]
+    assert len(rows) == 6 and [line.split()[:2] for line in marked] == [["jiq-pod(d=2)", "0.980"]]
+    note = out.splitlines()[-1]
+    assert note.startswith("  *: the warm-up diagnostic failed")
+    # every flag either advises is one compare has
+    for flag in set(advised) | set(re.findall(r"--[a-z-]+(?: auto)?", note)):
+        value = [] if flag.endswith("auto") else ["auto" if flag == "--warmup" else "5"]
+        build_parser().parse_args(["compare", *flag.split(), *value])
+    # the default run is as before: 300 time units measured after 50 of warm-up
+    assert {(r.steps, r.time, r.warmup, r.warmup_time) for r in fake_runs} == {
+        (None, 300.0, None, 50.0)
+    }
+
+
+def test_compare_runs_steps_and_an_automatic_warmup(fake_runs, capsys):
+    argv = ["compare", "--servers", "100", "--load", "0.98", "--policies", "jiq-pod"]
+    assert cli_main([*argv, "--steps", "25600", "--warmup", "auto"]) == 0
+    (run,) = fake_runs
+    assert (run.steps, run.time, run.warmup, run.warmup_time) == (25600, None, "auto", None)
+    err = capsys.readouterr().err
+    assert "still fails for jiq-pod(d=2) at load 0.98, N=100 after --warmup auto extended" in err
+    assert cli_main([*argv, "--warmup", "1024", "--time", "20"]) == 0
+    assert (fake_runs[1].time, fake_runs[1].warmup, fake_runs[1].warmup_time) == (20.0, 1024, None)
+
+
+def test_the_python_compare_names_its_own_keywords(fake_runs):
+    from jaxqueue.studies.compare import compare
+
+    with pytest.warns(jq.WarmupWarning) as seen:
+        compare(["jiq-pod"], 100, loads=(0.98,))
+    (text,) = [str(w.message) for w in seen]
+    assert text.startswith("the warm-up diagnostic failed for jiq-pod(d=2) at load 0.98")
+    assert "(warmup= or warmup_time=)" in text and "(steps= or time_units=)" in text
+    assert 'warmup="auto"' in text and "init" not in text
+
+
+# -- one name for the dispatchers --------------------------------------------------------
+
+
+def test_dispatchers_and_ratio_are_two_spellings_of_one_setting():
+    """--ratio R is M = N / R: simulate takes it beside --dispatchers, compare and theory
+    take --dispatchers beside --ratio; both give the same arguments, so the same run."""
+    from jaxqueue.cli.checks import prepare
+
+    def args(argv):
+        return vars(prepare(build_parser().parse_args(argv)))
+
+    sim = ["simulate", "--policy", "jiq", "--servers", "100", "--load", "0.9"]
+    assert args([*sim, "--ratio", "10"])["dispatchers"] == 10
+    assert args([*sim, "--ratio", "10"]) == {**args([*sim, "--dispatchers", "10"]), "ratio": 10.0}
+    assert args(sim)["dispatchers"] == 1
+    assert args(["compare", "--dispatchers", "100"]) == {**args(["compare"]), "dispatchers": 100}
+    assert args(["compare", "--servers", "20", "--dispatchers", "2"])["ratio"] == 10.0
+    theory = ["theory", "--policy", "jiq", "--load", "0.9", "--servers", "1000"]
+    assert (
+        args([*theory, "--dispatchers", "100"])["ratio"]
+        == args([*theory, "--ratio", "10"])["ratio"]
+    )
+    assert args([*theory, "--dispatchers", "1"])["ratio"] is None  # one dispatcher: the default
+    with pytest.raises(ValueError, match="--dispatchers 10 gives the ratio r = N / M with"):
+        args(["theory", "--policy", "jiq", "--load", "0.9", "--dispatchers", "10"])
+    with pytest.raises(ValueError, match="ratio=3 does not split n_servers=100"):
+        args([*sim, "--ratio", "3"])
+    for argv in (
+        [*sim, "--ratio", "10", "--dispatchers", "10"],
+        ["compare", "--ratio", "5", "--dispatchers", "2"],
+    ):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+
+
+def test_theory_gives_the_same_numbers_by_ratio_or_dispatchers(capsys):
+    outs = []
+    for flags in (["--ratio", "10"], ["--dispatchers", "100", "--servers", "1000"]):
+        assert cli_main(["theory", "--policy", "jiq", "--load", "0.9", *flags, "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    for out in outs:
+        out["settings"].pop("versions", None)
+        for key in ("refined", "correction", "refined_status"):
+            out.pop(key, None)
+    assert outs[0] == outs[1]
+
+
+# -- plain text in the terminal ----------------------------------------------------------
+
+MARKUP = ("``", ":mod:", ":func:", ":class:", ":meth:", ":data:", ":attr:")
+
+
+def test_help_and_policies_print_no_restructuredtext(capsys):
+    for argv in (["--help"], *([name, "--help"] for name in _subparsers(build_parser()))):
+        with pytest.raises(SystemExit) as exit:
+            cli_main(argv)
+        assert exit.value.code == 0
+        text = capsys.readouterr().out
+        assert text.startswith("usage: ")
+        assert not [m for m in MARKUP if m in text], (argv, text)
+    assert cli_main(["policies"]) == 0
+    text = capsys.readouterr().out
+    assert not [m for m in MARKUP if m in text], text
+    head, *rows = text.splitlines()
+    assert head.split()[:3] == ["policy", "options", "mean"] and "summary" in head
+    assert [row.split()[0] for row in rows] == jq.available()
+    assert "holding at most z tasks" in text  # (``z`` in jiq-threshold's docstring)

@@ -54,7 +54,7 @@ def test_a_transient_results_repr_is_a_short_table_by_time():
     )
     assert lines[1].startswith("5 times in [0, 10]: mean ± 95% CI half-width")
     assert lines[2].split() == ["time", "idle", "fraction", "mean", "queue", "length", "p0"]
-    assert lines[3].split() == "0 1.0000 ± 0.0100 0.0000 ± 0.0100 0.0000 ± 0.0100".split()
+    assert lines[3].split() == "0 1.000 ± 0.010 0.000 ± 0.010 0.000 ± 0.010".split()
     assert len(lines) == 3 + 5 and "array" not in text  # no arrays: the tail stays in the field
 
 

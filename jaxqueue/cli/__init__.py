@@ -14,6 +14,7 @@ import os
 import sys
 import warnings
 
+from jaxqueue.cli.checks import prepare
 from jaxqueue.cli.output import num
 from jaxqueue.cli.parser import build_parser
 from jaxqueue.core.progress import LOGGER, stderr_handler
@@ -31,6 +32,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
         for keyword, flag in zip(SPELLINGS["python"], SPELLINGS["cli"]):
             text = text.replace(keyword, flag)
+        # compare's own keyword for the window in time units (jaxqueue.studies.compare)
+        text = text.replace("steps= or time_units=", SPELLINGS["cli"][3])
     print(f"warning: {text}", file=sys.stderr)
 
 
@@ -63,7 +66,8 @@ def _log_to_stderr():
 
 def _run(args) -> int:
     try:
-        return _command(args.command)(args)
+        # the flags' ranges first (no JAX yet: a mistake answers at once), then the command
+        return _command(prepare(args).command)(args)
     except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -112,11 +116,14 @@ def _resume_note(args) -> str:
 
 def _command(name: str):
     """The function of a subcommand. Its module is imported here, when the command runs:
-    the command modules import the simulator, theory and studies (JAX), which ``--help``
-    and a usage error do not need (the one place the command line defers imports)."""
+    the command modules import the simulator, theory and studies (JAX), which ``--help``,
+    a usage error and a number out of range (:mod:`jaxqueue.cli.checks`) do not need
+    (the one place the command line defers imports)."""
     if name in ("simulate", "transient"):
         from jaxqueue.cli import run_commands as module
-    elif name in ("theory", "exact", "policies"):
+    elif name == "policies":  # the registry alone
+        from jaxqueue.cli import policies_command as module
+    elif name in ("theory", "exact"):
         from jaxqueue.cli import theory_commands as module
     else:
         from jaxqueue.cli import study_commands as module

@@ -1,5 +1,6 @@
 """The command line's printed output: result tables, their pools and diagnostics, and
-the number format of a table (``--json`` prints the result schema instead).
+the number format of a table (one rule, :func:`jaxqueue.results.display.format_metric`;
+``--json`` prints the result schema instead).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import json
 
 import numpy as np
 
-from jaxqueue.results.display import digits_of, format_metric, metric_rows, title
+from jaxqueue.results.display import format_metric, format_number, metric_rows, title
 from jaxqueue.results.estimates import Estimate, entries
 from jaxqueue.results.schema import POOL_METRICS
 
@@ -35,35 +36,34 @@ def print_tail_rest(upto: int, shown: int) -> None:
 def print_result(res, title: str) -> None:
     print(title)
     print("metric" + (" (mean ± 95% CI half-width)" if res.source == "simulation" else ""))
-    digits = digits_of(res)
     for name, entry in metric_rows(res):
         print(f"  {name:24s} {entry}")
     tail = res.tail.mean if isinstance(res.tail, Estimate) else np.asarray(res.tail)
     half = res.tail.ci95 if isinstance(res.tail, Estimate) else None
     upto, shown = tail_levels(tail)
     for i in range(1, shown):
-        ci = f" ± {half[i]:.6f}" if half is not None else ""
-        print(f"  s_{i:<22d} {tail[i]:.6f}{ci}")
+        level = tail[i] if half is None else Estimate(tail[i], half[i])
+        print(f"  s_{i:<22d} {format_metric(level)}")
     print_tail_rest(upto, shown)
     if res.pool_arrival_share is not None:
-        _print_pools(res, digits)
+        _print_pools(res)
 
 
-def _print_pools(res, digits: int) -> None:
+def _print_pools(res) -> None:
     """One column per pool: :data:`~jaxqueue.results.schema.POOL_METRICS` and the quantiles."""
     pools = res.settings.get("pools") or []
-    width = 2 * digits + 8 if res.source == "simulation" else 12
     heads = [f"speed {q['speed']:g}" for q in pools]
-    print(f"  {'by pool':24s} " + " ".join(f"{h:>{width}s}" for h in heads))
     rows = [(name, getattr(res, name)) for name in POOL_METRICS]
     rows += [
         (f"pool response p{100 * q:g}", v) for q, v in sorted(res.pool_response_quantiles.items())
     ]
-    for name, value in rows:
-        cells = [
-            format_metric(x if isinstance(x, Estimate) else float(x), digits)
-            for x in entries(value)
-        ]
+    table = [
+        (name, [format_metric(x if isinstance(x, Estimate) else float(x)) for x in entries(value)])
+        for name, value in rows
+    ]
+    width = max([12, *(len(c) for _, cells in table for c in cells)])
+    print(f"  {'by pool':24s} " + " ".join(f"{h:>{width}s}" for h in heads))
+    for name, cells in table:
         print(f"  {name:24s} " + " ".join(f"{c:>{width}s}" for c in cells))
 
 
@@ -145,6 +145,6 @@ def _print_run_diagnostics(diag: dict) -> None:
 
 
 def num(x: float) -> str:
-    """A table entry: 4 decimals, or 3 significant digits below 0.001 (a
-    small CI or probability is not printed as 0)."""
-    return f"{x:.3g}" if x != 0 and abs(x) < 1e-3 else f"{x:.4f}"
+    """A number without an interval in a table: six significant digits (so a small
+    probability is not printed as 0; :func:`~jaxqueue.results.display.format_number`)."""
+    return format_number(x)

@@ -9,7 +9,7 @@ import json
 from jaxqueue.core.arrivals import as_arrivals
 from jaxqueue.core.config import Model
 from jaxqueue.core.system import dispatchers_for_ratio
-from jaxqueue.studies.compare import with_options
+from jaxqueue.studies.compare import run_lengths, with_options
 from jaxqueue.studies.paired import paired
 
 __all__ = ["run_paired"]
@@ -33,8 +33,7 @@ def run_paired(args, policies: list) -> int:
     ]
     keys = dict(
         replicas=args.replicas,
-        time=args.time,
-        warmup_time=args.warmup_time,
+        **run_lengths(args.steps, args.time, args.warmup, args.warmup_time),
         seed=args.seed,
         metrics=None if args.metrics is None else dict(args.metrics),
         progress=args.progress,

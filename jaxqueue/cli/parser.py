@@ -11,19 +11,54 @@ import importlib
 import importlib.metadata
 import sys
 
+from jaxqueue.cli.markup import PlainHelpFormatter
 from jaxqueue.cli.metric_flags import add_compare_metric, add_user_metrics
 from jaxqueue.cli.paired_flags import add_paired
 from jaxqueue.core.config import COMPARE_TIME, COMPARE_WARMUP_TIME, DEFAULT_REPLICAS
 
 __all__ = ["build_parser", "DESCRIPTION", "package_version"]
 
-#: The parser's description (``python -m jaxqueue --help``).
-DESCRIPTION = """Command line: ``python -m jaxqueue {simulate,transient,theory,exact,compare,sweep,export,plot,policies}``.
+#: The parser's description (``python -m jaxqueue --help``), plain text: it is printed.
+DESCRIPTION = """Load balancing by simulation, mean-field theory and exact solution: \
+python -m jaxqueue COMMAND --help for the flags of a command.
 
-``--json`` prints one JSON object alone on stdout; progress and logs go to stderr.
-``simulate``, ``theory`` and ``exact`` print the same keys (the result schema of
-:mod:`jaxqueue.results.schema`), so their outputs can be compared field by field.
+--json prints one JSON object alone on stdout; progress and logs go to stderr.
+simulate, theory and exact print the same keys (the result schema,
+jaxqueue.results.schema), so their outputs can be compared field by field.
 """
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of the command line and of each subcommand (``add_subparsers`` makes
+    its subparsers of this class): flags spelled out in full (no prefix of a flag
+    stands for it: ``compare --warmup`` is not ``--warmup-time``), help printed as
+    plain text, and an unknown flag named before the required ones that are missing."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message):
+        if message.startswith("the following arguments are required"):
+            unknown = self._unknown_flags()
+            if unknown:  # the typo, not what it left out, is the mistake to name
+                message = f"unrecognized arguments: {' '.join(unknown)}"
+        super().error(message)
+
+    def _unknown_flags(self) -> list[str]:
+        """The ``--flags`` given (up to ``--``) that this parser does not have."""
+        given = getattr(self, "_given", [])
+        given = given[: given.index("--")] if "--" in given else given
+        return [
+            a
+            for a in given
+            if a.startswith("--") and a.partition("=")[0] not in self._option_string_actions
+        ]
 
 
 def package_version() -> str:
@@ -115,7 +150,7 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
             "(default: jiq,jiq-pod,pod)",
         )
     else:
-        p.add_argument("--policy", required=True, help="policy name (see `policies`)")
+        p.add_argument("--policy", required=True, help="policy name (see the policies command)")
     shared = (
         " (to every listed policy that takes it, but those given their own options)" if many else ""
     )
@@ -189,12 +224,27 @@ def _add_length(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_REPLICAS,
         help=f"independent replicas (per load; default {DEFAULT_REPLICAS})",
     )
+    _add_window(p)
+
+
+def _add_window(
+    p: argparse.ArgumentParser,
+    steps_default: str = " (default 1000000)",
+    time_default: str = "",
+    warmup_default: str = " (default: 100 time units)",
+    warmup_time_help: str = "warm-up time units instead of --warmup",
+    auto_help: str = "extend it",
+) -> None:
+    """The measured window (``--steps`` or ``--time``) and the warm-up (``--warmup``,
+    which may be ``auto``, or ``--warmup-time``) of a run, each pair exclusive; every
+    default None (the command's own default is applied where none is given). The
+    ``*_default`` texts end their help, for a command whose defaults are its own."""
     length = p.add_mutually_exclusive_group()
     length.add_argument(
         "--steps",
         type=int,
         default=None,
-        help="measured uniformized steps per replica (default 1000000)",
+        help=f"measured uniformized steps per replica{steps_default}",
     )
     length.add_argument(
         "--time",
@@ -203,18 +253,37 @@ def _add_length(p: argparse.ArgumentParser) -> None:
         help="measured time units per replica instead of --steps (steps = "
         "time x N x the step rate per server at the load, rounded up to "
         "whole blocks of 256 steps; a warning when that simulates more "
-        "than 10%% beyond --time)",
+        f"than 10%% beyond --time){time_default}",
     )
     warm = p.add_mutually_exclusive_group()
     warm.add_argument(
         "--warmup",
         type=_warmup,
         default=None,
-        help="discarded warm-up steps per replica (default: 100 time units), or "
-        "'auto': extend it while the warm-up diagnostic fails",
+        help=f"discarded warm-up steps per replica{warmup_default}, or "
+        f"'auto': {auto_help} while the warm-up diagnostic fails",
     )
-    warm.add_argument(
-        "--warmup-time", type=float, default=None, help="warm-up time units instead of --warmup"
+    warm.add_argument("--warmup-time", type=float, default=None, help=warmup_time_help)
+
+
+def _add_dispatchers(p, dispatchers_help: str, ratio_help: str, ratio_default=None) -> None:
+    """``--dispatchers M`` and ``--ratio R`` (``R = N / M``), two spellings of one
+    setting, exclusive: :func:`jaxqueue.cli.checks.prepare` resolves the one the
+    command uses from the other (``--dispatchers``, where given, over a default ratio)."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--dispatchers",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"n_dispatchers M, the number of dispatchers{dispatchers_help}",
+    )
+    group.add_argument(
+        "--ratio",
+        type=float,
+        default=ratio_default,
+        metavar="R",
+        help=f"r = N / M, servers per dispatcher{ratio_help}",
     )
 
 
@@ -269,7 +338,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
-    ap = argparse.ArgumentParser(prog="python -m jaxqueue", description=DESCRIPTION)
+    ap = _Parser(prog="python -m jaxqueue", description=DESCRIPTION)
     ap.add_argument("--version", action=_Version, help="print the version and exit")
     sub = ap.add_subparsers(dest="command", required=True)
     _simulate_parser(sub)
@@ -293,11 +362,8 @@ def _simulate_parser(sub) -> None:
         required=True,
         help="n_servers N, the number of servers (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
     )
-    p.add_argument(
-        "--dispatchers",
-        type=int,
-        default=1,
-        help="n_dispatchers M, the number of dispatchers (default 1)",
+    _add_dispatchers(
+        p, " (default 1)", ": another spelling of --dispatchers (M = N / R, a whole number)"
     )
     load = p.add_mutually_exclusive_group(required=True)
     _add_loads(load, help_default=" (a table each)")
@@ -367,8 +433,11 @@ def _theory_parser(sub) -> None:
     p = sub.add_parser("theory", help="mean-field prediction for one policy")
     _add_policy(p)
     p.add_argument("--load", type=float, required=True, help="lambda")
-    p.add_argument(
-        "--ratio", type=float, default=None, help="r = N / M (JIQ family; default: one dispatcher)"
+    _add_dispatchers(
+        p,
+        ": another spelling of --ratio, r = N / M with --servers N (1: one dispatcher, "
+        "the default)",
+        " (JIQ family; default: one dispatcher)",
     )
     p.add_argument(
         "--buffer", type=int, default=None, help="places per server b (default: infinite)"
@@ -458,25 +527,22 @@ def _compare_parser(sub) -> None:
         default=1000,
         help="n_servers N, the number of servers (default 1000)",
     )
-    p.add_argument("--ratio", type=float, default=10.0, help="r = N / M (default 10)")
+    _add_dispatchers(p, ": another spelling of --ratio (r = N / M)", " (default 10)", 10.0)
     _add_loads(p, (0.5, 0.7, 0.9, 0.95, 0.98), " (default 0.5,0.7,0.9,0.95,0.98)")
-    p.add_argument(
-        "--time",
-        type=float,
-        default=COMPARE_TIME,
-        help=f"measured time units per replica at the largest load (default {COMPARE_TIME:g})",
-    )
-    p.add_argument(
-        "--warmup-time",
-        type=float,
-        default=COMPARE_WARMUP_TIME,
-        help=f"warm-up time units, from the mean-field state (default {COMPARE_WARMUP_TIME:g})",
-    )
     p.add_argument(
         "--replicas",
         type=int,
         default=DEFAULT_REPLICAS,
         help=f"replicas per load (default {DEFAULT_REPLICAS})",
+    )
+    _add_window(
+        p,
+        steps_default=f" instead of --time (default: --time {COMPARE_TIME:g})",
+        time_default=f" (default {COMPARE_TIME:g}, at the largest load)",
+        warmup_default=f" instead of --warmup-time (default: --warmup-time {COMPARE_WARMUP_TIME:g})",
+        warmup_time_help="warm-up time units, from the mean-field state where the policy has one "
+        f"(default {COMPARE_WARMUP_TIME:g})",
+        auto_help="100 time units, extended",
     )
     p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
     _add_servers(

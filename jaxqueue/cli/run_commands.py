@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+import numpy as np
+
 from jaxqueue import api
 from jaxqueue.cli.flags import model_of, order_option
 from jaxqueue.cli.output import emit, servers_line
@@ -15,6 +17,8 @@ from jaxqueue.core.config import Bounds, RunOptions
 from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
 from jaxqueue.core.user_metrics import user_metrics
 from jaxqueue.policies import make
+from jaxqueue.results.display import format_metric, format_number
+from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.runs.transient import transient
 from jaxqueue.studies.sensitivity import sensitivity
@@ -162,7 +166,8 @@ def _transient_run(args, pol, has_mf: bool, kw: dict):
 
 def _print_transient(res, rows) -> None:
     """The table of a transient run: ``s_1``, ``s_2``, the idle fraction (and ``p0``)
-    per time, each pool's busy fraction, and the mean field beside them where given."""
+    per time, each pool's busy fraction, and the mean field beside them where given
+    (the numbers by the tables' one rule, :func:`~jaxqueue.results.display.format_metric`)."""
     s = res.settings
     step = (
         f"load {s['start_load']} -> {s['load']} (after {s['warmup_time']:g} time units)"
@@ -173,29 +178,40 @@ def _print_transient(res, rows) -> None:
         f"{s['policy_label']}  N={s['n_servers']}  M={s['n_dispatchers']}  {step}  "
         f"replicas={s['replicas']}  ({s['steps']} steps per replica){servers_line(s)}"
     )
-    head = "  time      s_1 ± 95%            s_2 ± 95%            idle ± 95%"
-    head += "           p0 ± 95%" if res.p0 is not None else ""
-    print(head + ("      mean field s_1, s_2" if rows else ""))
+    head = ["time", "s_1 ± 95%", "s_2 ± 95%", "idle ± 95%"]
+    head += ["p0 ± 95%"] if res.p0 is not None else []
+    head += ["mean field s_1, s_2"] if rows else []
+    table = []
     for j, t in enumerate(res.times):
-        line = f"  {t:<8.4g}"
-        for k in (1, 2):
-            line += f"  {res.tail.mean[j][k]:.4f} ± {res.tail.ci95[j][k]:.4f}  "
-        line += f"  {res.idle_fraction.mean[j]:.4f} ± {res.idle_fraction.ci95[j]:.4f}  "
-        if res.p0 is not None:
-            line += f"  {res.p0.mean[j]:.4f} ± {res.p0.ci95[j]:.4f}  "
+        line = [f"{t:.4g}", _cell(res.tail, j, 1), _cell(res.tail, j, 2)]
+        line += [_cell(res.idle_fraction, j)]
+        line += [_cell(res.p0, j)] if res.p0 is not None else []
         if rows:
-            line += f"    {rows[j]['mf_s1']:.4f}, {rows[j].get('mf_s2', float('nan')):.4f}"
-        print(line)
+            mf = (rows[j]["mf_s1"], rows[j].get("mf_s2", float("nan")))
+            line.append(", ".join(format_number(v) for v in mf))
+        table.append(line)
+    _print_columns(head, table)
     if res.pool_utilization is not None:  # each pool's busy fraction
         busy = res.pool_utilization
-        heads = "".join(f"  {'busy, speed ' + format(q['speed'], 'g'):<18s}" for q in s["pools"])
-        print(f"  {'time':8s}{heads}" + ("      mean field" if rows else ""))
+        pools = range(np.shape(busy.mean)[1])
+        head = ["time", *(f"busy, speed {q['speed']:g}" for q in s["pools"])]
+        head += ["mean field"] if rows else []
+        table = []
         for j, t in enumerate(res.times):
-            line = f"  {t:<8.4g}" + "".join(
-                f"  {m:.4f} ± {h:.4f}   " for m, h in zip(busy.mean[j], busy.ci95[j])
-            )
+            line = [f"{t:.4g}", *(_cell(busy, j, i) for i in pools)]
             if rows:
-                line += "    " + ", ".join(
-                    f"{rows[j][f'mf_busy{i}']:.4f}" for i in range(busy.mean.shape[1])
-                )
-            print(line)
+                line.append(", ".join(format_number(rows[j][f"mf_busy{i}"]) for i in pools))
+            table.append(line)
+        _print_columns(head, table)
+
+
+def _cell(est, *index) -> str:
+    """Entry ``index`` of the Estimate ``est`` (time first), as a table shows it."""
+    return format_metric(Estimate(est.mean[index], est.ci95[index]))
+
+
+def _print_columns(head: list, table: list) -> None:
+    """``head`` and the rows of ``table`` in columns as wide as their widest cell."""
+    widths = [max(len(c) for c in column) for column in zip(head, *table)]
+    for cells in (head, *table):
+        print("  " + "  ".join(f"{c:<{w}s}" for c, w in zip(cells, widths)).rstrip())

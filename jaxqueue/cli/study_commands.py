@@ -11,10 +11,10 @@ import sys
 
 import numpy as np
 
-from jaxqueue.cli.output import num
 from jaxqueue.cli.paired_command import run_paired
 from jaxqueue.core.progress import duration
 from jaxqueue.policies import make
+from jaxqueue.results.display import applies, format_metric
 from jaxqueue.results.estimates import entries
 from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
 from jaxqueue.studies import compare as compare_study
@@ -74,6 +74,8 @@ def cmd_compare(args) -> int:
         arrivals=args.arrivals,
         time_units=args.time,
         warmup_time=args.warmup_time,
+        steps=args.steps,
+        warmup=args.warmup,
         replicas=args.replicas,
         seed=args.seed,
         progress=args.progress,
@@ -86,9 +88,19 @@ def cmd_compare(args) -> int:
     return 0
 
 
+#: The mark of a row whose warm-up diagnostic failed, and its footnote (the flags to change).
+WARMUP_MARK = "*"
+WARMUP_NOTE = (
+    f"  {WARMUP_MARK}: the warm-up diagnostic failed (a warning on stderr says more): the "
+    "estimate may carry the start's bias; lengthen the warm-up (--warmup-time or --warmup) "
+    "or the window (--time or --steps), or let --warmup auto extend the warm-up"
+)
+
+
 def _print_compare(rows, args) -> None:
     """The table of ``compare``: a line per policy and load (and pool, for a pool
-    metric), simulation and its 95% CI beside the mean field, and notes for n/a cells."""
+    metric), simulation and its 95% CI beside the mean field, and notes for n/a cells
+    and for rows whose warm-up diagnostic failed (marked :data:`WARMUP_MARK`)."""
     what = args.metric.replace("_", " ")
     model = "".join(
         f", {k} {v}"
@@ -106,7 +118,8 @@ def _print_compare(rows, args) -> None:
     print(
         f"{'policy':18s} {'load':>6s}{pool} {'simulated':>20s} {'mean field':>11s} {'diff/CI':>8s}"
     )
-    for note in sorted(_print_compare_rows(rows, args), reverse=True):
+    notes = _print_compare_rows(rows, args)
+    for note in sorted(notes - {"warmup"}, reverse=True):
         print(
             "  n/a: "
             + {
@@ -116,13 +129,19 @@ def _print_compare(rows, args) -> None:
                 "none": "no 95% CI (too few replicas or batches for one)",
             }[note]
         )
+    if "warmup" in notes:
+        print(WARMUP_NOTE)
 
 
 def _print_compare_rows(rows, args) -> set:
-    """The table's lines; returns why cells are n/a (``"zero"``, ``"none"``)."""
+    """The table's lines; returns the notes they need: why cells are n/a (``"zero"``,
+    ``"none"``), and ``"warmup"`` where a row's warm-up diagnostic failed."""
     by_pool = args.metric in POOL_METRICS + POOL_QUANTILE_NAMES
     notes = set()
     for r in rows:
+        mark = f" {WARMUP_MARK}" if compare_study.warmup_failed(r.simulation) else ""
+        if mark:
+            notes.add("warmup")
         t = r.simulation.metric(args.metric)
         pred = None if r.mean_field is None else r.mean_field.metric(args.metric)
         z = r.z_score(args.metric)
@@ -135,9 +154,16 @@ def _print_compare_rows(rows, args) -> set:
             pred = [None] * len(labels) if pred is None else list(pred)
             z = np.broadcast_to(z, (len(labels),))
         for est, value, score, label in zip(t, pred, z, labels):
-            sim = "-" if est is None else f"{num(est.mean)} ± {num(est.ci95)}"
+            if not applies(args.metric, est):  # (a message the policy does not send)
+                est = None
+            if not applies(args.metric, value):
+                value = None
+            sim = format_metric(est)
             if value is None:
-                print(f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} {'-':>11s} {'-':>8s}")
+                print(
+                    f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} {'-':>11s} "
+                    f"{'-':>8s}{mark}"
+                )
                 continue
             cell = f"{score:.2f}"
             if est is None:
@@ -147,7 +173,7 @@ def _print_compare_rows(rows, args) -> set:
                 cell = "n/a"
             print(
                 f"{r.policy_label:18s} {r.load:6.3f}{label} {sim:>20s} "
-                f"{num(float(value)):>11s} {cell:>8s}"
+                f"{format_metric(float(value)):>11s} {cell:>8s}{mark}"
             )
     return notes
 

@@ -12,9 +12,9 @@ import numpy as np
 from jaxqueue import theory
 from jaxqueue.cli.flags import model_of, order_option
 from jaxqueue.cli.output import emit, print_tail_rest, tail_levels
+from jaxqueue.cli.policies_command import cmd_policies
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
-from jaxqueue.policies.registry import available, make
 from jaxqueue.theory.erlang import erlang_result
 from jaxqueue.theory.lu import lu_result
 
@@ -176,24 +176,3 @@ def cmd_exact(args) -> int:
     res = solve_exact(model_of(args), args.load, queue_bound=args.queue_bound)
     res.settings["versions"] = versions()
     return emit(res, args)
-
-
-def cmd_policies(args) -> int:
-    rows = []
-    for name in available():
-        pol = make(name)
-        rows.append(
-            {
-                "name": name,
-                "options": pol.options(),
-                "mean_field": pol.mean_field_kind(),
-                "summary": " ".join((type(pol).__doc__ or "").split("\n\n")[0].split()),
-            }
-        )
-    if args.json:
-        print(json.dumps({"policies": rows}))
-        return 0
-    for r in rows:
-        opts = ",".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
-        print(f"{r['name']:14s} {opts:22s} {r['mean_field']:14s} {r['summary']}")
-    return 0

@@ -14,9 +14,11 @@ from jaxqueue.results.estimates import Estimate
 
 __all__ = [
     "format_metric",
+    "format_number",
+    "applies",
+    "MESSAGE_RATES",
     "heading",
     "title",
-    "digits_of",
     "metric_rows",
     "text_table",
     "html_table",
@@ -30,16 +32,45 @@ SOURCE_PREFIX = {"simulation": "", "exact": "exact: ", "mean-field": "mean field
 _VERDICTS = {True: "passed", False: "FAILED", None: "too few batches to judge"}
 
 
-def format_metric(value, digits: int = 4) -> str:
-    """A table entry: ``mean ± half-width`` to ``digits`` decimals for an
-    Estimate, the value alone for a number (``digits`` significant digits
-    above 4), ``-`` for a metric that does not apply."""
+#: The message rates: one that is zero, interval and all, is a message the policy
+#: does not send (JIQ's probes, a single dispatcher's deletes), shown as ``-``.
+MESSAGE_RATES = ("join_rate", "delete_rate", "probe_rate")
+
+
+def applies(name: str | None, value) -> bool:
+    """Whether a table shows a value for metric ``name``: not where it is None, nor
+    for a message rate that is exactly zero with a zero (or no) interval (no such
+    message is sent: :data:`MESSAGE_RATES`)."""
     if value is None:
+        return False
+    if name not in MESSAGE_RATES:
+        return True
+    mean, half = (value.mean, value.ci95) if isinstance(value, Estimate) else (value, 0.0)
+    if np.ndim(mean) != 0:
+        return True
+    return not (float(mean) == 0.0 and (half is None or not float(half) > 0.0))
+
+
+def format_number(x) -> str:
+    """A number without an interval, in a table: six significant digits."""
+    return f"{float(x):.6g}"
+
+
+def format_metric(value, name: str | None = None) -> str:
+    """A table entry, by the one rule of every table: an Estimate as ``mean ±
+    half-width``, the half-width to two significant digits and the mean to the same
+    decimal place (the Estimate's own text: ``1.07020 ± 0.00063``, ``1.7721 ±
+    0.0091``, ``2.1e-05 ± 4.2e-06``); a number, or an Estimate without a finite
+    interval (one replica), to six significant digits (:func:`format_number`);
+    ``-`` for a metric that does not apply (:func:`applies`, given its ``name``)."""
+    if not applies(name, value):
         return "-"
-    mean, half = (value.mean, value.ci95) if isinstance(value, Estimate) else (value, None)
-    if half is None or (isinstance(half, float) and math.isnan(half)):
-        return f"{mean:.{digits}g}" if digits > 4 else f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+    if not isinstance(value, Estimate):
+        return format_number(value)
+    half = value.ci95
+    if half is None or (np.ndim(half) == 0 and math.isnan(float(half))):
+        return format_number(value.mean)
+    return format(value, "")
 
 
 def heading(res) -> str:
@@ -70,17 +101,12 @@ def title(res) -> str:
     return SOURCE_PREFIX.get(res.source, f"{res.source}: ") + heading(res)
 
 
-def digits_of(res) -> int:
-    """Decimals of a table's entries: 4 for a simulation's intervals, else 6."""
-    return 4 if res.source == "simulation" else 6
-
-
 def metric_rows(res) -> list[tuple[str, str]]:
-    """``(name, entry)`` of the scalar metrics that apply and the response-time quantiles."""
-    digits = digits_of(res)
-    rows = [(name, format_metric(v, digits)) for name, v in res.scalar_metrics().items()]
+    """``(name, entry)`` of the scalar metrics that apply and the response-time quantiles
+    (:func:`format_metric`: a message rate of messages not sent shows ``-``)."""
+    rows = [(name, format_metric(v, name)) for name, v in res.scalar_metrics().items()]
     rows += [
-        (f"response p{100 * q:g}", format_metric(v, digits))
+        (f"response p{100 * q:g}", format_metric(v))
         for q, v in sorted(res.response_quantiles.items())
     ]
     return rows
@@ -156,7 +182,7 @@ def _transient_rows(res) -> tuple[list[str], list[list[str]]]:
             rows.append(["..."] * (len(metrics) + 1))
             continue
         cells = [
-            format_metric(Estimate(np.asarray(e.mean)[i], np.asarray(e.ci95)[i], e.n), 4)
+            format_metric(Estimate(np.asarray(e.mean)[i], np.asarray(e.ci95)[i], e.n))
             for _, e in metrics
         ]
         rows.append([f"{float(res.times[i]):g}", *cells])

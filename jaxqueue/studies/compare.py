@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,11 +27,12 @@ from jaxqueue.policies.base import Policy
 from jaxqueue.policies.registry import make, option_names
 from jaxqueue.results.schema import Result
 from jaxqueue.results.simulation import SimulationResult
+from jaxqueue.results.warmup import WarmupWarning, failure_message
 from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.theory import mean_field
 
-__all__ = ["compare", "Comparison", "with_options"]
+__all__ = ["compare", "Comparison", "with_options", "run_lengths", "warmup_failed"]
 
 #: The settings that place a user metric's fixed-point value: N, M and the load.
 _POINT = ("n_servers", "n_dispatchers", "load")
@@ -106,19 +108,25 @@ def compare(
     service=None,
     pools=None,
     arrivals=None,
-    time_units: float = COMPARE_TIME,
-    warmup_time: float = COMPARE_WARMUP_TIME,
+    time_units: float | None = None,
+    warmup_time: float | None = None,
     replicas: int = DEFAULT_REPLICAS,
     seed: int = 0,
     progress: bool = False,
     metrics=None,
+    steps: int | None = None,
+    warmup: int | str | None = None,
 ) -> list[Comparison]:
     """Simulated metrics (95% CI) beside the mean-field values, one row per policy and load.
 
     Each policy runs all loads in one compiled batch, starting from the
     mean-field occupancy (empty for policies without a mean field), with
     ``warmup_time`` discarded and ``time_units`` measured (time units at the
-    largest load; smaller loads get more). ``mean_field`` is None where there
+    largest load; smaller loads get more; or ``warmup`` and ``steps`` in
+    steps, as in :func:`jaxqueue.simulate`, see :func:`run_lengths`). A row
+    whose warm-up diagnostic failed is a
+    :class:`~jaxqueue.results.warmup.WarmupWarning` naming its policy and load
+    (:func:`warmup_failed` tells the rows). ``mean_field`` is None where there
     is none (JIQ-Original and JIQ-Threshold where their solvers refuse the
     point, ``jsew`` with pools of other mean service times); the reason is a
     warning on the ``jaxqueue`` logger (shown on stderr where logging is not
@@ -153,12 +161,20 @@ def compare(
             rounding moves a fraction.
         metrics: user metrics, as in :func:`jaxqueue.simulate`; the mean field's
             value of each is the metric at its fixed point (docs/metrics.md).
+        time_units, steps: the measured window per replica, in time units at
+            the largest load or in steps (one of them; neither: ``time_units``
+            of ``COMPARE_TIME``, 300).
+        warmup_time, warmup: the warm-up, in time units or in steps, or
+            ``warmup="auto"`` (from the default warm-up of 100 time units,
+            extended while the warm-up diagnostic fails); neither:
+            ``warmup_time`` of ``COMPARE_WARMUP_TIME``, 50.
 
     Returns:
         A list of :class:`Comparison` rows.
     """
     m = dispatchers_for_ratio(n_servers, ratio)
     check_distinct("loads", loads)
+    lengths = run_lengths(steps, time_units, warmup, warmup_time)
     pols = _policies(policies, d, z)  # every name checked before any run
     metrics = user_metrics(metrics, reserved=RESERVED_METRIC_NAMES)
     source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
@@ -179,13 +195,16 @@ def compare(
         )
         run = RunOptions(
             replicas=replicas,
-            time=time_units,
-            warmup_time=warmup_time,
+            **lengths,
             seed=seed,
             init="mean-field" if has_mf else "empty",
             metrics=metrics or None,
         )
-        results = simulate(model, loads, run=run, progress=progress)
+        with warnings.catch_warnings():  # said below, with the policy's name
+            warnings.filterwarnings("ignore", category=WarmupWarning)
+            results = simulate(model, loads, run=run, progress=progress)
+        for res in results:
+            _warn_failed_warmup(pol, res)
         if source is not None:  # the constant-load values were the start only
             theory = (
                 [
@@ -204,6 +223,45 @@ def compare(
             ]
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
+
+
+def run_lengths(steps=None, time_units=None, warmup=None, warmup_time=None) -> dict:
+    """A comparison's window and warm-up as the ``steps``, ``time``, ``warmup``
+    and ``warmup_time`` of a run: as given, and where neither of a pair is,
+    ``COMPARE_TIME`` (300) or ``COMPARE_WARMUP_TIME`` (50) time units. Two of a
+    pair given is the run's error (one or the other)."""
+    if steps is None and time_units is None:
+        time_units = COMPARE_TIME
+    if warmup is None and warmup_time is None:
+        warmup_time = COMPARE_WARMUP_TIME
+    return {"steps": steps, "time": time_units, "warmup": warmup, "warmup_time": warmup_time}
+
+
+def warmup_failed(res) -> bool:
+    """Whether the warm-up diagnostic of the simulated result ``res`` failed."""
+    verdict = (getattr(res, "diagnostics", None) or {}).get("warmup_diagnostic")
+    return bool(verdict) and verdict.get("passed") is False
+
+
+def _warn_failed_warmup(pol: Policy, res) -> None:
+    """A :class:`~jaxqueue.results.warmup.WarmupWarning` where ``res``'s warm-up
+    diagnostic failed, naming the policy among those compared, and advising only
+    what :func:`compare` (and ``compare`` on the command line) takes: its start is
+    the mean field wherever the policy has one, so no other start is advised."""
+    text = failure_message(
+        res.diagnostics.get("warmup_diagnostic"),
+        res.settings["load"],
+        res.settings.get("n_servers"),
+        init="mean-field",
+    )
+    if text is None:
+        return
+    label = res.settings.get("policy_label") or pol.label()
+    for verb in ("failed", "still fails"):
+        text = text.replace(f"diagnostic {verb} at ", f"diagnostic {verb} for {label} at ", 1)
+    # compare's keyword for the window in time units is time_units=
+    text = text.replace("steps= or time=", "steps= or time_units=")
+    warnings.warn(WarmupWarning(text), stacklevel=3)
 
 
 def _policies(policies, d, z) -> list[Policy]:
