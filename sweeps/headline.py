@@ -37,7 +37,6 @@ def main(argv=None) -> int:
         time_units=args.time,
         replicas=args.replicas,
         seed=args.seed,
-        log=sys.stderr,
     )
     paper = {"jiq": 5.3, "jiq-pod": 2.6, "pod": 4.5}
     if args.json:

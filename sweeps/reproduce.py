@@ -5,9 +5,10 @@ Each spec runs in the mode that reaches the paper's scale on two CPU cores: the
 full mode, or the spec's ``[cpu]`` mode where the full one is sized for a GPU
 (many replicas from the mean-field start instead of 16 from an empty one). A
 run resumes from its store after a kill, so the same command continues a run
-that one sitting could not finish. Each finished store is exported as CSV
-beside it (``NAME.MODE.csv``, what the repository keeps) and its wall time is
-recorded in ``sweeps/results/timings.json``.
+that one sitting could not finish. The repository keeps the finished stores
+(``python -m jaxqueue export STORE --csv FILE`` gives their rows); each is also
+exported as CSV beside it (``NAME.MODE.csv``, not kept), and its wall time on
+2 CPU cores is recorded in ``sweeps/results/timings.json``.
 
     python sweeps/reproduce.py run                 # every result, resuming
     python sweeps/reproduce.py run liu_ying_fig2   # one spec
