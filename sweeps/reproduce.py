@@ -45,7 +45,7 @@ RUNS = {
     "mitzenmacher_jiq": None,
     "wang_table2_qk": None,
     "wang_table2_fig5": None,
-    "mukherjee_hw": None,
+    "mukherjee_hw": "cpu",
     "liu_ying_alpha1": None,
     "liu_ying_fig2": "cpu",
     "liu_ying_fig1": "cpu",

@@ -1,6 +1,7 @@
 """Grid experiments: batching by compiled shape, per-point streams, the store, resuming."""
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
 from jaxqueue.studies.grid import plan_grid, run_grid, shape_groups
-from jaxqueue.studies.spec import parse_spec
+from jaxqueue.studies.spec import SpecError, parse_spec
 from jaxqueue.studies.store import Store, StoreMismatchError
 
 SPEC = """
@@ -459,18 +460,52 @@ def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
 
 def test_the_plan_estimates_cpu_time_by_policy_and_batch_width():
     """The CPU estimate follows each policy's measured rate (JIQ with I-queues 3.6x
-    slower a replica-step than Pod(2)) and counts a narrow batch as 128 replicas wide."""
-    from jaxqueue.studies.batching import CPU_RATES, LATENCY_REPLICAS
+    slower a replica-step than Pod(2) at their reference bounds, 12 and 32 levels), a
+    step's cost in proportion to the levels past those, and counts a narrow batch as
+    128 replicas wide."""
+    from jaxqueue.studies.batching import CPU_RATES, LATENCY_REPLICAS, group_bounds
 
     text = SPEC.format(loads="0.5").replace('theory = "mean-field"', 'theory = "none"')
-    groups = {g["policy"]: g for g in plan_grid(parse_spec(text))["groups"]}
+    spec = parse_spec(text)
+    groups = {g["policy"]: g for g in plan_grid(spec)["groups"]}
+    levels = {p.policy: group_bounds([p])[0] for p in spec.points}
     compile_s = CPU_RATES["compile_s"]
     pod, jiq = groups["pod(d=2)"], groups["jiq"]
-    # 4 replicas a batch run as 128: steps x 128 / rate
+    # 4 replicas a batch run as 128: steps x 128 / (1.2e8 x min(1, 12 / levels))
     steps = pod["replica_steps"] / 4
+    pod_rate = 1.2e8 * min(1.0, 12 / levels["pod"])
     assert pod["cpu_seconds"] - compile_s == pytest.approx(
-        steps * LATENCY_REPLICAS["cpu"] / 1.2e8, rel=1e-9
+        steps * LATENCY_REPLICAS["cpu"] / pod_rate, rel=1e-9
     )
+    jiq_rate = 3.3e7 * min(1.0, 32 / levels["jiq"])
     assert (jiq["cpu_seconds"] - compile_s) / (pod["cpu_seconds"] - compile_s) == pytest.approx(
-        1.2e8 / 3.3e7, rel=1e-9
+        pod_rate / jiq_rate, rel=1e-9
     )
+    # a bound 100 times the reference: 100 times the time
+    wide = dataclasses.replace(spec, run=dataclasses.replace(spec.run, levels=1200))
+    wide_pod = {g["policy"]: g for g in plan_grid(wide)["groups"]}["pod(d=2)"]
+    assert wide_pod["cpu_seconds"] - compile_s == pytest.approx(
+        steps * LATENCY_REPLICAS["cpu"] / (1.2e8 * 12 / 1200), rel=1e-9
+    )
+
+
+def test_a_spec_may_set_the_level_bound_of_its_infinite_buffers(tmp_path):
+    """[run] levels reaches the runner (a bound the mean field says is too small is
+    refused before anything runs, naming it), enters the hash only where given, and
+    a finite buffer keeps its own bound."""
+    text = SPEC.format(loads="0.9").replace('["pod", "jiq"]', '["random"]')
+    text = text.replace('theory = "mean-field"', 'theory = "none"')
+    plain, bound = parse_spec(text), parse_spec(text + "levels = 2\n")
+    assert plain.run.levels is None and bound.run.levels == 2
+    assert plain.spec_hash() != bound.spec_hash()
+    assert plain.spec_hash() == parse_spec(text.replace("seed = 3", "seed = 3\n")).spec_hash()
+    with pytest.raises(ValueError, match=r"levels=2 is too small for load=0.9 under random"):
+        run_grid(bound, tmp_path / "s.sqlite")
+    with pytest.raises(SpecError, match=r"levels=0 is out of range"):
+        parse_spec(text + "levels = 0\n")
+    from jaxqueue.studies.grid import _bounds
+
+    buffered = parse_spec(text.replace("n_dispatchers = [2]", "n_dispatchers = [2]\nbuffer = [3]"))
+    buffered = dataclasses.replace(buffered, run=dataclasses.replace(buffered.run, levels=50))
+    assert _bounds(buffered, list(buffered.points)).levels is None  # the buffer's own
+    assert _bounds(bound, list(bound.points)).levels == 2

@@ -262,7 +262,11 @@ def gpu_seconds(
 #: arrival source (``source``, a factor: Pod(2) 5.5e7 with a profile), a
 #: per-server policy (JIQ-Original at r = 10); a batch narrower than
 #: ``LATENCY_REPLICAS["cpu"]`` replicas takes as long as one that wide; and a
-#: compile of each program (2 to 10 s).
+#: compile of each program (2 to 10 s). The rates hold at the level bounds they
+#: were measured at (``levels``: 12 without I-queues, 32 with); a step costs in
+#: proportion to the levels past them (idle-first d = 1 in the Halfin-Whitt
+#: regime, sized at 9572 levels from its mean field, ran 2.7e5 replica-steps a
+#: second at 32 replicas).
 CPU_RATES = {
     "plain": 1.2e8,
     "iqueues": 3.3e7,
@@ -270,21 +274,28 @@ CPU_RATES = {
     "classes": 0.3,
     "source": 0.45,
     "compile_s": 5.0,
+    "levels": 12,
+    "levels_iqueues": 32,
 }
 
 
-def cpu_seconds(points: list[Point], spec: GridSpec, batches: list, size: int, lengths) -> float:
+def cpu_seconds(
+    points: list[Point], spec: GridSpec, batches: list, size: int, lengths, levels: int
+) -> float:
     """Estimated seconds of one shape group's batches on 2 CPU cores (see
     :data:`CPU_RATES`): each batch's replica-steps, at least
-    ``LATENCY_REPLICAS["cpu"]`` replicas wide, at the policy's rate, plus one compile."""
+    ``LATENCY_REPLICAS["cpu"]`` replicas wide, at the policy's rate at ``levels``
+    (the group's level bound), plus one compile."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
+    reference = CPU_RATES["levels"]
     if pol.per_server:
         rate = CPU_RATES["per_server"]
     elif pol.uses_iqueues and first.dispatchers > 1:
-        rate = CPU_RATES["iqueues"]
+        rate, reference = CPU_RATES["iqueues"], CPU_RATES["levels_iqueues"]
     else:
         rate = CPU_RATES["plain"]
+    rate *= min(1.0, reference / max(levels, 1))
     if first.service is not None or first.pools is not None:
         rate *= CPU_RATES["classes"]
     if first.arrivals is not None:
@@ -357,7 +368,12 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
     cpu_size, cpu_batches = batches(
         points, spec, batch_points, todo, CPU_MERGE_RATIO, LATENCY_REPLICAS["cpu"], lengths
     )
-    cpu = cpu_seconds(points, spec, cpu_batches, cpu_size, lengths) if cpu_batches else 0.0
+    levels = group_bounds(points)[0]
+    if spec.run.levels is not None and levels is not None:
+        levels = spec.run.levels  # (the spec's bound, where buffers are infinite)
+    if levels is None:  # finite buffers: the largest
+        levels = max(p.buffer for p in points)
+    cpu = cpu_seconds(points, spec, cpu_batches, cpu_size, lengths, levels) if cpu_batches else 0.0
     first = points[0]
     servers = sorted({p.servers for p in points})
     buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)

@@ -253,7 +253,7 @@ def run_grid(
         pending, cache, failed = None, {}, []
         paired = PairedRows(spec, ids, done) if lead else None
         for points, size, chosen, lengths in schedule:
-            bounds = Bounds(*group_bounds(points))  # over the whole group: shapes, starts fixed
+            bounds = _bounds(spec, points)  # over the whole group: shapes, starts fixed
             if report is not None and chosen:
                 report.compiling(_shape_words(points, chosen, size))
             for k, batch in enumerate(chosen):
@@ -344,6 +344,15 @@ def _started_empty(init: str, point) -> bool:
     ):
         return False
     return make(point.policy, **dict(point.options)).mean_field_kind() != "none"
+
+
+def _bounds(spec: GridSpec, points: list) -> Bounds:
+    """The level bounds of a shape group: the spec's ``levels`` where its buffers are
+    infinite, else those sized from the mean field (:func:`group_bounds`)."""
+    levels, iqueue_levels = group_bounds(points)
+    if spec.run.levels is not None and levels is not None:
+        levels = spec.run.levels
+    return Bounds(levels, iqueue_levels)
 
 
 def _check_groups(groups, init: str) -> None:

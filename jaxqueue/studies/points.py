@@ -188,6 +188,12 @@ class RunSettings:
             in (``"load"``, ``"alpha"``, ``"beta"``; docs/sweeps.md, Sensitivities).
         paired: every point draws from one stream (:meth:`stream_for`), so that
             differences between points are paired.
+        levels: the largest tracked queue length of the points with infinite
+            buffers (None: sized from the mean field, as ``simulate --levels``);
+            a queue that would pass it stops the sweep with advice, nothing is
+            clipped. For a policy whose mean-field bound is far too wide (idle-first
+            d = 1 in the Halfin-Whitt regime: 9572 levels at N = 25600, where queues
+            stay short), a tight bound makes each step cheap.
     """
 
     replicas: int
@@ -200,6 +206,7 @@ class RunSettings:
     theory: str = "none"
     sensitivity: tuple = ()
     paired: bool = False
+    levels: int | None = None
 
     def __post_init__(self):
         if (self.time is None) == (self.steps is None) or (
@@ -355,7 +362,7 @@ class GridSpec:
         """
         points = sorted((p.params() for p in self.points), key=canonical)
         run = dataclasses.asdict(self.run)
-        for key, default in (("sensitivity", ()), ("paired", False)):
+        for key, default in (("sensitivity", ()), ("paired", False), ("levels", None)):
             if run[key] == default:  # unset: the hashes of specs without them are unchanged
                 del run[key]
         payload = {"points": points, "run": run}

@@ -84,7 +84,7 @@ GRID_KEYS = (
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
-RUN_KEYS += ("sensitivity", "paired")
+RUN_KEYS += ("sensitivity", "paired", "levels")
 INITS = ("empty", "mean-field", "auto")
 THEORIES = ("mean-field", "refined", "exact", "erlang", "lu", "none")
 #: The warm-up may be at most this many times the measured part.
@@ -593,6 +593,7 @@ class SpecParser:
             theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
             sensitivity=self.scalar("sensitivity", derivatives.sensitivity_value, ()),
             paired=self.scalar("paired", derivatives.paired_value, False),
+            levels=self.scalar("levels", int_check("levels", 1, 10**6), None),
         )
 
     def check_steps(self, run: RunSettings, point: Point) -> None:
