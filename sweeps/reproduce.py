@@ -49,6 +49,7 @@ RUNS = {
     "liu_ying_alpha1": None,
     "liu_ying_fig2": "cpu",
     "liu_ying_fig1": "cpu",
+    "wang_trace": None,
 }
 
 #: The figures of docs/figures/: ``file: (spec, figure)`` (a [[figure]] of the spec).
@@ -76,21 +77,20 @@ def _jaxqueue(*args: str) -> int:
 
 
 def _finished(name: str) -> bool:
-    """Whether the store holds every point of its spec (``sweep --plan``)."""
+    """Whether the store holds every point of its spec as the repository has it now (the
+    same spec hash; whatever code version wrote it, which the store records)."""
+    from jaxqueue.studies.spec import load_spec
+    from jaxqueue.studies.store import Store
+
     store = store_path(name)
     if not store.exists():
         return False
-    args = ["sweep", str(HERE / f"{name}.toml"), "--store", str(store), "--plan", "--json"]
-    mode = RUNS[name]
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxqueue", *args, *([f"--{mode}"] if mode else [])],
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        return False
-    plan = json.loads(out.stdout)
-    return plan["done"] == plan["points"]
+    spec = load_spec(HERE / f"{name}.toml", mode=RUNS[name])
+    with Store.open_existing(store) as opened:
+        if opened.meta()["spec_hash"] != spec.spec_hash():
+            return False
+        done = opened.done()
+    return all(p.point_id() in done for p in spec.points)
 
 
 def run(names: list[str], accept_code_change: bool) -> int:
