@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -32,10 +31,11 @@ MISTAKES = [
 ]
 
 
-def _jaxqueue(argv, **env) -> tuple[subprocess.CompletedProcess, float]:
-    """``python -m jaxqueue ARGV`` in a fresh interpreter: the process and its wall time."""
-    start = time.perf_counter()
-    out = subprocess.run(
+def _jaxqueue(argv, **env) -> subprocess.CompletedProcess:
+    """``python -m jaxqueue ARGV`` in a fresh interpreter. (Tests time nothing: that a
+    mistake answers at once rests on JAX not being imported for it, tested below; the
+    time, 0.19 s against 1.7 s, is measured in docs/performance.md.)"""
+    return subprocess.run(
         [sys.executable, "-m", "jaxqueue", *argv],
         capture_output=True,
         text=True,
@@ -43,24 +43,29 @@ def _jaxqueue(argv, **env) -> tuple[subprocess.CompletedProcess, float]:
         env={**os.environ, **env},
         timeout=60,
     )
-    return out, time.perf_counter() - start
 
 
 @pytest.mark.parametrize("argv, said", MISTAKES, ids=lambda v: " ".join(v)[:40])
-def test_a_mistake_answers_in_one_line_within_a_second_and_a_half(argv, said):
-    out, wall = _jaxqueue(argv)
+def test_a_mistake_answers_in_one_line(argv, said):
+    out = _jaxqueue(argv)
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and said in errors[0], out.stderr
     assert out.stdout == ""
-    assert wall < 1.5, f"{wall:.2f} s"  # (measured 0.25 to 0.5 s; with JAX first, 2.4 to 3.7 s)
 
 
-def test_help_answers_within_a_second_and_a_half():
+def test_help_answers_without_importing_jax():
     for argv in (["--help"], ["simulate", "--help"], ["compare", "--help"]):
-        out, wall = _jaxqueue(argv)
-        assert out.returncode == 0 and out.stdout.startswith("usage: "), out.stderr
-        assert wall < 1.5, (argv, f"{wall:.2f} s")
+        code = f"import runpy, sys\nsys.argv = ['jaxqueue', *{argv!r}]\n" + (
+            "try:\n    runpy.run_module('jaxqueue', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('jax imported:', any(m == 'jax' or m.startswith('jax.') for m in sys.modules))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        )
+        assert out.stdout.startswith("usage: "), out.stderr
+        assert out.stdout.splitlines()[-1] == "jax imported: False", argv
 
 
 _NO_JAX = """

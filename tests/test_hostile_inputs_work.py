@@ -20,7 +20,7 @@ from jaxqueue.runs.planner import plan
 from jaxqueue.sim import runner
 from jaxqueue.studies.figure_spec import check_expression, evaluate_expression
 from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.spec_parser import d_at
+from jaxqueue.studies.spec_values import d_at
 from jaxqueue.theory import threshold
 
 DEEP = {

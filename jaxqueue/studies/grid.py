@@ -231,24 +231,10 @@ def run_grid(
         finished = sum(ids[p] in done for p in spec.points)
         ran = 0
         batch_index = store.next_batch() if lead else 0
-        schedule = []  # per shape group: (points, size, batches, run lengths)
-        for points in groups.values():
-            lengths = run_lengths(points, spec)
-            size, chosen = batches(
-                points,
-                spec,
-                batch_points,
-                lambda p: ids[p] not in done,
-                merge_ratio(devices),
-                LATENCY_REPLICAS.get(platform(devices), 1),
-                lengths,
-            )
-            schedule.append((points, size, chosen, lengths))
-
-        def batch_steps(batch, size, lengths):  # the replica-steps a batch takes
-            return size * spec.run.replicas * max(lengths[p] for p in batch)
-
-        left = sum(batch_steps(b, size, ln) for _, size, chosen, ln in schedule for b in chosen)
+        schedule = _schedule(spec, groups, batch_points, lambda p: ids[p] not in done, devices)
+        left = sum(
+            _batch_steps(spec, b, size, ln) for _, size, chosen, ln in schedule for b in chosen
+        )
         report = _progress(spec, finished, left) if progress and lead else None
         pending, cache, failed = None, {}, []
         paired = PairedRows(spec, ids, done) if lead else None
@@ -275,7 +261,7 @@ def run_grid(
                 pending = writer.submit(store.commit_batch, batch_index, committed, rows)
                 batch_index += 1
                 if report is not None:
-                    steps = batch_steps(batch, size, lengths)
+                    steps = _batch_steps(spec, batch, size, lengths)
                     report.update(len(batch), steps, wall, compiled=k == 0)
         if pending is not None:
             pending.result()
@@ -286,6 +272,29 @@ def run_grid(
     if lead and paired.missed:
         print(paired.warning(), file=log, flush=True)
     return ran
+
+
+def _schedule(spec: GridSpec, groups, batch_points: int, todo, devices) -> list:
+    """Per shape group, ``(points, size, batches, run lengths)``: the batches to run."""
+    out = []
+    for points in groups.values():
+        lengths = run_lengths(points, spec)
+        size, chosen = batches(
+            points,
+            spec,
+            batch_points,
+            todo,
+            merge_ratio(devices),
+            LATENCY_REPLICAS.get(platform(devices), 1),
+            lengths,
+        )
+        out.append((points, size, chosen, lengths))
+    return out
+
+
+def _batch_steps(spec: GridSpec, batch: list, size: int, lengths: dict) -> int:
+    """The replica-steps a batch takes: its padded width times its longest point's."""
+    return size * spec.run.replicas * max(lengths[p] for p in batch)
 
 
 def _progress(spec: GridSpec, finished: int, steps_left: float) -> PointProgress:
