@@ -1,25 +1,32 @@
 """Linear algebra of the exact solver: the irreducibility check and the
-stationary solve of a finite chain given by its transitions (sparse LU, GMRES
-with an incomplete-LU preconditioner, or dense numpy without scipy). How,
-and why this GMRES rather than scipy's: docs/exact.md.
+stationary solve of a finite chain given by its transitions (scipy: its
+strongly connected components, sparse LU, and its GMRES with an incomplete-LU
+preconditioner; without scipy, a breadth-first search and dense numpy). How:
+docs/exact.md.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 
 import numpy as np
 
 try:  # optional: sparse LU for speed
     import scipy.sparse as _sp
+    import scipy.sparse.csgraph as _csgraph
     import scipy.sparse.linalg as _spla
 except ImportError:  # pragma: no cover - exercised only without scipy
     _sp = None
+    _csgraph = None
     _spla = None
+
+try:  # optional: GMRES under one BLAS thread (docs/exact.md)
+    from threadpoolctl import threadpool_limits as _threadpool_limits
+except ImportError:  # (not a dependency of scipy: then no limit is set)
+    _threadpool_limits = None
 
 __all__ = [
     "check_irreducible",
-    "gmres",
     "sparse_solve",
     "stationary",
     "DENSE_STATE_LIMIT",
@@ -38,10 +45,31 @@ DIRECT_STATE_LIMIT = 2000
 def check_irreducible(n_states, rows, cols):
     """Raise RuntimeError unless every state leads back to state 0 (one closed class).
 
+    With scipy: the states in state 0's strongly connected component
+    (``scipy.sparse.csgraph.connected_components``); without, a breadth-first
+    search from state 0 on the reversed graph.
+
     Args:
         n_states: number of states (all reachable from state 0).
         rows, cols: int arrays, the transitions ``rows[i] -> cols[i]``.
     """
+    if _sp is not None and _csgraph is not None:
+        graph = _sp.csr_matrix(
+            (np.ones(len(rows)), (rows, cols)), shape=(n_states, n_states)
+        )  # (repeated pairs add up: positive, so no explicit zero drops an edge)
+        _, labels = _csgraph.connected_components(graph, directed=True, connection="strong")
+        back = labels == labels[0]  # all reachable from 0: those that also reach it
+    else:
+        back = _reaches_zero(n_states, rows, cols)
+    if not back.all():
+        raise RuntimeError(
+            f"{int((~back).sum())} of {n_states} reachable states cannot return to the "
+            "empty system: the chain is not irreducible (a bug in the transition rules)"
+        )
+
+
+def _reaches_zero(n_states, rows, cols):
+    """Which states lead to state 0: breadth-first search on the reversed graph (no scipy)."""
     # reverse graph in CSR form: for target t, the sources s with s -> t
     order = np.argsort(cols, kind="stable")
     src = rows[order]
@@ -60,79 +88,25 @@ def check_irreducible(n_states, rows, cols):
         nb = nb[~seen[nb]]
         seen[nb] = True
         frontier = nb
-    if not seen.all():
-        raise RuntimeError(
-            f"{int((~seen).sum())} of {n_states} reachable states cannot return to the "
-            "empty system: the chain is not irreducible (a bug in the transition rules)"
-        )
+    return seen
 
 
-def _dot(u, v):
-    # einsum without BLAS: multithreaded BLAS level-1/2 calls can crawl on a
-    # busy machine (scipy's gmres, which makes them, ran 3-7x slower here on two
-    # shared cores; docs/exact.md), and these vectors are short enough not to need them
-    return float(np.einsum("i,i->", u, v))
+def _one_blas_thread():
+    """One BLAS thread for the block (threadpoolctl, where installed; else no limit):
+    GMRES's level-1 BLAS calls, threaded at these lengths, crawl on shared cores."""
+    if _threadpool_limits is None:
+        return contextlib.nullcontext()
+    return _threadpool_limits(limits=1, user_api="blas")
 
 
-def gmres(a, precond, b, rtol, restart, max_cycles):
-    """Right-preconditioned restarted GMRES (modified Gram-Schmidt, Givens
-    rotations), with no BLAS call (see :func:`_dot`).
-
-    Args:
-        a: the matrix (anything with ``a @ x``), shape ``(n, n)``.
-        precond: ``x -> M^{-1} x``, the right preconditioner.
-        b: the right-hand side, shape ``(n,)``.
-        rtol: stop when ``||b - a x|| <= rtol ||b||``.
-        restart: Krylov dimension of one cycle.
-        max_cycles: number of restarts at most.
-
-    Returns:
-        The first iterate with ``||b - a x|| <= rtol ||b||``, or the last one
-        (the caller checks the residual).
-    """
-    n = b.shape[0]
-    x = np.zeros(n)
-    bnorm = math.sqrt(_dot(b, b))
-    if bnorm == 0.0:
-        return x
-    for _ in range(max_cycles):
-        r = b - a @ x
-        beta = math.sqrt(_dot(r, r))
-        if beta <= rtol * bnorm:
-            break
-        v = np.empty((restart + 1, n))
-        v[0] = r / beta
-        h = np.zeros((restart + 1, restart))
-        cs, sn = np.zeros(restart), np.zeros(restart)
-        g = np.zeros(restart + 1)
-        g[0] = beta
-        k = 0
-        for j in range(restart):
-            w = a @ precond(v[j])
-            for i in range(j + 1):
-                h[i, j] = _dot(v[i], w)
-                w -= h[i, j] * v[i]
-            h[j + 1, j] = math.sqrt(_dot(w, w))
-            if h[j + 1, j] > 0.0:
-                v[j + 1] = w / h[j + 1, j]
-            for i in range(j):  # earlier rotations on the new column
-                t = cs[i] * h[i, j] + sn[i] * h[i + 1, j]
-                h[i + 1, j] = -sn[i] * h[i, j] + cs[i] * h[i + 1, j]
-                h[i, j] = t
-            den = math.hypot(h[j, j], h[j + 1, j])
-            cs[j], sn[j] = (1.0, 0.0) if den == 0.0 else (h[j, j] / den, h[j + 1, j] / den)
-            h[j, j] = den
-            h[j + 1, j] = 0.0
-            g[j + 1] = -sn[j] * g[j]
-            g[j] = cs[j] * g[j]
-            k = j + 1
-            if abs(g[j + 1]) <= rtol * bnorm or h[j, j] == 0.0:
-                break
-        y = np.zeros(k)
-        for i in range(k - 1, -1, -1):  # back substitution, upper triangular
-            y[i] = (g[i] - _dot(h[i, i + 1 : k], y[i + 1 : k])) / h[i, i] if h[i, i] else 0.0
-        x = x + precond(np.einsum("ij,i->j", v[:k], y))
-    return x
+def _gmres(a, ilu, rhs):
+    """``scipy.sparse.linalg.gmres`` (restart 60, at most 10 cycles, relative residual
+    1e-13) preconditioned by the incomplete LU ``ilu``, under one BLAS thread where
+    threadpoolctl is installed (:func:`_one_blas_thread`)."""
+    precond = _spla.LinearOperator(a.shape, matvec=ilu.solve, dtype=np.float64)
+    with _one_blas_thread():
+        x, _ = _spla.gmres(a, rhs, M=precond, rtol=1e-13, atol=0.0, restart=60, maxiter=10)
+    return x  # (the caller checks the residual: info is not needed)
 
 
 def sparse_solve(a, rhs):
@@ -145,7 +119,7 @@ def sparse_solve(a, rhs):
             ilu = _spla.spilu(a, drop_tol=drop_tol, fill_factor=fill, permc_spec="NATURAL")
         except RuntimeError:  # singular factor: try the next setting
             continue
-        x = gmres(a, ilu.solve, rhs, rtol=1e-13, restart=60, max_cycles=10)
+        x = _gmres(a, ilu, rhs)
         if np.all(np.isfinite(x)) and np.abs(a @ x - rhs).max() <= 1e-11 * scale:
             return x
     return _spla.spsolve(a, rhs)

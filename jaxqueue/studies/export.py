@@ -1,21 +1,80 @@
-"""Exports of a result store beyond CSV: a pandas frame (:func:`to_frame`), Parquet, and an
-xarray Dataset with the grid's axes as dimensions (:func:`to_dataset`, :func:`export_netcdf`).
+"""Exports of a result store: a pandas frame (:func:`to_frame`), Parquet
+(:func:`export_parquet`), CSV (:func:`export_csv`), and an xarray Dataset with the grid's
+axes as dimensions (:func:`to_dataset`, :func:`export_netcdf`).
 
-All carry the store's rows (:data:`~jaxqueue.studies.store.COLUMNS`) unchanged; the
-Dataset's layout and the extras each needs: docs/sweeps.md (Exports); the names and the
-encoding of an infinite buffer: docs/vocabulary.md. A file is written whole or not at all
-(:func:`~jaxqueue.studies.store.replacing`), and a write's OSError (a full disk) names it.
+The frame, Parquet and CSV carry the store's rows in one fixed schema whatever the store
+holds (:data:`EXPORT_SCHEMA`: every column of :data:`~jaxqueue.studies.store.COLUMNS`,
+each of one type; ``k`` of a scalar metric is missing, not the store's -1), so the
+exports of different stores combine. The Dataset's layout, the requested run lengths it
+carries (:func:`requested_times`) and the extras each export needs: docs/sweeps.md
+(Exports); the names and the encoding of an infinite buffer: docs/vocabulary.md. A file
+is written whole or not at all (:func:`~jaxqueue.studies.store.replacing`), and a
+write's OSError (a full disk) names it.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import math
+import warnings
 
 import numpy as np
 
-from jaxqueue.studies.store import COLUMNS, replacing
+from jaxqueue.studies.store import COLUMNS, SCALAR_INDEX, replacing
 
-__all__ = ["to_frame", "export_parquet", "to_dataset", "export_netcdf", "DIMENSIONS"]
+__all__ = [
+    "to_frame",
+    "export_parquet",
+    "export_csv",
+    "parquet_schema",
+    "requested_times",
+    "to_dataset",
+    "export_netcdf",
+    "DIMENSIONS",
+    "EXPORT_SCHEMA",
+    "REQUESTED",
+]
+
+_INTEGER, _FLOAT, _STRING = "Int64", "float64", "string"
+_COLUMN_TYPES = {
+    "point_id": _STRING,
+    "policy": _STRING,
+    "n_servers": _INTEGER,
+    "n_dispatchers": _INTEGER,
+    "ratio": _FLOAT,
+    "load": _FLOAT,
+    "alpha": _FLOAT,
+    "beta": _FLOAT,
+    "d": _INTEGER,
+    "z": _INTEGER,
+    "order": _STRING,
+    "buffer": _INTEGER,
+    "service": _STRING,
+    "pools": _STRING,
+    "arrivals": _STRING,
+    "metric": _STRING,
+    "k": _FLOAT,
+    "mean": _FLOAT,
+    "ci95": _FLOAT,
+    "theory": _FLOAT,
+    "refined": _FLOAT,
+    "replicas": _INTEGER,
+    "steps": _INTEGER,
+    "warmup": _INTEGER,
+    "warmup_passed": _INTEGER,
+    "seed": _INTEGER,
+}
+#: The schema of the frame, Parquet and CSV exports, the same for every store:
+#: ``(column, pandas dtype)`` for each of :data:`~jaxqueue.studies.store.COLUMNS`, in
+#: order; ``"Int64"`` (pandas' nullable integers; Parquet int64), ``"float64"`` (Parquet
+#: double) or ``"string"`` (Parquet string). Every column may be missing (null/NaN, an
+#: empty CSV field): an unset parameter, an infinite buffer, no theory value, and ``k``
+#: of a scalar metric (the store's table keeps -1 there).
+EXPORT_SCHEMA = tuple((column, _COLUMN_TYPES[column]) for column in COLUMNS)
+_ARROW_TYPES = {_INTEGER: "int64", _FLOAT: "float64", _STRING: "string"}
+#: The requested run lengths of a point (:func:`requested_times`), in time units.
+REQUESTED = ("time", "warmup_time")
 
 #: Candidate dimensions of :func:`to_dataset`, in order.
 DIMENSIONS = (
@@ -56,19 +115,130 @@ def _need(module: str, extra: str):
         ) from None
 
 
-def to_frame(rows: list[dict]):
-    """The rows as a pandas DataFrame with the store's columns (extra ``frames``)."""
+def _records(rows: list[dict]):
+    """The rows as a pandas DataFrame of the store's columns, types as pandas infers them
+    (what :func:`to_dataset` works on)."""
     pd = _need("pandas", "frames")
     return pd.DataFrame.from_records(rows, columns=list(COLUMNS))
 
 
+def to_frame(rows: list[dict]):
+    """The rows as a pandas DataFrame of :data:`EXPORT_SCHEMA` (extra ``frames``): the
+    store's columns, each of its fixed dtype, ``k`` NaN for a scalar metric."""
+    frame = _records(rows).astype(dict(EXPORT_SCHEMA))
+    frame["k"] = frame["k"].mask(frame["k"] == SCALAR_INDEX)
+    return frame
+
+
+def parquet_schema():
+    """:data:`EXPORT_SCHEMA` as a ``pyarrow.Schema``, the schema of every Parquet export
+    (extra ``parquet``)."""
+    pa = _need("pyarrow", "parquet")
+    return pa.schema([(c, getattr(pa, _ARROW_TYPES[t])()) for c, t in EXPORT_SCHEMA])
+
+
 def export_parquet(rows: list[dict], path) -> int:
-    """Write the rows as a Parquet file (extra ``parquet``); returns the row count."""
-    _need("pyarrow", "parquet")
+    """Write the rows as a Parquet file of :func:`parquet_schema` (extra ``parquet``);
+    returns the row count. Files of different stores concatenate
+    (``pyarrow.concat_tables``, ``pandas.concat``)."""
+    pa = _need("pyarrow", "parquet")
+    import pyarrow.parquet as pq
+
     frame = to_frame(rows)
+    table = pa.Table.from_pandas(frame, schema=parquet_schema(), preserve_index=False)
     with replacing(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(table, tmp)
     return len(frame)
+
+
+def _csv_value(column: str, value) -> str | int | float:
+    """A value as :func:`export_csv` writes it: empty when missing (``k`` of a scalar
+    metric too), else of its column's type."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    kind = _COLUMN_TYPES[column]
+    if column == "k" and float(value) == SCALAR_INDEX:
+        return ""
+    return int(value) if kind == _INTEGER else float(value) if kind == _FLOAT else str(value)
+
+
+def export_csv(rows: list[dict], path) -> int:
+    """Write the rows as CSV of :data:`EXPORT_SCHEMA` (a header of the columns; a missing
+    value, ``k`` of a scalar metric included, is an empty field) to ``path``, a file name
+    (replaced whole: :func:`~jaxqueue.studies.store.replacing`) or an open text stream;
+    returns the row count. Needs no extra."""
+
+    def write(f):
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS)
+        for r in rows:
+            writer.writerow([_csv_value(c, r.get(c)) for c in COLUMNS])
+
+    if hasattr(path, "write"):
+        write(path)
+    else:
+        with replacing(path) as tmp, open(tmp, "w", newline="") as f:
+            write(f)
+    return len(rows)
+
+
+def requested_times(meta: dict | None, point_ids=None) -> dict:
+    """The run lengths the spec asked for, per point: ``{point_id: (time, warmup_time)}``
+    in time units (None where the spec gives ``steps`` or ``warmup`` instead), or ``{}``
+    where they cannot be recovered for sure.
+
+    A store records the measured steps, not the requested time; they are read from the
+    spec text its meta keeps (``spec_text``), parsed in each mode (none, ``[quick]``,
+    ``[gpu]``, ``[cpu]``), and taken from the mode whose hash is the store's
+    (``spec_hash``), which also proves the text is the spec that ran. A spec with
+    arrivals files cannot be hashed from its text alone: its times are taken only if
+    every mode that holds all of ``point_ids`` gives them the same times.
+
+    Args:
+        meta: the store's meta (:meth:`~jaxqueue.studies.store.Store.meta`).
+        point_ids: the store's point ids (only for a spec with arrivals files).
+    """
+    meta = meta or {}
+    text, want = meta.get("spec_text"), meta.get("spec_hash")
+    if not text or not want:
+        return {}
+    from jaxqueue.studies.spec import MODES, parse_spec  # (imports JAX: only when asked)
+
+    unverified = []
+    for mode in (None, *MODES):
+        try:
+            with warnings.catch_warnings():  # (an old spelling's warning: not the export's)
+                warnings.simplefilter("ignore")
+                spec = parse_spec(text, name=meta.get("spec_name"), mode=mode)
+        except (ValueError, TypeError):  # a mode the spec lacks; a text this version refuses
+            continue
+        try:
+            same = spec.spec_hash() == want
+        except ValueError:  # its arrivals files were not read (no folder): no hash
+            unverified.append(spec)
+            continue
+        if same:
+            return _times(spec)
+    if point_ids is None or not unverified:
+        return {}
+    ids = set(point_ids)
+    found = [{p: t[p] for p in ids} for t in map(_times, unverified) if ids <= set(t)]
+    return found[0] if found and all(t == found[0] for t in found[1:]) else {}
+
+
+def _times(spec) -> dict:
+    """``{point_id: (time, warmup_time)}`` of a parsed spec (None: not given in time)."""
+    out = {}
+    for point in spec.points:
+        pair = []
+        for key in REQUESTED:
+            try:
+                units = spec.run.time_units(key, point)
+            except ValueError:  # an expression that does not hold at the point
+                units = None
+            pair.append(None if units is None else float(units))
+        out[point.point_id()] = tuple(pair)
+    return out
 
 
 def _dimensions(frame) -> tuple[list[str], list[str]]:
@@ -108,10 +278,13 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     Args:
         rows: store rows (:meth:`~jaxqueue.studies.store.Store.rows`).
         meta: the store's meta (:meth:`~jaxqueue.studies.store.Store.meta`),
-            recorded in the attributes (spec name, hash and versions).
+            recorded in the attributes (spec name, hash and versions), and the
+            source of the requested ``time`` and ``warmup_time``
+            (:func:`requested_times`): attributes when one value holds for every
+            point, else coordinates over the dimensions they vary with.
     """
     xr = _need("xarray", "xarray")
-    frame = to_frame(rows)
+    frame = _records(rows)
     frame["buffer"] = frame["buffer"].astype("float64").fillna(_NO_BUFFER)
     for key in ("d", "z"):
         frame[key] = frame[key].fillna(-1).astype("int64")
@@ -121,6 +294,18 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
     frame["arrivals"] = frame["arrivals"].fillna("poisson")
     dims, coords = _dimensions(frame)
     frame["policy"] = _policy_names(frame, dims)
+    requested = requested_times(meta, frame["point_id"].unique()) if meta else {}
+    constant = {}
+    for i, key in enumerate(REQUESTED):  # the spec's time and warmup_time, where recovered
+        values = frame["point_id"].map(lambda pid, i=i: requested.get(pid, (None, None))[i])
+        values = values.astype("float64")
+        if values.isna().all():
+            continue
+        frame[key] = values
+        if values.nunique(dropna=False) == 1:
+            constant[key] = float(values.iloc[0])
+        else:
+            coords.append(key)
     parts = []
     for metric, group in frame.groupby("metric", sort=True):
         extra = _INDEX_DIM.get(metric)
@@ -157,6 +342,12 @@ def to_dataset(rows: list[dict], meta: dict | None = None):
             elif value is None or value != value:
                 value = "none"
             attrs[key] = value
+    attrs.update(constant)
+    if constant or any(key in coords for key in REQUESTED):
+        attrs["requested_time"] = (
+            "time and warmup_time: the run lengths the spec asked for, in time units; "
+            "steps and warmup: the steps run (in whole blocks)"
+        )
     attrs["missing_option"] = "-1 on d and z, '' on order: the policy does not take it"
     attrs["buffer_nan"] = "NaN on buffer means an infinite buffer"
     if "buffer" in ds.coords:

@@ -544,7 +544,13 @@ class Store:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+            # (a scalar metric's k, -1 in the table, is empty: as in every export)
+            writer.writerow(
+                {
+                    k: ("" if r[k] is None or (k == "k" and r[k] == SCALAR_INDEX) else r[k])
+                    for k in COLUMNS
+                }
+            )
 
     @staticmethod
     def open_existing(path) -> Store:
