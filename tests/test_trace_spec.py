@@ -20,7 +20,7 @@ from jaxqueue.studies.figures import CDF_POINTS, cdf_quantiles, figure_series, s
 from jaxqueue.studies.grid import run_grid
 from jaxqueue.studies.plots import plot_figure, plot_store
 from jaxqueue.studies.spec import SpecError, load_spec, parse_spec
-from jaxqueue.studies.store import COLUMNS, Store, StoreLayoutError, StoreMismatchError
+from jaxqueue.studies.store import COLUMNS, Store, StoreLayoutError
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 
