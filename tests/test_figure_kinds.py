@@ -15,8 +15,9 @@ import pytest
 
 from jaxqueue.core.user_metrics import at_fixed_point
 from jaxqueue.results.warmup import failure_message
+from jaxqueue.studies.figure_labels import theory_name
 from jaxqueue.studies.figure_spec import FIGURE_KEYS, reference_line
-from jaxqueue.studies.figures import figure_series, summarize, theory_curve
+from jaxqueue.studies.figures import figure_series, summarize, summary_text, theory_curve
 from jaxqueue.studies.fits import power_law_fit
 from jaxqueue.studies.grid import warmup_warning
 from jaxqueue.studies.grid_theory import theory_value, theory_values
@@ -155,10 +156,48 @@ def test_figures_are_written_from_a_store(spec, tmp_path):
     (report,) = plot_store(path, "fig1", tmp_path / "fig1.png")
     assert (tmp_path / "fig1.png").read_bytes()[:4] == b"\x89PNG"
     assert report["points"] == 3 and report["max_relative_error"] == pytest.approx(1 / 9)
-    ax = plot_figure(_rows(spec), spec.figure("fig1"))
+    ax = plot_figure(_rows(spec), spec.figure("fig1"), spec=spec)
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "paper: alpha" in legend and "theory (lines)" in legend
+    assert "paper: alpha" in legend and "M/M/N (Erlang C)" in legend  # the spec's theory
+    assert report["benchmark"] == "M/M/N (Erlang C)"  # a benchmark, not a prediction
     assert ax.get_ylabel() == "exponent fitted across servers $N$ (95% intervals)"
+
+
+COUNTS = """
+[[figure]]
+name = "counts"
+metric = "occupancy"
+k = 2
+y_scale = "n_servers"
+x = "n_servers"
+series = ["alpha"]
+where = { alpha = [0.5, 1.0] }
+logx = true
+logy = true
+"""
+
+
+def test_the_m_m_n_queue_is_named_as_a_benchmark(spec):
+    """With theory = "erlang" the lines are drawn against the M/M/N queue, which bounds
+    any dispatching: the legend names it, and plot's report gives the ratio to it, not
+    a "relative error" of thousands of percent as if the run had failed."""
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_figure
+
+    counts = parse_spec(SPEC + COUNTS)
+    lines = figure_series(_rows(counts), counts.figure("counts"))
+    report = summarize(lines, counts.run.theory)
+    assert report[1]["max_relative_error"] > 3.7  # 3 against N^-0.1: 375% and more
+    texts = [summary_text(line) for line in report]
+    assert (
+        texts[1] == "ratio to the M/M/N (Erlang C) benchmark: 4.75 to 7.54 (largest at x = 10000)"
+    )
+    assert not any("error" in t for t in texts)
+    ax = plot_figure(_rows(counts), counts.figure("counts"), spec=counts)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [r"$\alpha = 0.5$", r"$\alpha = 1$", "M/M/N (Erlang C)"]
+    assert theory_name("lu") == "Lu et al.'s approximation (reconstructed)"
+    assert theory_name("mean-field") == theory_name("refined") == "mean field"
 
 
 # fmt: off

@@ -305,3 +305,88 @@ def test_csv_parquet_and_xarray_exports_agree(store_path, tmp_path):
 
 def test_export_needs_a_format(store_path):
     assert cli_main(["export", str(store_path)]) == 2
+
+
+def _rows_and_spec(store_path):
+    with Store.open_existing(store_path) as store:
+        return store.rows(), parse_spec(SPEC)
+
+
+def test_panels_have_mathtext_titles_and_share_one_legend(store_path):
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_figure
+
+    rows, spec = _rows_and_spec(store_path)
+    axes = plot_figure(rows, spec.figure("T"))
+    assert [a.get_title() for a in axes] == [r"$\alpha = 0.5$", r"$\alpha = 0.75$"]
+    assert "$N = 100$" not in axes[0].figure.get_suptitle()  # N varies: a range
+    assert r"$100 \leq N \leq 400$" in axes[0].figure.get_suptitle()
+    assert axes[0].get_legend() is None  # one legend, right of the last panel
+    legend = [t.get_text() for t in axes[1].get_legend().get_texts()]
+    assert legend == ["JIQ", "Pod(2)", "theory"]
+
+
+def test_one_panel_has_no_panel_title(store_path):
+    """A figure with panels that has one panel value is titled as a figure without
+    panels; the value goes into the caption under the title."""
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_figure
+
+    rows, _ = _rows_and_spec(store_path)
+    one = parse_spec(
+        SPEC.replace('panels = "alpha"\nlogx', 'panels = "alpha"\nwhere = { alpha = 0.5 }\nlogx')
+    )
+    (ax,) = plot_figure(rows, one.figure("T"))
+    title = ax.get_title().splitlines()
+    assert title[0] == "T" and title[1].startswith(r"$\alpha = 0.5$, $100 \leq N \leq 400$")
+    assert ax.figure.get_suptitle() == ""
+
+
+REQUESTS = """
+[[figure]]
+name = "requests"
+metric = ["join_rate", "delete_rate"]
+x = "n_servers"
+series = ["policy"]
+where = { alpha = 0.5 }
+"""
+
+
+def test_a_line_that_is_zero_throughout_is_left_out_and_named(store_path):
+    """JIQ sends no delete requests here: its line (0 at every point, 0-wide intervals,
+    no theory) is not drawn as a flat line at 0; the caption says why."""
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_figure
+
+    rows, _ = _rows_and_spec(store_path)
+    spec = parse_spec(SPEC + REQUESTS)
+    base = [r for r in rows if r["metric"] == "mean_response_time"]
+    extra = []
+    for r in base:
+        for metric in ("join_rate", "delete_rate"):
+            zero = metric == "delete_rate" and r["policy"] == "jiq"
+            value = 0.0 if zero else 0.1 * r["n_servers"] ** 0.1
+            theory = None if zero else value
+            extra.append({**r, "metric": metric, "mean": value, "ci95": 0.0 if zero else 0.01})
+            extra[-1]["theory"] = theory
+    ax = plot_figure(rows + extra, spec.figure("requests"))
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "JIQ delete requests" not in legend and "JIQ join requests" in legend
+    assert ax.get_title().splitlines()[-1] == "not drawn: JIQ: no delete requests"
+    assert len(ax.containers) == 3  # the other three lines' markers
+    series = figure_series(rows + extra, spec.figure("requests"))
+    assert len(series) == 4  # plot's report still lists it
+
+
+def test_the_report_of_a_benchmark_is_a_ratio_not_an_error(store_path):
+    from jaxqueue.studies.figures import summary_text
+
+    rows, spec = _rows_and_spec(store_path)
+    lines = figure_series(rows, spec.figure("T"))
+    plain = summarize(lines, "mean-field")
+    assert summary_text(plain[0]).startswith("max relative error 1.96% at x = ")
+    bench = summarize(lines, "erlang")
+    assert bench[0]["max_relative_error"] == plain[0]["max_relative_error"]  # kept in --json
+    text = summary_text(bench[0])
+    assert text == "ratio to the M/M/N (Erlang C) benchmark: 0.98 (largest at x = 100)"
+    assert "error" not in text

@@ -1,5 +1,6 @@
 """``plot``'s files and the figures' style: file types, folders, errors, --dpi, line names,
-theory curves on a fine grid of loads and the dodge of markers at a shared x.
+theory curves on a fine grid of loads, the dodge of overlapping markers at a shared x,
+plain tick labels on short log axes and legends outside the data.
 
 The store is written directly (no simulation): its theory is the mean field the sweep
 would store, its means a fixed offset from it.
@@ -21,7 +22,7 @@ from jaxqueue.studies.figures import (
     theory_curve,
 )
 from jaxqueue.studies.grid_theory import theory_value, theory_values
-from jaxqueue.studies.plots import dodged_x
+from jaxqueue.studies.plots import LEGEND_WIDTH, dodged_x
 from jaxqueue.studies.spec import SpecError, parse_spec
 from jaxqueue.studies.store import Store, parameter_values
 
@@ -135,7 +136,7 @@ def test_dpi_sets_the_png_size(tiny, tmp_path):
             == 0
         )
         widths[dpi] = int.from_bytes(out.read_bytes()[16:20], "big")  # the IHDR width
-    assert widths[120] == 2 * widths[60] == 2 * 384  # 6.4 inches
+    assert widths[120] == 2 * widths[60] == 2 * round(60 * (6.4 + LEGEND_WIDTH))  # and the legend
     assert cli_main(["plot", str(tiny[0]), "--figure", "T", "-o", "x.png", "--dpi", "0"]) == 2
 
 
@@ -178,7 +179,7 @@ def test_theory_is_a_curve_on_a_fine_grid_of_loads(tiny):
         assert x[0] == s.x[0] and x[-1] == s.x[-1] and np.all(np.diff(x) > 0)
         np.testing.assert_array_equal(y[np.searchsorted(x, s.x)], s.theory)
     assert figure_caption(rows, figure_series(rows, fig)) == (
-        "N = 100, 4 replicas per point, bars: 95% intervals"
+        "$N = 100$, 4 replicas per point, bars: 95% intervals"
     )
     # theory at the points only: another x axis, or a store whose theory is not this one
     by_servers = SPEC.replace('x = "load"\nlabels = { "pod" = "two choices" }', 'x = "n_servers"')
@@ -206,7 +207,11 @@ def test_plot_figure_draws_the_curve(tiny):
     ax = plot_figure(rows, spec.figure("T"), spec=spec)
     sizes = sorted(len(line.get_xdata()) for line in ax.get_lines())
     assert sum(n >= CURVE_POINTS for n in sizes) == 2  # a theory curve per line
-    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["JIQ-Pod(2)", "Pod(2)"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["JIQ-Pod(2)", "Pod(2)", "mean field"]  # the spec's theory, by name
+    assert "theory" in [
+        t.get_text() for t in plot_figure(rows, spec.figure("T")).get_legend().texts
+    ]
     assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
     title = plot_figure(rows, spec.figure("T"), spec=spec, spec_name="x" * 200).get_title()
     assert title.count("\n") >= 2 and "4 replicas per point" in title.splitlines()[-1]
@@ -215,20 +220,99 @@ def test_plot_figure_draws_the_curve(tiny):
     assert all(line.count("$") % 2 == 0 for line in title.splitlines())  # math on one line
 
 
-def _line(x):
-    """A line at ``x`` (only its x matters to the dodge)."""
+def _line(x, y=None, ci=None):
+    """A line at ``x`` with values ``y`` (default: ``x``) and half-widths ``ci`` (none)."""
     x = np.asarray(x, dtype=float)
+    y = x if y is None else np.asarray(y, dtype=float)
     nan = np.full(x.size, np.nan)
-    return Series(None, "line", "mean_response_time", x, x, nan, nan)
+    return Series(None, "line", "mean_response_time", x, y, nan if ci is None else ci, nan)
 
 
-def test_markers_at_a_shared_x_are_dodged():
+def test_overlapping_markers_at_a_shared_x_are_dodged():
     a, b, c = _line([0.5, 0.7, 0.9]), _line([0.5, 0.9]), _line([0.8])
-    xa, xb, xc = dodged_x([a, b, c], dodge=0.01)
-    np.testing.assert_allclose(xa - a.x, [-0.004, 0.0, -0.004], atol=1e-15)  # 0.7 is its own
-    np.testing.assert_array_equal(xb, b.x)  # the middle of three lines stays
+    xa, xb, xc = dodged_x([a, b, c], dodge=0.01)  # a and b meet at 0.5 and 0.9: spread
+    np.testing.assert_allclose(xa - a.x, [-0.002, 0.0, -0.002], atol=1e-15)  # 0.7 is its own
+    np.testing.assert_allclose(xb - b.x, [0.002, 0.002], atol=1e-15)  # centred on the x
     np.testing.assert_array_equal(xc, c.x)  # no other line at 0.8
     assert all(np.array_equal(x, s.x) for x, s in zip(dodged_x([a, b], dodge=0), [a, b]))
     np.testing.assert_array_equal(dodged_x([a])[0], a.x)  # one line: nothing to dodge
     la, lb = dodged_x([_line([10.0, 1000.0]), _line([10.0, 1000.0])], logx=True, dodge=0.01)
     np.testing.assert_allclose(np.log10(lb) - np.log10(la), [0.02, 0.02])  # of 2 decades
+
+
+def test_markers_apart_on_a_steep_curve_stay_on_their_x():
+    """Two lines at the same loads: where their values are far apart (a steep curve, a
+    log axis) each marker is at its true load; where their intervals meet, they move."""
+    x = [0.5, 0.7, 0.9]
+    low = _line(x, [1e-5, 1e-3, 0.10], ci=np.array([1e-6, 1e-4, 0.02]))
+    high = _line(x, [1e-3, 1e-1, 0.11], ci=np.array([1e-4, 1e-2, 0.02]))
+    xl, xh = dodged_x([low, high], dodge=0.01, logy=True)
+    np.testing.assert_array_equal(xl[:2], x[:2])  # two decades apart: not moved
+    np.testing.assert_array_equal(xh[:2], x[:2])
+    assert xl[2] < 0.9 < xh[2]  # 0.10 +- 0.02 and 0.11 +- 0.02 overlap: spread
+    # intervals that do not meet, but markers that would (within a marker's size)
+    near = _line(x, [1.0, 2.0, 3.0]), _line(x, [1.001, 5.0, 3.5])
+    moved = [m - np.asarray(x) for m in dodged_x(list(near), dodge=0.01)]
+    assert moved[0][0] < 0 < moved[1][0] and moved[0][1] == moved[1][1] == moved[0][2] == 0
+
+
+def _tick_texts(axis) -> list[str]:
+    """The texts of the labelled ticks of ``axis`` inside its limits."""
+    low, high = sorted(axis.get_view_interval())
+    return [
+        t.get_text()
+        for t, v in zip(axis.get_ticklabels(), axis.get_ticklocs())
+        if low <= v <= high and t.get_text()
+    ]
+
+
+@pytest.mark.parametrize(
+    "low,high,want",
+    [
+        (30.0, 100.0, ["30", "50", "100"]),  # not 3x10^1, 4x10^1, 6x10^1, 10^2
+        (1.0, 2.0, ["1", "1.5", "2"]),  # not 10^0, 2x10^0
+        (0.03, 0.9, ["0.05", "0.1", "0.2", "0.5"]),
+    ],
+)
+def test_short_log_axes_have_plain_tick_labels(low, high, want):
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_series
+
+    line = _line([low, high], [low, high], ci=np.zeros(2))
+    ax = plot_series([line], logx=True, logy=True, theory=False)
+    ax.figure.draw_without_rendering()
+    for axis in (ax.xaxis, ax.yaxis):
+        texts = _tick_texts(axis)
+        assert set(want) <= set(texts) and not any("times" in t or "^" in t for t in texts)
+
+
+def test_long_log_axes_keep_powers_of_ten():
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_series
+
+    line = _line([100.0, 100000.0], [1e-4, 1.0], ci=np.zeros(2))
+    ax = plot_series([line], logx=True, logy=True, theory=False)
+    ax.figure.draw_without_rendering()
+    assert _tick_texts(ax.xaxis) == [f"$\\mathdefault{{10^{{{k}}}}}$" for k in (2, 3, 4, 5)]
+    assert "$\\mathdefault{10^{-2}}$" in _tick_texts(ax.yaxis)
+
+
+def _outside(ax) -> bool:
+    """Whether ``ax``'s legend lies wholly right of its axes (clear of the data)."""
+    ax.figure.draw_without_rendering()
+    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    return legend.x0 >= frame.x1
+
+
+def test_legends_are_outside_the_data(tiny):
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plots import plot_cdf, plot_figure, plot_series
+
+    _, spec, rows = tiny
+    assert _outside(plot_figure(rows, spec.figure("T"), spec=spec))
+    assert _outside(plot_series([_line([0.5, 0.9])]))
+    t = np.linspace(0.0, 5.0, 11)
+    law = Series(
+        None, "jiq", "response_cdf", t, 1 - np.exp(-t), np.full(11, np.nan), 1 - np.exp(-t)
+    )
+    assert _outside(plot_cdf([law]))

@@ -20,6 +20,7 @@ from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
 from jaxqueue.studies import compare as compare_study
 from jaxqueue.studies import export, grid
 from jaxqueue.studies import spec as grid_spec
+from jaxqueue.studies.figures import summary_text
 from jaxqueue.studies.plots import IMAGE_SUFFIXES, plot_store, read_store
 from jaxqueue.studies.store import Store
 
@@ -298,20 +299,12 @@ def cmd_plot(args) -> int:
         print(json.dumps(report))
         return 0
     for name, item in report.items():
-        print(f"figure {name} ({item['file']}): simulation against theory")
+        benchmark = next((ln["benchmark"] for ln in item["lines"] if ln.get("benchmark")), None)
+        against = f"the {benchmark} benchmark" if benchmark else "theory"
+        print(f"figure {name} ({item['file']}): simulation against {against}")
         for line in item["lines"]:
-            rel, z = line["max_relative_error"], line["max_z"]
             panel = "" if line["panel"] is None else f"[{line['panel']}] "
-            text = (
-                "no theory"
-                if rel is None
-                else (
-                    f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, "
-                    f"max |diff| / CI {z:.2f}"
-                    if z is not None
-                    else f"max relative error {100 * rel:.2f}%"
-                )
-            )
+            text = summary_text(line)
             print(f"  {panel}{line['label']:28s} {line['points']:3d} points  {text}")
             rrel = line.get("refined_max_relative_error")
             if rrel is not None:

@@ -12,6 +12,11 @@ __all__ = [
     "metric_label",
     "policy_label",
     "line_label",
+    "panel_label",
+    "THEORY_NAMES",
+    "BENCHMARK_THEORIES",
+    "theory_name",
+    "zero_note",
 ]
 
 #: What a missing service law, pools or arrivals value means.
@@ -46,6 +51,17 @@ AXIS_LABELS = {
     "time": "response time $t$",
     "response_cdf": r"$P(T \leq t)$",
 }
+#: What a spec's ``theory`` is called in a figure's legend and in ``plot``'s report.
+THEORY_NAMES = {
+    "mean-field": "mean field",
+    "refined": "mean field",
+    "exact": "exact Markov chain",
+    "erlang": "M/M/N (Erlang C)",
+    "lu": "Lu et al.'s approximation (reconstructed)",
+}
+#: Theories that are a benchmark for the policies, not a prediction of them: the M/M/N
+#: queue (one shared queue) bounds what any dispatching achieves.
+BENCHMARK_THEORIES = ("erlang",)
 #: Metrics at one index ``k`` (``index = k``): their symbol, then what it counts.
 _AT_INDEX = {
     "tail": ("s", r"servers with $\geq {k}$ tasks"),
@@ -137,3 +153,25 @@ def line_label(params: dict, metric: str | None = None) -> str:
     if metric is not None:
         parts.append(axis_label(metric).split(" per ")[0])
     return " ".join(parts)
+
+
+def panel_label(key: str, value) -> str:
+    r"""A panel's title (mathtext): ``$\alpha = 0.5$``, ``JIQ``; ``$\alpha = \infty$``
+    where the value is None and the parameter has no default."""
+    return line_label({key: value}) or f"${_LINE_NAMES.get(key, key)} = \\infty$"
+
+
+def theory_name(theory: str | None) -> str:
+    """A spec's ``theory`` as the legend names it: ``"mean field"``, ``"M/M/N (Erlang C)"``;
+    ``"theory"`` where the spec is not known."""
+    return THEORY_NAMES.get(theory, "theory")
+
+
+def zero_note(name: str, metric: str) -> str:
+    """Why a line that is 0 at every point is not drawn: ``JIQ-Original: no delete
+    requests`` (a line named after its metric), else ``Pod(2): 0 at every point``."""
+    what = axis_label(metric).split(" per ")[0]
+    if what != axis_label(metric) and name.endswith(what):
+        who = name[: -len(what)].strip()
+        return f"{who}: no {what}" if who else f"no {what}"
+    return f"{name}: 0 at every point"

@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxqueue.core.user_metrics import PER_ARRIVAL, at_fixed_point
 from jaxqueue.results.response import erlang_mixture_cdf, erlang_mixture_quantile
+from jaxqueue.studies.figure_labels import BENCHMARK_THEORIES, theory_name
 from jaxqueue.studies.figure_lines import (
     Series,
     check_labels,
@@ -51,6 +52,7 @@ __all__ = [
     "cdf_quantiles",
     "summarize",
     "theory_curve",
+    "summary_text",
     "figure_caption",
     "store_spec",
     "PARAMETERS",
@@ -353,14 +355,18 @@ def cdf_quantiles(rows: list[dict], fig: FigureSpec) -> list[Series]:
     return out
 
 
-def summarize(series: list[Series]) -> list[dict]:
+def summarize(series: list[Series], theory: str | None = None) -> list[dict]:
     """Per line: points, the largest relative error and |difference| / half-width against theory.
 
     ``max_relative_error`` is ``max |y - theory| / |theory|`` over the points
     where theory is non-zero; ``max_z`` is ``max |y - theory| / ci95`` (None
     where no point has theory). Where the line has refined mean-field values,
     the same against them as ``refined_max_relative_error``,
-    ``refined_at_x`` and ``refined_max_z``.
+    ``refined_at_x`` and ``refined_max_z``. Where ``theory`` (the spec's) is a
+    benchmark rather than a prediction (:data:`BENCHMARK_THEORIES`: the M/M/N
+    queue), a line also has ``benchmark`` (its name) and ``min_ratio``,
+    ``max_ratio`` and ``max_ratio_at_x``: the range of ``y / theory``
+    (:func:`summary_text` words the report so).
     """
     out = []
     for s in series:
@@ -368,8 +374,45 @@ def summarize(series: list[Series]) -> list[dict]:
         row.update(_against(s, s.theory, ""))
         if np.isfinite(s.refined).any():
             row.update(_against(s, s.refined, "refined_"))
+        if theory in BENCHMARK_THEORIES:
+            row.update(benchmark=theory_name(theory), **_ratio(s))
         out.append(row)
     return out
+
+
+def _ratio(s: Series) -> dict:
+    """The smallest and largest ``y / theory`` of a line (None each without theory)."""
+    ok = np.isfinite(s.theory) & np.isfinite(s.y) & (s.theory != 0)
+    if not ok.any():
+        return {"min_ratio": None, "max_ratio": None, "max_ratio_at_x": None}
+    ratio = s.y[ok] / s.theory[ok]
+    return {
+        "min_ratio": float(ratio.min()),
+        "max_ratio": float(ratio.max()),
+        "max_ratio_at_x": float(s.x[ok][ratio.argmax()]),
+    }
+
+
+def summary_text(line: dict) -> str:
+    """``plot``'s report of one line of :func:`summarize`: ``max relative error 1.02% at
+    x = 0.95, max |diff| / CI 0.69`` against a prediction; against a benchmark, the
+    ratio to it (``ratio to the M/M/N (Erlang C) benchmark: 1.2 to 81 (largest at x =
+    1000)``), which is no error; ``no theory`` where the line has none."""
+    if line.get("benchmark") is not None:
+        low, high = line.get("min_ratio"), line.get("max_ratio")
+        if low is None:
+            return f"no {line['benchmark']} benchmark"
+        span = f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g}"
+        return (
+            f"ratio to the {line['benchmark']} benchmark: {span} "
+            f"(largest at x = {line['max_ratio_at_x']:g})"
+        )
+    rel, z = line["max_relative_error"], line["max_z"]
+    if rel is None:
+        return "no theory"
+    if z is None:
+        return f"max relative error {100 * rel:.2f}%"
+    return f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, max |diff| / CI {z:.2f}"
 
 
 def _against(s: Series, theory: np.ndarray, prefix: str) -> dict:
@@ -443,16 +486,20 @@ def theory_curve(series: Series, fig: FigureSpec, spec: GridSpec, cache: dict | 
 
 
 def figure_caption(rows: list[dict], series: list[Series]) -> str:
-    """What a figure's points are: ``N = 1000, 16 replicas per point, 95% intervals``
-    (N and the replicas of the rows of ``series``' points; a range where they vary)."""
+    r"""What a figure's points are: ``$N = 1000$, 16 replicas per point, bars: 95% intervals``
+    (N and the replicas of the rows of ``series``' points; a range where they vary:
+    ``$500 \leq N \leq 1000$``, ``8 to 16 replicas per point``)."""
     ids = {i for s in series for i in s.point_ids}
     mine = [r for r in rows if r["point_id"] in ids]
     parts = []
-    for key, text in (("n_servers", "N = {}"), ("replicas", "{} replicas per point")):
+    for key, one, many in (
+        ("n_servers", "$N = {}$", r"${} \leq N \leq {}$"),
+        ("replicas", "{} replicas per point", "{} to {} replicas per point"),
+    ):
         values = sorted({r[key] for r in mine if r.get(key) is not None})
         if values:
-            span = f"{values[0]:g}" if len(values) == 1 else f"{values[0]:g} to {values[-1]:g}"
-            parts.append(text.format(span))
+            ends = [f"{values[0]:g}", f"{values[-1]:g}"]
+            parts.append(one.format(ends[0]) if len(values) == 1 else many.format(*ends))
     if any(np.isfinite(s.ci95).any() for s in series):
         parts.append("bars: 95% intervals")
     return ", ".join(parts)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import textwrap
 
 import numpy as np
 
 from jaxqueue.studies.baselines import BASELINE_NAMES, baseline_curve
-from jaxqueue.studies.figure_spec import axis_label, line_label, metric_label, reference_line
+from jaxqueue.studies.figure_labels import panel_label, theory_name, zero_note
+from jaxqueue.studies.figure_spec import axis_label, metric_label, reference_line
 from jaxqueue.studies.figures import (
     CDF,
     FigureSpec,
@@ -25,6 +25,24 @@ from jaxqueue.studies.figures import (
     store_spec,
     summarize,
     theory_curve,
+)
+from jaxqueue.studies.plot_axes import (
+    CDF_STYLES,
+    DODGE,
+    IMAGE_SUFFIXES,
+    LEGEND_WIDTH,
+    MARKER_SPAN,
+    PLAIN_DECADES,
+    REFERENCE,
+    dodged_x,
+    key_line,
+    legend,
+    plain_log_ticks,
+    plain_ticks,
+    positive,
+    pyplot_free_figure,
+    titles,
+    wrap,
 )
 from jaxqueue.studies.points import GridSpec
 from jaxqueue.studies.store import Store, StoreMismatchError
@@ -37,87 +55,24 @@ __all__ = [
     "read_store",
     "axis_label",
     "dodged_x",
+    "plain_log_ticks",
     "pyplot_free_figure",
     "IMAGE_SUFFIXES",
     "DODGE",
+    "MARKER_SPAN",
+    "PLAIN_DECADES",
+    "LEGEND_WIDTH",
 ]
-
-#: The file types :func:`plot_store` writes, by suffix.
-IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
-#: How far apart the markers of two lines at a shared x are drawn: a fraction of the
-#: x axis's span (of its decades on a log axis).
-DODGE = 0.008
-#: Line style and width of a response-time law: simulated, theory, refined mean field.
-_CDF_STYLES = {"y": ("-", 1.5), "theory": (":", 1.2), "refined": ("--", 1.0)}
-_LEGEND = {"fontsize": 8, "frameon": False}
-#: The colour of a figure's reference line.
-_REFERENCE = "tab:red"
-
-
-def pyplot_free_figure(**kw):
-    """A matplotlib ``Figure`` outside pyplot's state (headless, thread-safe).
-
-    matplotlib is imported here, not at the top: it is an optional extra (``plot``)."""
-    try:
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError("plots need matplotlib: pip install 'jaxqueue[plot]'") from None
-    return Figure(**kw)
-
-
-def _key_line(**kw):
-    """A legend handle drawn nowhere (matplotlib, the optional extra, imported where drawn)."""
-    from matplotlib.lines import Line2D
-
-    return Line2D([], [], color="0.3", **kw)
-
-
-def _titles(ax, title, xlabel, ylabel) -> None:
-    """The axes' title and labels, where given."""
-    if title:
-        ax.set_title(title, fontsize=10)
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel:
-        ax.set_ylabel(ylabel)
-
-
-def dodged_x(series: list[Series], logx: bool = False, dodge: float = DODGE) -> list[np.ndarray]:
-    """The x at which each line's markers are drawn: spread by ``dodge`` of the axis's
-    span (decades on a log axis) about the true x, centred, where lines share an x;
-    unchanged where they do not (or ``dodge`` is 0)."""
-    xs = [np.asarray(s.x, dtype=float) for s in series]
-    if len(xs) < 2 or dodge == 0:
-        return xs
-    shared = [np.intersect1d(x, np.concatenate(xs[:i] + xs[i + 1 :])) for i, x in enumerate(xs)]
-    if not any(s.size for s in shared):
-        return xs
-    allx = np.concatenate(xs)
-    allx = allx[np.isfinite(allx) & ((allx > 0) if logx else True)]
-    if allx.size == 0:
-        return xs
-    lo, hi = (np.log10(allx.min()), np.log10(allx.max())) if logx else (allx.min(), allx.max())
-    span = (hi - lo) or 1.0
-    out = []
-    for i, x in enumerate(xs):
-        step = (i - (len(xs) - 1) / 2) * dodge * span
-        moved = np.where(np.isin(x, shared[i]), step, 0.0)
-        out.append(x * 10.0**moved if logx else x + moved)
-    return out
-
-
-def _positive(a: np.ndarray, log: bool) -> np.ndarray:
-    return np.isfinite(a) & ((a > 0) if log else True)
 
 
 def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool) -> float:
     """A line's theory (its fine curve where given, else through its points) and refined
     mean field; returns the smallest value drawn (for a log y axis)."""
     x, y = (s.x, s.theory) if curve is None else curve
-    th = _positive(y, logy) & _positive(x, logx)
+    th = positive(y, logy) & positive(x, logx)
     if th.sum() >= 1:
         ax.plot(x[th], y[th], "-" if th.sum() > 1 else "_", color=color, lw=1.2, ms=12)
-    rf = _positive(s.refined, logy) & _positive(s.x, logx)
+    rf = positive(s.refined, logy) & positive(s.x, logx)
     if rf.sum() >= 1:
         style = "--" if rf.sum() > 1 else "x"
         ax.plot(s.x[rf], s.refined[rf], style, color=color, lw=1.0, ms=6)
@@ -140,12 +95,15 @@ def plot_series(
     baselines: list | None = None,
     baseline_name: str | None = None,
     reference: tuple | None = None,
+    theory_label: str = "theory",
 ):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
 
     Simulated values are markers with their 95% intervals (no line), spread by
-    ``dodge`` where lines share an x (:func:`dodged_x`); theory is a line in the
-    same colour, the refined mean field dashed.
+    ``dodge`` where markers of lines at a shared x would overlap
+    (:func:`dodged_x`); theory is a line in the same colour, the refined mean
+    field dashed. The legend is right of the axes, clear of the data; a log
+    axis of under two decades has plain tick labels (:func:`plain_log_ticks`).
 
     Args:
         series: the lines (:func:`~jaxqueue.studies.figures.figure_series`).
@@ -157,25 +115,73 @@ def plot_series(
         colors: ``{label: color}`` to keep colours across panels (filled in).
         curves: per line, ``(x, theory)`` to draw instead of its theory at its
             points (:func:`~jaxqueue.studies.figures.theory_curve`), or None.
-        dodge: the spread of the markers at a shared x (0: none).
+        dodge: the spread of overlapping markers at a shared x (0: none).
         baselines: per line, ``(x, y)`` of an approximation drawn dotted in its
             colour (:func:`~jaxqueue.studies.baselines.baseline_curve`), or None;
             ``baseline_name`` names it in the legend.
         reference: ``(x, y, name)`` of a reference line (a paper's rate), drawn
             wide and light behind the lines, or None.
+        theory_label: what the theory lines are, in the legend (``"mean field"``,
+            ``"M/M/N (Erlang C)"``: :func:`~jaxqueue.studies.figure_labels.theory_name`
+            of the spec's ``theory``).
     """
+    ax, handles, labels = _draw_series(
+        series,
+        ax,
+        logx=logx,
+        logy=logy,
+        theory=theory,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        colors=colors,
+        curves=curves,
+        dodge=dodge,
+        baselines=baselines,
+        baseline_name=baseline_name,
+        reference=reference,
+        theory_label=theory_label,
+    )
+    if handles:
+        legend(ax, handles, labels)
+    return ax
+
+
+def _draw_series(
+    series,
+    ax,
+    *,
+    logx,
+    logy,
+    theory,
+    title,
+    xlabel,
+    ylabel,
+    colors,
+    curves,
+    dodge=DODGE,
+    baselines=None,
+    baseline_name=None,
+    reference=None,
+    theory_label="theory",
+):
+    """:func:`plot_series` without its legend: ``(ax, handles, labels)`` of the legend."""
     if ax is None:
-        ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+        ax = pyplot_free_figure(
+            figsize=(6.4 + LEGEND_WIDTH, 4.4), layout="constrained"
+        ).add_subplot()
     colors = {} if colors is None else colors
     curves = [None] * len(series) if curves is None else curves
     lowest = np.inf  # the smallest value drawn on a log y axis
     if reference is not None:
         rx, ry, name = reference
-        ok = _positive(ry, logy) & _positive(rx, logx)
-        ax.plot(rx[ok], ry[ok], "-", color=_REFERENCE, lw=3, alpha=0.45, label=name, zorder=1)
-    for i, (s, x, curve) in enumerate(zip(series, dodged_x(series, logx, dodge), curves)):
+        ok = positive(ry, logy) & positive(rx, logx)
+        ax.plot(rx[ok], ry[ok], "-", color=REFERENCE, lw=3, alpha=0.45, label=name, zorder=1)
+    for i, (s, x, curve) in enumerate(
+        zip(series, dodged_x(series, logx, dodge, logy=logy), curves)
+    ):
         color = colors.setdefault(s.label, f"C{len(colors) % 10}")
-        keep = _positive(s.y, logy) & _positive(s.x, logx)
+        keep = positive(s.y, logy) & positive(s.x, logx)
         ci = np.where(np.isfinite(s.ci95), s.ci95, 0.0)
         err = ci[keep]
         if logy:  # an interval reaching to 0 or below runs off the bottom of the axes
@@ -191,7 +197,7 @@ def plot_series(
             lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy))
         if theory and baselines is not None and baselines[i] is not None:
             bx, by = baselines[i]
-            ok = _positive(by, logy) & _positive(bx, logx)
+            ok = positive(by, logy) & positive(bx, logx)
             ax.plot(bx[ok], by[ok], ":", color=color, lw=1.4)
     if logx:
         ax.set_xscale("log")
@@ -199,24 +205,28 @@ def plot_series(
         ax.set_yscale("log")
         if np.isfinite(lowest):
             ax.set_ylim(bottom=lowest / 1.5)
-    _titles(ax, title, xlabel, ylabel)
+    titles(ax, title, xlabel, ylabel)
+    plain_ticks(ax)
+    handles, labels = [], []
     if series:
         handles, labels = ax.get_legend_handles_labels()
         if theory and any(np.isfinite(s.theory).any() for s in series):
-            handles.append(_key_line(lw=1.2))
-            labels.append("theory (lines)")
+            handles.append(key_line(lw=1.2))
+            labels.append(theory_label)
         if theory and any(np.isfinite(s.refined).any() for s in series):
-            handles.append(_key_line(lw=1.0, ls="--"))
-            labels.append("refined mean field at N (dashed)")
+            handles.append(key_line(lw=1.0, ls="--"))
+            labels.append("refined mean field at $N$ (dashed)")
         if any((~s.passed).any() for s in series):
-            handles.append(_key_line(marker="o", ms=4, ls="", mfc="white"))
+            handles.append(key_line(marker="o", ms=4, ls="", mfc="white"))
             labels.append("warm-up diagnostic failed (hollow)")
         if theory and baselines is not None and any(b is not None for b in baselines):
-            handles.append(_key_line(lw=1.4, ls=":"))
-            labels.append(f"{baseline_name} (dotted)")
-        ax.legend(handles, labels, **_LEGEND)
+            handles.append(key_line(lw=1.4, ls=":"))
+            # "(reconstructed) (dotted)" reads as two asides: "(reconstructed), dotted"
+            labels.append(
+                baseline_name + (", dotted" if baseline_name.endswith(")") else " (dotted)")
+            )
     ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return ax, handles, labels
 
 
 def plot_cdf(
@@ -231,6 +241,7 @@ def plot_cdf(
     xlabel: str | None = None,
     ylabel: str | None = None,
     colors: dict | None = None,
+    theory_label: str = "theory",
 ):
     """Draw response-time laws on ``ax`` (a new figure's axes if None); returns ``ax``.
 
@@ -241,10 +252,35 @@ def plot_cdf(
         marks: the quantiles of the same curves
             (:func:`~jaxqueue.studies.figures.cdf_quantiles`), drawn at
             ``(quantile, q)`` with their 95% half-widths as horizontal bars.
-        logx, logy, theory, title, xlabel, ylabel, colors: as for :func:`plot_series`.
+        logx, logy, theory, title, xlabel, ylabel, colors, theory_label: as for
+            :func:`plot_series`.
     """
+    ax, handles, labels = _draw_cdf(
+        curves,
+        marks,
+        ax,
+        logx=logx,
+        logy=logy,
+        theory=theory,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        colors=colors,
+        theory_label=theory_label,
+    )
+    if handles:
+        legend(ax, handles, labels)
+    return ax
+
+
+def _draw_cdf(
+    curves, marks, ax, *, logx, logy, theory, title, xlabel, ylabel, colors, theory_label
+):
+    """:func:`plot_cdf` without its legend: ``(ax, handles, labels)`` of the legend."""
     if ax is None:
-        ax = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained").add_subplot()
+        ax = pyplot_free_figure(
+            figsize=(6.4 + LEGEND_WIDTH, 4.4), layout="constrained"
+        ).add_subplot()
     colors = {} if colors is None else colors
     fields = ("y", "theory", "refined") if theory else ("y",)
     drawn = set()
@@ -252,15 +288,15 @@ def plot_cdf(
         color = colors.setdefault(s.label, f"C{len(colors) % 10}")
         for field in fields:
             y = getattr(s, field)
-            keep = _positive(y, logy) & _positive(s.x, logx)
+            keep = positive(y, logy) & positive(s.x, logx)
             if keep.any():
-                ls, lw = _CDF_STYLES[field]
+                ls, lw = CDF_STYLES[field]
                 label = s.name if field == "y" else None
                 ax.plot(s.x[keep], y[keep], ls, color=color, lw=lw, label=label)
                 drawn.add(field)
     levels = set()
     for m in marks:
-        keep = _positive(m.y, logx)
+        keep = positive(m.y, logx)
         if keep.any():
             ci = np.where(np.isfinite(m.ci95), m.ci95, 0.0)
             color = colors.get(m.label, "0.3")
@@ -270,34 +306,32 @@ def plot_cdf(
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    _titles(ax, title, xlabel, ylabel)
+    titles(ax, title, xlabel, ylabel)
+    plain_ticks(ax)
+    handles, labels = [], []
     if curves:
         handles, labels = ax.get_legend_handles_labels()
         for field, text in (
-            ("theory", "theory (dotted)"),
-            ("refined", "refined mean field at N (dashed)"),
+            ("theory", f"{theory_label} (dotted)"),
+            ("refined", "refined mean field at $N$ (dashed)"),
         ):
             if field in drawn:
-                ls, lw = _CDF_STYLES[field]
-                handles.append(_key_line(ls=ls, lw=lw))
+                ls, lw = CDF_STYLES[field]
+                handles.append(key_line(ls=ls, lw=lw))
                 labels.append(text)
         if levels:
-            handles.append(_key_line(marker="o", ms=3, ls=""))
+            handles.append(key_line(marker="o", ms=3, ls=""))
             qs = ", ".join(f"{q:g}" for q in sorted(levels))
             labels.append(f"quantiles at q = {qs} (95% intervals)")
-        ax.legend(handles, labels, loc="lower right", **_LEGEND)
     ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return ax, handles, labels
 
 
 def _heading(title: str, caption: str, width_inches: float) -> str:
     """A title wrapped to the width of the figure (not inside ``$...$``), with the caption
-    on its own line."""
-    parts = title.split("$")  # mathtext between $ signs is kept on one line
-    kept = "$".join(p.replace(" ", "\0") if i % 2 else p for i, p in enumerate(parts))
+    and any notes on their own lines."""
     width = max(30, int(width_inches * 11))
-    lines = [line.replace("\0", " ") for line in textwrap.wrap(kept, width=width)]
-    return "\n".join(lines + ([caption] if caption else []))
+    return "\n".join(wrap(title, width) + ([caption] if caption else []))
 
 
 def _ylabel(fig: FigureSpec) -> str:
@@ -320,15 +354,29 @@ def _reference(fig: FigureSpec, series: list) -> tuple | None:
 
 
 def _axes(fig: FigureSpec, panels: list, ax):
-    """The axes to draw on: ``ax`` (checked), or a new figure's, one per panel."""
+    """The axes to draw on: ``ax`` (checked), or a new figure's, one per panel, with room
+    for the legend right of the last."""
     if ax is None:
-        width = 5.2 * len(panels) if fig.panels else 6.4
+        width = (5.2 * len(panels) if len(panels) > 1 else 6.4) + LEGEND_WIDTH
         mpl_fig = pyplot_free_figure(figsize=(width, 4.6), layout="constrained")
         return mpl_fig.subplots(1, len(panels), squeeze=False)[0]
     axes = np.atleast_1d(ax)
     if len(axes) != len(panels):
         raise ValueError(f"figure {fig.name!r} has {len(panels)} panels, got {len(axes)} axes")
     return axes
+
+
+def _all_zero(s: Series) -> bool:
+    """Whether a line is 0 at every point with 0-wide intervals and no non-zero theory
+    (JIQ-Original's delete requests: it sends none): a flat line at 0 says nothing."""
+    ci = np.where(np.isfinite(s.ci95), s.ci95, 0.0)
+    theory = np.concatenate([s.theory, s.refined])
+    return (
+        s.y.size > 0
+        and bool(np.all(s.y == 0))
+        and bool(np.all(ci == 0))
+        and bool(np.all(~np.isfinite(theory) | (theory == 0)))
+    )
 
 
 def plot_figure(
@@ -341,42 +389,59 @@ def plot_figure(
 ):
     """Draw a ``[[figure]]`` of a spec from store rows; returns the axes (an array with panels).
 
-    With ``panels`` the figure has one axes per panel value and ``ax`` must be
-    None or a sequence of that many axes. A ``response_cdf`` figure is drawn
-    by :func:`plot_cdf`, with its stored quantiles on the curves. With the
-    store's ``spec`` (:func:`~jaxqueue.studies.figures.store_spec`), theory
-    against the load is drawn as a curve on a fine grid of loads
-    (:func:`~jaxqueue.studies.figures.theory_curve`).
+    With ``panels`` the figure has one axes per panel value, titled by it (one
+    panel: no panel title, its value in the caption), and ``ax`` must be None
+    or a sequence of that many axes; their lines share one legend, right of
+    the last. A ``response_cdf`` figure is drawn by :func:`plot_cdf`, with its
+    stored quantiles on the curves. With the store's ``spec``
+    (:func:`~jaxqueue.studies.figures.store_spec`), theory against the load is
+    drawn as a curve on a fine grid of loads
+    (:func:`~jaxqueue.studies.figures.theory_curve`) and named after the
+    spec's theory (``mean field``, ``M/M/N (Erlang C)``). A line that is 0 at
+    every point with 0-wide intervals and no theory is not drawn; the caption
+    says so (``JIQ-Original: no delete requests``).
     """
     series = figure_series(rows, fig)
     marks = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else None
+    caption = figure_caption(rows, series)
+    notes = []
+    if marks is None and fig.kind == "values":
+        zero = [s for s in series if _all_zero(s)]
+        if zero and len(zero) < len(series):
+            notes = list(dict.fromkeys(zero_note(s.name, s.metric) for s in zero))
+            series = [s for s in series if not _all_zero(s)]
     panels = sorted({s.panel for s in series}, key=lambda p: (p is None, p))
     if fig.panels is None:
         panels = [None]
     axes = _axes(fig, panels, ax)
+    several = fig.panels is not None and len(panels) > 1
+    if fig.panels is not None and not several:  # one panel: its value in the caption
+        caption = ", ".join(t for t in (panel_label(fig.panels, panels[0]), caption) if t)
+    if notes:
+        caption += "\nnot drawn: " + "; ".join(notes)
     cache: dict = {}
     curves = [None if spec is None else theory_curve(s, fig, spec, cache) for s in series]
     lines = [None if spec is None else baseline_curve(s, fig, spec, {}) for s in series]
     title = fig.title or (f"{spec_name}: {fig.name}" if spec_name else fig.name)
-    heading = _heading(title, figure_caption(rows, series), axes[0].figure.get_figwidth())
-    if fig.panels is not None:
+    heading = _heading(title, caption, axes[0].figure.get_figwidth())
+    if several:
         axes[0].figure.suptitle(heading, fontsize=10)
     colors: dict = {}
+    keys: dict = {}  # label -> handle, over the panels
     for a, panel in zip(axes, panels):
         mine = [i for i, s in enumerate(series) if fig.panels is None or s.panel == panel]
-        if fig.panels is not None:
-            heading = line_label({fig.panels: panel}) or f"{fig.panels} = inf"
         style = dict(
             logx=fig.logx,
             logy=fig.logy,
             theory=fig.theory,
-            title=heading,
+            title=panel_label(fig.panels, panel) if several else heading,
             xlabel=fig.xlabel or axis_label(fig.x),
             ylabel=_ylabel(fig),
             colors=colors,
+            theory_label=theory_name(None if spec is None else spec.run.theory),
         )
         if marks is None:
-            plot_series(
+            _, handles, labels = _draw_series(
                 [series[i] for i in mine],
                 a,
                 curves=[curves[i] for i in mine],
@@ -387,7 +452,15 @@ def plot_figure(
             )
         else:
             mine_marks = [m for m in marks if fig.panels is None or m.panel == panel]
-            plot_cdf([series[i] for i in mine], mine_marks, a, **style)
+            _, handles, labels = _draw_cdf([series[i] for i in mine], mine_marks, a, **style)
+        for handle, label in zip(handles, labels):
+            keys.setdefault(label, handle)
+        if fig.x == "k" and not fig.logx:  # levels: whole numbers
+            from matplotlib.ticker import MaxNLocator
+
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if keys:
+        legend(axes[-1], list(keys.values()), list(keys))
     return axes if fig.panels is not None else axes[0]
 
 
@@ -425,7 +498,8 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
 
     Returns:
         :func:`~jaxqueue.studies.figures.summarize` of the figure's lines
-        (largest relative error and |difference| / half-width against theory);
+        (largest relative error and |difference| / half-width against theory;
+        against a benchmark such as the M/M/N queue, also the ratio to it);
         of a ``response_cdf`` figure, of its quantiles (``x``: the level).
     """
     spec, rows = read_store(store_path, spec_path)
@@ -435,4 +509,4 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     mpl_fig.savefig(out, dpi=dpi)
     lines = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else figure_series(rows, fig)
-    return summarize(lines)
+    return summarize(lines, spec.run.theory)

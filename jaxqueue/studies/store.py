@@ -543,14 +543,9 @@ class Store:
     def _write_csv(f, rows) -> None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        for r in rows:
-            # (a scalar metric's k, -1 in the table, is empty: as in every export)
-            writer.writerow(
-                {
-                    k: ("" if r[k] is None or (k == "k" and r[k] == SCALAR_INDEX) else r[k])
-                    for k in COLUMNS
-                }
-            )
+        for r in rows:  # (a scalar metric's k, -1 in the table, is empty as in every export)
+            r = {**r, "k": None if r["k"] == SCALAR_INDEX else r["k"]}
+            writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
 
     @staticmethod
     def open_existing(path) -> Store:
