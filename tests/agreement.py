@@ -4,7 +4,12 @@ Each estimate must lie within its Student-t tolerance for a family of
 ``family`` comparisons (:func:`jaxqueue.results.stats.tolerance`) plus the
 finite-N allowance of docs/statistics.md: ``ALLOWANCE / N`` times the part of
 the predicted value that the mean field's O(1/N) error acts on
-(:func:`finite_n_scale`), never the whole value.
+(:func:`finite_n_scale`), never the whole value. Against the 1/N-refined mean
+field (``theory.refined_mean_field``), whose error is O(1/N^2), the same
+allowance one order down: ``ALLOWANCE / N^2`` times the same part (``order=2``).
+
+Coverage counts (:func:`coverage_bounds`, :func:`coverage_runs`) are tested
+two-sided: too few covering runs and too many both fail.
 """
 
 import math
@@ -62,18 +67,20 @@ def finite_n_scale(what: str, predicted, *, load: float | None = None, service: 
     return np.abs(p)
 
 
-def finite_n_allowance(what: str, predicted, n_servers: int, **scale):
-    """``ALLOWANCE / n_servers`` times :func:`finite_n_scale`."""
-    return ALLOWANCE / n_servers * finite_n_scale(what, predicted, **scale)
+def finite_n_allowance(what: str, predicted, n_servers: int, *, order: int = 1, **scale):
+    """``ALLOWANCE / n_servers**order`` times :func:`finite_n_scale`: ``order=1``
+    against the mean field, ``order=2`` against the 1/N-refined mean field."""
+    return ALLOWANCE / n_servers**order * finite_n_scale(what, predicted, **scale)
 
 
-def assert_near_mean_field(checks, family: int, n_servers: int, **scale) -> None:
+def assert_near_mean_field(checks, family: int, n_servers: int, *, order: int = 1, **scale):
     """``checks``: ``(estimate, predicted, what)`` triples (arrays allowed);
-    ``what`` names the metric (:data:`KINDS`). ``scale``: ``load=`` (needed
-    for a queue length) and ``service=``, as :func:`finite_n_scale`."""
+    ``what`` names the metric (:data:`KINDS`). ``order``: as
+    :func:`finite_n_allowance`. ``scale``: ``load=`` (needed for a queue
+    length) and ``service=``, as :func:`finite_n_scale`."""
     for est, predicted, what in checks:
         predicted = np.asarray(predicted, np.float64)
-        allowance = finite_n_allowance(what, predicted, n_servers, **scale)
+        allowance = finite_n_allowance(what, predicted, n_servers, order=order, **scale)
         tol = tolerance(est, family, allowance=allowance)
         err = np.abs(np.asarray(est.mean) - predicted)
         assert np.all(err <= tol), f"{what}: simulated {est.mean} ± {tol}, mean field {predicted}"
@@ -97,6 +104,11 @@ def extrapolated(at_n, at_half_n):
 WARMUP_VERDICT_FAILS = pytest.mark.filterwarnings("ignore::jaxqueue.WarmupWarning")
 
 
+def _binomial_pmf(n: int, p: float) -> list:
+    """``P(X = k)`` for ``k = 0..n``, ``X ~ Binomial(n, p)`` (float64, exact binomials)."""
+    return [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+
+
 def binomial_lower(n: int, p: float, alpha: float) -> int:
     """The largest ``k`` with ``P(X < k) <= alpha`` for ``X ~ Binomial(n, p)``: the
     fewest covering runs a coverage test of ``n`` runs at level ``p`` accepts."""
@@ -105,3 +117,39 @@ def binomial_lower(n: int, p: float, alpha: float) -> int:
         cdf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
         k += 1
     return k
+
+
+def binomial_upper(n: int, p: float, alpha: float) -> int:
+    """The smallest ``k`` with ``P(X > k) <= alpha`` for ``X ~ Binomial(n, p)``: the
+    most covering runs a coverage test of ``n`` runs at level ``p`` accepts (``n``
+    where even ``P(X = n)`` exceeds ``alpha``: then no count is too high)."""
+    sf, k = 0.0, n
+    while k > 0 and sf + math.comb(n, k) * p**k * (1 - p) ** (n - k) <= alpha:
+        sf += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        k -= 1
+    return k
+
+
+def coverage_bounds(n: int, p: float, alpha: float) -> tuple[int, int]:
+    """The two-sided acceptance region ``(lower, upper)`` of a coverage count of
+    ``n`` runs at nominal level ``p``, false-alarm rate ``alpha`` (``alpha / 2``
+    each side): too few covering runs (intervals too narrow) and too many
+    (intervals too wide) both fail."""
+    return binomial_lower(n, p, alpha / 2), binomial_upper(n, p, alpha / 2)
+
+
+def coverage_acceptance(n: int, p: float, alpha: float, coverage: float) -> float:
+    """The probability that intervals of true ``coverage`` pass the two-sided test
+    of :func:`coverage_bounds` (``n`` runs, nominal ``p``, rate ``alpha``)."""
+    lower, upper = coverage_bounds(n, p, alpha)
+    return math.fsum(_binomial_pmf(n, coverage)[lower : upper + 1])
+
+
+def coverage_runs(p: float, worse: float, alpha: float, miss: float = 1e-3) -> int:
+    """The fewest runs for which the two-sided test at rate ``alpha``
+    (:func:`coverage_bounds`) passes intervals of coverage ``worse`` with
+    probability at most ``miss``."""
+    n = 2
+    while coverage_bounds(n, p, alpha)[1] == n or coverage_acceptance(n, p, alpha, worse) > miss:
+        n += 1
+    return n

@@ -54,6 +54,33 @@ def _stationary(q):
     return np.linalg.solve(a, b)
 
 
+def pod_stationary(n: int, d: int, load: float, k: int):
+    """Pod(d) on ``n`` unit-rate servers, Poisson arrivals of rate ``load * n``,
+    each server holding at most ``k`` (an arrival to a full one is lost): the
+    sorted queue vectors (non-increasing) and their stationary law. The
+    arrival joins the shortest of ``d`` distinct uniformly random servers: the
+    one of rank ``r`` (0 the shortest, ties in any order: they give the same
+    vector) with probability ``C(n - 1 - r, d - 1) / C(n, d)``."""
+    states = _jsq_states(n, k)
+    index = {s: i for i, s in enumerate(states)}
+    q = np.zeros((len(states), len(states)))
+    pick = [math.comb(n - 1 - r, d - 1) / math.comb(n, d) for r in range(n)]
+    for s, i in index.items():
+        for r, p in enumerate(pick):  # rank r (ascending) is position n - 1 - r
+            j = n - 1 - r
+            if p and s[j] < k:
+                t = list(s)
+                t[j] += 1
+                q[i, index[tuple(sorted(t, reverse=True))]] += load * n * p
+        for j, x in enumerate(s):
+            if x:
+                t = list(s)
+                t[j] -= 1
+                q[i, index[tuple(sorted(t, reverse=True))]] += 1.0
+    np.fill_diagonal(q, -q.sum(axis=1))
+    return states, _stationary(q)
+
+
 def mmpp_jsq_reference(src: MMPP, load: float, n: int, k: int = 40):
     """Mean queue length per server, the law of the shortest queue an arrival
     finds, for an MMPP (mean rate ``load * n``) feeding JSQ."""

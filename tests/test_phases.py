@@ -12,7 +12,7 @@ intervals.
 import jax
 import numpy as np
 import pytest
-from agreement import WARMUP_VERDICT_FAILS
+from agreement import WARMUP_VERDICT_FAILS, assert_near_mean_field
 
 import jaxqueue as jq
 from jaxqueue.core.service import (
@@ -281,7 +281,11 @@ def test_against_the_phase_type_mean_field(case):
     """N = 10^4, lambda = 0.9 (r = 10 for JIQ), 40 time units after 5 of warm-up
     from the phase-type mean field's state (init "auto"). Finite-N
     allowance: the mean field is the N -> infinity limit, its error at N is
-    O(1/N), allowed as 5 / N on every fraction."""
+    O(1/N), allowed as the house 10 / N times ``min(p, 1 - p)`` on every
+    fraction (tests/agreement.py). Measured gaps (allowances): Pod(2) s_1..s_3
+    2.0e-4, 2.8e-4, 5e-6 (1.0e-4, 2.2e-4, 3.5e-4); JIQ 5.0e-4, 2.2e-3,
+    1.8e-3 (1.0e-4, 3.4e-4, 1.2e-4) and p0 2.0e-3 (4.8e-4): none above
+    0.34 of its tolerance."""
     from jaxqueue import theory
 
     name, opts, m, law, levels = case
@@ -303,23 +307,14 @@ def test_against_the_phase_type_mean_field(case):
     mf = theory.mean_field(name, lam, n / m if m > 1 else None, service=law, **opts)
     s = sim.tail
     est = jq.Estimate(np.asarray(s.mean)[1:4], np.asarray(s.ci95)[1:4], s.n)
-    err = np.abs(est.mean - mf.tail[1:4])
-    tol = tolerance(est, FAMILY, allowance=5.0 / n)
-    assert np.all(err <= tol), f"tail: simulated {est.mean} ± {tol}, mean field {mf.tail[1:4]}"
-    if m > 1:
-        _close_with(sim.p0, mf.p0, 5.0 / n, "p0")
+    checks = [(est, mf.tail[1:4], "tail")] + ([(sim.p0, mf.p0, "p0")] if m > 1 else [])
+    assert_near_mean_field(checks, FAMILY, n)
 
 
 def _rate(law):
     from jaxqueue.core.service import parse_service
 
     return parse_service(law).rate
-
-
-def _close_with(est, value, allowance, what):
-    err = abs(est.mean - value)
-    tol = tolerance(est, FAMILY, allowance=allowance)
-    assert err <= tol, f"{what}: simulated {est.mean} ± {tol}, mean field {value}"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import json
 import jax
 import numpy as np
 import pytest
-from agreement import binomial_lower
+from agreement import coverage_acceptance, coverage_bounds, coverage_runs
 
 import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
@@ -136,20 +136,27 @@ def test_pod_at_n_3_against_the_exact_chain():
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::jaxqueue.studies.sensitivity.CurvatureWarning")
 def test_the_paired_interval_covers_the_exact_difference():
-    """40 short runs (seeds 100..139) at N = 3: the 95% interval of D(h) covers
+    """Short runs (seeds from 100) at N = 3: the 95% interval of D(h) covers
     the exact chain's difference at the same loads in about 95% of them. The
-    count is Binomial(40, 0.95) if the interval is right; fewer than 33 has
-    probability below 0.001 (33 is the lower bound at that rate)."""
-    runs, covered, lower = 40, 0, binomial_lower(40, 0.95, 1e-3)
-    assert lower == 33
-    reference = None
+    count is Binomial(runs, 0.95) if the interval is right; the test is
+    two-sided at 0.001 (0.0005 each side): too few covering runs (an interval
+    too narrow) and too many (one too wide: twice the width covers 99.93% with
+    15 degrees of freedom) both fail. The runs are the fewest that also pass
+    an interval of 85% coverage with probability at most 0.001: 347, accepting
+    315 to 341 (measured 326; 40 runs, one-sided, passed an 85% interval 86%
+    of the time and could not fail a wide one)."""
+    runs = coverage_runs(0.95, 0.85, 1e-3)
+    lower, upper = coverage_bounds(runs, 0.95, 1e-3)
+    assert (runs, lower, upper) == (347, 315, 341)
+    assert coverage_acceptance(runs, 0.95, 1e-3, 0.9993) < 1e-6
+    covered, reference = 0, None
     for seed in range(100, 100 + runs):
         s = sensitivity("pod", SMALL_LOAD, 3, steps=12_800, seed=seed, **SMALL)
         if reference is None:
             reference = _exact_difference(*s.values[:2])
         est = s["mean_response_time"]
         covered += abs(est.mean - reference) <= est.ci95
-    assert covered >= lower, covered
+    assert lower <= covered <= upper, (covered, lower, upper)
 
 
 @pytest.mark.slow

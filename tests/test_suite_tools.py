@@ -1,4 +1,5 @@
-"""The suite's own tools (tests/conftest.py): ``--compile-times``."""
+"""The suite's own tools: ``--compile-times`` (tests/conftest.py) and the coverage
+counts' bounds (tests/agreement.py)."""
 
 import os
 import shutil
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from agreement import binomial_lower, binomial_upper, coverage_acceptance, coverage_bounds
+from scipy.stats import binom
 
 TINY = """
 import jax
@@ -60,3 +63,29 @@ def test_compile_times_counts_a_compile_in_its_module(tmp_path):
         row = next(line for line in out.splitlines() if line.endswith("  test_tiny.py"))
         tests, trace, lower, compiled = (float(x) for x in row.split()[:4])
         assert tests >= compiled > 0 and trace + lower > 0, row
+
+
+@pytest.mark.parametrize(
+    ("n", "p", "alpha"), [(40, 0.95, 1e-3), (347, 0.95, 5e-4), (372, 0.9, 1e-2)]
+)
+def test_the_coverage_bounds_are_the_binomial_quantiles(n, p, alpha):
+    """The bounds against SciPy's binomial law: each side's false-alarm rate is
+    at most its share, and one more count on either side would pass it."""
+    lower, upper = binomial_lower(n, p, alpha), binomial_upper(n, p, alpha)
+    assert binom.cdf(lower - 1, n, p) <= alpha < binom.cdf(lower, n, p)
+    if upper < n:
+        assert binom.sf(upper, n, p) <= alpha < binom.sf(upper - 1, n, p)
+    else:  # even all n covering is likelier than alpha: no count is too high
+        assert binom.pmf(n, n, p) > alpha
+    assert coverage_bounds(n, p, 2 * alpha) == (lower, upper)
+
+
+def test_forty_runs_cannot_fail_a_wide_interval_and_347_can():
+    """40 runs: every count up to 40 passes (a too-wide interval cannot fail) and
+    an 85% interval passes 86% of the time; 347 runs reject both."""
+    assert coverage_bounds(40, 0.95, 1e-3)[1] == 40
+    assert coverage_acceptance(40, 0.95, 1e-3, 0.85) > 0.85
+    assert coverage_bounds(347, 0.95, 1e-3) == (315, 341)
+    assert coverage_acceptance(347, 0.95, 1e-3, 0.85) < 1e-3
+    assert coverage_acceptance(347, 0.95, 1e-3, 0.9993) < 1e-6
+    assert coverage_acceptance(347, 0.95, 1e-3, 0.95) > 1 - 1e-3
