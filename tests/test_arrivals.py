@@ -325,3 +325,15 @@ def test_trace_time_averages_are_consistent(policy):
         listed = m / n * float(res.iqueue_distribution.mean @ sizes)
         assert abs((1.0 - res.tail.mean[1]) - listed) < 1e-9
     assert 0.0 < res.p0.mean < 1.0
+
+
+@pytest.mark.parametrize("last", [-2.0, float("nan"), float("inf")])
+def test_a_profile_last_rate_that_is_no_rate_is_refused(last):
+    """The last row's rate is ignored (it marks the end of the period), but a value
+    there that is no rate is a mistake in the file: refused, not dropped in silence."""
+    from jaxqueue.core.arrivals import Profile
+
+    with pytest.raises(ValueError, match=r"the last row's rate .* is not a rate >= 0"):
+        Profile((0.0, 1.0, 2.0), (1.0, 2.0, last))
+    assert Profile((0.0, 1.0, 2.0), (1.0, 2.0, None)).rates[-1] is None
+    assert Profile((0.0, 1.0, 2.0), (1.0, 2.0, 0.5)).rates[-1] is None

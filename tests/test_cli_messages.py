@@ -344,3 +344,15 @@ def test_a_message_that_is_never_sent_prints_a_dash(monkeypatch, capsys):
     assert cli_main(["compare", "--metric", "probe_rate"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].split()[2:] == ["-", "-", "-"] and len(lines) == 3
+
+
+def test_sensitivity_with_a_checkpoint_is_refused_in_one_line(capsys, tmp_path):
+    """--checkpoint was silently ignored by --sensitivity."""
+    argv = ["simulate", "--policy", "pod", "--servers", "4", "--load", "0.5", "--sensitivity"]
+    argv += ["load", "--checkpoint", str(tmp_path / "c.npz")]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: --checkpoint does not apply to --sensitivity")
+        and err.count("\n") == 1
+    )

@@ -47,6 +47,11 @@ def cmd_simulate(args) -> int:
         metrics=_metrics(args),
     )
     if args.sensitivity:
+        if args.checkpoint is not None:  # (it was ignored: a long run was not saved)
+            raise ValueError(
+                "--checkpoint does not apply to --sensitivity (its sides run as one batch "
+                "that is not saved): drop --checkpoint, or run the sides with simulate"
+            )
         return _sensitivity(args, run)
     # a failed warm-up is a WarmupWarning, shown on stderr with the flags to change
     # (jaxqueue.cli's warning display); stdout stays the table or the JSON

@@ -86,6 +86,16 @@ class Profile:
         if len(rates) != t.size:
             raise ValueError(f"profile: {t.size} times but {len(rates)} rates (give one per time)")
         r = _finite("profile rates", rates[:-1]) if t.size > 1 else np.zeros(0)
+        last = rates[-1] if rates else None
+        if last is not None and not (
+            isinstance(last, (int, float, np.floating, np.integer))
+            and math.isfinite(last)
+            and last >= 0
+        ):  # ignored, but a value that is no rate is a mistake in the file: said, not dropped
+            raise ValueError(
+                f"profile: the last row's rate ({last}) is not a rate >= 0; that row marks "
+                "the end of the period and its rate is ignored: leave it empty or give one"
+            )
         if t.size < 2:
             raise ValueError(
                 "profile: give at least two times (a segment start and the period's end)"

@@ -248,6 +248,8 @@ def _warn_failed_warmup(pol: Policy, res) -> None:
     diagnostic failed, naming the policy among those compared, and advising only
     what :func:`compare` (and ``compare`` on the command line) takes: its start is
     the mean field wherever the policy has one, so no other start is advised."""
+    if not warmup_failed(res):
+        return
     text = failure_message(
         res.diagnostics.get("warmup_diagnostic"),
         res.settings["load"],
