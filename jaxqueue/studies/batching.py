@@ -37,6 +37,7 @@ __all__ = [
     "platform",
     "merge_ratio",
     "batches",
+    "device_batches",
     "GPU_RATES",
     "gpu_seconds",
     "CPU_RATES",
@@ -343,15 +344,9 @@ def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
     return levels, iq
 
 
-def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devices=None):
-    """``(group, stored)``: the plan of one shape group (a dict of :func:`plan_grid`'s
-    ``groups``) and how many of its points ``done`` (the stored ids) holds."""
-    run = spec.run
-    ids = {p: p.point_id() for p in points}
-    stored = sum(ids[p] in done for p in points)
-    todo = lambda p, ids=ids: ids[p] not in done  # noqa: E731
-    lengths = run_lengths(points, spec)
-    size, chosen = batches(
+def device_batches(points, spec: GridSpec, batch_points: int, todo, devices, lengths=None):
+    """:func:`batches` as ``devices`` run them: their platform's merge ratio and latency."""
+    return batches(
         points,
         spec,
         batch_points,
@@ -360,6 +355,17 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
         LATENCY_REPLICAS.get(platform(devices), 1),
         lengths,
     )
+
+
+def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devices=None):
+    """``(group, stored)``: the plan of one shape group (a dict of :func:`plan_grid`'s
+    ``groups``) and how many of its points ``done`` (the stored ids) holds."""
+    run = spec.run
+    ids = {p: p.point_id() for p in points}
+    stored = sum(ids[p] in done for p in points)
+    todo = lambda p, ids=ids: ids[p] not in done  # noqa: E731
+    lengths = run_lengths(points, spec)
+    size, chosen = device_batches(points, spec, batch_points, todo, devices, lengths)
     steps = sum(size * run.replicas * max(lengths[p] for p in b) for b in chosen)
     gpu_size, gpu_batches = batches(
         points, spec, batch_points, todo, math.inf, LATENCY_REPLICAS["gpu"], lengths

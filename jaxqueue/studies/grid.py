@@ -27,12 +27,10 @@ from jaxqueue.sim import runner
 from jaxqueue.sim.source import check_source
 from jaxqueue.studies.batching import (
     CPU_MERGE_RATIO,
-    LATENCY_REPLICAS,
     batches,
+    device_batches,
     group_bounds,
-    merge_ratio,
     plan_group,
-    platform,
     run_length,
     run_lengths,
     shape_groups,
@@ -279,15 +277,7 @@ def _schedule(spec: GridSpec, groups, batch_points: int, todo, devices) -> list:
     out = []
     for points in groups.values():
         lengths = run_lengths(points, spec)
-        size, chosen = batches(
-            points,
-            spec,
-            batch_points,
-            todo,
-            merge_ratio(devices),
-            LATENCY_REPLICAS.get(platform(devices), 1),
-            lengths,
-        )
+        size, chosen = device_batches(points, spec, batch_points, todo, devices, lengths)
         out.append((points, size, chosen, lengths))
     return out
 
