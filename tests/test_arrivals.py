@@ -149,6 +149,7 @@ def _check_seen(res, seen, mean_queue):
 # -- the simulator against them -----------------------------------------------------------
 
 
+@pytest.mark.slow  # (2.4 s)
 def test_mmpp_jsq_against_joint_chain():
     """A slow two-state MMPP whose high state overloads the servers (peak 1.02)."""
     src = MMPP(((-0.5, 0.5), (0.5, -0.5)), (0.3, 1.7))
@@ -200,6 +201,7 @@ def test_pool_occupancy_under_a_profile_samples_only_real_service_candidates():
         assert abs(drawn[k] - res.occupancy.mean[k]) <= tol[k], (k, drawn[k], res.occupancy.mean[k])
 
 
+@pytest.mark.slow  # (2.5 s)
 def test_trace_dm1():
     """Evenly spaced trace arrivals on one server: the D/M/1 queue."""
     load = 0.8

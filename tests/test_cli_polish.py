@@ -346,6 +346,7 @@ def test_dispatchers_and_ratio_are_two_spellings_of_one_setting():
             build_parser().parse_args(argv)
 
 
+@pytest.mark.slow  # (with --servers the theory adds the 1/N-refined mean field: 8 s)
 def test_theory_gives_the_same_numbers_by_ratio_or_dispatchers(capsys):
     outs = []
     for flags in (["--ratio", "10"], ["--dispatchers", "100", "--servers", "1000"]):

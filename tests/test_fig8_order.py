@@ -20,6 +20,7 @@ def _gap(load: float) -> float:
     return float(pod - theory.mean_field("jiq-sq", load, R, d=2).mean_response_time)
 
 
+@pytest.mark.slow  # (3 s: JIQ-SQ's generic mean field at a dozen loads)
 def test_the_mean_fields_of_jiq_pod_and_jiq_sq_cross_near_0_9():
     assert _gap(0.8) > 0.05 and _gap(0.95) < -0.1  # JIQ-SQ(2) shorter, then JIQ-Pod(2)
     crossing = brentq(_gap, 0.85, 0.95, xtol=1e-6)

@@ -344,6 +344,22 @@ def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
     return levels, iq
 
 
+def _cpu_levels(spec: GridSpec, points: list) -> int:
+    """The level bound a CPU estimate scales by: the spec's, the largest finite buffer,
+    or the mean field's sizing of exponential Poisson groups (cheap: a closed form or
+    one solve a size). A service law, pools or an arrival source have rates measured
+    at their own bounds (:data:`CPU_RATES`), and sizing them costs seconds: their
+    reference bound is used."""
+    first = points[0]
+    if first.buffer is not None:
+        return max(p.buffer for p in points)
+    if spec.run.levels is not None:
+        return spec.run.levels
+    if first.service is not None or first.pools is not None or first.arrivals is not None:
+        return CPU_RATES["levels"]
+    return group_bounds(points)[0]
+
+
 def device_batches(points, spec: GridSpec, batch_points: int, todo, devices, lengths=None):
     """:func:`batches` as ``devices`` run them: their platform's merge ratio and latency."""
     return batches(
@@ -374,12 +390,11 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
     cpu_size, cpu_batches = batches(
         points, spec, batch_points, todo, CPU_MERGE_RATIO, LATENCY_REPLICAS["cpu"], lengths
     )
-    levels = group_bounds(points)[0]
-    if spec.run.levels is not None and levels is not None:
-        levels = spec.run.levels  # (the spec's bound, where buffers are infinite)
-    if levels is None:  # finite buffers: the largest
-        levels = max(p.buffer for p in points)
-    cpu = cpu_seconds(points, spec, cpu_batches, cpu_size, lengths, levels) if cpu_batches else 0.0
+    cpu = (
+        cpu_seconds(points, spec, cpu_batches, cpu_size, lengths, _cpu_levels(spec, points))
+        if cpu_batches
+        else 0.0
+    )
     first = points[0]
     servers = sorted({p.servers for p in points})
     buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)
