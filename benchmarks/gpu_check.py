@@ -221,8 +221,10 @@ def _timed(cmd: list[str], timeout: float) -> dict:
 
 
 _SIMULATE = """
-import json, sys, time
+import json, sys, time, warnings
 import jaxqueue as jq
+# a timing from an empty start: its warm-up warning would follow the JSON line
+warnings.simplefilter("ignore", jq.WarmupWarning)
 kw = dict(d=2, replicas={replicas}, steps={steps}, warmup=0, init="empty", seed=1)
 t0 = time.perf_counter(); jq.simulate("pod", 0.9, 1000, **kw); first = time.perf_counter() - t0
 t0 = time.perf_counter(); res = jq.simulate("pod", 0.9, 1000, **kw); second = time.perf_counter() - t0
