@@ -29,6 +29,7 @@ also run in their own tests. Every spec is planned whole in the suite.
 
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -314,3 +315,25 @@ def test_a_sweep_keeps_each_points_warmup_verdict(tmp_path):
     csv = tmp_path / "rows.csv"
     assert cli_main(["export", str(store), "--csv", str(csv)]) == 0
     assert "warmup_passed" in csv.read_text().splitlines()[0].split(",")
+
+
+def test_the_committed_paper_scale_stores_match_their_specs(capsys):
+    """sweeps/reproduce.py list: every result it runs has a spec, and each committed
+    finished store holds every point of its spec as the repository has it (a spec
+    edited without a rerun would leave its store, and the figures drawn from it,
+    stale: the hash differs and it reads 'to run')."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "sweeps" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("reproduce", path)
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    cwd = os.getcwd()
+    try:
+        assert reproduce.main(["list"]) == 0
+    finally:
+        os.chdir(cwd)
+    lines = {line.split()[0]: line.split()[2] for line in capsys.readouterr().out.splitlines()}
+    assert set(lines) == set(reproduce.RUNS)
+    for name in ("wang_fig4", "wang_fig6", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2"):
+        assert lines[name] == "finished", name
