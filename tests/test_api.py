@@ -257,9 +257,12 @@ def test_finite_buffer_allows_overload():
     assert res.settings["levels"] == b
     ex = solve_exact("jsq", lam, 8, 1, buffer=b)
     assert ex.blocking_probability > 0.2
-    family = 2
+    family = 3
     assert within(res.blocking_probability, ex.blocking_probability, family)
     assert within(res.mean_queue_length, ex.mean_queue_length, family)
+    # Liu and Ying's p_W counts the blocked arrivals among those sent to a busy server
+    assert ex.busy_routing_probability > ex.waiting_probability > 0
+    assert within(res.busy_routing_probability, ex.busy_routing_probability, family)
 
 
 @pytest.mark.slow

@@ -96,6 +96,8 @@ def test_mm1b_blocking(b, rho):
     occ = rho ** np.arange(b + 1)
     np.testing.assert_allclose(res.occupancy, occ / occ.sum(), rtol=1e-8)
     assert res.truncated_mass == 0.0 and res.queue_bound is None
+    # an arrival is sent to the busy server, blocked or not, unless it is empty (PASTA)
+    assert res.busy_routing_probability == pytest.approx(1 - occ[0] / occ.sum(), rel=1e-8)
 
 
 # ------------------------------------------------------- identities between policies

@@ -39,6 +39,9 @@ SCALAR_METRICS = (
     "mean_response_time",  # mean sojourn time of accepted tasks
     "waiting_probability",  # P(an accepted task finds its server busy)
     "blocking_probability",  # P(an arrival is blocked); None with infinite buffers
+    # P(an arrival is sent to a busy server), blocked ones included: Liu and
+    # Ying's p_W (blocking + (1 - blocking) * waiting)
+    "busy_routing_probability",
     "p0",  # fraction of empty I-queues (JIQ family; None otherwise)
     "join_rate",  # join-I-queue requests per server per unit time (JIQ family; None otherwise)
     "delete_rate",  # delete requests per server per unit time (JIQ family; None otherwise)
@@ -128,6 +131,11 @@ def _json_setting(x):
     return x
 
 
+def _is_number(x) -> bool:
+    """A plain number (a theory's or an exact chain's value), not an Estimate or None."""
+    return isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
 class Result:
     """Metrics of one configuration, from one source (see the module docstring).
@@ -142,11 +150,13 @@ class Result:
             policies measures it with several dispatchers only, as with one
             it is the law of the number of idle servers).
         mean_queue_length, mean_response_time, waiting_probability,
-        blocking_probability, p0, join_rate, delete_rate, probe_rate,
+        blocking_probability, busy_routing_probability, p0, join_rate, delete_rate, probe_rate,
         stale_fraction: see :data:`SCALAR_METRICS`; ``None`` where they do
         not apply (set so here for every source: ``blocking_probability``
         with an infinite buffer, ``join_rate`` and ``delete_rate`` where
-        ``p0`` is None, a policy without I-queues).
+        ``p0`` is None, a policy without I-queues). A source that gives
+        ``busy_routing_probability`` as None gets it from the identity
+        ``blocking + (1 - blocking) * waiting`` where both are numbers.
         response_quantiles: ``{q: value}`` for ``q`` in :data:`QUANTILES`.
         pool_arrival_share, pool_utilization, pool_mean_queue_length,
         pool_mean_response_time, pool_waiting_probability: with server pools,
@@ -174,6 +184,7 @@ class Result:
     mean_response_time: Any
     waiting_probability: Any
     blocking_probability: Any
+    busy_routing_probability: Any = None
     p0: Any = None
     join_rate: Any
     delete_rate: Any
@@ -196,6 +207,12 @@ class Result:
         # blocking with infinite buffers, I-queue messages without I-queues.
         if "buffer" in self.settings and self.settings["buffer"] is None:
             object.__setattr__(self, "blocking_probability", None)
+        if self.busy_routing_probability is None and _is_number(self.waiting_probability):
+            blocked = self.blocking_probability
+            blocked = 0.0 if blocked is None else blocked
+            if _is_number(blocked):
+                routed = float(blocked + (1.0 - blocked) * self.waiting_probability)
+                object.__setattr__(self, "busy_routing_probability", routed)
         if self.p0 is None:
             object.__setattr__(self, "join_rate", None)
             object.__setattr__(self, "delete_rate", None)

@@ -99,6 +99,8 @@ def metric_samples(
             "mean_response_time": erlang_mixture_mean(seen) / SERVICE_RATE,
             "waiting_probability": 1.0 - seen_dist[:, 0],
             "blocking_probability": sums["blocked"] / arrivals,
+            # every arrival that did not find an idle server: blocked ones found a full one
+            "busy_routing_probability": 1.0 - seen[:, 0] / arrivals,
             "arrival_seen": seen_dist,
         }
         if rate is None:
@@ -380,6 +382,7 @@ def from_stats(
         mean_response_time=est["mean_response_time"],
         waiting_probability=est["waiting_probability"],
         blocking_probability=est["blocking_probability"],
+        busy_routing_probability=est["busy_routing_probability"],
         response_quantiles=quantiles,
         arrival_seen=est["arrival_seen"],
         p0=est.get("p0"),

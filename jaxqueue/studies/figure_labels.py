@@ -37,6 +37,7 @@ AXIS_LABELS = {
     "mean_response_time": "mean response time $T$",
     "waiting_probability": r"$P(\mathrm{wait})$",
     "blocking_probability": r"$P(\mathrm{blocked})$",
+    "busy_routing_probability": r"$P(\mathrm{sent\ to\ a\ busy\ server})$",
     "mean_queue_length": "mean tasks per server",
     "p0": "$p_0$",
     "join_rate": "join requests per server per unit time",
