@@ -12,10 +12,12 @@ exponent's 95% interval from theirs), the exponent of
 * E[N S_2] (Corollary 2.2: O(N^alpha log N)) and E[N S_3] (o(1));
 * P(wait) and the mean wait E[W] = T - 1 (Corollary 2.3: both
   O(log N / N^(1 - alpha)); conjectured Theta(1 / N^(1 - alpha)));
-* where the store has them (liu_ying_fig1.toml's [metrics]), the time
-  averages of max{sum_i S_i - 1 - k log N / N^(1 - alpha), 0} at k = 0 and 1
-  (Theorem 2.1's quantity; the simple system it is coupled to gives
-  N^(alpha - 1) at k = 0);
+* where the store has them (liu_ying_fig1.toml's and liu_ying_theorem.toml's
+  [metrics]), the time averages of max{sum_i S_i - 1 - k log N / N^(1 - alpha), 0}
+  at k = 0, 1 and 2 and of their squares (Theorem 2.1's quantity; the simple
+  system it is coupled to gives N^(alpha - 1) at k = 0), the probability that
+  Lemma 3.1's state-space collapse fails, and p_W (busy_routing_probability:
+  the arrivals sent to a busy server, blocked ones included);
 
 and prints them beside the stated rates (alpha or alpha - 1, and the
 effective exponent of the stated bound over the same N, which its log N
@@ -31,6 +33,7 @@ the counts, the bounds' exponents, and the table.
 
     python sweeps/liu_ying_fig1.py liu_ying_fig1.sqlite -o figures/ [--json]
     python sweeps/liu_ying_fig1.py liu_ying_fig2.sqlite -o figures/ [--json]
+    python sweeps/liu_ying_fig1.py liu_ying_theorem.sqlite -o figures/ [--json]
 
 A point whose estimate is 0 (no server ever held two tasks: alpha < 0.5 at
 small N) has no logarithm and is left out; with fewer than two points left
@@ -76,7 +79,22 @@ QUANTITIES = (
         lambda n, a: np.log(n) / n ** (1 - a),
     ),
     ("excess k=0", "excess0", None, None, lambda a: a - 1, None),
-    ("excess k=1", "excess1", None, None, lambda a: a - 1, None),
+    # k >= 1: the theorem bounds these moments without a rate to compare with
+    ("excess k=1", "excess1", None, None, lambda a: math.nan, None),
+    # liu_ying_theorem.toml's metrics: k = 2, the second moments, the collapse, p_W
+    ("excess k=2", "excess2", None, None, lambda a: math.nan, None),
+    ("excess^2 k=0", "excess0_sq", None, None, lambda a: 2 * (a - 1), None),
+    ("excess^2 k=1", "excess1_sq", None, None, lambda a: math.nan, None),
+    ("excess^2 k=2", "excess2_sq", None, None, lambda a: math.nan, None),
+    ("SSC fails", "ssc_fails", None, None, lambda a: math.nan, None),
+    (
+        "p_W",
+        "busy_routing_probability",
+        None,
+        None,
+        lambda a: a - 1,
+        lambda n, a: np.log(n) / n ** (1 - a),
+    ),
 )
 #: What the M/M/N queue's counterpart is, where its name differs.
 MMN_NAMES = {"N(S2-S3)": "tasks waiting", "N S2": "tasks waiting", "excess k=0": "waiting / N"}

@@ -46,7 +46,9 @@ RUNS = {
     "wang_table2_qk": None,
     "wang_table2_fig5": None,
     "mukherjee_hw": "cpu",
-    "liu_ying_alpha1": None,
+    "liu_ying_alpha1": "cpu",
+    "liu_ying_class": None,
+    "liu_ying_theorem": "cpu",
     "liu_ying_fig2": "cpu",
     "liu_ying_fig1": "cpu",
     "wang_trace": None,
@@ -64,6 +66,9 @@ DOC_FIGURES = {
     "liu_ying_alpha1.png": ("liu_ying_alpha1", "fig2_s2"),
     "liu_ying_fig1.png": ("liu_ying_fig1", "fig1"),
     "liu_ying_fig1_counts.png": ("liu_ying_fig1", "fig1_counts"),
+    "liu_ying_class.png": ("liu_ying_class", "p_w"),
+    "liu_ying_theorem_excess.png": ("liu_ying_theorem", "excess"),
+    "liu_ying_theorem_ssc.png": ("liu_ying_theorem", "ssc"),
 }
 
 

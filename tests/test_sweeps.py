@@ -335,5 +335,7 @@ def test_the_committed_paper_scale_stores_match_their_specs(capsys):
         os.chdir(cwd)
     lines = {line.split()[0]: line.split()[2] for line in capsys.readouterr().out.splitlines()}
     assert set(lines) == set(reproduce.RUNS)
-    for name in ("wang_fig4", "wang_fig6", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2"):
+    finished = ("wang_fig4", "wang_fig6", "wang_table2_fig5", "mukherjee_hw", "liu_ying_fig2")
+    finished += ("liu_ying_fig1", "liu_ying_alpha1", "liu_ying_class", "liu_ying_theorem")
+    for name in finished:
         assert lines[name] == "finished", name
