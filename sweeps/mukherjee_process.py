@@ -14,6 +14,11 @@ prints the largest gap of each curve from the limit with its interval.
     python sweeps/mukherjee_process.py --quick   # N = 100, 400, 1600: about a minute on 2 CPU cores
     python sweeps/mukherjee_process.py --cpu     # N up to 6400, 4096 replicas: 2 CPU cores
     python sweeps/mukherjee_process.py           # N up to 102400: for a GPU
+
+Each finished curve is written at once to the mode's store,
+``sweeps/results/mukherjee_process.<mode>.json`` (``--store``), and a rerun
+with the same settings resumes after the last finished curve; ``--figure`` and
+the printed table are drawn from the store when every curve is in it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import jaxqueue as jq
+from jaxqueue.core.versions import versions
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs.bounds import horizon_levels
 from jaxqueue.sim.transient import poisson_weights
@@ -151,14 +159,53 @@ def jsq_chain(n: int, beta: float, times: np.ndarray) -> np.ndarray:
     return out / math.sqrt(n)
 
 
-def run(mode: dict, beta: float, seed: int, log=sys.stderr) -> dict:
+def settings(mode: dict, beta: float, seed: int) -> dict:
+    """What a store's curves depend on: a resumed run must match it exactly."""
+    keys = ("servers", "replicas", "paths", "labels")
+    out = {k: list(mode[k]) if k in ("servers", "labels") else mode[k] for k in keys if k in mode}
+    out.update(beta=beta, seed=seed, times=list(TIMES), dt=DT)
+    return out
+
+
+def load_store(path: Path | None, wanted: dict) -> list[dict]:
+    """The finished curves of a store written with ``wanted`` settings ([] if none)."""
+    if path is None or not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if data.get("settings") != wanted:
+        have = data.get("settings", {})
+        diff = sorted(k for k in set(have) | set(wanted) if have.get(k) != wanted.get(k))
+        raise SystemExit(
+            f"error: the store {path} was written with other settings ({', '.join(diff)}); "
+            "use another --store, or delete it to start again"
+        )
+    return data["curves"]
+
+
+def save_store(path: Path | None, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def run(mode: dict, beta: float, seed: int, log=sys.stderr, store: Path | None = None) -> dict:
     """Every curve of a mode, the limit's and the gaps (JSON-ready).
 
     ``mode``: ``servers``, ``replicas``, ``paths`` (as :data:`MODES`), and
     optionally ``labels``, the labels of :func:`d_values` to run (default all).
+    ``store``: a JSON file that keeps each finished curve; a rerun resumes from it.
     """
+    wanted = settings(mode, beta, seed)
+    done = {(row["servers"], row["label"]): row for row in load_store(store, wanted)}
     limit = diffusion_paths(beta, TIMES, paths=mode["paths"], dt=DT, seed=seed)
     out = {
+        "settings": wanted,
         "beta": beta,
         "times": list(TIMES),
         "replicas": mode["replicas"],
@@ -176,6 +223,9 @@ def run(mode: dict, beta: float, seed: int, log=sys.stderr) -> dict:
         for label, d in d_values(n).items():
             if label not in mode.get("labels", (label,)):
                 continue
+            if (n, label) in done:
+                out["curves"].append(done[(n, label)])
+                continue
             start = time.perf_counter()
             curves = simulate(n, d, beta, mode["replicas"], seed)
             row = {"servers": n, "label": label, "d": d}
@@ -183,8 +233,11 @@ def run(mode: dict, beta: float, seed: int, log=sys.stderr) -> dict:
             row["gap_q1"] = largest_gap(curves["q1"], limit.q1)
             row["gap_q2"] = largest_gap(curves["q2"], limit.q2)
             row["max_q3"] = float(np.max(curves["q3"].mean))
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            row["versions"] = versions()
             out["curves"].append(row)
-            print(f"N={n} d={d} ({label}): {time.perf_counter() - start:.1f} s", file=log)
+            save_store(store, out)
+            print(f"N={n} d={d} ({label}): {row['seconds']:.1f} s", file=log)
     return out
 
 
@@ -273,6 +326,12 @@ def main(argv=None) -> int:
     ap.add_argument("--figure", default="docs/figures/mukherjee_process.png")
     ap.add_argument("--json", default=None, help="also write every curve and gap to this file")
     ap.add_argument(
+        "--store",
+        default=None,
+        help="keep finished curves here and resume from them "
+        "(default: sweeps/results/mukherjee_process.<mode>.json; 'none' for no store)",
+    )
+    ap.add_argument(
         "--chain",
         type=int,
         nargs="+",
@@ -283,9 +342,15 @@ def main(argv=None) -> int:
     if args.chain:
         print(chain_table(args.chain, args.beta, args.seed))
         return 0
-    data = run(
-        MODES["quick" if args.quick else "cpu" if args.cpu else "full"], args.beta, args.seed
+    name = "quick" if args.quick else "cpu" if args.cpu else "full"
+    store = (
+        None
+        if args.store == "none"
+        else Path(
+            args.store or Path(__file__).parent / "results" / f"mukherjee_process.{name}.json"
+        )
     )
+    data = run(MODES[name], args.beta, args.seed, store=store)
     print(table(data))
     if args.figure:
         plot(data, args.figure)

@@ -153,8 +153,14 @@ def test_quick_mode_slice_runs_and_sits_near_the_limit(tmp_path):
     0.10) plus the limit's interval."""
     script = _script()
     mode = {"servers": (400,), "replicas": 256, "paths": 1 << 14, "labels": ("2", "N")}
-    data = script.run(mode, 1.0, 0, log=None)
+    store = tmp_path / "process.json"
+    data = script.run(mode, 1.0, 0, log=None, store=store)
     assert [row["d"] for row in data["curves"]] == [2, 400]
+    # a rerun resumes from the store: nothing is simulated again, the curves are the same
+    script.simulate = lambda *a: pytest.fail("a finished curve was simulated again")
+    assert script.run(mode, 1.0, 0, log=None, store=store)["curves"] == data["curves"]
+    with pytest.raises(SystemExit, match="replicas"):
+        script.run(dict(mode, replicas=128), 1.0, 0, log=None, store=store)
     lim = {k: Estimate.from_dict(data["limit"][k]) for k in ("q1", "q2")}
     for row in data["curves"]:
         for key in ("q1", "q2"):
