@@ -160,9 +160,10 @@ def jsq_chain(n: int, beta: float, times: np.ndarray) -> np.ndarray:
 
 
 def settings(mode: dict, beta: float, seed: int) -> dict:
-    """What a store's curves depend on: a resumed run must match it exactly."""
-    keys = ("servers", "replicas", "paths", "labels")
-    out = {k: list(mode[k]) if k in ("servers", "labels") else mode[k] for k in keys if k in mode}
+    """What a store's curves depend on: a resumed run must match it exactly. The
+    servers and labels are not among them: each curve is kept under its own ``N``
+    and ``d``, so a run over more of them adds to the store."""
+    out = {"replicas": mode["replicas"], "paths": mode["paths"]}
     out.update(beta=beta, seed=seed, times=list(TIMES), dt=DT)
     return out
 

@@ -15,6 +15,11 @@ exported as CSV beside it (``NAME.MODE.csv``, not kept), and its wall time on
     python sweeps/reproduce.py figures             # docs/figures/ from the stores
     python sweeps/reproduce.py list                # what runs, in which mode
 
+Mukherjee et al.'s process-level comparison is a script with its own store
+(``python sweeps/mukherjee_process.py --cpu``, resuming from
+``sweeps/results/mukherjee_process.cpu.json``); ``figures`` redraws its figure
+from that store once every curve is in it.
+
 A figure is drawn only from a finished store of the mode listed here, never
 from a quick mode; a point whose warm-up diagnostic failed is drawn hollow
 (``python -m jaxqueue plot`` says so).
@@ -67,6 +72,8 @@ DOC_FIGURES = {
     "liu_ying_fig1.png": ("liu_ying_fig1", "fig1"),
     "liu_ying_fig1_counts.png": ("liu_ying_fig1", "fig1_counts"),
     "liu_ying_class.png": ("liu_ying_class", "p_w"),
+    "wang_fig9.png": ("wang_trace", "fig9"),
+    "wang_fig10.png": ("wang_trace", "fig10"),
     "liu_ying_theorem_excess.png": ("liu_ying_theorem", "excess"),
     "liu_ying_theorem_ssc.png": ("liu_ying_theorem", "ssc"),
 }
@@ -156,7 +163,32 @@ def figures() -> int:
                 return code
             for png in Path(tmp).glob("*.png"):
                 shutil.copyfile(png, FIGURES / f"liu_ying_{png.stem}.png")
-    return 0
+    return _process_figure()
+
+
+def _process_figure() -> int:
+    """docs/figures/mukherjee_process.png from the finished ``--cpu`` store (the
+    script simulates nothing when every curve is stored)."""
+    sys.path.insert(0, str(HERE))
+    import mukherjee_process as mp
+
+    store = RESULTS / "mukherjee_process.cpu.json"
+    stored = set()
+    if store.exists():
+        stored = {(c["servers"], c["label"]) for c in json.loads(store.read_text())["curves"]}
+    wanted = {(n, label) for n in mp.MODES["cpu"]["servers"] for label in mp.d_values(n)}
+    if not wanted <= stored:
+        print(
+            f"[reproduce] {len(wanted - stored)} curves of {store.name} are missing, its "
+            "figure is not drawn (python sweeps/mukherjee_process.py --cpu)",
+            file=sys.stderr,
+        )
+        return 0
+    script = [sys.executable, str(HERE / "mukherjee_process.py"), "--cpu"]
+    code = subprocess.call(script + ["--figure", str(FIGURES / "mukherjee_process.png")])
+    if code == 0:
+        print("[reproduce] docs/figures/mukherjee_process.png", file=sys.stderr)
+    return code
 
 
 def main(argv=None) -> int:
