@@ -101,8 +101,9 @@ FIGURE_KINDS = ("values", "exponent")
 EXPONENT_KEYS = ("across", "reference", "reference_range", "reference_label")
 #: Points at which a reference line is drawn.
 REFERENCE_POINTS = 101
-#: Approximations a figure can draw beside its theory (``baseline``; jaxqueue.studies.baselines).
-BASELINES = ("lu",)
+#: Approximations a figure can draw beside its theory (``baseline``; jaxqueue.studies.baselines):
+#: Lu et al.'s against the load, the diffusion limit's stationary mean against ``n_servers``.
+BASELINES = ("lu", "diffusion")
 #: The response-time law, ``P(T <= t)`` against ``t`` (drawn from ``arrival_seen``).
 CDF = "response_cdf"
 #: Metric names a figure can draw (as in the simulate JSON; quantiles as
@@ -360,8 +361,14 @@ def _metrics(value, user: tuple) -> tuple:
 
 def _check_kind(fig: FigureSpec, table: dict, fail) -> None:
     """The keys of a figure's kind: an exponent figure's across, x and reference, and
-    none of them on a figure of values."""
+    none of them on a figure of values; a values figure's baseline and its x."""
     if fig.kind == "values":
+        if fig.baseline == "diffusion" and fig.x != "n_servers":
+            fail(
+                "baseline",
+                'baseline = "diffusion" is drawn against x = "n_servers" (counts over sqrt(N)), '
+                f"got x = {fig.x!r}",
+            )
         for key in EXPONENT_KEYS:
             if key in table:
                 fail(key, f'{key} applies to kind = "exponent" only (this figure draws values)')

@@ -409,7 +409,8 @@ def summary_text(line: dict) -> str:
         )
     rel, z = line["max_relative_error"], line["max_z"]
     if rel is None:
-        return "no theory"
+        beside = line.get("baseline")
+        return "no theory" + (f"; the {beside} drawn beside it" if beside else "")
     if z is None:
         return f"max relative error {100 * rel:.2f}%"
     return f"max relative error {100 * rel:.2f}% at x = {line['at_x']:g}, max |diff| / CI {z:.2f}"

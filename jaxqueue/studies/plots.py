@@ -12,7 +12,7 @@ import sqlite3
 
 import numpy as np
 
-from jaxqueue.studies.baselines import BASELINE_NAMES, baseline_curve
+from jaxqueue.studies.baselines import BASELINE_NAMES, SHARED_BASELINES, baseline_curve
 from jaxqueue.studies.figure_labels import panel_label, theory_name, zero_note
 from jaxqueue.studies.figure_spec import axis_label, metric_label, reference_line
 from jaxqueue.studies.figures import (
@@ -65,9 +65,10 @@ __all__ = [
 ]
 
 
-def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool) -> float:
-    """A line's theory (its fine curve where given, else through its points) and refined
-    mean field; returns the smallest value drawn (for a log y axis)."""
+def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool, baseline=None) -> float:
+    """A line's theory (its fine curve where given, else through its points), refined
+    mean field and ``baseline`` ``(x, y)`` (dotted, or None); returns the smallest value
+    of the theory and refined mean field drawn (for a log y axis)."""
     x, y = (s.x, s.theory) if curve is None else curve
     th = positive(y, logy) & positive(x, logx)
     if th.sum() >= 1:
@@ -76,6 +77,10 @@ def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool) -> float:
     if rf.sum() >= 1:
         style = "--" if rf.sum() > 1 else "x"
         ax.plot(s.x[rf], s.refined[rf], style, color=color, lw=1.0, ms=6)
+    if baseline is not None:
+        bx, by = baseline
+        ok = positive(by, logy) & positive(bx, logx)
+        ax.plot(bx[ok], by[ok], ":", color=color, lw=1.4)
     return min(y[th].min(initial=np.inf), s.refined[rf].min(initial=np.inf))
 
 
@@ -164,8 +169,14 @@ def _draw_series(
     baseline_name=None,
     reference=None,
     theory_label="theory",
+    shared_baseline=False,
 ):
-    """:func:`plot_series` without its legend: ``(ax, handles, labels)`` of the legend."""
+    """:func:`plot_series` without its legend: ``(ax, handles, labels)`` of the legend.
+
+    ``shared_baseline``: the baselines are level lines that do not depend on a
+    line's policy (:data:`~jaxqueue.studies.baselines.SHARED_BASELINES`), drawn
+    once per value in grey (:func:`_draw_levels`) rather than per line.
+    """
     if ax is None:
         ax = pyplot_free_figure(
             figsize=(6.4 + LEGEND_WIDTH, 4.4), layout="constrained"
@@ -194,11 +205,10 @@ def _draw_series(
         if failed.any():  # a point whose warm-up diagnostic failed: hollow
             ax.plot(x[failed], s.y[failed], "o", ms=4, mfc="white", mec=color, zorder=3)
         if theory:
-            lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy))
-        if theory and baselines is not None and baselines[i] is not None:
-            bx, by = baselines[i]
-            ok = positive(by, logy) & positive(bx, logx)
-            ax.plot(bx[ok], by[ok], ":", color=color, lw=1.4)
+            line = None if baselines is None or shared_baseline else baselines[i]
+            lowest = min(lowest, _draw_theory(ax, s, curve, color, logx, logy, line))
+    if theory and baselines is not None and shared_baseline:
+        _draw_levels(ax, baselines, logx, logy)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -227,6 +237,22 @@ def _draw_series(
             )
     ax.grid(True, which="major", alpha=0.3)
     return ax, handles, labels
+
+
+def _draw_levels(ax, baselines: list, logx: bool, logy: bool) -> None:
+    """Level lines ``(x, y)`` (y constant), each value once, dotted in grey over the
+    x range of the lines that have it."""
+    spans: dict = {}
+    for line in baselines:
+        if line is None:
+            continue
+        bx, by = line
+        ok = positive(by, logy) & positive(bx, logx)
+        if ok.any():
+            low, high = spans.get(float(by[ok][0]), (np.inf, -np.inf))
+            spans[float(by[ok][0])] = (min(low, bx[ok].min()), max(high, bx[ok].max()))
+    for y, (low, high) in spans.items():
+        ax.plot([low, high], [y, y], ":", color="0.3", lw=1.4)
 
 
 def plot_cdf(
@@ -447,6 +473,7 @@ def plot_figure(
                 curves=[curves[i] for i in mine],
                 baselines=[lines[i] for i in mine],
                 baseline_name=BASELINE_NAMES.get(fig.baseline),
+                shared_baseline=fig.baseline in SHARED_BASELINES,
                 reference=_reference(fig, [series[i] for i in mine]),
                 **style,
             )
@@ -501,6 +528,9 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
         (largest relative error and |difference| / half-width against theory;
         against a benchmark such as the M/M/N queue, also the ratio to it);
         of a ``response_cdf`` figure, of its quantiles (``x``: the level).
+        With a ``baseline``, each line also has ``baseline`` (its legend name,
+        None where the line has none) and ``baseline_values`` (at the line's
+        ``x``; None where none).
     """
     spec, rows = read_store(store_path, spec_path)
     fig = spec.figure(figure)
@@ -509,4 +539,19 @@ def plot_store(store_path, figure: str, out, *, spec_path=None, dpi: int = 120) 
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     mpl_fig.savefig(out, dpi=dpi)
     lines = cdf_quantiles(rows, fig) if fig.metrics == (CDF,) else figure_series(rows, fig)
-    return summarize(lines, spec.run.theory)
+    report = summarize(lines, spec.run.theory)
+    if fig.baseline is not None and fig.metrics != (CDF,):
+        _report_baselines(report, lines, fig, spec)
+    return report
+
+
+def _report_baselines(report: list[dict], lines: list, fig: FigureSpec, spec: GridSpec) -> None:
+    """Add to each line's report its baseline's name and values at its ``x`` (None: none)."""
+    cache: dict = {}
+    for row, s in zip(report, lines):
+        curve = baseline_curve(s, fig, spec, cache)
+        row["baseline"] = None if curve is None else BASELINE_NAMES[fig.baseline]
+        row["baseline_values"] = None
+        if curve is not None:
+            at = np.interp(s.x, *curve, left=np.nan, right=np.nan)
+            row["baseline_values"] = [float(v) if np.isfinite(v) else None for v in at]

@@ -19,10 +19,24 @@ import numpy as np
 
 from jaxqueue.results.estimates import Estimate, estimate
 
-__all__ = ["DiffusionPaths", "integrate", "diffusion_paths", "linear_moments", "QUANTILES"]
+__all__ = [
+    "DiffusionPaths",
+    "StationaryMeans",
+    "integrate",
+    "diffusion_paths",
+    "stationary_means",
+    "linear_moments",
+    "QUANTILES",
+]
 
 #: Quantiles reported by :func:`diffusion_paths` unless asked otherwise.
 QUANTILES = (0.05, 0.5, 0.95)
+#: The most steps :func:`stationary_means` takes (``(burn + span) / dt``).
+MAX_STEPS = 1_000_000
+#: The most times :func:`stationary_means` samples each path at over its span.
+MAX_SAMPLES = 400
+#: :func:`stationary_means` samples each path this often (or coarser, see ``MAX_SAMPLES``).
+SAMPLE_EVERY = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +59,25 @@ class DiffusionPaths:
     quantiles: tuple
     q1_quantiles: np.ndarray
     q2_quantiles: np.ndarray
+    settings: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class StationaryMeans:
+    """The stationary means of the limit, from each path's long-run time average.
+
+    Attributes:
+        q1: ``E[Q_1]`` (``-beta`` exactly: docs/diffusion.md), an
+            :class:`~jaxqueue.results.estimates.Estimate` across paths.
+        q2: ``E[Q_2]`` (servers with two tasks over ``sqrt(N)``), likewise.
+        times: the times each path's average is taken at (equally spaced
+            over ``[burn, burn + span]``, on the ``dt`` grid).
+        settings: ``beta``, ``paths``, ``dt``, ``burn``, ``span``, ``seed``.
+    """
+
+    q1: Estimate
+    q2: Estimate
+    times: tuple
     settings: dict
 
 
@@ -180,6 +213,84 @@ def diffusion_paths(
             "seed": int(seed),
             "reflect": bool(reflect),
         },
+    )
+
+
+def _number(name: str, value, low: float, *, closed: bool, high: float = math.inf) -> float:
+    """``value`` as a float, or a one-line ValueError naming ``name`` and its range."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and (value >= low if closed else value > low)
+    if not ok or value > high:
+        need = f"{'>=' if closed else '>'} {low:g}" + ("" if high == math.inf else f", <= {high:g}")
+        raise ValueError(f"{name}={value!r} is out of range: need a finite number {need}")
+    return float(value)
+
+
+def _sample_times(dt: float, burn: float, span: float) -> tuple:
+    """Equally spaced times from ``burn`` (rounded up to the ``dt`` grid) over ``span``:
+    every :data:`SAMPLE_EVERY` time units or coarser, at most ``MAX_SAMPLES + 1`` times."""
+    first = math.ceil(burn / dt - 1e-9)
+    steps = max(1, round(span / dt))
+    every = max(1, round(SAMPLE_EVERY / dt), math.ceil(steps / MAX_SAMPLES))
+    if first + steps > MAX_STEPS:
+        raise ValueError(
+            f"(burn + span) / dt = {first + steps} steps is out of range: need at most "
+            f"{MAX_STEPS} (a larger dt, or a shorter burn or span)"
+        )
+    return tuple(dt * (first + every * i) for i in range(steps // every + 1))
+
+
+def stationary_means(
+    beta: float,
+    *,
+    paths: int = 4096,
+    dt: float = 0.01,
+    burn: float | None = None,
+    span: float | None = None,
+    seed: int = 0,
+) -> StationaryMeans:
+    """The stationary ``E[Q_1]`` and ``E[Q_2]`` of the limit, with 95% intervals across paths.
+
+    Each path starts at ``(0, 0)`` (:func:`integrate`); its time average over
+    ``[burn, burn + span]`` (sampled every 0.1 time units, or at most
+    ``MAX_SAMPLES + 1`` times) is one sample, and the estimate is their mean
+    with its Student-t half-width. The limit relaxes in a time of order
+    ``1 / beta^2`` (about 5, 16 and 60 time units at ``beta`` = 1, 0.5 and
+    0.25), so ``burn`` defaults to ``10 / min(beta, 1)^2`` and ``span`` to
+    three times that. The errors (the step's bias, the burn-in's) and the
+    values: docs/diffusion.md. Cached per arguments: figures call it.
+
+    Args:
+        beta: the Halfin-Whitt parameter, > 0.
+        paths: independent paths, >= 2.
+        dt: the time step, in (0, 0.5].
+        burn: the time each path runs before its average starts, >= 0.
+        span: the length of the average, >= ``dt``.
+        seed: the key, an integer >= 0.
+    """
+    beta = _number("beta", beta, 0.0, closed=False)
+    if isinstance(paths, bool) or not isinstance(paths, (int, np.integer)) or paths < 2:
+        raise ValueError(f"paths={paths!r} is out of range: need an integer >= 2")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed!r} is out of range: need an integer in [0, 2^32)")
+    dt = _number("dt", dt, 0.0, closed=False, high=0.5)
+    default = 10.0 / min(beta, 1.0) ** 2
+    burn = default if burn is None else _number("burn", burn, 0.0, closed=True)
+    span = 3.0 * default if span is None else _number("span", span, dt, closed=True)
+    return _stationary(beta, int(paths), dt, burn, span, int(seed))
+
+
+@functools.lru_cache(maxsize=64)
+def _stationary(beta, paths, dt, burn, span, seed) -> StationaryMeans:
+    """:func:`stationary_means` of checked arguments (cached)."""
+    times = _sample_times(dt, burn, span)
+    x = integrate(beta, times, paths=paths, dt=dt, seed=seed)
+    settings = {"beta": beta, "paths": paths, "dt": dt, "burn": burn, "span": span, "seed": seed}
+    return StationaryMeans(
+        q1=estimate(x[:, :, 0].mean(axis=1)),
+        q2=estimate(x[:, :, 1].mean(axis=1)),
+        times=times,
+        settings=settings,
     )
 
 
