@@ -30,6 +30,7 @@ from jaxqueue.core.user_metrics import (
     PER_ARRIVAL,
     MetricState,
     UserMetric,
+    UserMetricWarning,
     at_fixed_point,
     at_state,
     metric_names,
@@ -338,3 +339,14 @@ def test_per_arrival_metrics_count_only_accepted_arrivals(policy, rule):
         est = sim.metric(key)
         tol = jq.tolerance(est, family=BLOCKING_FAMILY)
         assert abs(est.mean - value) <= tol, (key, est, value, tol)
+
+
+def test_q_is_exactly_zero_where_no_server_holds_k_tasks():
+    """``q`` comes from the integer counts: with every server busy, ``q[0]`` is 0
+    exactly, so ``1/q[0]`` is infinite there and said to be (as a difference of
+    float32 fractions, ``q[0]`` was 1.5e-8 at N = 10 and ``1/q[0]`` averaged a
+    finite 3.8e7 in this run)."""
+    with pytest.warns(UserMetricWarning, match="'x' is infinite or undefined"):
+        res = jq.simulate("jsq", 0.95, 10, replicas=4, steps=1024, seed=3, metrics={"x": "1/q[0]"})
+    assert float(res.tail.mean[1]) > 0.9  # the servers are busy: q[0] is 0 much of the time
+    assert not np.isfinite(res.user_metrics["x"].mean)

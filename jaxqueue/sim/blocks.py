@@ -62,7 +62,10 @@ def metric_state(core: Core, load, system: System, policy: Policy) -> MetricStat
     m = jnp.float32(system.n_dispatchers) if core.sizes is None else core.sizes[1]
     m = jnp.asarray(m, jnp.float32)
     s = core.tail.astype(jnp.float32) / n
-    q = s - jnp.concatenate([s[1:], jnp.zeros_like(s[:1])])
+    # q from the integer counts: exactly 0 where no server holds k tasks (a
+    # difference of float32 fractions can leave 1e-8, and log(q[0]) finite)
+    exact = core.tail - jnp.concatenate([core.tail[1:], jnp.zeros_like(core.tail[:1])])
+    q = exact.astype(jnp.float32) / n
     iq = None
     if policy.uses_iqueues:
         view = _iq_view(core, system, policy).astype(jnp.float32)
