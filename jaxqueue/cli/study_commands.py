@@ -17,6 +17,7 @@ from jaxqueue.policies import make
 from jaxqueue.results.display import applies, format_metric
 from jaxqueue.results.estimates import entries
 from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
+from jaxqueue.runs.estimates import size_text
 from jaxqueue.studies import compare as compare_study
 from jaxqueue.studies import export, grid
 from jaxqueue.studies import spec as grid_spec
@@ -229,6 +230,12 @@ def _print_plan(spec, store, args) -> int:
         f"2 CPU cores and {duration(plan['gpu_seconds'])} on one H200 (estimates from "
         "measured rates)"
     )
+    largest = max(plan["groups"], key=lambda g: g.get("batch_state_bytes", 0), default=None)
+    if largest is not None and largest.get("batch_replicas"):
+        print(
+            f"largest batch: {largest['batch_replicas']} replicas of {largest['policy']}, "
+            f"about {size_text(largest['batch_state_bytes'])} of replica state"
+        )
     print(
         f"{'policy':18s} {'N':>8s} {'M':>7s} {'buffer':>6s} {'points':>6s} {'batches':>7s} "
         f"{'replica-steps':>13s}"

@@ -23,16 +23,38 @@ __all__ = [
     "UserMetric",
     "STATE_NAMES",
     "PER_ARRIVAL",
+    "UserMetricWarning",
+    "nonfinite_message",
     "user_metrics",
     "metric_names",
     "metric_settings",
     "evaluate",
+    "evaluation_error",
     "at_state",
     "at_fixed_point",
 ]
 
 #: The suffix of a metric's average over accepted arrivals (``name_per_arrival``).
 PER_ARRIVAL = "_per_arrival"
+
+
+class UserMetricWarning(UserWarning):
+    """A user metric was infinite or undefined (inf or NaN) in states a run visited, so
+    its average is reported as inf or NaN (:func:`nonfinite_message`)."""
+
+
+def nonfinite_message(name: str, averages: dict) -> str:
+    """What to say of metric ``name`` whose averages ``{result name: reported value}``
+    (its time average ``name``, its per-arrival average ``name_per_arrival``) came out
+    infinite or undefined: one line, with a guard to write instead."""
+    said = " and ".join(
+        f"its {'per-arrival' if key.endswith(PER_ARRIVAL) else 'time'} average ({key}) is {value}"
+        for key, value in averages.items()
+    )
+    return (
+        f"metric {name!r} is infinite or undefined in some visited states: {said}; guard "
+        "the expression where it is undefined, e.g. where(s[3] > 0, 1/s[3], 0) for 1/s[3]"
+    )
 
 
 class MetricState(NamedTuple):
@@ -124,7 +146,10 @@ def user_metrics(metrics, parameters: Mapping | None = None, reserved=()) -> tup
         if isinstance(spec, UserMetric):
             out.append(dataclasses.replace(spec, name=name))
         elif isinstance(spec, str):
-            expr = compile_expression(spec, names)
+            try:
+                expr = compile_expression(spec, names)
+            except ValueError as err:  # named with its metric (a spec's table, a flag)
+                raise ValueError(f"metric {name!r}: {err}") from None
             bound = tuple(
                 (k, params[k]) for k in sorted(expr.variables) if params.get(k) is not None
             )
@@ -185,9 +210,31 @@ def evaluate(metrics, state: MetricState) -> jax.Array:
     for m in metrics:
         v = jnp.asarray(m(state), jnp.float32)
         if v.shape != ():
-            raise ValueError(f"metric {m.name!r} must give a scalar, not an array of {v.shape}")
+            raise ValueError(
+                f"metric {m.name!r} must give a scalar (one number), not an array of shape "
+                f"{v.shape}: reduce it with sum(), max() or min(), or take one entry (s[1])"
+            )
         values.append(v)
     return jnp.stack(values)
+
+
+def evaluation_error(metric: UserMetric, err: Exception, levels: int, iq: int | None) -> str:
+    """One line on a metric that cannot be evaluated on a run's state (``levels + 1``
+    entries in ``s`` and ``q``, ``iq`` in ``iq`` or None without I-queues), naming it
+    and what it may read."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if text.startswith(f"metric {metric.name!r}"):  # (it says what a metric must give)
+        return text
+    if text.startswith("expression "):  # (it quotes the expression)
+        text = f"metric {metric.name!r}: {text}"
+    else:
+        text = f"metric {metric.name!r} ({metric.text!r}) cannot be evaluated: {text}"
+    if "out of range" in text:  # (the subscript's message says the entries)
+        return f"{text}; a larger levels tracks longer queues"
+    reads = f"s and q have {levels + 1} entries (s[0] to s[{levels}])"
+    if iq is not None:
+        reads += f", iq has {iq} (iq[0] to iq[{iq - 1}])"
+    return f"{text} ({reads}; N, M and load are numbers; a metric gives one number)"
 
 
 def at_state(metrics, tail, n, m, load, iq=None) -> dict:

@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE, event_rate
+from jaxqueue.core.user_metrics import UserMetricWarning, nonfinite_message
 from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
 from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.response import (
@@ -135,7 +136,12 @@ def metric_samples(
 def user_metric_samples(sums: dict, metrics) -> dict:
     """Each user metric's time average (its sum over the steps counted in ``steps``)
     and average over accepted arrivals (NaN without arrivals), by the names of
-    ``metrics``: ``(time average, per arrival)`` pairs, in the order of ``sums["user"]``."""
+    ``metrics``: ``(time average, per arrival)`` pairs, in the order of ``sums["user"]``.
+
+    A metric that was infinite or undefined in a visited state has an infinite or NaN
+    sum: every sample of that average is then that value (NaN where the sums disagree),
+    not the mean of the samples left (those that never visited such a state), with a
+    :class:`~jaxqueue.core.user_metrics.UserMetricWarning` that names the metric."""
     if not metrics:
         return {}
     user = np.asarray(sums["user"], np.float64)
@@ -144,8 +150,18 @@ def user_metric_samples(sums: dict, metrics) -> dict:
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for i, (over_time, per_arrival) in enumerate(metrics):
-            out[over_time] = user[:, 0, i] / steps
-            out[per_arrival] = user[:, 1, i] / accepted
+            broken = {}
+            for j, name, count in ((0, over_time, steps), (1, per_arrival, accepted)):
+                total = user[:, j, i]
+                out[name] = total / count
+                bad = total[~np.isfinite(total)]  # (not a window without arrivals: 0 / 0)
+                if bad.size:
+                    value = bad[0] if np.all(bad == bad[0]) else np.nan  # inf, -inf or NaN
+                    out[name] = np.full_like(out[name], value)
+                    broken[name] = value
+            if broken:
+                message = nonfinite_message(over_time, broken)
+                warnings.warn(message, UserMetricWarning, stacklevel=2)
     return out
 
 

@@ -19,7 +19,7 @@ from jaxqueue.core.system import (
     as_int,
     check_int,
 )
-from jaxqueue.core.user_metrics import MetricState, evaluate, user_metrics
+from jaxqueue.core.user_metrics import MetricState, evaluate, evaluation_error, user_metrics
 from jaxqueue.policies.base import MAX_PROBES, Policy
 from jaxqueue.results.schema import METRICS, QUANTILE_NAMES
 from jaxqueue.sim.runner import BATCH_MEANS_REPLICAS
@@ -282,15 +282,20 @@ def check_metrics(metrics, pol: Policy, backend: str, system: System | None = No
         )
     for m in found:
         if m.uses_iq and not pol.uses_iqueues:
-            raise ValueError(f"metric {m.name!r} reads iq, but {pol.label()} has no I-queues")
+            raise ValueError(
+                f"metric {m.name!r} reads iq, but {pol.label()} has no I-queues: "
+                "it may read s, q, N, M and load"
+            )
     if system is None:
         return found
     width = system.levels + 1
     iq = np.zeros(system.iqueue_levels + 1 if pol.uses_iqueues else 1, np.float32)
     vec, one = np.zeros(width, np.float32), np.float32(1)
     state = MetricState(vec, vec, one, one, one, iq if pol.uses_iqueues else None)
-    try:
-        jax.eval_shape(lambda st: evaluate(found, st), state)
-    except Exception as err:  # a function's own error, named with its metric
-        raise ValueError(f"metrics: evaluating {[m.name for m in found]} failed: {err}") from err
+    for m in found:  # each alone: the error names its metric
+        try:
+            jax.eval_shape(lambda st, m=m: evaluate((m,), st), state)
+        except Exception as err:  # an expression's or a function's own error
+            reads = iq.size if pol.uses_iqueues else None
+            raise ValueError(evaluation_error(m, err, system.levels, reads)) from err
     return found

@@ -49,6 +49,7 @@ from jaxqueue.runs.arguments import (
     sized_lengths,
 )
 from jaxqueue.runs.bounds import limit_ratio
+from jaxqueue.runs.estimates import RunSizeWarning, estimate_run, size_note, state_array_bytes
 from jaxqueue.runs.initial import initial_state, mean_field_of
 from jaxqueue.runs.sizing import bound_load, size_system, trough_load
 from jaxqueue.sim.classes import class_table
@@ -64,6 +65,7 @@ __all__ = [
     "BackendWarning",
     "StartWarning",
     "WindowWarning",
+    "RunSizeWarning",
     "WINDOW_TOLERANCE",
     "AUTO_MEAN_FIELD_SERVERS",
     "HOST_AUTO_STEPS",
@@ -168,7 +170,11 @@ def plan_model(
     """The :class:`~jaxqueue.sim.runner.Plan` of ``model`` at ``loads``, run as
     ``run`` within ``bounds``: every value checked (a ``ValueError`` names the
     parameter and its valid range), run lengths in steps, the level bounds,
-    the start, the backend and the devices fixed. Nothing compiles."""
+    the start, the backend and the devices fixed. Nothing compiles. A run of its
+    own (no ``streams``: not a grid's batch, which ``sweep --plan`` estimates) estimated
+    past ten minutes on 2 CPU cores or 1 GiB of replica state says so first, in a
+    :class:`RunSizeWarning` (:mod:`jaxqueue.runs.estimates`), before the start's mean field
+    is solved and anything compiles for the simulator."""
     if not isinstance(model, Model):
         raise TypeError(f"plan_model() takes a Model, got {type(model).__name__}")
     pol = make(model.policy, d=model.d, z=model.z, order=model.order)
@@ -199,8 +205,7 @@ def plan_model(
     system = size_system(
         pol, loads, srv.sizes, srv.bare, srv.n_dispatchers, srv.buffer, levels, iqueue_levels
     )
-    start = _start(run.init, pol, system, loads)
-    streams = check_streams(streams, len(loads))
+    metrics = check_metrics(metrics, pol, run.backend, system)
     if lengths.time is not None:
         _warn_window(lengths.time, lengths, system, max(loads))
     _check_memory(system, pol, replicas * len(loads))
@@ -208,7 +213,10 @@ def plan_model(
     devs = tuple(devices) if devices is not None else tuple(jax.devices())
     stepped = len(loads) * replicas * lengths.total_blocks * BLOCK
     devs, host_note = _small_on_host(devs, devices is None and run.backend == "auto", stepped)
-    metrics = check_metrics(metrics, pol, run.backend, system)
+    if streams is None:  # a run of its own (a grid's batches: sweep --plan estimates them)
+        _warn_size(system, pol, replicas * len(loads), lengths, devs[0].platform == "cpu")
+    streams = check_streams(streams, len(loads))
+    start = _start(run.init, pol, system, loads)  # (may solve the mean field: after the estimate)
     sized = srv.sizes is not None
     used, note = ("xla", None) if metrics else _backend(run.backend, system, pol, devs, sized)
     return Plan(
@@ -448,14 +456,24 @@ def host_memory() -> int | None:
 
 def state_bytes(system: System, pol: Policy, replicas: int) -> int:
     """About how many bytes of host memory ``replicas`` replicas take: each one's
-    state (int32 per level and I-queue size, per server for per-server lists,
-    per level and class with server classes) and its window sums (int64 per
-    level, twice: the totals and the last batch's mark), as built on the host."""
+    state (:func:`~jaxqueue.runs.estimates.state_array_bytes`) and its window sums
+    (int64 per level, twice: the totals and the last batch's mark), as built on the host."""
     levels, iq = system.levels + 1, system.iqueue_levels + 1
     classes = class_table(system).n_classes if system.classes else 1
-    state = 4 * (levels * classes + 2 * iq) + (16 * system.n_servers if pol.per_server else 0)
+    state = state_array_bytes(system, pol)
     sums = 2 * 8 * (2 * levels * classes + iq + 16)
     return replicas * (2 * state + sums)  # (the state twice: per load, then stacked)
+
+
+def _warn_size(system: System, pol: Policy, replicas: int, lengths: _Lengths, on_cpu) -> None:
+    """A :class:`~jaxqueue.runs.estimates.RunSizeWarning` for a run estimated past
+    :data:`~jaxqueue.runs.estimates.NOTE_SECONDS` on 2 CPU cores (``on_cpu``: where it
+    runs) or :data:`~jaxqueue.runs.estimates.NOTE_BYTES` of state; nothing for a smaller one."""
+    windows = lengths.windows or [(lengths.warm_blocks, lengths.measure_blocks)]
+    steps = max(w + m for w, m in windows) * BLOCK
+    note = size_note(estimate_run(system, pol, replicas, steps), on_cpu)
+    if note is not None:
+        warnings.warn(note, RunSizeWarning, stacklevel=5)  # (the caller of jq.simulate)
 
 
 def _check_memory(system: System, pol: Policy, replicas: int) -> None:

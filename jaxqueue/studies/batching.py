@@ -16,11 +16,19 @@ import jax
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.policies.registry import make
 from jaxqueue.runs import planner
+from jaxqueue.runs.arguments import check_metrics
 from jaxqueue.runs.bounds import (
     default_iqueue_levels,
     default_levels,
     phase_levels,
     source_levels,
+)
+from jaxqueue.runs.estimates import (
+    CPU_RATES,
+    LATENCY_REPLICAS,
+    cpu_rate,
+    cpu_time,
+    state_array_bytes,
 )
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.studies.spec import GridSpec, Point
@@ -44,6 +52,7 @@ __all__ = [
     "cpu_seconds",
     "plan_group",
     "group_bounds",
+    "batch_state_bytes",
 ]
 
 
@@ -72,11 +81,14 @@ def shape_key(point: Point, init: str = "empty"):
 def shape_groups(spec: GridSpec) -> OrderedDict[tuple, list[Point]]:
     """The spec's points grouped by compiled program (policy, options, an infinite buffer
     or finite ones, service law, pools, arrivals; N, M and the buffer where the program
-    depends on them), in order."""
+    depends on them), in order; each group's user metrics checked against its policy (``iq``
+    without I-queues is refused before any point runs, and by ``sweep --plan``)."""
     groups: OrderedDict[tuple, list[Point]] = OrderedDict()
     for point in spec.points:
         key = shape_key(point, spec.run.init) + (spec.point_metrics(point),)
         groups.setdefault(key, []).append(point)
+    for key, points in groups.items():  # (what needs the level bounds: at each batch's plan)
+        check_metrics(key[-1], make(points[0].policy, **dict(points[0].options)), "xla")
     return groups
 
 
@@ -133,11 +145,8 @@ def warn_overruns(spec: GridSpec) -> None:
 #: group may share: :func:`merge_ratio`).
 CPU_MERGE_RATIO = 1.25
 
-#: Replicas below which a batch's step takes about as long as with this many:
-#: on 2 CPU cores a step of 16 to 64 replicas takes the same time (Pod(2), N =
-#: 1000: 9.6e6, 2.2e7 and 3.6e7 replica-steps/s at 16, 32 and 64 replicas,
-#: 7.6e7 at 256); a GPU wants 2^15 threads in flight.
-LATENCY_REPLICAS = {"cpu": 128, "gpu": 2**15}
+# LATENCY_REPLICAS and CPU_RATES (jaxqueue.runs.estimates) are importable from here too:
+# a single run's estimate (simulate) and a grid's (sweep --plan) share them.
 
 
 def platform(devices=None) -> str:
@@ -255,55 +264,20 @@ def gpu_seconds(
     return seconds + GPU_RATES["compile_s"]
 
 
-#: What the CPU time estimate of :func:`plan_grid` assumes, measured on 2 CPU
-#: cores through the command line (docs/performance.md; N = 1000, load 0.9,
-#: 10^4 replicas): replica-steps a second of an exchangeable policy without
-#: I-queues (Pod(2) 1.2e8), with I-queues (JIQ at r = 10: 3.3e7), with a
-#: service law or pools (Pod(2) 3.3e7, JIQ 1.7e7: ``classes``, a factor), an
-#: arrival source (``source``, a factor: Pod(2) 5.5e7 with a profile), a
-#: per-server policy (JIQ-Original at r = 10); a batch narrower than
-#: ``LATENCY_REPLICAS["cpu"]`` replicas takes as long as one that wide; and a
-#: compile of each program (2 to 10 s). The rates hold at the level bounds they
-#: were measured at (``levels``: 12 without I-queues, 32 with); a step costs in
-#: proportion to the levels past them (idle-first d = 1 in the Halfin-Whitt
-#: regime, sized at 9572 levels from its mean field, ran 2.7e5 replica-steps a
-#: second at 32 replicas).
-CPU_RATES = {
-    "plain": 1.2e8,
-    "iqueues": 3.3e7,
-    "per_server": 1.0e7,
-    "classes": 0.3,
-    "source": 0.45,
-    "compile_s": 5.0,
-    "levels": 12,
-    "levels_iqueues": 32,
-}
-
-
 def cpu_seconds(
     points: list[Point], spec: GridSpec, batches: list, size: int, lengths, levels: int
 ) -> float:
     """Estimated seconds of one shape group's batches on 2 CPU cores (see
-    :data:`CPU_RATES`): each batch's replica-steps, at least
-    ``LATENCY_REPLICAS["cpu"]`` replicas wide, at the policy's rate at ``levels``
-    (the group's level bound), plus one compile."""
+    :data:`~jaxqueue.runs.estimates.CPU_RATES`, the rates ``simulate`` estimates a
+    run by): each batch's replica-steps, at least ``LATENCY_REPLICAS["cpu"]``
+    replicas wide, at the policy's rate at ``levels`` (the group's level bound),
+    plus one compile."""
     first = points[0]
     pol = make(first.policy, **dict(first.options))
-    reference = CPU_RATES["levels"]
-    if pol.per_server:
-        rate = CPU_RATES["per_server"]
-    elif pol.uses_iqueues and first.dispatchers > 1:
-        rate, reference = CPU_RATES["iqueues"], CPU_RATES["levels_iqueues"]
-    else:
-        rate = CPU_RATES["plain"]
-    rate *= min(1.0, reference / max(levels, 1))
-    if first.service is not None or first.pools is not None:
-        rate *= CPU_RATES["classes"]
-    if first.arrivals is not None:
-        rate *= CPU_RATES["source"]
-    width = max(size * spec.run.replicas, LATENCY_REPLICAS["cpu"])
+    classes = first.service is not None or first.pools is not None
+    rate = cpu_rate(pol, first.dispatchers, levels, classes, first.arrivals is not None)
     steps = sum(max(lengths[p] for p in b) for b in batches)
-    return steps * width / rate + CPU_RATES["compile_s"]
+    return cpu_time(steps, size * spec.run.replicas, rate)
 
 
 def group_bounds(points: list[Point]) -> tuple[int | None, int | None]:
@@ -338,10 +312,39 @@ def _size_bounds(points: list[Point]) -> tuple[int | None, int | None]:
         levels = phase_levels(pol, n, m, top, first.law(), first.pool_set())
     elif levels is None and first.buffer is None:
         levels = default_levels(pol, n, m, top)
-    iq = None
+    return levels, _iqueue_levels(pol, n, m, low)
+
+
+def _iqueue_levels(pol, n: int, m: int, low: float) -> int | None:
+    """The I-queue bound of ``N = n``, ``M = m`` at the load ``low``, or None without I-queues."""
     if pol.uses_iqueues and (m > 1 or pol.per_server):
-        iq = default_iqueue_levels(pol, n, m, low)
-    return levels, iq
+        return default_iqueue_levels(pol, n, m, low)
+    return None
+
+
+def batch_state_bytes(spec: GridSpec, points: list, size: int, levels: int) -> int:
+    """Bytes of the replica state of one of a shape group's batches (``size`` points of
+    ``spec.run.replicas`` replicas each; :func:`~jaxqueue.runs.estimates.state_array_bytes`)
+    at the level bound ``levels``, its largest ``N`` and ``M`` and its I-queue bound
+    (each size's at its smallest load, as the runner sizes it)."""
+    big = max(points, key=lambda p: (p.servers, p.dispatchers))
+    pol = make(big.policy, **dict(big.options))
+    sizes = OrderedDict()
+    for p in points:
+        sizes.setdefault((p.servers, p.dispatchers), []).append(p.load)
+    source = big.system().arrivals
+    iq = max(
+        _iqueue_levels(pol, n, m, planner.trough_load(min(loads), source)) or 0
+        for (n, m), loads in sizes.items()
+    )
+    system = dataclasses.replace(
+        big.system(),
+        n_dispatchers=max(m for _, m in sizes),
+        buffer=None,
+        levels=max(levels, 1),
+        iqueue_levels=iq,
+    )
+    return state_array_bytes(system, pol, size * spec.run.replicas)
 
 
 def _cpu_levels(spec: GridSpec, points: list) -> int:
@@ -390,11 +393,9 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
     cpu_size, cpu_batches = batches(
         points, spec, batch_points, todo, CPU_MERGE_RATIO, LATENCY_REPLICAS["cpu"], lengths
     )
-    cpu = (
-        cpu_seconds(points, spec, cpu_batches, cpu_size, lengths, _cpu_levels(spec, points))
-        if cpu_batches
-        else 0.0
-    )
+    levels = _cpu_levels(spec, points) if chosen or cpu_batches else None
+    cpu = cpu_seconds(points, spec, cpu_batches, cpu_size, lengths, levels) if cpu_batches else 0.0
+    memory = batch_state_bytes(spec, points, size, levels) if chosen else 0
     first = points[0]
     servers = sorted({p.servers for p in points})
     buffers = sorted({p.buffer for p in points}, key=lambda b: -1 if b is None else b)
@@ -409,5 +410,7 @@ def plan_group(spec: GridSpec, points: list, batch_points: int, done: set, devic
         "replica_steps": steps,
         "gpu_seconds": gpu,
         "cpu_seconds": cpu,
+        "batch_replicas": size * run.replicas if chosen else 0,
+        "batch_state_bytes": memory,
     }
     return group, stored
