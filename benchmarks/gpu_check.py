@@ -1,8 +1,10 @@
-"""The GPU check: bit-exactness of the Pallas kernel on the GPU, then throughput.
+"""The GPU check: bit-exactness of the Pallas kernel on the GPU, then throughput;
+or, with ``--paper``, the paper-scale results that need a GPU.
 
 One command on a GPU machine (needs only the project and what JAX brings):
 
     python benchmarks/gpu_check.py --out results/       # writes gpu_check.json and .md
+    python benchmarks/gpu_check.py --paper --out paper/ # the paper's sweeps, resumed there
 
 1. Bit-exactness: the kernel (compiled for the GPU) against the XLA engine on
    the same GPU, for Pod(2), JIQ (M > 1), JIQ-SQ(2) with a buffer and I1F:
@@ -24,6 +26,25 @@ One command on a GPU machine (needs only the project and what JAX brings):
    (N to 102400, 1024 replicas a point; cut at the time left, its store
    resumes).
 
+4. ``--paper`` (instead of 1-3): the specs whose results need a GPU, in their
+   [gpu] modes (1024 replicas a point from the mean-field start):
+   ``sweeps/mukherjee_hw.toml`` (N to 102400; ``sweep --plan`` estimates 1 min
+   28 s on one H200) then ``sweeps/liu_ying_fig2.toml`` (N to 10^5; 9 min 40
+   s), each ``python -m jaxqueue sweep SPEC --store OUT/NAME.gpu.sqlite --gpu``
+   resuming the store in ``--out``, interrupted (its committed batches kept)
+   when ``--paper-budget`` seconds (420 by default: the command ends within 8
+   minutes) less 80 (the figures' minute, 20 s to stop) have passed; then each store's
+   figures, ``python -m jaxqueue plot STORE --spec SPEC -o OUT/figures/NAME/``
+   (from what the store holds: a partial store draws its points). The same
+   command continues where the last one stopped (by the estimates, two or three
+   calls on an H200, three or four on an H100); a spec whose store is complete
+   is not run again. Each sweep's and plot's output is in ``OUT/NAME.gpu.log``.
+   This process takes no GPU memory ahead (``XLA_PYTHON_CLIENT_PREALLOCATE``),
+   leaving it to the sweeps. With ``--quick`` (automatic off a GPU) it is a dry
+   run of the same path: each spec's [quick] mode at its smallest N
+   (``OUT/NAME.dry.toml``, stores ``OUT/NAME.dry.sqlite``), in well under a
+   minute on 2 CPU cores.
+
 The exactness cases stop when ``--exact-budget`` seconds have passed, the
 throughput rows when ``--budget`` seconds have and the product part when
 ``--product-budget`` seconds have (compiles take most of each),
@@ -41,6 +62,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +84,8 @@ from jaxqueue.sim.blocks import block_words, run_blocks
 from jaxqueue.sim.kernel import run_kernel, step_ops
 from jaxqueue.sim.state import core_from_counts
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SWEEPS = os.path.join(ROOT, "sweeps")
 LOAD = 0.9
 N = 1000
 POLICIES = {"pod": ("pod", {"d": 2}, 1, 0), "jiq": ("jiq", {}, 100, 32)}
@@ -270,33 +294,9 @@ def product(quick: bool, budget: float, save) -> list[dict]:
     if res["status"] == "ok":
         res.update(json.loads(res["tail"].strip().splitlines()[-1]))
     add(f"jq.simulate pod(d=2) N=1000, {replicas} replicas x {steps} steps", res)
-    add(
-        f"CLI simulate, {replicas} replicas x {steps} steps",
-        _timed(
-            [
-                py,
-                "-m",
-                "jaxqueue",
-                "simulate",
-                "--policy",
-                "pod",
-                "--d",
-                "2",
-                "--servers",
-                "1000",
-                "--load",
-                "0.9",
-                "--replicas",
-                str(replicas),
-                "--steps",
-                str(steps),
-                "--warmup",
-                "0",
-                "--json",
-            ],
-            min(150, left()),
-        ),
-    )
+    cli = "simulate --policy pod --d 2 --servers 1000 --load 0.9 --warmup 0 --json --replicas"
+    cli = [py, "-m", "jaxqueue", *cli.split(), str(replicas), "--steps", str(steps)]
+    add(f"CLI simulate, {replicas} replicas x {steps} steps", _timed(cli, min(150, left())))
     main_job = [py, "-m", "jaxqueue", "compare"]
     if quick:
         main_job += ["--loads", "0.5", "--time", "10", "--replicas", "4"]
@@ -306,11 +306,7 @@ def product(quick: bool, budget: float, save) -> list[dict]:
     )
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "spec.sqlite")
-        spec = os.path.join(
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            "sweeps",
-            "mukherjee_hw.toml",
-        )
+        spec = os.path.join(SWEEPS, "mukherjee_hw.toml")
         mode = "--quick" if quick else "--gpu"
         res = _timed([py, "-m", "jaxqueue", "sweep", spec, "--store", store, mode], left())
         res["points_stored"] = _points_stored(store)
@@ -328,7 +324,170 @@ def _points_stored(path: str) -> int:
         return 0
 
 
-def markdown(meta, exact, rows, skipped, product_rows=()) -> str:
+#: The specs whose paper-scale results need a GPU, cheapest first (their [gpu] modes:
+#: N to 102400 and to 10^5, 1024 replicas a point).
+PAPER_SPECS = ("mukherjee_hw", "liu_ying_fig2")
+#: Seconds of the paper budget kept for the figures, and for a stopped sweep to exit.
+FIGURE_SECONDS, STOP_SECONDS = 60.0, 20.0
+
+
+def dry_spec(name: str, out: str) -> str:
+    """The CPU dry run's spec: ``name``'s with its [quick] grid cut to its smallest N,
+    written to ``out`` (its path)."""
+    from jaxqueue.studies.spec_parser import toml
+
+    with open(os.path.join(SWEEPS, f"{name}.toml"), encoding="utf-8") as f:
+        text = f.read()
+    quick = toml.loads(text).get("quick", {})
+    smallest = min(quick.get("n_servers") or toml.loads(text)["grid"]["n_servers"])
+    lines, table = [], None
+    for line in text.splitlines():
+        if line.strip().startswith("["):
+            table = line.strip()
+        if table == "[quick]" and line.strip().startswith("n_servers"):
+            continue  # (one line in these specs; checked below)
+        lines.append(line)
+        if line.strip() == "[quick]":
+            lines.append(f"n_servers = [{smallest}]")
+    text = "\n".join(lines) + "\n"
+    assert toml.loads(text)["quick"]["n_servers"] == [smallest], name
+    path = os.path.join(out, f"{name}.dry.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def _plan(spec_path: str, mode: str) -> dict:
+    """``sweep --plan`` of a spec: its points, batches, replica-steps, the H200 and
+    2-CPU-core estimates."""
+    from jaxqueue.studies.grid import plan_grid
+    from jaxqueue.studies.spec import load_spec
+
+    plan = plan_grid(load_spec(spec_path, mode=mode))
+    return {
+        k: plan[k] for k in ("points", "batches", "replica_steps", "gpu_seconds", "cpu_seconds")
+    }
+
+
+def _stored(spec_path: str, mode: str, store: str) -> int:
+    """The spec's points the store holds (whatever code wrote them)."""
+    from jaxqueue.studies.spec import load_spec
+    from jaxqueue.studies.store import Store, StoreMismatchError
+
+    spec = load_spec(spec_path, mode=mode)
+    try:
+        with Store.open_existing(store) as opened:
+            if opened.meta()["spec_hash"] != spec.spec_hash():
+                return 0
+            return len({p.point_id() for p in spec.points} & opened.done())
+    except (OSError, StoreMismatchError):  # none yet (or one cut short as it was made)
+        return 0
+
+
+def _until(cmd: list[str], deadline: float, log_path: str, env: dict) -> str:
+    """Run ``cmd`` (output appended to ``log_path``) until it ends or ``deadline``
+    passes; then interrupt it (a sweep keeps its committed batches) and say so."""
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            code = proc.wait(timeout=max(deadline - time.perf_counter(), 1.0))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: the store keeps what was committed
+            try:
+                proc.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return "stopped for time (the same command resumes)"
+    return "ok" if code == 0 else f"exit {code} (see {os.path.basename(log_path)})"
+
+
+def paper(quick: bool, budget: float, out: str, save, env: dict) -> list[dict]:
+    """The paper-scale results that need a GPU: each spec of :data:`PAPER_SPECS` swept in
+    its [gpu] mode into ``out`` (resumed from the store there) while ``budget`` seconds
+    allow, then its figures drawn from what the store holds. ``quick``: the CPU dry run,
+    each spec's [quick] mode at its smallest N. ``env``: the environment of the sweeps'
+    and plots' processes (their outputs go to ``NAME.MODE.log`` beside the store)."""
+    start, rows, py = time.perf_counter(), [], sys.executable
+    end, mode, tag = start + budget, "quick" if quick else "gpu", "dry" if quick else "gpu"
+    for name in PAPER_SPECS:
+        spec = dry_spec(name, out) if quick else os.path.join(SWEEPS, f"{name}.toml")
+        store = os.path.join(out, f"{name}.{tag}.sqlite")
+        row = {"spec": name, "mode": mode + (" (smallest N)" if quick else "")}
+        row["spec_file"] = os.path.relpath(
+            spec, out if quick else ROOT
+        )  # (where the record is read)
+        row.update(store=os.path.basename(store), plan=_plan(spec, mode))
+        row["stored_before"] = _stored(spec, mode, store)
+        t0, stop = time.perf_counter(), end - FIGURE_SECONDS - STOP_SECONDS
+        if row["stored_before"] == row["plan"]["points"]:
+            row["status"] = "finished before"
+        elif t0 >= stop:
+            row["status"] = "not started (no time left)"
+        else:
+            cmd = [py, "-m", "jaxqueue", "sweep", spec, "--store", store, f"--{mode}", "--progress"]
+            # a dry run's store is a check's: resumed whatever code wrote it
+            cmd += ["--accept-code-change"] if quick else []
+            row["status"] = _until(cmd, stop, store[:-7] + ".log", env)
+        row["seconds"] = time.perf_counter() - t0
+        row["done"] = _stored(spec, mode, store)
+        print(
+            f"paper: {name}: {row['status']}, {row['done']} of {row['plan']['points']} "
+            f"points stored ({row['seconds']:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows.append(row)
+        save(paper_now=rows)
+    for row in rows:  # the figures of what each store holds (a partial store: its points)
+        folder = os.path.join(out, "figures", row["spec"])
+        row["figures"], row["figure_status"] = [], "none (no point stored)"
+        if row["done"]:
+            store = os.path.join(out, row["store"])
+            spec = os.path.join(out if quick else ROOT, row["spec_file"])
+            cmd = [py, "-m", "jaxqueue", "plot", store, "--spec", spec, "-o", folder]
+            deadline = max(end, time.perf_counter() + 30)
+            row["figure_status"] = _until(cmd, deadline, store[:-7] + ".log", env)
+            drawn = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            row["figures"] = [f"figures/{row['spec']}/{f}" for f in drawn if f.endswith(".png")]
+        save(paper_now=rows)
+    return rows
+
+
+def _paper_ok(row: dict) -> bool:
+    """Whether a paper row ran as it should (stopped for time is as it should)."""
+    return not row["status"].startswith("exit") and row["figure_status"] in (
+        "ok",
+        "none (no point stored)",
+    )
+
+
+def paper_markdown(meta, paper_rows) -> str:
+    lines = [
+        f"Paper-scale sweeps, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
+        f"jaxqueue {meta['jaxqueue']} ({meta['total_seconds']:.0f} s in all)",
+        "",
+        "| spec | mode | points stored | of | this call | seconds | estimate (H200, whole "
+        "spec) | figures |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in paper_rows:
+        plan, figures = r["plan"], r.get("figure_status", "(to draw)")
+        if r.get("figures"):
+            figures += ": " + ", ".join(os.path.basename(f) for f in r["figures"])
+        lines.append(
+            f"| {r['spec']} | {r['mode']} | {r['done']} ({r['stored_before']} before) | "
+            f"{plan['points']} | {r['status']} | "
+            f"{r['seconds']:.0f} | {plan['gpu_seconds']:.0f} s | {figures} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def markdown(meta, exact, rows, skipped, product_rows=(), paper_rows=()) -> str:
+    if meta.get("paper_only"):
+        return paper_markdown(meta, paper_rows)
     lines = [
         f"GPU check, {meta['date']}: {meta['device']}, jax {meta['jax']}, "
         f"jaxqueue {meta['jaxqueue']}",
@@ -398,104 +557,68 @@ def markdown(meta, exact, rows, skipped, product_rows=()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
+def _arguments(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the outputs")
-    ap.add_argument(
-        "--budget", type=float, default=150.0, help="seconds for the throughput rows (default 150)"
-    )
-    ap.add_argument(
-        "--product-budget",
-        type=float,
-        default=200.0,
-        help="seconds for the product part (default 200)",
-    )
-    ap.add_argument(
-        "--exact-budget",
-        type=float,
-        default=90.0,
-        help="seconds for the exactness cases (default 90)",
-    )
+    for flag, default, what in (
+        ("--budget", 150.0, "the throughput rows"),
+        ("--product-budget", 200.0, "the product part"),
+        ("--exact-budget", 90.0, "the exactness cases"),
+        ("--paper-budget", 420.0, "--paper: sweeps and figures"),
+    ):
+        ap.add_argument(flag, type=float, default=default, help=f"seconds for {what} ({default})")
     ap.add_argument("--quick", action="store_true", help="smallest size only (automatic off a GPU)")
     ap.add_argument(
-        "--policies",
-        default="pod,jiq",
-        help="throughput rows for these (comma-separated; default pod,jiq)",
+        "--paper",
+        action="store_true",
+        help="instead of the checks, the paper-scale sweeps that need a GPU, into --out "
+        "(resumed there), and their figures; with --quick a dry run at the smallest size",
     )
-    ap.add_argument(
-        "--backends",
-        default="pallas,xla",
-        help="throughput rows for these (comma-separated; default pallas,xla)",
-    )
+    for flag, default in (("--policies", "pod,jiq"), ("--backends", "pallas,xla")):
+        ap.add_argument(flag, default=default, help=f"throughput rows for these ({default})")
     ap.add_argument("--json", action="store_true", help="the JSON record alone on stdout")
     args = ap.parse_args(argv)
-    policies, backends = args.policies.split(","), args.backends.split(",")
+    args.policies, args.backends = args.policies.split(","), args.backends.split(",")
     for value, valid, flag in (
-        (policies, POLICIES, "--policies"),
-        (backends, ("pallas", "xla"), "--backends"),
+        (args.policies, POLICIES, "--policies"),
+        (args.backends, ("pallas", "xla"), "--backends"),
     ):
         if not value or any(v not in valid for v in value):
             ap.error(f"{flag} takes a comma-separated list of {', '.join(valid)}")
-    start = time.perf_counter()
-    dev = jax.devices()[0]
-    interpret = dev.platform != "gpu"
-    quick = args.quick or interpret
-    meta = {
+    return args
+
+
+def _meta(dev, interpret: bool, paper_only: bool) -> dict:
+    ops = {}
+    for p in () if paper_only else POLICIES:  # (the kernel's: not the paper part's)
+        for lv in (16, 32, 64):
+            system = System(N, POLICIES[p][2], None, lv, POLICIES[p][3])
+            ops[f"{p} L={lv}"] = step_ops(system, jq.make(POLICIES[p][0], **POLICIES[p][1]))
+    return {
         "date": datetime.date.today().isoformat(),
         "device": getattr(dev, "device_kind", str(dev)),
         "platform": dev.platform,
         **versions(),
         "interpret": interpret,
-        "step_ops": {
-            f"{p} L={lv}": step_ops(
-                System(N, POLICIES[p][2], None, lv, POLICIES[p][3]),
-                jq.make(POLICIES[p][0], **POLICIES[p][1]),
-            )
-            for p in POLICIES
-            for lv in (16, 32, 64)
-        },
+        "step_ops": ops,
     }
-    print(f"device {meta['device']} ({dev.platform}), jax {jax.__version__}", file=sys.stderr)
-    os.makedirs(args.out, exist_ok=True)
-    exact, rows, skipped, product_rows = [], [], [], []
 
-    def save(exact_now=None, product_now=None):
-        """Write the JSON and the markdown as they stand."""
-        if exact_now is not None:
-            exact[:] = exact_now
-        if product_now is not None:
-            product_rows[:] = product_now
-        meta["total_seconds"] = time.perf_counter() - start
-        record = {
-            **meta,
-            "exactness": exact,
-            "rows": rows,
-            "skipped": skipped,
-            "product": product_rows,
-        }
-        with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-            json.dump(record, f, indent=1)
-        md = markdown(meta, exact, [r for r in rows if "error" not in r], skipped, product_rows)
-        with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
-            f.write(md)
-        return record, md
 
-    exactness(interpret, args.exact_budget, save)
+def _throughput_rows(args, quick: bool, interpret: bool, rows: list, skipped: list, save):
+    """The throughput rows in order, within ``--budget`` seconds."""
     sizes = (2**12,) if quick else (2**17, 2**20, 2**15, 2**12)
     # every kernel at the goal's size first, then the next size, and so on
     # (each size is a compile of its own); within a size in order of compile
     # time (JIQ at 64 levels is the slowest)
-    kernels = (
-        [("pod", 16), ("jiq", 16)]
-        if quick
-        else [("pod", 16), ("pod", 32), ("pod", 64), ("jiq", 16), ("jiq", 32), ("jiq", 64)]
-    )
+    kernels = [("pod", 16), ("jiq", 16)]
+    if not quick:
+        kernels = [("pod", 16), ("pod", 32), ("pod", 64), ("jiq", 16), ("jiq", 32), ("jiq", 64)]
     order = [
         (b, p, lv, r)
         for r in sizes
         for p, lv in kernels
         for b in ("pallas", "xla")
-        if p in policies and b in backends
+        if p in args.policies and b in args.backends
     ]
     t_rows = time.perf_counter()
     for b, p, lv, r in order:
@@ -505,13 +628,8 @@ def main(argv=None) -> int:
         try:
             row = throughput(b, p, lv, r, interpret, 0.3 if quick else 0.5)
         except Exception as e:  # a row that fails is reported, the others still run
-            row = {
-                "backend": b,
-                "policy": p,
-                "levels": lv,
-                "replicas": r,
-                "error": f"{type(e).__name__}: {e}"[:500],
-            }
+            row = {"backend": b, "policy": p, "levels": lv, "replicas": r}
+            row["error"] = f"{type(e).__name__}: {e}"[:500]
             print(f"{b:6s} {p:4s} L={lv:<3d} R={r:<8d} FAILED {row['error']}", file=sys.stderr)
         else:
             print(
@@ -523,9 +641,54 @@ def main(argv=None) -> int:
             )
         rows.append(row)
         save()
-    product(quick, args.product_budget, save)
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    env = dict(os.environ)  # the sweeps' own processes: JAX's memory defaults
+    if args.paper:  # this process only plans: the sweeps' processes take the GPU's memory
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    start = time.perf_counter()
+    dev = jax.devices()[0]
+    interpret = dev.platform != "gpu"
+    quick = args.quick or interpret
+    meta = {**_meta(dev, interpret, args.paper), "paper_only": args.paper}
+    print(f"device {meta['device']} ({dev.platform}), jax {jax.__version__}", file=sys.stderr)
+    os.makedirs(args.out, exist_ok=True)
+    exact, rows, skipped, product_rows, paper_rows = [], [], [], [], []
+
+    def save(exact_now=None, product_now=None, paper_now=None):
+        """Write the JSON and the markdown as they stand."""
+        for now, kept in ((exact_now, exact), (product_now, product_rows), (paper_now, paper_rows)):
+            if now is not None:
+                kept[:] = now
+        meta["total_seconds"] = time.perf_counter() - start
+        record = {
+            **meta,
+            "exactness": exact,
+            "rows": rows,
+            "skipped": skipped,
+            "product": product_rows,
+            "paper": paper_rows,
+        }
+        with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
+            json.dump(record, f, indent=1)
+        good = [r for r in rows if "error" not in r]
+        md = markdown(meta, exact, good, skipped, product_rows, paper_rows)
+        with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
+            f.write(md)
+        return record, md
+
+    if args.paper:
+        paper(quick, args.paper_budget, args.out, save, env)
+    else:
+        exactness(interpret, args.exact_budget, save)
+        _throughput_rows(args, quick, interpret, rows, skipped, save)
+        product(quick, args.product_budget, save)
     record, md = save()
     print(json.dumps(record) if args.json else md)
+    if args.paper:
+        return 0 if all(_paper_ok(r) for r in paper_rows) else 1
     return 0 if all(r.get("identical", False) or r.get("skipped") for r in exact) else 1
 
 

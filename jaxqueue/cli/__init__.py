@@ -3,6 +3,11 @@
 :func:`main` parses the arguments (:mod:`jaxqueue.cli.parser`, whose description
 ``--help`` prints) and runs one subcommand, turning its errors into one line and
 an exit status. Progress and logs (the ``jaxqueue`` logger, at INFO) go to stderr.
+
+Started as a command (``python -m jaxqueue``, the ``jaxqueue`` script: ``main()``
+without arguments), it keeps compiled programs in a persistent compilation cache
+(:mod:`jaxqueue.cli.compile_cache`; ``JAXQUEUE_COMPILATION_CACHE=0`` turns it off);
+``main([...])`` called within another program leaves that program's JAX settings alone.
 """
 
 from __future__ import annotations
@@ -34,10 +39,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
             text = text.replace(keyword, flag)
         # compare's own keyword for the window in time units (jaxqueue.studies.compare)
         text = text.replace("steps= or time_units=", SPELLINGS["cli"][3])
+    elif category.__name__ == "RunSizeWarning":  # likewise: the flags that make a run smaller
+        from jaxqueue.runs.estimates import SPELLINGS as SIZE_SPELLINGS
+
+        for keyword, flag in zip(SIZE_SPELLINGS["python"], SIZE_SPELLINGS["cli"]):
+            text = text.replace(f"({keyword})", f"({flag})")
     print(f"warning: {text}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
+    # a process started as the command: its JAX settings are the command's own
+    persistent_cache = argv is None
     args = build_parser().parse_args(argv)
     with warnings.catch_warnings(), _log_to_stderr():
         warnings.showwarning = _show_warning  # one line on stderr, not a source excerpt
@@ -46,7 +58,7 @@ def main(argv=None) -> int:
         warnings.filterwarnings("always", message="the warm-up diagnostic")
         # an earlier spelling in a spec says so (Python hides DeprecationWarnings by default)
         warnings.filterwarnings("default", category=DeprecationWarning, module="jaxqueue")
-        return _run(args)
+        return _run(args, persistent_cache)
 
 
 @contextlib.contextmanager
@@ -64,10 +76,15 @@ def _log_to_stderr():
         LOGGER.propagate = saved[1]
 
 
-def _run(args) -> int:
+def _run(args, persistent_cache: bool = False) -> int:
     try:
         # the flags' ranges first (no JAX yet: a mistake answers at once), then the command
-        return _command(prepare(args).command)(args)
+        name = prepare(args).command
+        if persistent_cache:  # before the command's first compile
+            from jaxqueue.cli.compile_cache import enable
+
+            enable()
+        return _command(name)(args)
     except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,7 +15,6 @@ from typing import ClassVar
 import numpy as np
 
 from jaxqueue.core.system import SERVICE_RATE, event_rate
-from jaxqueue.core.user_metrics import UserMetricWarning, nonfinite_message
 from jaxqueue.results.estimates import Estimate, estimate, t_quantile_975
 from jaxqueue.results.pools import pool_metrics
 from jaxqueue.results.response import (
@@ -160,6 +159,9 @@ def user_metric_samples(sums: dict, metrics) -> dict:
                     out[name] = np.full_like(out[name], value)
                     broken[name] = value
             if broken:
+                # here, not at the top: the CLI's argument checks import this module without JAX
+                from jaxqueue.core.user_metrics import UserMetricWarning, nonfinite_message
+
                 message = nonfinite_message(over_time, broken)
                 warnings.warn(message, UserMetricWarning, stacklevel=2)
     return out
