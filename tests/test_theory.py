@@ -563,3 +563,27 @@ def test_quantiles_filled_for_many_points_equal_those_of_one_point():
         for i, res in zip(order, filled):
             assert res.response_quantiles == whole[i].response_quantiles  # bit for bit
             assert res.mean_response_time == whole[i].mean_response_time
+
+
+def test_mean_field_takes_a_list_of_loads_and_names_the_differentiable_entry_points():
+    """A list of loads gives one result per load, each the single call's; a traced
+    load is refused with the entry points jax.grad can go through, and the closed
+    form's gradient there agrees with a central difference of mean_field itself."""
+    from jaxqueue.results.sweep import SweepResult
+
+    loads = [0.5, 0.9]
+    many = theory.mean_field("jiq", loads, 10.0, with_quantiles=False)
+    assert isinstance(many, SweepResult) and len(many) == 2
+    for load, res in zip(loads, many):
+        one = theory.mean_field("jiq", load, 10.0, with_quantiles=False)
+        assert res.settings["load"] == load
+        np.testing.assert_array_equal(res.tail, one.tail)
+        assert res.mean_response_time == one.mean_response_time
+    assert {row["load"] for row in many.records()} == set(loads)  # one table of both
+    with pytest.raises(TypeError, match="theory.mean_response_time"):
+        jax.grad(lambda x: theory.mean_field("jiq", x, 10.0).mean_response_time)(0.9)
+    h = 1e-5
+    t = [theory.mean_field("jiq", 0.9 + s * h, 10.0).mean_response_time for s in (1, -1)]
+    with jax.enable_x64(True):
+        grad = float(jax.grad(lambda x: theory.mean_response_time("jiq", x, 10.0))(0.9))
+    assert grad == pytest.approx((t[0] - t[1]) / (2 * h), rel=1e-5)

@@ -31,7 +31,7 @@ _MAX_LEVELS = 10**6
 
 def mean_field(
     policy,
-    load: float,
+    load,
     ratio: float | None = None,
     *,
     d: int | None = None,
@@ -74,7 +74,12 @@ def mean_field(
 
     Args:
         policy: a policy name or :class:`~jaxqueue.policies.Policy`.
-        load: ``lambda`` (in ``(0, 1)`` for infinite buffers, ``> 0`` with a buffer).
+        load: ``lambda`` (in ``(0, 1)`` for infinite buffers, ``> 0`` with a buffer),
+            or a list (or 1-d array) of loads: then one result per load, in a
+            :class:`~jaxqueue.results.sweep.SweepResult` (as :func:`jaxqueue.simulate`).
+            The solve runs on the host in float64 and cannot be traced: for
+            ``jax.grad`` use the closed forms :func:`jaxqueue.theory.mean_response_time`
+            and :func:`jaxqueue.theory.tail`, or :func:`jaxqueue.theory.solve_p0`.
         ratio: ``r = N / M`` for the JIQ family with several dispatchers;
             ``None`` is one dispatcher (one I-queue listing every idle server:
             the generic fixed point, for the policies of the family with a
@@ -125,7 +130,8 @@ def mean_field(
             instead of one period.
 
     Returns:
-        A :class:`~jaxqueue.theory.result.MeanFieldResult`.
+        A :class:`~jaxqueue.theory.result.MeanFieldResult` (a
+        :class:`~jaxqueue.results.sweep.SweepResult` of them for a list of loads).
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
@@ -141,6 +147,13 @@ def mean_field(
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
     buffer, levels = as_int(buffer), as_int(levels)
+    _refuse_tracer(load, ratio)
+    if _is_sequence(load):  # one result per load, as jaxqueue.simulate gives
+        from jaxqueue.results.sweep import SweepResult
+
+        options = dict(buffer=buffer, levels=levels, with_quantiles=with_quantiles)
+        options.update(service=service, pools=pools, arrivals=arrivals, window=window)
+        return SweepResult(mean_field(pol, x, ratio, **options) for x in load)
     result = _mean_field(
         pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals, window
     )
@@ -152,6 +165,31 @@ def mean_field(
             f"{TRUNCATION_LIMIT:g} may); omit levels for the adaptive count, or pass more"
         )
     return result
+
+
+def _is_sequence(load) -> bool:
+    """A list, tuple or 1-d array of loads (a 0-d array is one load)."""
+    return isinstance(load, (list, tuple)) or (hasattr(load, "ndim") and load.ndim == 1)
+
+
+def _refuse_tracer(load, ratio) -> None:
+    """The mean field is solved on the host in float64: ``jax.grad`` and ``jax.jit``
+    cannot trace it. Say which entry points they can."""
+    import sys
+
+    jax = sys.modules.get("jax")  # a tracer exists only where JAX is imported
+    if jax is None:
+        return
+    for name, value in (("load", load), ("ratio", ratio)):
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(
+                f"{name} is traced (jax.grad, jax.jit or jax.vmap): mean_field solves on the host "
+                "in float64 and cannot be traced. Differentiable in the load and the ratio: "
+                "jaxqueue.theory.mean_response_time and jaxqueue.theory.tail (the closed forms of "
+                "random, jsq, pod, jiq and jiq-pod) and "
+                "jaxqueue.theory.solve_p0; for any policy, jaxqueue.sensitivity differentiates "
+                "the simulated metrics"
+            )
 
 
 def _mean_field(
