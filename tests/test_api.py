@@ -311,6 +311,7 @@ def test_cli_theory_json_uses_the_simulator_field_names(capsys):
     assert sim_fields <= set(data)
 
 
+@pytest.mark.slow  # a 400-level tail compiled for the table's last line
 def test_cli_theory_table_prints_twenty_tail_levels_and_says_how_many_more(capsys):
     """JIQ at load 0.98, r = 10: s_k = 0.98 (0.98 p0)^(k - 1) stays above 1e-6
     for about 70 levels; the table shows 20 and names the rest, to the first

@@ -105,6 +105,7 @@ def test_invariants_after_every_step(name, m):
         assert np.asarray(ev["deletes"]).sum() > 0
 
 
+@pytest.mark.slow  # ten level counts, a compile each
 def test_level_search_in_runs_of_levels():
     """level_of counts the levels above an index in runs of at most 32 levels (a
     longer reduction is slow on the CPU): the same count as one sum, on both

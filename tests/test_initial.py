@@ -84,6 +84,7 @@ def test_mean_field_start_sets_the_iqueue_sizes_of_the_exchangeable_jiq_family(p
     assert even.iq_tail[(N - int(core.tail[1])) // M + 2] == 0
 
 
+@pytest.mark.slow  # a mean-field solve above capacity (heavy compile)
 def test_one_dispatcher_starts_from_the_single_dispatcher_mean_field():
     """With M = 1 the one I-queue lists every idle server: the start is the
     single-dispatcher limit (ratio None), not the many-dispatcher one at

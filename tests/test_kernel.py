@@ -267,6 +267,7 @@ def test_every_exchangeable_policy_is_covered_by_the_kernel():
     assert {c[0] for c in CASES} == covered  # and each is checked bit for bit above
 
 
+@pytest.mark.slow  # traces the GPU kernel (interpreted) twice
 def test_kernel_loads_and_stores_each_state_matrix_once():
     """Triton's coalescing pass walks the whole kernel once per load or store,
     so loading the state level by level (about 260 rows for JIQ at 32 I-queue

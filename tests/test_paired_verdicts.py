@@ -45,6 +45,7 @@ def _samples(models, load):
     return out
 
 
+@pytest.mark.slow  # compiles Pod(2) and JIQ; test_paired.py's slow tests say not coupled too
 def test_two_policies_are_not_coupled_by_their_batch_means():
     """Pod(2) and JIQ read the words at other positions. Over the 128 batch means of
     8 replicas their mean response times correlate above 2 / sqrt(128) (the old
@@ -60,6 +61,7 @@ def test_two_policies_are_not_coupled_by_their_batch_means():
     assert corr[0][HEADLINE] < coupling_threshold(8)
 
 
+@pytest.mark.slow  # the programs of the test above
 def test_jq_paired_says_not_coupled_and_what_n_counts():
     c = jq.paired([POD, JIQ], 0.8, **RUN)
     assert c.settings["paired_interval"] == "batch-means"

@@ -146,6 +146,7 @@ def test_errors_name_the_parameter():
         periodic.periodic_orbit("pod", 0.8, DAY, dt=2.0)
 
 
+@pytest.mark.slow  # the periodic regime over a window is checked fast through compare below
 def test_command_line(tmp_path, capsys):
     from jaxqueue.cli import main
 
@@ -257,6 +258,7 @@ theory = "mean-field"
 """
 
 
+@pytest.mark.slow  # a whole grid run; compare's windows are checked fast below
 def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path):
     from types import SimpleNamespace
 

@@ -154,7 +154,7 @@ def test_random_has_no_correction(buffer):
 @pytest.mark.parametrize(
     "name, d, ratio, buffer, load, n",
     [
-        ("jsq", None, None, None, 0.9, 50),
+        pytest.param("jsq", None, None, None, 0.9, 50, marks=slow),
         pytest.param("i1f", None, None, None, 0.9, 50, marks=slow),
         pytest.param("idle-first", 2, None, None, 0.9, 50, marks=slow),
         pytest.param("jiq-pod", 2, None, 2, 1.2, 50, marks=slow),

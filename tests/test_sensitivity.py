@@ -198,6 +198,7 @@ def test_the_default_step_measures_the_room_to_the_capacity():
 
 
 # a tiny run: a Richardson gap its noise resolves is no concern here
+@pytest.mark.slow  # fast: the default-step test above, and a run in test_fast_references.py
 @pytest.mark.filterwarnings("ignore::jaxqueue.studies.sensitivity.CurvatureWarning")
 def test_a_load_of_1_below_the_pools_capacity_has_a_derivative(capsys):
     """``simulate --policy jsq --servers 3 --load 1.0 --pools 0.34:2,0.66:1

@@ -208,7 +208,8 @@ def test_by_class_finite_buffer_overload_by_hand(lam):
         assert _erlang_cdf(t, 6, 2.0) == pytest.approx(q, abs=1e-9), q
 
 
-@pytest.mark.parametrize("buffer", [1, pytest.param(3, marks=pytest.mark.slow)])
+# slow: the by-class sliding flow is checked fast by the Erlang-2 overload above
+@pytest.mark.parametrize("buffer", [pytest.param(b, marks=pytest.mark.slow) for b in (1, 3)])
 def test_by_class_overload_with_pools_by_hand(buffer):
     """Pools of speeds 2 and 1 (half the servers each; capacity 1.5) under JSQ
     at load 2 with ``b = 3``, and a loss system (``b = 1``): every server is

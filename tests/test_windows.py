@@ -71,7 +71,10 @@ def test_each_load_gets_what_it_gets_alone(together):
         assert together[j].diagnostics["warmup_diagnostic"]["batches"] == 4
 
 
-@pytest.mark.parametrize("backend", ["registers", pytest.param("pallas", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param(b, marks=pytest.mark.slow) for b in ("registers", "pallas")],  # heavy compiles
+)
 def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
     """JIQ with 2 and 5 dispatchers over 10 and 25 servers in one batch: the
     register layout (and the GPU kernel, interpreted) give the engine's results."""
@@ -99,7 +102,7 @@ def test_the_register_layout_and_the_kernel_read_each_replicas_size(backend):
 @pytest.mark.parametrize(
     "backend",
     [
-        "xla",
+        pytest.param("xla", marks=pytest.mark.slow),  # three programs compiled
         pytest.param("registers", marks=pytest.mark.slow),
         pytest.param("pallas", marks=pytest.mark.slow),
     ],

@@ -1,0 +1,240 @@
+"""Checks that kill the mutants benchmarks/mutation.py found surviving (docs/testing.md).
+
+Each test names the change it catches; the references are exact values
+computed here (closed forms of small cases), not by the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from jaxqueue import theory
+from jaxqueue.core.status import Status
+from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory import closed_forms, erlang
+
+# -- theory/erlang.py ---------------------------------------------------------------------
+
+
+def test_erlang_refusals_name_the_range():
+    """The messages, and the edges of the ranges: N = 10**7 is taken, 10**7 + 1 and
+    beta = 0 (where the limit formula would give 1) are not."""
+    with pytest.raises(ValueError, match=r"n_servers must be an integer in 1\.\.10000000, got 0"):
+        erlang.erlang_c(0, 0.5)
+    with pytest.raises(ValueError, match=r"n_servers must be an integer in 1\.\.10000000"):
+        erlang.erlang_b(10**7 + 1, 0.5)
+    with pytest.raises(ValueError, match=r"stable for 0 < load < 1, got load=1\.0"):
+        erlang.erlang_c(4, 1.0)
+    with pytest.raises(ValueError, match=r"beta must be positive, got 0\.0"):
+        erlang.halfin_whitt_waiting(0.0)
+    assert 0.0 < erlang.erlang_b(10**7, 0.999) < 1.0
+
+
+def test_erlang_response_time_where_the_wait_and_the_service_have_one_rate():
+    """N = 2 at load 0.5: the wait's rate ``N (1 - lambda)`` is 1, the service's, and
+    ``S + W`` is Erlang(2, 1) given a wait; C = 1/3 (B(2, 1) = 1/5)."""
+    t = np.array([0.0, 0.5, 2.0, 7.0])
+    want = (2.0 / 3.0) * np.exp(-t) + (1.0 / 3.0) * (1.0 + t) * np.exp(-t)
+    assert erlang.erlang_c(2, 0.5) == pytest.approx(1.0 / 3.0, rel=1e-14, abs=0.0)
+    np.testing.assert_allclose(erlang.response_time_sf(2, 0.5, t), want, rtol=1e-14)
+
+
+def test_erlang_number_in_system_outside_its_support():
+    """``P(L = k) = 0`` and ``P(L >= k) = 1`` for ``k <= 0`` exactly (at N = 10,
+    load 0.5 the masses sum to 1 - 6e-16)."""
+    k = np.array([-3, -1, 0])
+    np.testing.assert_array_equal(erlang.number_in_system_pmf(10, 0.5, k)[:2], 0.0)
+    np.testing.assert_array_equal(erlang.number_in_system_tail(10, 0.5, k), 1.0)
+
+
+def test_erlang_small_quantile_to_float64_precision():
+    """M/M/1 at load 0.5: ``T`` is exp(1/2), its 0.001-quantile ``-2 log(0.999)``, to
+    1e-12 relative (the bisection's stop is relative: an absolute one of 4e-16 / t
+    stopped at 2e-11 here)."""
+    for q in (1e-3, 0.5):  # one at a time: a second level would refine the first
+        got = erlang.response_time_quantile(1, 0.5, q)
+        assert got == pytest.approx(-2.0 * math.log1p(-q), rel=1e-12, abs=0.0), q
+
+
+def test_erlang_result_settings():
+    """What the result records beside the metrics (ErlangResult's docstring)."""
+    res = erlang.erlang_result(4, 0.75)
+    settings = {k: v for k, v in res.settings.items() if k != "versions"}
+    assert settings == {
+        "policy": "mmn",
+        "policy_label": "M/M/4",
+        "options": {},
+        "n_servers": 4,
+        "load": 0.75,
+        "buffer": None,
+        "mean_wait": erlang.mean_wait(4, 0.75),
+        "mean_waiting_number": erlang.mean_waiting_number(4, 0.75),
+    }
+    assert set(res.settings["versions"]) >= {"jaxqueue", "jax", "numpy"}
+    # Erlang C at a = N lambda = 3 from its textbook sum: 0.5094...
+    a = 3.0
+    terms = [a**j / math.factorial(j) for j in range(4)]
+    last = a**4 / math.factorial(4) / (1 - 0.75)
+    assert res.waiting_probability == pytest.approx(last / (sum(terms) + last), rel=1e-13, abs=0.0)
+
+
+# -- theory/closed_forms.py ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "d", "load", "ratio"),
+    # the last: a law of 77,816 sizes, past the first blocks of 4,096 and 8,192
+    [("jiq", 1, 0.9, 10.0), ("jiq-pod", 2, 0.7, 3.0), ("jiq", 1, 0.3, 1e4)],
+)
+def test_the_iqueue_law_of_a_closed_form_has_wangs_mean(policy, d, load, ratio):
+    """The I-queue size law a closed form reports (computed on the host, not by
+    ``theory.iqueue_distribution``): ``p_0`` is the mean field's ``p0``, the law sums
+    to one less its reported remainder (below 1e-15), its mean is ``r (1 - lambda)``,
+    the idle servers per dispatcher (Wang et al., Theorem 1), and its ratios
+    ``p_{k+1} / p_k = a / (a + delta + k + 1)`` fall with ``k`` as that form says."""
+    mf = (
+        theory.mean_field(policy, load, ratio, d=d)
+        if d > 1
+        else theory.mean_field(policy, load, ratio)
+    )
+    dist = np.asarray(mf.iqueue_distribution, np.float64)
+    rest = mf.diagnostics["iqueue_remainder"]
+    assert dist[0] == pytest.approx(mf.p0, rel=1e-15, abs=0.0)
+    assert 0.0 <= rest < 1e-15 and dist[-1] > 0.0
+    assert abs(dist.sum() + rest - 1.0) < 1e-14
+    assert dist @ np.arange(dist.size) == pytest.approx(ratio * (1.0 - load), rel=1e-12, abs=0.0)
+    steps = dist[1:] / dist[:-1]
+    assert np.all(np.diff(steps) < 0)
+    # 1 / ratio - 1 = (delta + k + 1) / a: affine in k, of slope 1 / a
+    inv = 1.0 / steps - 1.0
+    np.testing.assert_allclose(np.diff(inv), inv[1] - inv[0], rtol=1e-4)  # (ratios near 1)
+
+
+def test_a_failed_p0_solve_is_named(monkeypatch):
+    """A closed form whose ``p0`` solver fails raises with the point and the status."""
+    monkeypatch.setattr(closed_forms, "host_p0", lambda *args: (math.nan, Status.MAX_ITERATIONS))
+    with pytest.raises(
+        RuntimeError,
+        match=r"p0 solver failed at load=0\.9, ratio=10\.0, d=1: status MAX_ITERATIONS",
+    ):
+        theory.mean_field("jiq", 0.9, 10.0)
+
+
+def _mf(policy, load, ratio=None, d=1):
+    """The closed form's result (float64, on the host)."""
+    if d > 1:
+        return theory.mean_field(policy, load, ratio, d=d)
+    return theory.mean_field(policy, load, ratio)
+
+
+def _tail_by_recursion(load, p0, d, count=60):
+    """``s_1 = lambda``, ``s_{k+1} = lambda p0 s_k^d``: the fixed point of the
+    mean-field drift (an arrival joins a server with ``k`` tasks when its ``d``
+    probes all hold ``k`` or more, after an empty I-queue, probability ``p0``)."""
+    s = [load]
+    for _ in range(count):
+        s.append(load * p0 * s[-1] ** d)
+    return np.array(s)
+
+
+def test_closed_form_response_times_against_the_tail_recursion():
+    """``T = sum_k s_k / lambda`` (Little) with ``s_k`` from :func:`_tail_by_recursion`
+    at the mean field's ``p0``: JIQ (``1 / (1 - lambda p0)``), JIQ-Pod(2), Pod(2)
+    (``p0 = 1``), Random; JSQ's is 1 and NaN past the load's range. Through the
+    array functions (``theory.mean_response_time``), float64."""
+    with jax.enable_x64(True):
+        for policy, d, ratio in (("jiq", 1, 10.0), ("jiq-pod", 2, 10.0), ("pod", 2, None)):
+            p0 = _mf(policy, 0.9, ratio, d=d).p0 if ratio else 1.0
+            want = _tail_by_recursion(0.9, p0, d).sum() / 0.9
+            options = {"d": d} if d > 1 else {}
+            got = float(theory.mean_response_time(policy, 0.9, ratio, **options))
+            assert got == pytest.approx(want, rel=1e-12, abs=0.0), policy
+        assert float(theory.mean_response_time("random", 0.8)) == pytest.approx(5.0, rel=1e-12)
+        t = np.asarray(theory.mean_response_time("jsq", np.array([0.9, 1.2])))
+        assert t[0] == 1.0 and np.isnan(t[1])
+        with pytest.raises(ValueError, match="'jiq-pod' needs ratio = N / M"):
+            theory.mean_response_time("jiq-pod", 0.9, d=2)
+
+
+def test_closed_form_message_rates():
+    """JIQ-Pod(d): idle servers join I-queues at ``s_1 - s_2 = lambda (1 - p0 lambda^d)``;
+    an arrival after an empty I-queue (``p0``) probes ``d`` servers (``d lambda p0``)
+    and, finding an idle one, sends a delete request (``lambda p0 (1 - lambda^d)``);
+    JIQ probes none; Pod(d) probes ``d lambda`` and has no I-queues."""
+    for policy, d in (("jiq", 1), ("jiq-pod", 2)):
+        mf = _mf(policy, 0.9, 10.0, d=d)
+        p0, lam_d = mf.p0, 0.9**d
+        assert mf.join_rate == pytest.approx(0.9 * (1 - p0 * lam_d), rel=1e-12, abs=0.0)
+        assert mf.delete_rate == pytest.approx(0.9 * p0 * (1 - lam_d), rel=1e-12, abs=0.0)
+        assert mf.probe_rate == pytest.approx(d * 0.9 * p0 if d > 1 else 0.0, rel=1e-12, abs=0.0)
+    for d in (2, 3):
+        pod = _mf("pod", 0.9, d=d)
+        assert pod.probe_rate == pytest.approx(0.9 * d, rel=1e-12, abs=0.0)
+        assert pod.join_rate is None and pod.delete_rate is None
+        assert pod.diagnostics["iqueue_remainder"] == 0.0
+    assert _mf("random", 0.9).probe_rate == 0.0 and _mf("jsq", 0.9).probe_rate == 0.0
+
+
+def test_closed_form_laws_of_the_response_time():
+    """JSQ: every arrival finds an idle server, ``T ~ exp(1)``; Random and JIQ: the
+    number found is geometric, ``T ~ exp(1 - lambda p0)`` (``p0 = 1`` for Random),
+    with the mean tasks per server ``lambda / (1 - lambda p0)``."""
+    q = np.array(sorted(QUANTILES))
+    jsq = _mf("jsq", 0.9)
+    np.testing.assert_allclose(jsq.occupancy[:2], [0.1, 0.9], rtol=1e-14)
+    assert list(jsq.arrival_seen[:2]) == [1.0, 0.0]
+    np.testing.assert_allclose([jsq.response_quantiles[x] for x in q], -np.log1p(-q), rtol=1e-14)
+    for policy, ratio in (("random", None), ("jiq", 10.0)):
+        mf = _mf(policy, 0.9, ratio)
+        rate = 1.0 - 0.9 * (mf.p0 if ratio else 1.0)
+        got = [mf.response_quantiles[x] for x in q]
+        np.testing.assert_allclose(got, -np.log1p(-q) / rate, rtol=1e-12)
+        assert mf.mean_queue_length == pytest.approx(0.9 / rate, rel=1e-12, abs=0.0)
+        assert mf.settings["ratio"] == ratio
+
+
+def test_closed_form_arguments():
+    """``levels`` is named in its refusal, and 1 is taken; ``r`` below 1 is a valid ratio."""
+    with pytest.raises(ValueError, match=r"^levels=0 is out of range: need 1 <= levels"):
+        theory.mean_field("pod", 0.9, levels=0)
+    assert 0.0 < theory.mean_field("jiq", 0.9, 0.5).p0 < 1.0
+    assert theory.mean_field("random", 1e-7, levels=1).tail.size == 2  # s_0, s_1
+    # the adaptive count's least, in both of its branches (d = 1, d >= 2)
+    assert theory.mean_field("random", 1e-20).tail.size == 2
+    assert theory.mean_field("pod", 1e-20, d=2).tail.size == 2
+    quantiles = theory.mean_field("pod", 0.9, d=2, with_quantiles=False).response_quantiles
+    assert np.all(np.isnan(list(quantiles.values())))  # skipped when not asked for
+
+
+@pytest.mark.parametrize(
+    ("policy", "ratio", "d", "load"),
+    [
+        ("random", None, 1, 0.9),
+        ("jiq", 10.0, 1, 0.9),
+        ("pod", None, 2, 0.9),
+        ("jiq-pod", 10.0, 2, 0.9),
+        ("pod", None, 2, 0.1),  # s_4 = 1e-15: between the per-entry count's thresholds
+    ],
+)
+def test_closed_form_tails_and_their_adaptive_count(policy, ratio, d, load):
+    """The tail ``s_0 .. s_{n-1}`` of :func:`_tail_by_recursion`, with ``n`` the fewest
+    entries whose rest ``sum_{i >= n} s_i`` is below 1e-15 (measured: 350, 43, 9, 7 and 5
+    entries), and that rest reported as the tail's remainder; the occupancy, the law
+    of what an arrival finds and the waiting probability that follow from it."""
+    mf = _mf(policy, load, ratio, d=d)
+    p0 = mf.p0 if ratio else 1.0
+    s = np.concatenate([[1.0], _tail_by_recursion(load, p0, d, count=2000)])
+    rest = np.cumsum(s[::-1])[::-1]  # rest[n] = sum_{i >= n} s_i
+    n = int(np.argmax(rest < 1e-15))
+    assert mf.tail.size == n
+    np.testing.assert_allclose(mf.tail, s[:n], rtol=1e-12)
+    assert mf.diagnostics["tail_remainder"] == pytest.approx(rest[n], rel=1e-9, abs=0.0)
+    np.testing.assert_allclose(mf.occupancy, s[:n] - s[1 : n + 1], rtol=1e-12, atol=1e-300)
+    # an arrival finds k or more tasks with probability p0 s_k^d (k >= 1): a_0 = 1
+    a = np.concatenate([[1.0], p0 * s[1 : n + 1] ** d])
+    np.testing.assert_allclose(mf.arrival_seen, a[:n] - a[1 : n + 1], rtol=1e-12, atol=1e-300)
+    assert mf.waiting_probability == pytest.approx(a[1], rel=1e-12, abs=0.0)
