@@ -139,6 +139,12 @@ def test_liu_ying_script_fits_a_store():
             ("mean_response_time", -1.0): 1 + 2 * n ** (alpha - 1),
             ("excess0", -1.0): n ** (alpha - 1),
             ("excess1", -1.0): 0.0,
+            # liu_ying_theorem.toml's metrics
+            ("excess2", -1.0): 0.0,
+            ("excess0_sq", -1.0): 2 * n ** (2 * alpha - 2),
+            ("ssc_fails", -1.0): 0.01 * n**-0.5,
+            # blocked arrivals included: a slope of its own, to tell the two rows apart
+            ("busy_routing_probability", -1.0): 0.6 * n ** (alpha - 0.9),
         }
         for (metric, k), mean in values.items():
             rows.append(
@@ -160,6 +166,12 @@ def test_liu_ying_script_fits_a_store():
     assert records["E[W]"]["slope"] == pytest.approx(alpha - 1, abs=1e-12)
     assert records["excess k=0"]["slope"] == pytest.approx(alpha - 1, abs=1e-12)
     assert records["N S3"]["slope"] is None and records["excess k=1"]["slope"] is None
+    assert records["excess k=2"]["slope"] is None and records["excess k=1"]["paper"] is None
+    assert records["excess^2 k=0"]["slope"] == pytest.approx(2 * alpha - 2, abs=1e-12)
+    assert records["excess^2 k=0"]["paper"] == pytest.approx(2 * alpha - 2)
+    assert records["SSC fails"]["slope"] == pytest.approx(-0.5, abs=1e-12)
+    assert records["p_W"]["slope"] == pytest.approx(alpha - 0.9, abs=1e-12)
+    assert records["p_W"]["paper"] == pytest.approx(alpha - 1) and records["p_W"]["bound"] < 0
     assert records["N(S2-S3)"]["paper"] == alpha
     assert records["P(wait)"]["paper"] == pytest.approx(alpha - 1)
     # the bound N^alpha log N over N = 100..10^4 has an effective exponent above alpha
