@@ -1,16 +1,23 @@
-"""Mutation score of the theory's closed forms and the estimates (not a test, not run in CI).
+"""Mutation score of the simulator, the policies, the theory and the studies (not a test, not run in CI).
 
     python benchmarks/mutation.py [--budget SECONDS] [--modules erlang,closed_forms]
-                                  [--slow] [--children 2] [--workdir DIR] [--json]
+                                  [--sample K] [--seed S] [--slow] [--children 2]
+                                  [--workdir DIR] [--json]
 
-Runs mutmut (``pip install '.[mutation]'``) over each module of :data:`MODULES`
+Runs mutmut (``pip install '.[mutation]'``) over each group of :data:`MODULES`
 with the test files that cover it: every mutant (an operator, a constant or a
-comparison changed, a call argument dropped, ...) of the module is run against
-the tests that call the mutated function, and is *killed* when one of them
-fails, *survives* when all pass, is a *timeout* past mutmut's time limit, and
-*no tests* when no selected test calls its function. The summary gives those
-counts per module, the seconds it took, and each survivor's diff
+comparison changed, a call argument dropped, ...) of the group's files is run
+against the tests that call the mutated function, and is *killed* when one of
+them fails, *survives* when all pass, is a *timeout* past mutmut's time limit,
+and *no tests* when no selected test calls its function. The summary gives
+those counts per group, the seconds it took, and each survivor's diff
 (docs/testing.md discusses them).
+
+``--sample K`` runs K mutants of each group drawn at random (seeded by
+``--seed``) from all of them, for the groups whose every mutant would take hours
+(the simulator's mutants each recompile the programs their tests run): the
+score is then an estimate, given with its exact (Clopper-Pearson) 95% interval
+over the sampled mutants checked.
 
 Nothing in the working tree is touched: the repository (without its virtual
 environments, results and git data) is copied into ``--workdir`` (a temporary
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -40,8 +48,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Each module mutated, and the test files that cover it (the tests that call
-#: a mutated function are found by mutmut's own first run).
+#: The fast tier's test files, for the groups that most tests reach.
+ALL_TESTS = ("tests",)
+
+#: Each group of files mutated, and the test files that cover it (the tests that
+#: call a mutated function are found by mutmut's own first run).
 MODULES = {
     "erlang": (
         "jaxqueue/theory/erlang.py",
@@ -61,7 +72,53 @@ MODULES = {
             "tests/test_mutants.py",
         ),
     ),
+    "policies": (
+        (
+            "jaxqueue/policies/base.py",
+            "jaxqueue/policies/classic.py",
+            "jaxqueue/policies/jiq.py",
+            "jaxqueue/policies/probes.py",
+            "jaxqueue/policies/per_server.py",
+            "jaxqueue/policies/exact_rules.py",
+            "jaxqueue/policies/registry.py",
+        ),
+        ALL_TESTS,
+    ),
+    "sim": (
+        ("jaxqueue/sim/step.py", "jaxqueue/sim/collect.py", "jaxqueue/sim/blocks.py"),
+        ALL_TESTS,
+    ),
+    "results": (
+        (
+            "jaxqueue/results/estimates.py",
+            "jaxqueue/results/stats.py",
+            "jaxqueue/results/student.py",
+            "jaxqueue/results/warmup.py",
+            "jaxqueue/results/simulation.py",
+            "jaxqueue/results/response.py",
+            "jaxqueue/results/schema.py",
+            "jaxqueue/results/pools.py",
+        ),
+        ALL_TESTS,
+    ),
+    "studies": (
+        (
+            "jaxqueue/studies/sensitivity.py",
+            "jaxqueue/studies/sensitivity_sides.py",
+            "jaxqueue/studies/paired.py",
+            "jaxqueue/studies/grid_theory.py",
+            "jaxqueue/studies/grid_sensitivity.py",
+            "jaxqueue/studies/grid_paired.py",
+        ),
+        ALL_TESTS,
+    ),
 }
+
+
+def _files(key: str) -> tuple:
+    files = MODULES[key][0]
+    return (files,) if isinstance(files, str) else tuple(files)
+
 
 #: What the copy leaves out: environments, caches, results, git data.
 IGNORED = shutil.ignore_patterns(
@@ -77,6 +134,11 @@ IGNORED = shutil.ignore_patterns(
     "*.sqlite",
     "*.npz",
 )
+
+#: Tests that read what the copy leaves out (the committed stores), and the house
+#: rules' tests, which read the sources (a mutated module is many times its size).
+NOT_IN_COPY = ("tests/test_sweeps.py::test_the_committed_paper_scale_stores_match_their_specs",)
+NOT_RUN = ("tests/test_house.py",)
 
 #: What the process each mutant is forked from imports first (none starts JAX's
 #: backends): a mutant's own process then imports only the package and the tests.
@@ -132,17 +194,21 @@ def _toml_list(items) -> str:
     return "[" + ", ".join(json.dumps(str(x)) for x in items) + "]"
 
 
-def _configure(copy: Path, module: str, tests: tuple, slow: bool) -> list:
-    """mutmut's section in the copy's pyproject.toml: the module, its tests, and
+def _configure(copy: Path, files: tuple, tests: tuple, slow: bool) -> list:
+    """mutmut's section in the copy's pyproject.toml: the files, their tests, and
     pytest on one process (the suite's ``-n auto`` would fork JAX workers)."""
     args = ["-n", "0", "-p", "no:cacheprovider"] + ([] if slow else ["-m", "not slow"])
+    for test in NOT_IN_COPY:
+        args += ["--deselect", test]
+    for test in NOT_RUN:
+        args += ["--ignore", test]
     existing = [t for t in tests if (copy / t).exists()]
     section = "\n".join(
         [
             "",
             "[tool.mutmut]",
             'source_paths = ["jaxqueue"]',
-            f"only_mutate = {_toml_list([module])}",
+            f"only_mutate = {_toml_list(files)}",
             f"pytest_add_cli_args = {_toml_list(args)}",
             f"pytest_add_cli_args_test_selection = {_toml_list(existing)}",
             'also_copy = ["docs", "sweeps", "benchmarks", "README.md"]',
@@ -161,14 +227,16 @@ def _configure(copy: Path, module: str, tests: tuple, slow: bool) -> list:
     return existing
 
 
-def _run_mutmut(copy: Path, budget: float, children: int, env: dict) -> tuple[float, bool, str]:
-    """``mutmut run`` in ``copy`` for at most ``budget`` seconds (then SIGINT:
-    mutmut stops its workers and saves what it has). Returns the seconds, whether
-    it was stopped, and the tail of its output."""
+def _run_mutmut(
+    copy: Path, budget: float, children: int, env: dict, names=()
+) -> tuple[float, bool, str]:
+    """``mutmut run`` (of the named mutants, or all) in ``copy`` for at most
+    ``budget`` seconds (then SIGINT: mutmut stops its workers and saves what it
+    has). Returns the seconds, whether it was stopped, and the tail of its output."""
     start = time.monotonic()
-    out = open(copy / "mutmut.log", "w")
+    out = open(copy / "mutmut.log", "a")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)],
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names],
         cwd=copy,
         env=env,
         stdout=out,
@@ -192,12 +260,42 @@ def _run_mutmut(copy: Path, budget: float, children: int, env: dict) -> tuple[fl
     return time.monotonic() - start, stopped, tail
 
 
-def _results(copy: Path, module: str) -> dict:
-    meta = copy / "mutants" / (module + ".meta")
-    if not meta.exists():
-        return {}
-    codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return {name: STATUS.get(code, "suspicious") for name, code in codes.items()}
+def _results(copy: Path, files: tuple) -> dict:
+    """Each mutant's status, over the group's files."""
+    status = {}
+    for module in files:
+        meta = copy / "mutants" / (module + ".meta")
+        if meta.exists():
+            codes = json.loads(meta.read_text())["exit_code_by_key"]
+            status.update({name: STATUS.get(code, "suspicious") for name, code in codes.items()})
+    return status
+
+
+#: A name no mutant has: ``mutmut run`` with it generates the mutants and maps
+#: the tests to the functions they call, then stops before running any mutant.
+_NO_MUTANT = "jaxqueue_no_such_mutant"
+
+
+def _sample(copy: Path, files: tuple, k: int, seed: int, budget: float, env: dict):
+    """Generate the group's mutants without running them, and draw ``k`` of them
+    uniformly (sorted names, a seeded generator: the same draw for the same code)."""
+    seconds, _, tail = _run_mutmut(copy, budget, 1, env, [_NO_MUTANT])
+    if "failed to collect stats" in tail:
+        raise RuntimeError(f"the clean tests failed under mutmut; its output ends:\n{tail}")
+    names = sorted(_results(copy, files))
+    if not names:
+        raise RuntimeError(f"mutmut generated no mutants; its output ends:\n{tail}")
+    return random.Random(seed).sample(names, min(k, len(names))), len(names), seconds
+
+
+def clopper_pearson(killed: int, n: int, level: float = 0.95) -> tuple:
+    """The exact binomial interval of a proportion ``killed / n``."""
+    from scipy.stats import beta
+
+    a = 1.0 - level
+    lo = 0.0 if killed == 0 else float(beta.ppf(a / 2, killed, n - killed + 1))
+    hi = 1.0 if killed == n else float(beta.ppf(1 - a / 2, killed + 1, n - killed))
+    return lo, hi
 
 
 #: Run in a copy: each named mutant's diff, as JSON (mutmut 3.8's own ``show``,
@@ -210,28 +308,35 @@ print(json.dumps({n: get_diff_for_mutant(n, path=path) for n in names}))
 """
 
 
-def _diffs(copy: Path, module: str, names: list, env: dict) -> dict:
-    if not names:
-        return {}
-    done = subprocess.run(
-        [sys.executable, "-c", _DIFFS, module, *names],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        log(f"the diffs failed: {done.stderr[-1000:]}")
-        return dict.fromkeys(names, "(no diff: see mutmut show NAME in the copy)")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _diffs(copy: Path, files: tuple, names: list, env: dict) -> dict:
+    out = {}
+    for module in files:
+        # a mutant's name is its module's dotted path, then its function's
+        dotted = module[: -len(".py")].replace("/", ".") + ".x"
+        mine = [n for n in names if n.startswith(dotted)]
+        if not mine:
+            continue
+        done = subprocess.run(
+            [sys.executable, "-c", _DIFFS, module, *mine],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            log(f"the diffs failed: {done.stderr[-1000:]}")
+            out.update(dict.fromkeys(mine, "(no diff: see mutmut show NAME in the copy)"))
+        else:
+            out.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
 
 
 def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
-    module, tests = MODULES[key]
+    files, tests = _files(key), MODULES[key][1]
     copy = base / key
     _copy_repository(copy)
-    tests = _configure(copy, module, tests, args.slow)
+    tests = _configure(copy, files, tests, args.slow)
     env = dict(
         os.environ,
         JAX_COMPILATION_CACHE_DIR=str(cache),
@@ -241,9 +346,16 @@ def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
     )
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the copy's tests are rewritten once, not per mutant
-    log(f"{key}: {module} against {', '.join(tests)}, budget {budget:.0f} s")
-    seconds, stopped, tail = _run_mutmut(copy, budget, args.children, env)
-    status = _results(copy, module)
+    log(f"{key}: {', '.join(files)} against {', '.join(tests)}, budget {budget:.0f} s")
+    names, population, seconds = [], None, 0.0
+    if args.sample:
+        names, population, seconds = _sample(copy, files, args.sample, args.seed, budget, env)
+        log(f"{key}: {len(names)} of {population} mutants drawn (seed {args.seed})")
+    spent, stopped, tail = _run_mutmut(copy, budget - seconds, args.children, env, names)
+    seconds += spent
+    status = _results(copy, files)
+    if names:
+        status = {n: status.get(n, "not checked") for n in names}
     if not status:
         log(f"{key}: mutmut gave no results; its output ends:\n{tail}")
     counts: dict = {}
@@ -251,8 +363,11 @@ def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
         counts[s] = counts.get(s, 0) + 1
     survivors = sorted(n for n, s in status.items() if s == "survived")
     row = {
-        "module": module,
+        "module": key,
+        "files": list(files),
         "tests": tests,
+        "population": population if names else len(status),
+        "sampled": bool(names),
         "seconds": round(seconds, 1),
         "stopped_by_budget": stopped,
         "total": len(status),
@@ -266,10 +381,14 @@ def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
             for k, v in counts.items()
             if k not in {"killed", "survived", "timeout", "no tests", "not checked", "interrupted"}
         },
-        "survivors": _diffs(copy, module, survivors, env),
+        "survivors": _diffs(copy, files, survivors, env),
     }
     checked = row["killed"] + row["survived"] + row["timeout"]
+    # a timeout is counted as not caught: a loaded machine can time out a right run
     row["score"] = round(row["killed"] / checked, 4) if checked else None
+    row["score_95"] = (
+        [round(x, 4) for x in clopper_pearson(row["killed"], checked)] if checked else None
+    )
     log(
         f"{key}: {row['killed']} killed, {row['survived']} survived, {row['timeout']} timeout, "
         f"{row['no_tests']} no tests, {row['not_checked']} not checked of {row['total']} "
@@ -280,17 +399,22 @@ def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
 
 def _print_summary(rows: list, seconds: float) -> None:
     print(
-        f"{'module':34s} {'killed':>7s} {'survived':>9s} {'timeout':>8s} "
-        f"{'no tests':>9s} {'unchecked':>10s} {'total':>6s} {'score':>6s} {'seconds':>8s}"
+        f"{'group':14s} {'killed':>7s} {'survived':>9s} {'timeout':>8s} {'no tests':>9s} "
+        f"{'unchecked':>10s} {'run':>5s} {'of':>6s} {'score':>6s} {'95% interval':>14s} "
+        f"{'seconds':>8s}"
     )
     for r in rows:
         score = "-" if r["score"] is None else f"{r['score']:.1%}"
+        ci = "-" if r["score_95"] is None else f"{r['score_95'][0]:.0%}-{r['score_95'][1]:.0%}"
         print(
-            f"{r['module']:34s} {r['killed']:7d} {r['survived']:9d} {r['timeout']:8d} "
-            f"{r['no_tests']:9d} {r['not_checked']:10d} {r['total']:6d} {score:>6s} "
-            f"{r['seconds']:8.0f}"
+            f"{r['module']:14s} {r['killed']:7d} {r['survived']:9d} {r['timeout']:8d} "
+            f"{r['no_tests']:9d} {r['not_checked']:10d} {r['total']:5d} {r['population']:6d} "
+            f"{score:>6s} {ci:>14s} {r['seconds']:8.0f}"
         )
-    print(f"\n{seconds:.0f} s in all; score = killed / (killed + survived + timeout)")
+    print(
+        f"\n{seconds:.0f} s in all; score = killed / (killed + survived + timeout),"
+        " with its exact 95% interval (over a sample: 'run' of 'of' mutants)"
+    )
     for r in rows:
         for name, diff in r["survivors"].items():
             print(f"\n## survived: {name}\n{diff}")
@@ -305,6 +429,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--budget", type=float, default=2400.0, help="seconds for all modules")
     ap.add_argument("--children", type=int, default=2, help="mutants run at once")
+    ap.add_argument(
+        "--sample", type=int, default=0, help="run this many mutants per group, drawn at random"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed")
     ap.add_argument("--slow", action="store_true", help="run the slow tests too")
     ap.add_argument("--workdir", help="where the copies go (kept); default a temporary folder")
     ap.add_argument("--json", action="store_true", help="the summary as JSON alone on stdout")
@@ -313,6 +441,8 @@ def main(argv=None) -> int:
     unknown = [k for k in keys if k not in MODULES]
     if unknown:
         ap.error(f"unknown module(s) {unknown}: choose from {', '.join(MODULES)}")
+    if args.sample < 0:
+        ap.error(f"--sample must be >= 0 (0: every mutant), got {args.sample}")
     try:
         import mutmut  # noqa: F401
     except ImportError:

@@ -238,3 +238,111 @@ def test_closed_form_tails_and_their_adaptive_count(policy, ratio, d, load):
     a = np.concatenate([[1.0], p0 * s[1 : n + 1] ** d])
     np.testing.assert_allclose(mf.arrival_seen, a[:n] - a[1 : n + 1], rtol=1e-12, atol=1e-300)
     assert mf.waiting_probability == pytest.approx(a[1], rel=1e-12, abs=0.0)
+
+
+# -- theory/lu.py -------------------------------------------------------------------------
+
+
+def test_lu_iqueue_law_of_jiq_sq_3_is_the_supermarket_law():
+    """JIQ-SQ(3) (where ``(d**j - 1) / (d - 1)`` and ``(d**j - 1) (d - 1)`` differ; at
+    ``d = 2`` they agree): the law's "at least j" is ``rho**(1 + 3 + ... + 3**(j-1))``,
+    with ``rho`` solving ``sum_i rho**((3**i - 1)/2) = r (1 - lambda)`` by Brent's method
+    here."""
+    from scipy.optimize import brentq
+
+    lam, r = 0.9, 10.0
+    e = [(3**i - 1) // 2 for i in range(1, 40)]
+    rho = brentq(lambda x: sum(x**k for k in e) - r * (1 - lam), 1e-9, 1 - 1e-12, xtol=1e-16)
+    res = theory.lu_result("jiq-sq", lam, r, d=3)
+    at_least = np.array([rho ** ((3**j - 1) // 2) for j in range(res.iqueue_distribution.size + 1)])
+    np.testing.assert_allclose(res.iqueue_distribution, at_least[:-1] - at_least[1:], rtol=1e-9)
+    assert res.p0 == pytest.approx(1 - rho, rel=1e-9)
+
+
+def test_lu_past_a_hundred_thousand_iqueue_sizes_the_rest_is_reported():
+    """r = 10**5 at load 0.9: the geometric I-queue law (``rho = m / (1 + m)``,
+    ``m = 10**4``) is cut at 100000 sizes, with ``rho**100001`` of it (4.5e-5) reported
+    as its remainder (this raised a shape error)."""
+    res = theory.lu_result("jiq", 0.9, 1e5)
+    m = 1e5 * (1 - 0.9)
+    rho = m / (1 + m)
+    law = res.iqueue_distribution
+    assert law.size == 100_001
+    assert law[0] == pytest.approx(1 - rho, rel=1e-12)
+    assert law[-1] == pytest.approx((1 - rho) * rho**100_000, rel=1e-9)
+    assert res.diagnostics["iqueue_remainder"] == pytest.approx(rho**100_001, rel=1e-9)
+    # short of the cap: sizes up to the first whose "at least" is below 1e-15 (rho = 1/2)
+    small = theory.lu_result("jiq", 0.9, 10.0)
+    n = small.iqueue_distribution.size
+    assert 0.5 ** (n - 2) >= 1e-15 > 0.5 ** (n - 1)
+    assert small.diagnostics["iqueue_remainder"] == pytest.approx(0.5**n, rel=1e-12)
+
+
+def test_lu_one_level_when_a_random_task_is_rare():
+    """r = 10**16 at load 0.5: ``a = lambda (1 - rho)`` is about 1e-16, so
+    ``s_2 = lambda a`` is below 1e-15 and one level suffices. The automatic count is the
+    fewest levels ``L`` with ``lambda a**L < 1e-15`` at other points too."""
+    res = theory.lu_result("jiq", 0.5, 1e16)
+    assert res.settings["levels"] == 1 and res.tail.size == 2
+    for lam, r in [(0.5, 10.0), (0.9, 10.0), (0.3, 2.0), (0.99, 1.0), (0.7, 0.5)]:
+        res = theory.lu_result("jiq", lam, r)
+        a = lam / (1 + r * (1 - lam))  # lambda (1 - rho), rho = m / (1 + m)
+        want = next(n for n in range(1, 10_000) if lam * a**n < 1e-15)
+        assert res.settings["levels"] == want, (lam, r)
+        assert res.tail.size == want + 1
+        assert res.diagnostics["tail_remainder"] == pytest.approx(lam * a**want, rel=1e-9)
+
+
+def test_lu_arguments_and_settings():
+    """What ``lu_result`` refuses (with the message), what it takes (``levels`` given,
+    a ratio below 1, Mitzenmacher's FIFO order) and every setting it records."""
+    from jaxqueue import __version__
+
+    with pytest.raises(ValueError, match=r"ratio=0\.0: Lu et al\.'s approximation needs"):
+        theory.lu_result("jiq", 0.9, 0.0)
+    with pytest.raises(ValueError, match="ratio=inf"):
+        theory.lu_result("jiq", 0.9, math.inf)
+    with pytest.raises(ValueError, match=r"levels=0 must be at least 1"):
+        theory.lu_result("jiq", 0.9, 10.0, levels=0)
+    one = theory.lu_result("jiq", 0.9, 10.0, levels=1)
+    np.testing.assert_allclose(one.tail, [1.0, 0.9], rtol=1e-15)
+    five = theory.lu_result("jiq", 0.9, 10.0, levels=5)
+    a = 0.9 * 0.5
+    np.testing.assert_allclose(five.tail, [1.0] + [0.9 * a**k for k in range(5)], rtol=1e-14)
+    assert five.settings["levels"] == 5
+    assert five.diagnostics["tail_remainder"] == pytest.approx(0.9 * a**5, rel=1e-14)
+    half = theory.lu_result("jiq", 0.9, 0.5)  # r = 1/2: m = 0.05, p0 = 1 / 1.05
+    assert half.p0 == pytest.approx(1 / 1.05, rel=1e-14)
+    fifo = theory.lu_result("jiq-original", 0.9, 10.0, z=0, order="fifo")
+    assert fifo.settings["options"]["order"] == "fifo"
+    assert theory.lu_result("jiq-original", 0.9, 10.0, z=0).settings["options"]["order"] == "random"
+    s = five.settings
+    assert s["policy"] == "jiq" and s["policy_label"] == "jiq"
+    assert s["load"] == 0.9 and s["ratio"] == 10.0 and s["d"] == 1 and s["buffer"] is None
+    assert s["model"] == "lu" and s["versions"]["jaxqueue"] == __version__
+    assert five.diagnostics["status"] is Status.CONVERGED
+    assert five.blocking_probability is None  # an infinite buffer blocks nothing: no number
+    no_q = theory.lu_result("jiq", 0.9, 10.0, with_quantiles=False)
+    assert all(math.isnan(v) for v in no_q.response_quantiles.values())
+    assert list(no_q.response_quantiles) == list(QUANTILES)
+
+
+def test_lu_series_arguments():
+    """``busy_iqueue_fraction``'s default is the geometric law (``d = 1``: ``m / (1 + m)``);
+    ``d`` must be an integer >= 1; the approximation is NaN for ``r <= 0``; JIQ-Pod with
+    one probe joins one random I-queue; JIQ-SQ(10**5) (where ``d**j`` overflows) is quiet."""
+    from jaxqueue.policies import make
+    from jaxqueue.theory.lu import busy_iqueue_fraction, join_probes
+
+    np.testing.assert_allclose(busy_iqueue_fraction([0.5, 3.0]), [1 / 3, 0.75], rtol=1e-15)
+    for bad in (2.5, 0):
+        with pytest.raises(ValueError, match=rf"d={bad!r} must be an integer >= 1"):
+            busy_iqueue_fraction(1.0, bad)
+    assert np.isnan(theory.lu_approximation(0.5, 0.0).mean_response_time)
+    assert np.isnan(theory.lu_approximation(0.5, -1.0).rho)
+    assert join_probes(make("jiq-pod", d=1)) == 1
+    assert join_probes(make("jiq-sq", d=3)) == 3
+    with np.errstate(over="raise"):
+        res = theory.lu_result("jiq-sq", 0.9, 10.0, d=100_000)
+    # rho solves rho + rho**(d + 1) + ... = 1: rho = 1 to float64 rounding, less d**-huge
+    assert res.iqueue_distribution.sum() + res.diagnostics["iqueue_remainder"] == pytest.approx(1.0)

@@ -6,6 +6,7 @@ scalar metrics with their intervals; the arrays stay in the result).
 from __future__ import annotations
 
 import html
+import importlib
 import math
 
 import numpy as np
@@ -24,6 +25,9 @@ __all__ = [
     "html_table",
     "transient_text",
     "transient_html",
+    "records_html",
+    "StudyTable",
+    "optional_import",
 ]
 
 #: What a printed table calls each source before its heading (a simulation: nothing).
@@ -221,3 +225,62 @@ def transient_html(res) -> str:
         f"{esc(_transient_heading(res))}<br>{esc(_transient_caption(res))}</caption>"
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     )
+
+
+def records_html(kind: str, caption: str, rows: list[dict], columns: list[str]) -> str:
+    """Rows of a study's records as an HTML table (a notebook's display of a
+    sensitivity or a paired comparison): the ``columns`` in order, numbers to six
+    significant digits, ``-`` for None or NaN."""
+    esc = html.escape
+
+    def cell(x) -> str:
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            return "-"
+        if isinstance(x, (bool, np.bool_, str)):
+            return esc(str(x))
+        return esc(format_number(x))
+
+    head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td style='text-align:left'>{cell(r.get(c))}</td>" for c in columns)
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<table><caption style='text-align:left'><b>{esc(kind)}</b>: {esc(caption)}</caption>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def optional_import(module: str, extra: str):
+    """``module``, or an ImportError naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise ImportError(f"this needs {module}: pip install 'jaxqueue[{extra}]'") from None
+
+
+class StudyTable:
+    """What a study's result (a sensitivity, a paired comparison) shares with the
+    other results: its printed text as its ``repr``, its :meth:`records` as an
+    HTML table in a notebook and as a pandas DataFrame. A subclass gives
+    ``records()``, ``__str__`` and the columns its HTML table shows."""
+
+    _HTML_COLUMNS: tuple = ()
+
+    def records(self) -> list[dict]:  # pragma: no cover (each study gives its own)
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        caption = str(self).splitlines()[0]
+        rows = self.records()
+        columns = [c for c in self._HTML_COLUMNS if any(r.get(c) is not None for r in rows)]
+        return records_html(type(self).__name__, caption, rows, columns)
+
+    def to_frame(self):
+        """:meth:`records` as a pandas DataFrame (extra ``frames``)."""
+        return optional_import("pandas", "frames").DataFrame(self.records())

@@ -4,10 +4,9 @@ one table for all loads (rows, a pandas frame, an xarray Dataset).
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
+from jaxqueue.results.display import optional_import
 from jaxqueue.results.schema import POOL_METRICS, split_pool_row_metric
 
 __all__ = ["SweepResult", "dimension_of"]
@@ -34,13 +33,6 @@ def dimension_of(metric: str) -> str | None:
     return DIMENSIONS.get(metric)
 
 
-def _optional(module: str, extra: str):
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError:
-        raise ImportError(f"this needs {module}: pip install 'jaxqueue[{extra}]'") from None
-
-
 class SweepResult(list):
     """One result per load, in order (a list: index it, iterate it), and
     the whole sweep as one table: :meth:`records`, :meth:`to_frame` (with a
@@ -53,7 +45,7 @@ class SweepResult(list):
 
     def to_frame(self):
         """:meth:`records` as one pandas DataFrame (extra ``frames``)."""
-        pd = _optional("pandas", "frames")
+        pd = optional_import("pandas", "frames")
         return pd.DataFrame(self.records())
 
     def to_xarray(self):
@@ -62,7 +54,7 @@ class SweepResult(list):
         ``pool``, ``iqueue_size``), its half-width beside it as
         ``{metric}_ci95``; ``n_servers`` and ``n_dispatchers`` are
         coordinates along ``load``. NaN where a load has no such entry."""
-        xr = _optional("xarray", "xarray")
+        xr = optional_import("xarray", "xarray")
         loads = [res.settings["load"] for res in self]
         values: dict[str, dict] = {}
         for j, res in enumerate(self):

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxqueue.core.config import Model, split_keywords
+from jaxqueue.results.display import StudyTable, optional_import
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs import planner
 from jaxqueue.sim.runner import Plan, Run
@@ -81,8 +82,8 @@ def coupling_of(a, b) -> tuple[float, int, bool]:
     return r, n, bool(r > max(coupling_threshold(n), MIN_COUPLED_CORRELATION))
 
 
-@dataclasses.dataclass(frozen=True)
-class Paired:
+@dataclasses.dataclass(frozen=True, repr=False)
+class Paired(StudyTable):
     """Points run on common random numbers, each beside the first.
 
     Attributes:
@@ -118,6 +119,63 @@ class Paired:
         if not 1 <= k < len(self.labels):
             raise IndexError(f"point {k} is not compared: use 1 .. {len(self.labels) - 1}")
         return self.differences[k - 1][metric]
+
+    _HTML_COLUMNS = (
+        "point",
+        "metric",
+        "difference",
+        "ci95",
+        "unpaired_ci95",
+        "correlation",
+        "coupled",
+    )
+
+    def records(self) -> list[dict]:
+        """One row per compared point and metric: its ``difference`` from the first
+        point with the paired 95% half-width ``ci95``, the half-width independent
+        runs would give (``unpaired_ci95``), the ``correlation`` and the replicas it
+        is over, ``coupled``; the point's label and index ``k``, the reference's label."""
+        rows = []
+        for k in range(1, len(self.labels)):
+            for name, est in self.differences[k - 1].items():
+                rows.append(
+                    {
+                        "reference": self.labels[0],
+                        "point": self.labels[k],
+                        "k": k,
+                        "metric": name,
+                        "difference": float(est.mean),
+                        "ci95": float(est.ci95),
+                        "unpaired_ci95": float(self.unpaired[k - 1][name]),
+                        "correlation": float(self.correlation[k - 1][name]),
+                        "correlation_replicas": self._pairs(name, k),
+                        "coupled": bool(self.coupled[k - 1][name]),
+                    }
+                )
+        return rows
+
+    def to_xarray(self):
+        """An xarray Dataset over ``point`` (the compared points' labels) and
+        ``metric`` (extra ``xarray``): the columns of :meth:`records` as variables,
+        NaN (False for ``coupled``) where a point lacks a metric; the reference's
+        label as an attribute."""
+        xr = optional_import("xarray", "xarray")
+        rows = self.records()
+        points = list(self.labels[1:])
+        metrics = list(dict.fromkeys(r["metric"] for r in rows))
+        columns = ("difference", "ci95", "unpaired_ci95", "correlation", "correlation_replicas")
+        tables = {c: np.full((len(points), len(metrics)), np.nan) for c in columns}
+        coupled = np.zeros((len(points), len(metrics)), bool)
+        for r in rows:
+            at = (r["k"] - 1, metrics.index(r["metric"]))
+            for c in columns:
+                tables[c][at] = r[c]
+            coupled[at] = r["coupled"]
+        data = {c: (("point", "metric"), t) for c, t in tables.items()}
+        data["coupled"] = (("point", "metric"), coupled)
+        ds = xr.Dataset(data, coords={"point": points, "metric": metrics})
+        ds.attrs.update(reference=str(self.labels[0]))
+        return ds
 
     def narrowing(self, metric: str = HEADLINE, k: int = 1) -> float:
         """How many times narrower point ``k``'s paired interval is than independent runs'."""

@@ -17,6 +17,7 @@ import numpy as np
 from jaxqueue.core.config import split_keywords
 from jaxqueue.core.system import MAX_SERVERS, check_int, check_load
 from jaxqueue.core.user_metrics import PER_ARRIVAL
+from jaxqueue.results.display import StudyTable, optional_import
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.schema import QUANTILE_NAMES, SCALAR_METRICS
 from jaxqueue.results.simulation import batch_means
@@ -119,8 +120,8 @@ def default_step(
     return RELATIVE_STEP * max(room, 0.0) / _load_slope(parameter, value, n_servers)
 
 
-@dataclasses.dataclass(frozen=True)
-class Sensitivity:
+@dataclasses.dataclass(frozen=True, repr=False)
+class Sensitivity(StudyTable):
     """Derivatives of a simulated system's scalar metrics in one parameter.
 
     Attributes:
@@ -157,6 +158,63 @@ class Sensitivity:
 
     def __getitem__(self, metric: str) -> Estimate:
         return self.derivatives[metric]
+
+    #: The estimates of each metric, by the column names of :meth:`records`.
+    _PARTS = (
+        ("derivative", "derivatives"),
+        ("half_step", "half_step"),
+        ("extrapolated", "extrapolated"),
+        ("gap", "gap"),
+    )
+
+    _HTML_COLUMNS = (
+        "metric",
+        "derivative",
+        "derivative_ci95",
+        "half_step",
+        "half_step_ci95",
+        "curved",
+    )
+
+    def records(self) -> list[dict]:
+        """One row per metric: ``derivative`` (``D(h)``), ``half_step``
+        (``D(h/2)``), ``extrapolated`` and ``gap``, each with its 95% half-width
+        as ``{name}_ci95`` (None without the Richardson check), ``curved``, and
+        the parameter, its value, the step, the policy and ``n_servers``."""
+        s = self.settings
+        rows = []
+        for name in self.derivatives:
+            row = {
+                "parameter": self.parameter,
+                "value": self.value,
+                "h": self.h,
+                "policy": s.get("policy_label", s.get("policy")),
+                "n_servers": s.get("n_servers"),
+                "metric": name,
+            }
+            for column, part in self._PARTS:
+                est = getattr(self, part).get(name)
+                row[column] = None if est is None else float(est.mean)
+                row[f"{column}_ci95"] = None if est is None else float(est.ci95)
+            row["curved"] = name in self.curved
+            rows.append(row)
+        return rows
+
+    def to_xarray(self):
+        """An xarray Dataset over ``metric`` (extra ``xarray``): the columns of
+        :meth:`records` as variables (NaN where there is no half step); the
+        parameter, its value and the step as attributes."""
+        xr = optional_import("xarray", "xarray")
+        rows = self.records()
+        data = {}
+        for column, _ in self._PARTS:
+            for key in (column, f"{column}_ci95"):
+                data[key] = ("metric", [np.nan if r[key] is None else r[key] for r in rows])
+        data["curved"] = ("metric", [r["curved"] for r in rows])
+        ds = xr.Dataset(data, coords={"metric": [r["metric"] for r in rows]})
+        ds.attrs.update(parameter=self.parameter, value=self.value, h=self.h)
+        ds.attrs.update(policy=str(self.settings.get("policy_label")))
+        return ds
 
     def to_dict(self) -> dict:
         """A JSON-ready dict: every Estimate as :meth:`Estimate.to_dict`."""

@@ -252,7 +252,7 @@ def lu_result(
         else [math.nan] * len(QUANTILES)
     )
     rho = float(approx.rho)
-    sizes = _iqueue_law(rho, probes)
+    sizes, sizes_left = _iqueue_law(rho, probes)
     return LuResult(
         tail=tail,
         occupancy=occupancy,
@@ -284,20 +284,24 @@ def lu_result(
             "rho": rho,
             "reduced_load": a,
             "tail_remainder": lam * a**levels,
+            "iqueue_remainder": sizes_left,
         },
     )
 
 
-def _iqueue_law(rho: float, d: int) -> np.ndarray:
+def _iqueue_law(rho: float, d: int) -> tuple[np.ndarray, float]:
     """The fraction of I-queues of each size ``0, 1, ...``: geometric (``d = 1``) or the
     supermarket law, ``rho**((d**j - 1)/(d - 1))`` of them with at least ``j`` servers;
-    sizes up to where less than ``1e-15`` of them is left (at most 100000)."""
+    sizes up to where less than ``1e-15`` of them is left, or 100000 sizes. Also
+    returns the fraction of I-queues past the sizes returned (the law's remainder)."""
     if not 0.0 < rho < 1.0:
-        return np.array([1.0 - rho, rho])
+        return np.array([1.0 - rho, rho]), 0.0
     count = math.ceil(math.log(_TAIL_LEFT) / math.log(rho)) if d == 1 else 64
     j = np.arange(min(count, _MAX_LEVELS) + 2, dtype=np.float64)
     with np.errstate(over="ignore"):
         expo = j if d == 1 else (np.float64(d) ** j - 1.0) / (d - 1)
         at_least = rho**expo
-    last = int(np.argmax(at_least < _TAIL_LEFT)) if (at_least < _TAIL_LEFT).any() else j.size - 1
-    return at_least[: last + 1] - at_least[1 : last + 2]
+    below = np.flatnonzero(at_least < _TAIL_LEFT)
+    # the last size kept: the first whose "at least" is below the cut, or the cap
+    last = int(below[0]) if below.size else j.size - 2
+    return at_least[: last + 1] - at_least[1 : last + 2], float(at_least[last + 1])
