@@ -56,19 +56,19 @@ ALL_TESTS = ("tests",)
 MODULES = {
     "erlang": (
         "jaxqueue/theory/erlang.py",
-        ("tests/test_erlang.py", "tests/test_fits.py", "tests/test_mutants.py"),
+        ("tests/theory/test_erlang.py", "tests/studies/test_fits.py", "tests/test_mutants.py"),
     ),
     "closed_forms": (
         "jaxqueue/theory/closed_forms.py",
-        ("tests/test_theory.py", "tests/test_meanfield.py", "tests/test_mutants.py"),
+        ("tests/theory/test_theory.py", "tests/theory/test_meanfield.py", "tests/test_mutants.py"),
     ),
-    "lu": ("jaxqueue/theory/lu.py", ("tests/test_lu.py", "tests/test_mutants.py")),
+    "lu": ("jaxqueue/theory/lu.py", ("tests/theory/test_lu.py", "tests/test_mutants.py")),
     "estimates": (
         "jaxqueue/results/estimates.py",
         (
-            "tests/test_stats.py",
-            "tests/test_displays.py",
-            "tests/test_paired_verdicts.py",
+            "tests/results/test_stats.py",
+            "tests/results/test_displays.py",
+            "tests/studies/test_paired_verdicts.py",
             "tests/test_mutants.py",
         ),
     ),
@@ -137,7 +137,7 @@ IGNORED = shutil.ignore_patterns(
 
 #: Tests that read what the copy leaves out (the committed stores), and the house
 #: rules' tests, which read the sources (a mutated module is many times its size).
-NOT_IN_COPY = ("tests/test_sweeps.py::test_the_committed_paper_scale_stores_match_their_specs",)
+NOT_IN_COPY = ("tests/studies/test_sweeps.py::test_the_committed_paper_scale_stores_match_their_specs",)
 NOT_RUN = ("tests/test_house.py",)
 
 #: What the process each mutant is forked from imports first (none starts JAX's

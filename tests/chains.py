@@ -1,8 +1,8 @@
 """Exact references: small chains solved by linear algebra, independent of the package's solvers.
 
-Time-varying arrivals (tests/test_arrivals.py, tests/test_periodic*.py), and
+Time-varying arrivals (tests/sim/test_arrivals.py, tests/test_periodic*.py), and
 whole farms of a few servers under a routing rule written in the test from
-the rule's text (tests/test_references.py, tests/test_response.py).
+the rule's text (tests/policies/test_references.py, tests/results/test_response.py).
 """
 
 import dataclasses

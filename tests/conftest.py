@@ -45,7 +45,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--all-specs",
         action="store_true",
-        help="run every sweeps/ spec's whole quick mode, not a slice of it (tests/test_sweeps.py)",
+        help="run every sweeps/ spec's whole quick mode, not a slice of it (tests/studies/test_sweeps.py)",
     )
     parser.addoption(
         "--compile-times",

@@ -12,14 +12,14 @@ them wrong fails every run:
   of the occupancy tail, written here from the rule's text.
 
 (A per-arrival user metric with blocking is checked against a chain written
-in the tests by ``tests/test_user_metrics.py``,
+in the tests by ``tests/core/test_user_metrics.py``,
 ``test_per_arrival_metrics_count_only_accepted_arrivals``, in this tier too.)
 
 Each comparison is a two-sided Student-t test for the replicas used
 (:func:`jaxqueue.results.stats.within`), family-wise 0.001 (Bonferroni) over
 the family its test states; fixed seeds. The sensitivity and paired tests share
 one compiled shape, Pod(2) at N = 3 with four loads of 16 replicas (that of
-tests/test_sensitivity.py and tests/test_paired.py).
+tests/studies/test_sensitivity.py and tests/studies/test_paired.py).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_paired_differences_against_the_exact_chain():
 # -- Pod(d) past MAX_PROBES: the exact chain of the occupancy tail ----------------------
 
 #: Pod(80) at N = 100, two places per server, load 0.9: the draw reads the table of
-#: C(t, 80) / C(100, 80) (tests/test_large_d.py checks the table itself).
+#: C(t, 80) / C(100, 80) (tests/policies/test_large_d.py checks the table itself).
 LARGE_D = dict(n=100, d=80, buffer=2, load=0.9)
 
 

@@ -85,3 +85,16 @@ def test_the_upward_exceptions_still_exist():
     """An exception that is gone must leave the list (else it hides a new one)."""
     for rel, module in UPWARD:
         assert any(m == module for _, m in _imports(PACKAGE / rel)), (rel, module)
+
+
+def test_the_tests_mirror_the_package():
+    """Each folder of tests names a subpackage and holds that subpackage's tests
+    (tests/theory/ those of jaxqueue/theory/, ...); what spans the layers (the
+    house rules, the docs, the public API, the references across engines) stays
+    at the top of tests/."""
+    tests = Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders and folders <= subpackages, sorted(folders - subpackages)
+    for folder in folders:
+        assert all(p.name.startswith("test_") for p in (tests / folder).glob("*.py")), folder

@@ -122,7 +122,7 @@ def threefry2x32(k0, k1, x0, x1):
     Returns:
         the two uint32 words of the encrypted counter. ``fold_in(k, d)`` is
         ``threefry2x32(k, 0, d)`` and word ``i`` of ``bits(k)`` the xor of
-        ``threefry2x32(k, 0, i)`` (tests/test_rng.py compares them with
+        ``threefry2x32(k, 0, i)`` (tests/core/test_rng.py compares them with
         ``jax.random``).
     """
     return _threefry(k0, k1, x0, x1, _U32)

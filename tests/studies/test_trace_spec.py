@@ -2,7 +2,7 @@
 the response-time law figure (``metric = "response_cdf"``) and sweeps/wang_trace.toml.
 
 Fast but for one tiny grid through the engine (marked slow); the quick mode of
-wang_trace.toml runs with every spec of sweeps/ in tests/test_sweeps.py.
+wang_trace.toml runs with every spec of sweeps/ in tests/studies/test_sweeps.py.
 """
 
 import importlib.util
@@ -22,7 +22,7 @@ from jaxqueue.studies.plots import plot_figure, plot_store
 from jaxqueue.studies.spec import SpecError, load_spec, parse_spec
 from jaxqueue.studies.store import COLUMNS, Store, StoreLayoutError
 
-SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
 SPEC = """\
 [grid]

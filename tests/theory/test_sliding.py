@@ -22,7 +22,7 @@ from jaxqueue.core.arrivals import Profile
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import meanfield, periodic
 
-#: Half the period at 0.6 and half at 1.4 of the mean (as in tests/test_periodic.py).
+#: Half the period at 0.6 and half at 1.4 of the mean (as in tests/theory/test_periodic.py).
 DAY = Profile((0.0, 5.0, 10.0), (0.6, 1.4, None), label="two-level")
 
 

@@ -21,7 +21,7 @@ from jaxqueue.core.service import parse_service
 from jaxqueue.results.response import ph_response_quantiles
 from jaxqueue.theory import periodic
 
-#: Five segments, peak 0.96 at load 0.6 (as tests/test_periodic.py).
+#: Five segments, peak 0.96 at load 0.6 (as tests/theory/test_periodic.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
 #: A flat profile of the same period: the constant-load fixed point.
 FLAT = Profile((0.0, 8.0, 20.0), (1.0, 1.0, None))
@@ -175,7 +175,7 @@ def test_refusals_name_the_reason():
     """jsew with pools of other means (it routes by expected wait), a policy
     without the generic mean field, and a mean load past the capacity; the
     grid's test of the same. JSQ-like routing whose peak passes the capacity
-    is covered (tests/test_sliding.py)."""
+    is covered (tests/theory/test_sliding.py)."""
     with pytest.raises(NotImplementedError, match="expected wait"):
         theory.mean_field("jsew", 0.8, arrivals=DAY, pools="0.2:2,0.8:1")
     assert "expected wait" in periodic.refusal("jsew", 0.8, DAY, pools="0.2:2,0.8:1")

@@ -375,7 +375,7 @@ CASES = {
         chain_pools=[(1, 2.0, ERLANG2), (2, 1.0, EXP34)],
     ),
 }
-#: The other rules, against the exact solver only (tests/test_vs_exact.py
+#: The other rules, against the exact solver only (tests/exact/test_vs_exact.py
 #: simulates them against it); JIQ-Original's per-server chain is larger: 2 places.
 CASES.update(
     {
@@ -410,7 +410,7 @@ CASES.update(
 )
 LAWS = {None: EXP, "erlang:2": ERLANG2, "hyperexp:4": H4}
 #: The cases simulated: the rules of the pools, phases and per-rule cases
-#: above (tests/test_vs_exact.py simulates the others against the exact solver).
+#: above (tests/exact/test_vs_exact.py simulates the others against the exact solver).
 SIMULATED = [
     "i1f",
     "jiq-sq-M3",

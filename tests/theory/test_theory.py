@@ -464,7 +464,7 @@ def test_status_codes_are_status_members():
     mf = theory.mean_field("jiq", 0.9, 10.0)
     assert isinstance(mf.status, Status) and mf.status is Status.CONVERGED
     assert mf.diagnostics["status"] is Status.CONVERGED
-    # the generic path's statuses: tests/test_meanfield.py and the levels test below
+    # the generic path's statuses: tests/theory/test_meanfield.py and the levels test below
     res = theory.max_load_for_target("random", 3.0)
     assert isinstance(res.status, Status)
 

@@ -21,7 +21,7 @@ from jaxqueue.core.versions import __version__
 from jaxqueue.policies.registry import make, policy_class
 from jaxqueue.studies.spec import SpecError, parse_spec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _python(code: str, **env) -> str:

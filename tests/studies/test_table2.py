@@ -26,7 +26,7 @@ from jaxqueue.policies.registry import make
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory.refined import refined_mean_field
 
-SCRIPT = Path(__file__).resolve().parents[1] / "sweeps" / "wang_table2_qk.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "sweeps" / "wang_table2_qk.py"
 N, RATIO = 500, 10.0
 
 

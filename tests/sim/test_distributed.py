@@ -113,7 +113,7 @@ def _free_port() -> int:
 def test_two_processes_match_one(tmp_path):
     script = tmp_path / "helper.py"
     script.write_text(HELPER.replace("GRID_SPEC", repr(GRID_SPEC)))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)  # no forced device count: one device per process
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])

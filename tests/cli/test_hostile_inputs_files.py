@@ -23,7 +23,7 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.sim import checkpoints, runner
 from jaxqueue.studies.store import SCHEMA, Store, StoreBusyError, writer_lock
 
-#: One small run of several chunks (Pod(2), N = 10; as tests/test_inputs.py).
+#: One small run of several chunks (Pod(2), N = 10; as tests/cli/test_inputs.py).
 RUN = dict(replicas=2, steps=8 * 256, warmup=256, levels=12, seed=5, init="empty")
 SPEC = (
     '[grid]\npolicy = ["pod"]\nn_servers = [10]\nload = [0.5]\n[run]\nreplicas = 2\nsteps = 256\n'

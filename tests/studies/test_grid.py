@@ -137,7 +137,7 @@ def test_refined_theory_beside_the_mean_field(tmp_path, capsys):
     from jaxqueue.theory.refined import refined_mean_field
 
     # Pod(2) and JIQ-Original (no generic mean field: no refined value); the JIQ family's
-    # refined values are checked in tests/test_refined.py
+    # refined values are checked in tests/theory/test_refined.py
     spec = parse_spec(
         SPEC.format(loads="0.5, 0.7")
         .replace('"mean-field"', '"refined"')

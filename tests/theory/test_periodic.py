@@ -22,7 +22,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import periodic
 
-#: Five segments, peak 0.96 at load 0.6 (the profile of tests/test_arrivals.py).
+#: Five segments, peak 0.96 at load 0.6 (the profile of tests/sim/test_arrivals.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
 #: Half the period at 0.6 and half at 1.4 of the mean: at load 0.8 the peak (1.12)
 #: passes the capacity, so queues build up for 5 time units and drain after.
@@ -191,7 +191,7 @@ def test_command_line(tmp_path, capsys):
 
 N, LOAD = 10_000, 0.8
 #: Pod(2) here; JIQ's periodic regime meets the simulator by class
-#: (tests/test_periodic_classes.py: JIQ with Erlang-2 service and pools at
+#: (tests/theory/test_periodic_classes.py: JIQ with Erlang-2 service and pools at
 #: N = 10^4 under DAY), and by class with pools all alike it is this orbit.
 CASES = [("pod", None)]
 TAIL = 3

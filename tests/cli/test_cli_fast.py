@@ -13,7 +13,7 @@ import pytest
 from jaxqueue.cli.checks import prepare
 from jaxqueue.cli.parser import build_parser
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: Mistakes, and what their one error line says.
 MISTAKES = [

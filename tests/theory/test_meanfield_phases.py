@@ -62,7 +62,7 @@ def test_unit_exponential_reproduces_the_generic_mean_field(name):
     """One phase of rate 1 is the exponential mean field: its drift
     (:func:`meanfield.drift`, whose zero ``meanfield.fixed_point`` solves for)
     vanishes at the phase-type fixed point, and the tails are the closed forms,
-    which ``meanfield.fixed_point`` reproduces (tests/test_meanfield.py).
+    which ``meanfield.fixed_point`` reproduces (tests/theory/test_meanfield.py).
     Comparing with ``meanfield.fixed_point`` itself would compile its own
     Newton step, about 6 s for JIQ."""
     fp = _point(name, exponential())

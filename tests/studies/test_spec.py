@@ -628,7 +628,7 @@ def test_the_spec_shown_in_the_docs_is_valid(tmp_path):
     """docs/sweeps.md's example spec, every key at once, parses (its arrival
     file pointed at a real one) into points with a service law, pools and a
     rate profile."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     text = (root / "docs" / "sweeps.md").read_text()
     block = text.split("## The spec", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     day = (root / "sweeps" / "data" / "daily_profile.csv").as_posix()

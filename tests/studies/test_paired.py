@@ -4,7 +4,7 @@ The fast tests check the arguments and that the points share their keys; the
 slow ones count how often the paired interval covers the exact chain's
 difference, measure how much narrower it is than independent runs', and check
 that two policies are reported as not coupled. The compiled shape is that of
-tests/test_sensitivity.py: Pod(2) at N = 3, four points of 16 replicas.
+tests/studies/test_sensitivity.py: Pod(2) at N = 3, four points of 16 replicas.
 """
 
 from __future__ import annotations

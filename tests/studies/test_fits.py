@@ -119,7 +119,7 @@ def test_store_series():
 
 
 def _script():
-    path = Path(__file__).resolve().parents[1] / "sweeps" / "liu_ying_fig1.py"
+    path = Path(__file__).resolve().parents[2] / "sweeps" / "liu_ying_fig1.py"
     spec = importlib.util.spec_from_file_location("liu_ying_fig1", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -3,7 +3,7 @@ docs/sweeps.md, Sensitivities and paired points).
 
 The fast tests parse specs and check the streams and the lines of paired points; the
 slow ones run a spec with ``sensitivity = "load"`` end to end (store, exports, a
-figure) at Pod(2), N = 3, 16 replicas (the shape of tests/test_sensitivity.py's small
+figure) at Pod(2), N = 3, 16 replicas (the shape of tests/studies/test_sensitivity.py's small
 system) and compare its rows with :func:`jaxqueue.sensitivity` and a finite difference
 of the mean field, and a paired spec's difference rows with :func:`jaxqueue.paired`'s.
 """

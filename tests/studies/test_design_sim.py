@@ -2,7 +2,7 @@
 
 The fast tests check the arguments and the mean field's answer; the slow one
 designs Pod(2) at N = 3 for a mean response time of 2 and checks the answer
-against the exact chain. The compiled shape is that of tests/test_sensitivity.py
+against the exact chain. The compiled shape is that of tests/studies/test_sensitivity.py
 (four sides of 16 replicas, levels 24).
 """
 

@@ -1,6 +1,6 @@
 """A queue or an I-queue past its tracked bound, in every engine: detected, never clipped.
 
-The plain engine's checks are in tests/test_engine.py. Here the same for the
+The plain engine's checks are in tests/sim/test_engine.py. Here the same for the
 per-server engine (``jiq-original``, ``jiq-threshold``) and for the engines by
 phase and by pool (a service law, server pools): with bounds far too small,
 the run fails with :class:`jaxqueue.LevelOverflowError` and its advice, or,

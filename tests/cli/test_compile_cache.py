@@ -13,7 +13,7 @@ import pytest
 
 from jaxqueue.cli.compile_cache import SWITCH, cache_folder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A tiny run: its JSON must be the same, bit for bit, however its programs were obtained.
 SIMULATE = [

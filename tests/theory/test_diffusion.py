@@ -26,7 +26,7 @@ from jaxqueue.results.stats import tolerance, within
 from jaxqueue.runs import bounds
 from jaxqueue.theory import diffusion
 
-SCRIPT = Path(__file__).resolve().parents[1] / "sweeps" / "mukherjee_process.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "sweeps" / "mukherjee_process.py"
 #: One shape for every integration here (paths, times), so they share one compilation.
 PATHS, TIMES = 2048, np.round(0.1 * np.arange(41), 10)
 

@@ -27,7 +27,7 @@ from jaxqueue.studies.spec import SpecError, parse_spec
 from jaxqueue.studies.store import Store, parameter_values
 from jaxqueue.theory import diffusion
 
-MUKHERJEE = Path(__file__).resolve().parents[1] / "sweeps" / "mukherjee_hw.toml"
+MUKHERJEE = Path(__file__).resolve().parents[2] / "sweeps" / "mukherjee_hw.toml"
 #: The paths of the identity check: 2048 paths with the step 0.02 (about 2 s).
 PATHS, DT, SEED = 2048, 0.02, 1
 NAME = BASELINE_NAMES["diffusion"]

@@ -23,7 +23,7 @@ response times), each of the others on a slice of its quick mode
 which goes through the same parse, plan, run, store, export and figures on
 fewer points; ``--all-specs`` runs their whole quick mode instead (about
 five more minutes on two cores). Grids with the refined mean field
-(tests/test_grid.py) and with an arrivals file (tests/test_trace_spec.py)
+(tests/studies/test_grid.py) and with an arrivals file (tests/studies/test_trace_spec.py)
 also run in their own tests. Every spec is planned whole in the suite.
 """
 
@@ -44,7 +44,7 @@ from jaxqueue.studies.grid import run_grid
 from jaxqueue.studies.spec import load_spec, parse_spec
 from jaxqueue.studies.store import COLUMNS, Store
 
-SPECS = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.toml"))
+SPECS = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.toml"))
 #: Metrics whose theory values are checked.
 CHECKED = ("mean_response_time", "waiting_probability")
 
@@ -276,7 +276,7 @@ def _check_erlang_bound(name: str, checks: list) -> None:
         assert r["mean"] >= r["theory"] - tol, (name, r["policy"], r["load"], r)
 
 
-#: One point whose warm-up diagnostic fails (tests/test_warmup_auto.py): one
+#: One point whose warm-up diagnostic fails (tests/runs/test_warmup_auto.py): one
 #: server at load 1.2 with room for 4000 tasks, started empty, no warm-up.
 FAILING_WARMUP = """\
 name = "failing_warmup"
@@ -324,7 +324,7 @@ def test_the_committed_paper_scale_stores_match_their_specs(capsys):
     stale: the hash differs and it reads 'to run')."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "sweeps" / "reproduce.py"
+    path = Path(__file__).resolve().parents[2] / "sweeps" / "reproduce.py"
     spec = importlib.util.spec_from_file_location("reproduce", path)
     reproduce = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reproduce)
