@@ -32,59 +32,6 @@ from jaxqueue.sim import runner
 __all__ = ["simulate", "sweep"]
 
 
-def sweep(
-    policy: str | Policy | Model,
-    loads: Sequence[float],
-    n_servers: int | Sequence[int] | None = None,
-    n_dispatchers: int | Sequence[int] = 1,
-    *,
-    run: RunOptions | None = None,
-    bounds: Bounds | None = None,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
-    replicas: int = DEFAULT_REPLICAS,
-    steps: int | None = None,
-    warmup: int | str | None = None,
-    seed: int = 0,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    init="auto",
-    on_overflow: str = "raise",
-    progress: bool = False,
-    devices: Sequence | None = None,
-    interval: str = "auto",
-    batches: int = runner.BATCHES,
-    checkpoint: str | None = None,
-    checkpoint_every: float = 300.0,
-    backend: str = "auto",
-    service=None,
-    pools=None,
-    arrivals=None,
-    time: float | None = None,
-    warmup_time: float | None = None,
-    metrics=None,
-    **unknown,
-) -> SweepResult:
-    """Deprecated: use :func:`simulate` with a list of loads, which returns
-    the same :class:`~jaxqueue.results.sweep.SweepResult` (arguments as there).
-
-    Warns:
-        DeprecationWarning: always; :class:`jaxqueue.WarmupWarning` as :func:`simulate`.
-    """
-    warnings.warn(
-        "jaxqueue.sweep is deprecated: use jq.simulate with a list of loads "
-        "(the same arguments and SweepResult)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    _refuse("sweep", unknown)
-    results = _run(policy, loads, n_servers, n_dispatchers, _keywords(locals()), "sweep")
-    _warn_failed_warmups(results)
-    return results
-
-
 def simulate(
     policy: str | Policy | Model,
     load: float | Sequence[float],
@@ -295,6 +242,33 @@ def simulate(
     return results[0] if np.ndim(load) == 0 else results
 
 
+def sweep(policy, loads, n_servers=None, n_dispatchers=1, **options) -> SweepResult:
+    """Deprecated: use :func:`simulate` with a list of loads, which returns
+    the same :class:`~jaxqueue.results.sweep.SweepResult` (arguments as there:
+    this calls it).
+
+    Warns:
+        DeprecationWarning: always; :class:`jaxqueue.WarmupWarning` as :func:`simulate`.
+    """
+    warnings.warn(
+        "jaxqueue.sweep is deprecated: use jq.simulate with a list of loads "
+        "(the same arguments and SweepResult)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return SweepResult(simulate(policy, list(loads), n_servers, n_dispatchers, **options))
+
+
+# The one signature, shown for the deprecated name too (``help(jq.sweep)``).
+sweep.__signature__ = inspect.signature(simulate).replace(
+    parameters=[
+        p.replace(name="loads") if p.name == "load" else p
+        for p in inspect.signature(simulate).parameters.values()
+    ],
+    return_annotation=SweepResult,
+)
+
+
 #: :func:`simulate`'s keyword defaults: a keyword at its default is not "given"
 #: (it defers to ``run=`` or ``bounds=``, or to a Model's field).
 _DEFAULTS = {
@@ -308,7 +282,7 @@ _RUNNER_KEYS = ("progress", "checkpoint", "checkpoint_every")
 
 
 def _keywords(names: dict) -> dict:
-    """The keyword-only arguments of :func:`sweep` or :func:`simulate` from its ``locals()``."""
+    """The keyword-only arguments of :func:`simulate` from its ``locals()``."""
     return {k: names[k] for k in _DEFAULTS}
 
 
