@@ -7,6 +7,7 @@ computed here (closed forms of small cases), not by the code under test.
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import numpy as np
@@ -254,9 +255,37 @@ def test_lu_iqueue_law_of_jiq_sq_3_is_the_supermarket_law():
     e = [(3**i - 1) // 2 for i in range(1, 40)]
     rho = brentq(lambda x: sum(x**k for k in e) - r * (1 - lam), 1e-9, 1 - 1e-12, xtol=1e-16)
     res = theory.lu_result("jiq-sq", lam, r, d=3)
-    at_least = np.array([rho ** ((3**j - 1) // 2) for j in range(res.iqueue_distribution.size + 1)])
+    n = res.iqueue_distribution.size
+    at_least = np.array([rho ** ((3**j - 1) // 2) for j in range(n + 1)])
     np.testing.assert_allclose(res.iqueue_distribution, at_least[:-1] - at_least[1:], rtol=1e-9)
     assert res.p0 == pytest.approx(1 - rho, rel=1e-9)
+    # sizes up to the first whose "at least" is below 1e-15; past it, the remainder
+    assert at_least[n - 2] >= 1e-15 > at_least[n - 1]
+    assert res.diagnostics["iqueue_remainder"] == pytest.approx(at_least[n], rel=1e-6, abs=0.0)
+
+
+def test_lu_at_the_ends_of_the_ratio():
+    """A ratio so small that ``r (1 - lambda)`` is 0 (5e-324): every I-queue empty, every
+    task sent at random, ``T = 1 / (1 - lambda)``; so large that ``1 - rho`` is below
+    float64's resolution (JIQ-SQ(2) at r = 1e300; JIQ at r = 1e17, where
+    ``m / (1 + m)`` rounds to 1): no I-queue empty, one level, nobody waits. Quietly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for d in (1, 2):
+            small = theory.lu_result(
+                "jiq-sq" if d > 1 else "jiq", 0.9, 5e-324, d=d if d > 1 else None
+            )
+            assert small.p0 == 1.0 and small.mean_response_time == pytest.approx(10.0, rel=1e-12)
+            np.testing.assert_array_equal(small.iqueue_distribution, [1.0])
+            assert small.diagnostics["iqueue_remainder"] == 0.0
+        for policy, d, r in (("jiq-sq", 2, 1e300), ("jiq", None, 1e17)):
+            big = theory.lu_result(policy, 0.5, r, d=d)
+            assert big.p0 == 0.0 and big.settings["levels"] == 1
+            assert big.mean_response_time == pytest.approx(1.0, abs=1e-16)
+            assert 0.0 <= big.waiting_probability <= 1e-16
+            assert math.copysign(1.0, big.waiting_probability) == 1.0  # not -0.0
+            np.testing.assert_array_equal(big.iqueue_distribution, [0.0])
+            assert big.diagnostics["iqueue_remainder"] == 1.0
 
 
 def test_lu_past_a_hundred_thousand_iqueue_sizes_the_rest_is_reported():

@@ -149,9 +149,9 @@ def _empty_fraction(mean_size, d: int) -> np.ndarray:
     if d == 1:
         return 1.0 / (1.0 + m)
     rho = busy_iqueue_fraction(m, d)
-    # 1 - rho = -expm1(log rho): exact where rho is within an ulp of 1
+    # 1 - rho = -expm1(log rho): exact where rho is within an ulp of 1 (+ 0.0: not -0.0 at 1)
     with np.errstate(divide="ignore"):
-        return np.where(rho > 0, -np.expm1(np.log(rho)), 1.0)
+        return np.where(rho > 0, -np.expm1(np.log(rho)) + 0.0, 1.0)
 
 
 def lu_approximation(load, ratio, d: int = 1) -> LuApproximation:
@@ -294,8 +294,10 @@ def _iqueue_law(rho: float, d: int) -> tuple[np.ndarray, float]:
     supermarket law, ``rho**((d**j - 1)/(d - 1))`` of them with at least ``j`` servers;
     sizes up to where less than ``1e-15`` of them is left, or 100000 sizes. Also
     returns the fraction of I-queues past the sizes returned (the law's remainder)."""
-    if not 0.0 < rho < 1.0:
-        return np.array([1.0 - rho, rho]), 0.0
+    if rho <= 0.0:  # every I-queue empty (a ratio so small that r (1 - lambda) is 0)
+        return np.array([1.0]), 0.0
+    if rho >= 1.0:  # none empty, sizes past any listed (1 - rho below float64's resolution)
+        return np.array([0.0]), 1.0
     count = math.ceil(math.log(_TAIL_LEFT) / math.log(rho)) if d == 1 else 64
     j = np.arange(min(count, _MAX_LEVELS) + 2, dtype=np.float64)
     with np.errstate(over="ignore"):

@@ -12,6 +12,7 @@ import dataclasses
 import json
 from typing import ClassVar
 
+import jax
 import numpy as np
 import pytest
 from chains import (
@@ -222,6 +223,10 @@ def test_results_carry_the_metrics_everywhere(random2):
     assert set(as_json["user_metrics"]) == set(metric_names(user_metrics(METRICS)))
     rows = {r["metric"] for r in random2.records()}
     assert {"both", "both" + PER_ARRIVAL} <= rows
+    # and what produced them: the versions, the backend and why (none asked: no note)
+    assert random2.settings["versions"]["jaxqueue"] == jq.__version__
+    assert random2.settings["versions"]["jax"] == jax.__version__
+    assert random2.settings["backend"] == "xla" and random2.settings["backend_note"] is None
 
 
 @pytest.mark.slow
@@ -350,3 +355,21 @@ def test_q_is_exactly_zero_where_no_server_holds_k_tasks():
         res = jq.simulate("jsq", 0.95, 10, replicas=4, steps=1024, seed=3, metrics={"x": "1/q[0]"})
     assert float(res.tail.mean[1]) > 0.9  # the servers are busy: q[0] is 0 much of the time
     assert not np.isfinite(res.user_metrics["x"].mean)
+
+
+def test_a_batch_of_sizes_gives_each_replica_its_own_n_and_m():
+    """Sizes of their own in one batch (N = 4, M = 2 and N = 6, M = 3): the metrics
+    read each replica's own ``N`` and ``M`` (exactly, every step)."""
+    res = jq.simulate(
+        "jiq",
+        [0.5, 0.5],
+        [4, 6],
+        [2, 3],
+        metrics={"mm": "M", "nn": "N"},
+        replicas=2,
+        steps=2048,
+        warmup=256,
+    )
+    for r, (n, m) in zip(res, [(4, 2), (6, 3)]):
+        assert (r.settings["n_servers"], r.settings["n_dispatchers"]) == (n, m)
+        assert r.user_metrics["nn"].mean == n and r.user_metrics["mm"].mean == m
