@@ -137,7 +137,9 @@ IGNORED = shutil.ignore_patterns(
 
 #: Tests that read what the copy leaves out (the committed stores), and the house
 #: rules' tests, which read the sources (a mutated module is many times its size).
-NOT_IN_COPY = ("tests/studies/test_sweeps.py::test_the_committed_paper_scale_stores_match_their_specs",)
+NOT_IN_COPY = (
+    "tests/studies/test_sweeps.py::test_the_committed_paper_scale_stores_match_their_specs",
+)
 NOT_RUN = ("tests/test_house.py",)
 
 #: What the process each mutant is forked from imports first (none starts JAX's
@@ -271,6 +273,9 @@ def _results(copy: Path, files: tuple) -> dict:
     return status
 
 
+#: The characters of mutmut's progress spinner (left out of a quoted log).
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
 #: A name no mutant has: ``mutmut run`` with it generates the mutants and maps
 #: the tests to the functions they call, then stops before running any mutant.
 _NO_MUTANT = "jaxqueue_no_such_mutant"
@@ -281,7 +286,13 @@ def _sample(copy: Path, files: tuple, k: int, seed: int, budget: float, env: dic
     uniformly (sorted names, a seeded generator: the same draw for the same code)."""
     seconds, _, tail = _run_mutmut(copy, budget, 1, env, [_NO_MUTANT])
     if "failed to collect stats" in tail:
-        raise RuntimeError(f"the clean tests failed under mutmut; its output ends:\n{tail}")
+        lines = [
+            x for x in tail.replace("\r", "\n").splitlines() if x.strip() and x[0] not in SPINNER
+        ]
+        raise RuntimeError(
+            "the clean tests failed under mutmut (run them in the copy's mutants/ folder with "
+            "MUTANT_UNDER_TEST=stats to see which); its output ends:\n" + "\n".join(lines[-10:])
+        )
     names = sorted(_results(copy, files))
     if not names:
         raise RuntimeError(f"mutmut generated no mutants; its output ends:\n{tail}")

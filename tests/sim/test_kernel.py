@@ -39,7 +39,9 @@ CASES = [
     ("jiq-sq", {"d": 2}, 60, 8, None, 8, 8),
     ("idle-first", {"d": 3}, 60, 1, 5, None, None),  # three distinct probes
 ]
-REGISTERS = {0}  # the register layout in plain XLA (compiles slowly; the same step as the kernel)
+# the register layout in plain XLA (compiles slowly; the same step as the kernel): Pod(2),
+# and JIQ-SQ(2) with eight dispatchers, whose I-queues it relists by changes
+REGISTERS = {0, 8}
 
 
 def _setup(name, opts, n, m, buffer, levels, iq, replicas=24):
