@@ -329,6 +329,19 @@ def test_trace_time_averages_are_consistent(policy):
     assert 0.0 < res.p0.mean < 1.0
 
 
+@pytest.mark.slow
+def test_one_dispatchers_iqueue_under_a_trace_is_the_busy_time():
+    """JIQ with one server and one dispatcher under a bursty trace: the I-queue is
+    empty exactly while the server is busy, so ``p0`` (the time-average fraction of
+    an empty I-queue, sampled at the service candidates as the tail is) equals the
+    busy fraction ``tail[1]`` state by state, to float rounding."""
+    rng = np.random.default_rng(5)
+    gaps = rng.exponential(1.0, 4000) * np.where(rng.random(4000) < 0.2, 3.0, 0.5)
+    res = jq.simulate("jiq", 0.7, 1, 1, arrivals=Trace(np.cumsum(gaps)), replicas=4, steps=20_000)
+    assert 0.3 < res.tail.mean[1] < 1.0
+    assert abs(res.p0.mean - res.tail.mean[1]) < 1e-6
+
+
 @pytest.mark.parametrize("last", [-2.0, float("nan"), float("inf")])
 def test_a_profile_last_rate_that_is_no_rate_is_refused(last):
     """The last row's rate is ignored (it marks the end of the period), but a value

@@ -323,3 +323,13 @@ def test_per_server_lists_after_every_step(name, opts, m):
     assert (other > 0) == (m > 1)
     if not policy.delete_requests:
         assert np.asarray(ev["deletes"]).sum() == 0
+
+
+def test_one_dispatchers_iqueue_is_the_busy_time():
+    """JIQ with one server and one dispatcher: the I-queue is empty exactly while the
+    server is busy, so ``p0`` (the time-average fraction of an empty I-queue) equals
+    the busy fraction ``tail[1]`` step by step, to float rounding. (One dispatcher's
+    I-queue is read from the tail, not carried: a reading that lost it fails here.)"""
+    res = jq.simulate("jiq", 0.7, 1, 1, replicas=2, steps=8 * BLOCK, warmup=BLOCK)
+    assert 0.5 < res.tail.mean[1] < 0.9
+    assert abs(res.p0.mean - res.tail.mean[1]) < 1e-6
