@@ -358,13 +358,15 @@ def test_q_is_exactly_zero_where_no_server_holds_k_tasks():
 
 
 def test_a_batch_of_sizes_gives_each_replica_its_own_n_and_m():
-    """Sizes of their own in one batch (N = 4, M = 2 and N = 6, M = 3): the metrics
-    read each replica's own ``N`` and ``M`` (exactly, every step)."""
+    """Sizes and buffers of their own in one batch (N = 4, M = 2, 3 places and
+    N = 6, M = 3, 5 places): the metrics read each replica's own ``N`` and ``M``
+    (exactly, every step; not its buffer, which a replica carries beside them)."""
     res = jq.simulate(
         "jiq",
         [0.5, 0.5],
         [4, 6],
         [2, 3],
+        buffer=[3, 5],
         metrics={"mm": "M", "nn": "N"},
         replicas=2,
         steps=2048,
