@@ -29,6 +29,12 @@ module out of time is stopped, and its unchecked mutants are counted as such.
 serves every mutant (a mutant that changes a compiled program compiles anew:
 the cache is keyed by the program).
 
+``--confirm MUTANT TEST...`` (with ``--workdir`` and one ``--modules`` group, after a
+run that kept its copy) is the second stage for a mutant the fast tier let
+through: it applies the mutant to the copy's source, runs the named test files
+with their slow tests, and restores the source; docs/testing.md lists the
+verdicts.
+
 ``--json``: the summary as one JSON record alone on stdout; progress on stderr.
 """
 
@@ -431,6 +437,37 @@ def _print_summary(rows: list, seconds: float) -> None:
             print(f"\n## survived: {name}\n{diff}")
 
 
+def confirm(copy: Path, name: str, tests: list, timeout: float = 1800.0) -> str:
+    """Apply mutant ``name`` to the source of a kept copy, run ``tests`` there (the
+    slow ones too, stopping at the first failure), and put the source back.
+    Returns ``"killed"``, ``"survived"`` or ``"timeout"`` (the second stage of a
+    fast-tier survivor: which slow test, if any, catches it)."""
+    dotted = name.split(".x", 1)[0]  # the module: its functions are x_NAME, xǁCLASSǁNAME
+    source = copy / (dotted.replace(".", "/") + ".py")
+    saved = source.read_bytes()
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg")
+    env.pop("PYTHONPATH", None)
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "apply", name],
+            cwd=copy,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        if source.read_bytes() == saved:
+            raise RuntimeError(f"mutmut apply {name} changed nothing in {source}")
+        cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:randomly"]
+        cmd += ["-p", "no:cacheprovider", "-x", "-q", *tests]
+        try:
+            done = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        return "survived" if done.returncode == 0 else "killed"
+    finally:
+        source.write_bytes(saved)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -447,7 +484,21 @@ def main(argv=None) -> int:
     ap.add_argument("--slow", action="store_true", help="run the slow tests too")
     ap.add_argument("--workdir", help="where the copies go (kept); default a temporary folder")
     ap.add_argument("--json", action="store_true", help="the summary as JSON alone on stdout")
+    ap.add_argument(
+        "--confirm",
+        nargs="+",
+        metavar=("MUTANT", "TEST"),
+        help="in the kept copy --workdir/GROUP: apply MUTANT, run the TESTs (slow ones too), "
+        "restore, print killed or survived",
+    )
     args = ap.parse_args(argv)
+    if args.confirm:
+        if not args.workdir or len(args.confirm) < 2 or len(args.modules.split(",")) != 1:
+            ap.error("--confirm MUTANT TEST... needs --workdir and one --modules group")
+        copy = Path(args.workdir) / args.modules
+        verdict = confirm(copy, args.confirm[0], args.confirm[1:])
+        print(f"{args.confirm[0]}: {verdict}")
+        return 0
     keys = [k.strip() for k in args.modules.split(",") if k.strip()]
     unknown = [k for k in keys if k not in MODULES]
     if unknown:
