@@ -375,3 +375,87 @@ def test_lu_series_arguments():
         res = theory.lu_result("jiq-sq", 0.9, 10.0, d=100_000)
     # rho solves rho + rho**(d + 1) + ... = 1: rho = 1 to float64 rounding, less d**-huge
     assert res.iqueue_distribution.sum() + res.diagnostics["iqueue_remainder"] == pytest.approx(1.0)
+
+
+# -- results/ -----------------------------------------------------------------------------
+
+
+def test_estimate_arithmetic_names_the_paired_run():
+    """``Estimate - Estimate`` is refused with the call that gives the difference its
+    interval, written out."""
+    from jaxqueue.results.estimates import Estimate
+
+    with pytest.raises(TypeError) as err:
+        Estimate(1.0, 0.1, 8) - Estimate(2.0, 0.1, 8)
+    assert "jq.paired('pod', [0.9, 0.95], 100, d=2)['mean_response_time']), or combine" in str(
+        err.value
+    )
+
+
+def test_a_vector_estimates_repr_has_six_digits():
+    from jaxqueue.results.estimates import Estimate
+
+    text = repr(Estimate(np.array([1.23456789, 2.0]), np.array([0.1, 0.2]), 8))
+    assert "1.234568" in text and "1.2345679" not in text
+
+
+def test_batch_means_of_a_vector_metric_per_entry():
+    """A vector metric's batch-means interval, entry by entry, written out: each entry's
+    deviations about its own grand mean over the ``R B`` batches, ``t(RB - 1) s /
+    sqrt(RB)``, widened by ``sqrt((1 + rho) / (1 - rho))`` where the lag-1 correlation
+    ``rho`` passes ``2 / sqrt(RB)``. Entries of very different size (a tail's 1 and
+    0.01) tell a grand mean over every entry from each entry's own."""
+    from scipy.stats import t as student
+
+    from jaxqueue.results.simulation import batch_means
+
+    rng = np.random.default_rng(7)
+    r, b = 3, 8
+    x = np.stack(
+        [1.0 + 0.05 * rng.standard_normal((r, b)), 0.01 + 0.002 * rng.standard_normal((r, b))],
+        axis=-1,
+    )
+    whole = x.mean(axis=1)
+    est, lag1, widened = batch_means(whole, x)
+    for k in range(2):
+        v = x[..., k]
+        dev = v - v.mean()
+        ss = (dev**2).sum()
+        rho = (dev[:, :-1] * dev[:, 1:]).sum() / ss
+        half = student.ppf(0.975, r * b - 1) * math.sqrt(ss / (r * b - 1) / (r * b))
+        if rho > 2 / math.sqrt(r * b):
+            c = min(rho, 0.9)
+            half *= math.sqrt((1 + c) / (1 - c))
+        assert est.ci95[k] == pytest.approx(half, rel=1e-9)
+        assert est.mean[k] == pytest.approx(whole[:, k].mean(), rel=1e-12)
+        assert lag1[k] == pytest.approx(rho, rel=1e-9)
+
+
+def test_half_drift_of_straight_halves_has_no_noise():
+    """Each half a straight line: the residuals are 0, so the interval is 0 (no
+    correlation to estimate) and the drift is the difference of the halves' means."""
+    from jaxqueue.results.warmup import half_drift
+
+    y = np.r_[np.linspace(1.0, 2.0, 5), np.linspace(4.0, 6.0, 5)]
+    drift, ci = half_drift(y)
+    assert drift == pytest.approx(5.0 - 1.5, rel=1e-12) and ci == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_failed_extended_warmup_from_the_mean_field_is_not_told_to_start_there():
+    from jaxqueue.results.warmup import failure_message
+
+    diag = dict(passed=False, auto=True, extensions=3, mser_truncation=5, batches=20)
+    diag.update(half_drift=0.25, half_drift_ci99=0.1)
+    text = failure_message(diag, 0.9, 100, init="mean-field")
+    assert text.endswith(
+        "lengthen the warm-up (warmup= or warmup_time=) or the window (steps= or time=)"
+    )
+    assert "start from the mean field" in failure_message(diag, 0.9, 100, init="empty")
+
+
+def test_a_quantile_iteration_out_of_steps_says_so(monkeypatch):
+    from jaxqueue.results import response
+
+    monkeypatch.setattr(response, "_MAX_ITER", 1)
+    with pytest.raises(RuntimeError, match="^quantile iteration did not converge$"):
+        response.erlang_mixture_quantile(np.array([0.2, 0.3, 0.5]), np.array([0.5]))
