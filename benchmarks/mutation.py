@@ -287,10 +287,8 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _NO_MUTANT = "jaxqueue_no_such_mutant"
 
 
-def _sample(copy: Path, files: tuple, k: int, seed: int, budget: float, env: dict):
-    """Generate the group's mutants without running them, and draw ``k`` of them
-    uniformly (sorted names, a seeded generator: the same draw for the same code)."""
-    seconds, _, tail = _run_mutmut(copy, budget, 1, env, [_NO_MUTANT])
+def _check_clean(tail: str) -> None:
+    """Fail loudly where mutmut could not run the tests unmutated (then no mutant is checked)."""
     if "failed to collect stats" in tail:
         lines = [
             x for x in tail.replace("\r", "\n").splitlines() if x.strip() and x[0] not in SPINNER
@@ -299,6 +297,13 @@ def _sample(copy: Path, files: tuple, k: int, seed: int, budget: float, env: dic
             "the clean tests failed under mutmut (run them in the copy's mutants/ folder with "
             "MUTANT_UNDER_TEST=stats to see which); its output ends:\n" + "\n".join(lines[-10:])
         )
+
+
+def _sample(copy: Path, files: tuple, k: int, seed: int, budget: float, env: dict):
+    """Generate the group's mutants without running them, and draw ``k`` of them
+    uniformly (sorted names, a seeded generator: the same draw for the same code)."""
+    seconds, _, tail = _run_mutmut(copy, budget, 1, env, [_NO_MUTANT])
+    _check_clean(tail)
     names = sorted(_results(copy, files))
     if not names:
         raise RuntimeError(f"mutmut generated no mutants; its output ends:\n{tail}")
@@ -369,6 +374,7 @@ def run_module(key: str, budget: float, args, base: Path, cache: Path) -> dict:
         names, population, seconds = _sample(copy, files, args.sample, args.seed, budget, env)
         log(f"{key}: {len(names)} of {population} mutants drawn (seed {args.seed})")
     spent, stopped, tail = _run_mutmut(copy, budget - seconds, args.children, env, names)
+    _check_clean(tail)
     seconds += spent
     status = _results(copy, files)
     if names:
