@@ -269,3 +269,26 @@ def test_a_paired_spec_stores_jq_paired_differences_and_resumes(tmp_path):
         r for r in rows if not r["metric"].startswith("diff_")
     ]
     assert not any(r["metric"].startswith("diff_") for r in again)
+
+
+def test_theory_slopes_in_alpha_and_where_the_theory_has_no_value():
+    """The theory row of a derivative in ``alpha`` (host side, nothing simulated): Pod(2)
+    at N = 100, alpha = 0.5 (load 0.9): ``dT/dalpha = T'(lambda) N**-alpha log N``, with
+    ``T'`` by ``jax.grad`` of the closed form; a metric the mean field has no value for
+    (Pod's join rate) has no slope, not an error."""
+    import math
+
+    from jaxqueue import theory
+    from jaxqueue.studies.grid_sensitivity import theory_slopes
+
+    spec = parse_spec(
+        PLAIN.replace("n_servers = 3", "n_servers = 100").replace(
+            "load = [0.5, 0.7]", "alpha = [0.5]"
+        )
+    )
+    (point,) = spec.points
+    out = theory_slopes(spec, point, "alpha", ("mean_response_time", "join_rate"), {})
+    lam = 1 - 100**-0.5
+    slope = float(jax.grad(lambda x: theory.mean_response_time("pod", x, d=2))(lam))
+    assert out["mean_response_time"] == pytest.approx(slope * 100**-0.5 * math.log(100), rel=1e-5)
+    assert out["join_rate"] is None

@@ -154,3 +154,33 @@ def test_the_table_extras_are_named_when_missing(monkeypatch):
         _paired().to_xarray()
     with pytest.raises(ImportError, match=r"pip install 'jaxqueue\[xarray\]'"):
         _sensitivity().to_xarray()
+
+
+def test_to_dict_holds_every_point_and_estimate():
+    """The JSON form: each compared point its own coupling flags and intervals; a
+    sensitivity's four tables under their names."""
+    out = _paired().to_dict()
+    assert out["reference"] == "Pod(2) N=3 load=0.6" and len(out["points"]) == 2
+    second = out["points"][1]
+    assert second["label"] == "Pod(2) N=3 load=0.75"
+    assert second["coupled"] == {"mean_response_time": True, "probe_rate": False}
+    assert second["differences"]["mean_response_time"]["mean"] == 0.33
+    assert second["unpaired_ci95"]["mean_response_time"] == 0.12
+    assert second["correlation"] == {"mean_response_time": 0.8, "probe_rate": None}
+    assert second["correlation_replicas"]["mean_response_time"] == 15
+    sens = _sensitivity().to_dict()
+    assert (sens["parameter"], sens["value"], sens["h"]) == ("load", 0.7, 0.01)
+    for table, mean in (("derivatives", 4.31), ("half_step", 4.2), ("extrapolated", 4.16)):
+        assert sens[table]["mean_response_time"]["mean"] == mean, table
+    assert sens["gap"]["waiting_probability"]["ci95"] == 0.2
+    assert sens["curved"] == ["mean_response_time"] and sens["values"] == [0.69, 0.71]
+    assert "versions" not in sens["settings"]
+
+
+def test_a_paired_refusal_names_paired():
+    import jaxqueue as jq
+
+    with pytest.raises(
+        TypeError, match=r"^paired\(\) got an unexpected keyword argument 'replicaz'"
+    ):
+        jq.paired("pod", [0.5, 0.6], 3, replicaz=4)
