@@ -58,3 +58,19 @@ def test_tail_and_occupancy_rows_hold_the_theory_at_their_own_level(tmp_path):
             checked[policy, metric] = len(got)
         assert mf.tail[-1] < 1e-9 and mf.tail[1] == pytest.approx(0.7, rel=1e-12)
     assert len(checked) == 4 and min(checked.values()) > 5
+
+
+def test_a_finite_buffer_points_theory_is_its_own_mean_field():
+    """Host side, nothing simulated: the grid's theory of a point with 3 places per
+    server is the mean field of that buffer (blocking 0.0627 at Pod(2), load 0.9),
+    not the infinite-buffer one (which blocks nothing)."""
+    from jaxqueue.studies.grid_theory import theory_values
+    from jaxqueue.studies.points import Point
+
+    point = Point("pod", (("d", 2),), 50, 1, 3, 0.9)
+    (value,) = theory_values([point], "mean-field", {})
+    want = mean_field("pod", 0.9, d=2, buffer=3, with_quantiles=False)
+    assert value.settings["buffer"] == 3
+    assert value.blocking_probability == pytest.approx(want.blocking_probability, rel=1e-12)
+    assert value.blocking_probability > 0.01
+    np.testing.assert_allclose(value.tail, want.tail, rtol=1e-12)
