@@ -16,6 +16,7 @@ import jaxqueue as jq
 from jaxqueue.cli.parser import build_parser
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.config import Model
+from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import Pool
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
@@ -74,6 +75,19 @@ def test_every_side_has_the_same_keys():
     assert {(p.seed, p.streams) for p in s.plans} == {(1, (0,))}
     lo, hi = (np.asarray(placement(p)[2]) for p in s.plans[:2])
     assert np.array_equal(lo, hi)
+
+
+def test_sides_of_their_own_level_bounds_are_planned_again_on_the_run_asked_for():
+    """No ``levels`` given: each side's mean field sizes its own bound (Erlang(2)
+    service at load 0.9, SCV 0.5 -+ h: 132 and 136 levels), and the sides are planned
+    again at the largest, with the run's own settings (16 replicas, seed 1, 51,200
+    steps), not the defaults."""
+    small = {k: v for k, v in SMALL.items() if k != "levels"}
+    s = plan_system_sides_of("pod", 0.9, 3, parameter="scv", service="erlang:2", **small)
+    assert {p.system.levels for p in s.plans} == {136}
+    for p in s.plans:
+        assert (p.replicas, p.seed, p.streams) == (16, 1, (0,))
+        assert p.measure_blocks * BLOCK == 51_200
 
 
 @pytest.mark.parametrize(
