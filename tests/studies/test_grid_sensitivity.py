@@ -198,9 +198,15 @@ def test_a_point_waits_for_its_reference_in_a_later_batch(monkeypatch):
 
     ids = {p: p.point_id() for p in spec.points}
     made = PairedRows(spec, ids, set())
-    assert made.rows([high], [Ran], Ran([high])) == []
-    rows = {r["metric"]: r for r in made.rows([low], [Ran], Ran([low]))}
+    # the stored theory of each point's m (a scalar: k None), which the difference takes
+    stored = {
+        p: [{"point_id": ids[p], "metric": "m", "k": None, "theory": t}]
+        for p, t in ((low, 1.25), (high, 2.0))
+    }
+    assert made.rows([high], [Ran], Ran([high]), stored[high]) == []
+    rows = {r["metric"]: r for r in made.rows([low], [Ran], Ran([low]), stored[low])}
     diff, _, corr, coupled, _ = compare_samples([values[low], values[high]])
+    assert rows["diff_m"]["theory"] == 0.75 and rows["diff_m_correlation"]["theory"] is None
     assert rows["diff_m"]["mean"] == float(diff[0]["m"].mean)
     assert rows["diff_m"]["ci95"] == float(diff[0]["m"].ci95)
     assert rows["diff_m_correlation"]["mean"] == corr[0]["m"]
