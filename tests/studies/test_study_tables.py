@@ -62,7 +62,7 @@ def _paired() -> Paired:
             {"mean_response_time": 0.8, "probe_rate": math.nan},
         ),
         coupled=(
-            {"mean_response_time": True, "probe_rate": False},
+            {"mean_response_time": False, "probe_rate": False},
             {"mean_response_time": True, "probe_rate": False},
         ),
         results=(),
@@ -132,7 +132,7 @@ def test_paired_records_frame_and_dataset():
     assert list(ds["point"].values) == ["Pod(2) N=3 load=0.7", "Pod(2) N=3 load=0.75"]
     np.testing.assert_array_equal(ds["difference"].values, [[0.19, 0.2], [0.33, 0.3]])
     np.testing.assert_array_equal(ds["correlation_replicas"].values, [[16, 16], [15, 16]])
-    assert ds["coupled"].values.tolist() == [[True, False], [True, False]]
+    assert ds["coupled"].values.tolist() == [[False, False], [True, False]]
     assert ds.attrs["reference"] == "Pod(2) N=3 load=0.6"
     assert pr["mean_response_time", 2].mean == 0.33
 
@@ -164,6 +164,7 @@ def test_to_dict_holds_every_point_and_estimate():
     second = out["points"][1]
     assert second["label"] == "Pod(2) N=3 load=0.75"
     assert second["coupled"] == {"mean_response_time": True, "probe_rate": False}
+    assert out["points"][0]["coupled"] == {"mean_response_time": False, "probe_rate": False}
     assert second["differences"]["mean_response_time"]["mean"] == 0.33
     assert second["unpaired_ci95"]["mean_response_time"] == 0.12
     assert second["correlation"] == {"mean_response_time": 0.8, "probe_rate": None}
