@@ -29,6 +29,7 @@ __all__ = [
     "SimulationResult",
     "from_stats",
     "metric_samples",
+    "batch_samples",
     "class_response_quantiles",
     "pool_metric_samples",
     "batch_means",
@@ -130,6 +131,17 @@ def metric_samples(
         out.update(pool_metric_samples(sums["seen_class"], sums["sampled_class"], laws, fractions))
     out.update(user_metric_samples(sums, metrics))
     return out
+
+
+def batch_samples(*args, **kwargs) -> dict:
+    """:func:`metric_samples` of the batches, without a second
+    :class:`~jaxqueue.core.user_metrics.UserMetricWarning`: a user metric not
+    finite in a batch is not finite over the whole window, which warned."""
+    from jaxqueue.core.user_metrics import UserMetricWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserMetricWarning)
+        return metric_samples(*args, **kwargs)
 
 
 def user_metric_samples(sums: dict, metrics) -> dict:
@@ -361,7 +373,7 @@ def from_stats(
     if batches is not None:
         r, b = np.shape(batches["steps"])[:2]
         flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in batches.items()}
-        per = metric_samples(flat, np.repeat(load, b), policy, single_dispatcher, **kw)
+        per = batch_samples(flat, np.repeat(load, b), policy, single_dispatcher, **kw)
         per_batch = {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
     est, batch_diag = _estimates(whole, per_batch)
     quantiles = {}

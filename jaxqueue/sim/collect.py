@@ -13,7 +13,7 @@ from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import System
 from jaxqueue.core.user_metrics import PER_ARRIVAL, metric_settings
 from jaxqueue.core.versions import versions
-from jaxqueue.results.simulation import SimulationResult, from_stats, metric_samples
+from jaxqueue.results.simulation import SimulationResult, batch_samples, from_stats, metric_samples
 from jaxqueue.sim.classes import class_table
 
 __all__ = ["load_results", "load_sums", "load_samples", "LoadSums", "LEVEL_SUMS"]
@@ -80,7 +80,7 @@ def load_samples(run, j: int, sums: dict | None = None) -> tuple[dict, dict | No
         return whole, None
     r, b = np.shape(x.batches["steps"])[:2]
     flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in x.batches.items()}
-    per = metric_samples(flat, np.repeat(x.load, b), x.policy, x.single, **x.keywords)
+    per = batch_samples(flat, np.repeat(x.load, b), x.policy, x.single, **x.keywords)
     return whole, {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
 
 
