@@ -33,19 +33,7 @@ def cmd_simulate(args) -> int:
         loads = [heavy_traffic_load(args.servers, args.alpha)]
     if args.beta is not None:
         loads = [halfin_whitt_load(args.servers, args.beta)]
-    run = RunOptions(
-        replicas=args.replicas,
-        steps=args.steps,
-        time=args.time,
-        warmup=args.warmup,
-        warmup_time=args.warmup_time,
-        seed=args.seed,
-        init=args.init,
-        interval=args.interval,
-        batches=args.batches,
-        backend=args.backend,
-        metrics=_metrics(args),
-    )
+    run = RunOptions.from_namespace(args, metrics=_metrics(args))
     if args.sensitivity:
         if args.checkpoint is not None:  # (it was ignored: a long run was not saved)
             raise ValueError(

@@ -46,6 +46,15 @@ class _Config:
         """The fields as keyword arguments of the entry points."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    @classmethod
+    def from_namespace(cls, namespace, **given):
+        """The fields ``namespace`` holds as attributes of their own names (the
+        command line's parsed flags), with ``given`` over them; the others at
+        their defaults. The command line builds its values so, naming no option."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        found = {n: getattr(namespace, n) for n in names if hasattr(namespace, n)}
+        return cls(**(found | given))
+
 
 @dataclasses.dataclass(frozen=True)
 class Model(_Config):

@@ -122,3 +122,28 @@ def test_a_spec_point_has_its_model():
     )
     (point,) = spec.points
     assert spec.model(point) == Model("jiq-pod", 100, 10, d=3, buffer=5)
+
+
+def test_values_from_the_command_lines_flags():
+    """``from_namespace`` takes the fields a namespace has under their own names, the
+    given ones over them, the rest at their defaults; the simulate command's flags
+    give every run option it has a flag for."""
+    import argparse
+
+    from jaxqueue.cli.parser import build_parser
+
+    ns = argparse.Namespace(replicas=4, seed=2, steps=None, servers=10, metrics=["x=s[1]"])
+    assert RunOptions.from_namespace(ns, metrics=None) == RunOptions(replicas=4, seed=2)
+    args = build_parser().parse_args(
+        ["simulate", "--policy", "pod", "--servers", "10", "--load", "0.5", "--replicas", "8"]
+        + ["--seed", "3", "--interval", "batch-means", "--backend", "xla", "--init", "empty"]
+    )
+    run = RunOptions.from_namespace(args, metrics=None)
+    assert (run.replicas, run.seed, run.interval, run.backend, run.init) == (
+        8,
+        3,
+        "batch-means",
+        "xla",
+        "empty",
+    )
+    assert Bounds.from_namespace(args) == Bounds()
