@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from jaxqueue.core.config import Bounds, RunOptions
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.progress import PointProgress, tqdm_bar
 from jaxqueue.core.service import realized_pools
 from jaxqueue.core.versions import versions
@@ -400,16 +400,7 @@ def _batch_plan(spec: GridSpec, batch: list, size: int, bounds: Bounds, devices)
         n_dispatchers=[p.dispatchers for p in everyone],
         buffer=None if first.buffer is None else [p.buffer for p in everyone],
     )
-    options = RunOptions(
-        replicas=run.replicas,
-        steps=[run.steps_for(p) for p in everyone],
-        warmup=[run.warmup_for(p) for p in everyone],
-        seed=run.seed,
-        init=run.init,
-        interval="replicas",
-        devices=devices,
-        metrics=spec.point_metrics(first) or None,
-    )
+    options = run.options_for(everyone, devices, spec.point_metrics(first) or None)
     return planner.plan_model(
         model,
         [p.load for p in everyone],

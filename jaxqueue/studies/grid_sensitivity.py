@@ -60,14 +60,7 @@ def point_sensitivity(spec: GridSpec, point: Point, parameter: str, devices=None
             spec.model(point),
             parameter=parameter,
             **{parameter: _value(point, parameter)},
-            replicas=run.replicas,
-            steps=run.steps_for(point),
-            warmup=run.warmup_for(point),
-            seed=run.seed,
-            init=run.init,
-            interval="replicas",
-            metrics=spec.point_metrics(point) or None,
-            devices=devices,
+            run=run.options_for([point], devices, spec.point_metrics(point) or None),
         )
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 
-from jaxqueue.core.config import Model
+from jaxqueue.core.config import Model, RunOptions
 from jaxqueue.core.service import make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, MAX_STEPS, System
 from jaxqueue.core.user_metrics import user_metrics
@@ -260,6 +260,24 @@ class RunSettings:
     def warmup_for(self, point: Point) -> int:
         """Warm-up steps per replica at ``point``, from ``warmup_time`` or ``warmup``."""
         return self._steps("warmup_time", self.warmup, point)
+
+    def options_for(self, points: list, devices=None, metrics=None) -> RunOptions:
+        """The run options of ``points`` run together (a batch: their own steps and
+        warm-up each, in order) or of one point (a list of one: its steps and warm-up
+        as numbers), with replica intervals, on ``devices``, measuring ``metrics``."""
+        steps = [self.steps_for(p) for p in points]
+        warmup = [self.warmup_for(p) for p in points]
+        one = len(points) == 1
+        return RunOptions(
+            replicas=self.replicas,
+            steps=steps[0] if one else steps,
+            warmup=warmup[0] if one else warmup,
+            seed=self.seed,
+            init=self.init,
+            interval="replicas",
+            devices=devices,
+            metrics=metrics,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
