@@ -241,6 +241,76 @@ def test_closed_form_tails_and_their_adaptive_count(policy, ratio, d, load):
     assert mf.waiting_probability == pytest.approx(a[1], rel=1e-12, abs=0.0)
 
 
+def _pod_tail(log_lam: float, p0: float, d: int, count: int) -> np.ndarray:
+    """``s_k = lambda**((d**k - 1)/(d - 1)) p0**((d**(k-1) - 1)/(d - 1))`` in float64 logs
+    (the recursion ``s_{k+1} = lambda p0 s_k^d`` solved), ``k = 0..count-1``."""
+    out = [1.0]
+    for k in range(1, count):
+        e_lam = (d**k - 1) // (d - 1) if d > 1 else k
+        e_p0 = (d ** (k - 1) - 1) // (d - 1) if d > 1 else k - 1
+        out.append(math.exp(e_lam * log_lam + e_p0 * math.log(p0)) if e_lam < 1e6 else 0.0)
+    return np.array(out)
+
+
+def test_the_tail_array_function_of_each_family():
+    """``theory.tail`` (the differentiable array function, not the host result) against
+    the recursion written here: JIQ-Pod(2) and JIQ at r = 10 with the p0 of the mean
+    field (s_1 = lambda exactly: an arrival's p0 enters from s_2), Pod(2) past the
+    exponent cap (levels 120: ``2**100`` exceeds 1e30; those entries are exactly 0), the
+    default 32 levels and the least, one; NaN outside the ratio's range ``0 < r < inf``
+    and the load's, a ratio below 1 inside it."""
+    lam, r = 0.9, 10.0
+    for policy, d in (("jiq-pod", 2), ("jiq", 1)):
+        p0 = _mf(policy, lam, r, d=d).p0
+        got = np.asarray(theory.tail(policy, lam, r, d=d) if d > 1 else theory.tail(policy, lam, r))
+        want = _pod_tail(math.log(lam), p0, d, got.size)
+        assert got.shape == (33,) and got[1] == pytest.approx(lam, rel=1e-6)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-30)
+    pod = np.asarray(theory.tail("pod", lam, levels=120))
+    np.testing.assert_allclose(pod, _pod_tail(math.log(lam), 1.0, 2, 121), rtol=2e-5, atol=1e-30)
+    assert pod.shape == (121,) and np.all(pod[100:] == 0.0)
+    assert np.asarray(theory.tail("pod", lam, levels=1)).tolist() == pytest.approx([1.0, lam])
+    for ratio in (0.0, -1.0, math.inf, math.nan):
+        assert np.isnan(np.asarray(theory.tail("jiq-pod", lam, ratio))).all(), ratio
+    assert np.isnan(np.asarray(theory.tail("jiq-pod", 1.5, r))).all()
+    assert np.isfinite(np.asarray(theory.tail("jiq-pod", lam, 0.5))).all()
+    assert np.isnan(np.asarray(theory.mean_response_time("jiq-pod", lam, 0.0)))
+
+
+def test_the_array_functions_refuse_with_reasons(monkeypatch):
+    with pytest.raises(ValueError, match=r"levels=0 is out of range: need 1 <= levels"):
+        theory.tail("pod", 0.5, levels=0)
+    with pytest.raises(ValueError, match=r"policy 'jiq-pod' needs ratio = N / M"):
+        theory.tail("jiq-pod", 0.5)
+    with pytest.raises(ValueError, match=r"the generic fixed point: use theory\.mean_field$"):
+        theory.tail("i1f", 0.5)
+    from jaxqueue.policies import make
+    from jaxqueue.policies.base import ClosedForm
+
+    pod = type(make("pod"))
+    monkeypatch.setattr(pod, "closed_form", lambda self: ClosedForm("nope", 2))
+    with pytest.raises(
+        ValueError, match=r"declares the closed form 'nope'; known families: pod, jsq, jiq-pod$"
+    ):
+        theory.tail("pod", 0.5)
+
+
+def test_pods_response_time_near_saturation_in_float64():
+    """Pod(2) at ``1 - lambda = 1e-10`` (float64, where the doubly exponential sum needs
+    its 40-odd terms): ``T = sum_k lambda**(2**k - 2)`` summed here until the terms
+    vanish; and at 1 - 1e-6 in float32."""
+    from jaxqueue.core.host import host_float64
+
+    lam = 1 - 1e-10  # (its float64 value: 1 - lambda is 1.00000008e-10)
+    want = sum(math.exp((2**k - 2) * math.log(lam)) for k in range(1, 200))
+    with host_float64():
+        got = float(theory.mean_response_time("pod", lam, d=2))
+    assert got == pytest.approx(want, rel=1e-12)
+    lam = float(np.float32(1 - 1e-6))
+    want = sum(math.exp((2**k - 2) * math.log(lam)) for k in range(1, 200))
+    assert float(theory.mean_response_time("pod", lam, d=2)) == pytest.approx(want, rel=2e-5)
+
+
 # -- theory/lu.py -------------------------------------------------------------------------
 
 
