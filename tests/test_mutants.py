@@ -287,6 +287,12 @@ def test_the_array_functions_refuse_with_reasons(monkeypatch):
     from jaxqueue.policies import make
     from jaxqueue.policies.base import ClosedForm
 
+    i1f = type(make("i1f"))  # a policy that says it has no mean field, and why
+    monkeypatch.setattr(i1f, "no_mean_field", "no reason here")
+    with pytest.raises(
+        ValueError, match=r"closed-form mean field; it has no mean field: no reason"
+    ):
+        theory.tail("i1f", 0.5)
     pod = type(make("pod"))
     monkeypatch.setattr(pod, "closed_form", lambda self: ClosedForm("nope", 2))
     with pytest.raises(
