@@ -70,7 +70,9 @@ class LuResult(Result):
     rate at which servers become idle and join; ``delete_rate``,
     ``probe_rate`` and ``stale_fraction`` are ``None`` (the approximation does
     not model them). ``diagnostics["rho"]`` and ``diagnostics["reduced_load"]``
-    hold the two numbers it solves for.
+    hold the two numbers it solves for; ``diagnostics["iqueue_remainder"]`` the
+    fraction of I-queues past the sizes listed (below 1e-15, unless the law is
+    cut at 100000 sizes).
     """
 
     source: ClassVar[str] = "lu"
