@@ -73,20 +73,6 @@ def test_paired_differences_against_the_exact_chain():
         assert within(est, t[k] - t[0], family=3), (k, est, t[k] - t[0])
 
 
-def test_paired_differences_by_batch_means_against_the_probe_rate():
-    """Eight replicas (at most 10: the intervals are batch means of the paired
-    per-batch differences): Pod(2) probes ``2 lambda`` per server per unit time, so
-    each point's difference in probe rate from the first is ``2 (lambda_k -
-    lambda_0)`` at the loads run (family 3). Measured (seed 2): 0.0993 +- 0.0014
-    beside 0.1. The batch means read each batch's load (a batch given no load fails)."""
-    c = jq.paired("pod", (0.6, 0.65, 0.7, 0.75), 3, seed=2, **(SMALL | {"replicas": 8}))
-    assert c.settings["paired_interval"] == "batch-means"
-    loads = [r.settings["load"] for r in c.results]
-    for k in (1, 2, 3):
-        est = c["probe_rate", k]
-        assert within(est, 2 * (loads[k] - loads[0]), family=3), (k, est)
-
-
 # -- Pod(d) past MAX_PROBES: the exact chain of the occupancy tail ----------------------
 
 #: Pod(80) at N = 100, two places per server, load 0.9: the draw reads the table of

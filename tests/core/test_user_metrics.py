@@ -362,6 +362,7 @@ def test_q_is_exactly_zero_where_no_server_holds_k_tasks():
     assert not np.isfinite(res.user_metrics["x"].mean)
 
 
+@pytest.mark.slow  # (a compile of its own)
 def test_a_batch_of_sizes_gives_each_replica_its_own_n_and_m():
     """Sizes and buffers of their own in one batch (N = 4, M = 2, 3 places and
     N = 6, M = 3, 5 places): the metrics read each replica's own ``N`` and ``M``

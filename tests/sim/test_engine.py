@@ -325,6 +325,7 @@ def test_per_server_lists_after_every_step(name, opts, m):
         assert np.asarray(ev["deletes"]).sum() == 0
 
 
+@pytest.mark.slow  # (a compile of its own)
 def test_one_dispatchers_iqueue_is_the_busy_time():
     """JIQ with one server and one dispatcher: the I-queue is empty exactly while the
     server is busy, so ``p0`` (the time-average fraction of an empty I-queue) equals
