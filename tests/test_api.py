@@ -682,3 +682,15 @@ def test_cli_stops_quietly_when_its_reader_goes_away(monkeypatch, capsys, tmp_pa
         monkeypatch.setattr(sys, "stdout", ClosedPipe())
         assert cli_main(["policies"]) == 1
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_a_start_given_as_an_occupancy_is_recorded_as_such():
+    res = jq.simulate("random", 0.5, 2, init=[0.5, 0.5], replicas=2, steps=2048, warmup=256)
+    assert res.settings["init"] == "array"
+    assert (
+        jq.simulate("random", 0.5, 2, init="empty", replicas=2, steps=2048, warmup=256).settings[
+            "init"
+        ]
+        == "empty"
+    )
