@@ -317,6 +317,18 @@ def test_pods_response_time_near_saturation_in_float64():
     assert float(theory.mean_response_time("pod", lam, d=2)) == pytest.approx(want, rel=2e-5)
 
 
+def test_a_uniform_below_two_to_the_minus_32_comes_from_the_low_word():
+    """``open_uniform``: with the high word 0, ``u = lo / 2**64`` exactly (float32 holds
+    these powers of two); with ``hi = 1, lo = 0``, ``2**-32``."""
+    import jax.numpy as jnp
+
+    from jaxqueue.policies.probes import open_uniform
+
+    hi = jnp.array([0, 0, 1], jnp.uint32)
+    lo = jnp.array([2**31, 1, 0], jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(open_uniform(hi, lo)), [2.0**-33, 2.0**-64, 2.0**-32])
+
+
 # -- theory/lu.py -------------------------------------------------------------------------
 
 

@@ -32,11 +32,11 @@ from chains import mmpp_jsq_reference, profile_mm1_reference
 import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace, as_arrivals, parse_arrivals
 from jaxqueue.exact import solve_exact
-from jaxqueue.results.stats import tolerance
+from jaxqueue.results.stats import tolerance, within
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 
-FAMILY = 27 + 4  # statistical comparisons in this module
+FAMILY = 27 + 5  # statistical comparisons in this module
 
 # -- validation -----------------------------------------------------------------------
 
@@ -337,9 +337,36 @@ def test_one_dispatchers_iqueue_under_a_trace_is_the_busy_time():
     busy fraction ``tail[1]`` state by state, to float rounding."""
     rng = np.random.default_rng(5)
     gaps = rng.exponential(1.0, 4000) * np.where(rng.random(4000) < 0.2, 3.0, 0.5)
-    res = jq.simulate("jiq", 0.7, 1, 1, arrivals=Trace(np.cumsum(gaps)), replicas=4, steps=20_000)
+    trace = Trace(np.cumsum(gaps))
+    res = jq.simulate(
+        "jiq", 0.7, 1, 1, arrivals=trace, replicas=4, steps=20_000, metrics={"busy": "s[1]"}
+    )
     assert 0.3 < res.tail.mean[1] < 1.0
     assert abs(res.p0.mean - res.tail.mean[1]) < 1e-6
+    # a user metric is sampled where the tail is: the busy fraction again
+    assert abs(res.user_metrics["busy"].mean - res.tail.mean[1]) < 1e-6
+
+
+@pytest.mark.slow
+def test_message_rates_under_a_profile_are_per_unit_time():
+    """Pod(2) under a square profile (load 0.9 for 5 time units, then 0.3 for 5), measured
+    over about 200 periods: two probes per arrival, so twice the window's mean arrival
+    rate per server, integrated here over the window the run reports (a step counted at
+    the mean load's rate, not the peak's, gives 19% less)."""
+    src = Profile((0.0, 5.0, 10.0), (1.5, 0.5, None))
+    res = jq.simulate(
+        "pod", 0.6, 10, d=2, arrivals=src, replicas=16, time=2000.0, warmup_time=10.0, seed=4
+    )
+    start = res.settings["time_warmup"]
+    end = start + res.settings["time_measured"]
+
+    def arrived(t):  # the integral of lambda(t) from 0 to t
+        whole, part = divmod(t, 10.0)
+        return whole * 6.0 + 0.9 * min(part, 5.0) + 0.3 * max(part - 5.0, 0.0)
+
+    mean_rate = (arrived(end) - arrived(start)) / (end - start)
+    assert abs(mean_rate - 0.6) < 0.01
+    assert within(res.probe_rate, 2 * mean_rate, family=FAMILY), (res.probe_rate, mean_rate)
 
 
 @pytest.mark.parametrize("last", [-2.0, float("nan"), float("inf")])
