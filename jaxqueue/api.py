@@ -256,7 +256,7 @@ def sweep(policy, loads, n_servers=None, n_dispatchers=1, **options) -> SweepRes
         DeprecationWarning,
         stacklevel=2,
     )
-    return SweepResult(simulate(policy, list(loads), n_servers, n_dispatchers, **options))
+    return simulate(policy, list(loads), n_servers, n_dispatchers, **options)
 
 
 # The one signature, shown for the deprecated name too (``help(jq.sweep)``).

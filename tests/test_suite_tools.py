@@ -89,3 +89,24 @@ def test_forty_runs_cannot_fail_a_wide_interval_and_347_can():
     assert coverage_acceptance(347, 0.95, 1e-3, 0.85) < 1e-3
     assert coverage_acceptance(347, 0.95, 1e-3, 0.9993) < 1e-6
     assert coverage_acceptance(347, 0.95, 1e-3, 0.95) > 1 - 1e-3
+
+
+def test_the_mutation_scores_interval_is_the_exact_binomial_one():
+    """benchmarks/mutation.py's Clopper-Pearson interval at its closed-form ends:
+    ``k = n`` has the lower end ``0.025**(1/n)``, ``k = 0`` the upper ``1 - 0.025**(1/n)``,
+    and the interval of ``k`` of ``n`` mirrors that of ``n - k`` (the scores the
+    docs quote: 143 of 143 from 97.5%)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "mutation.py"
+    spec = importlib.util.spec_from_file_location("mutation_bench", path)
+    mutation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutation)
+    cp = mutation.clopper_pearson
+    for n in (33, 143):
+        assert cp(n, n) == pytest.approx((0.025 ** (1 / n), 1.0), rel=1e-12)
+        assert cp(0, n) == pytest.approx((0.0, 1 - 0.025 ** (1 / n)), rel=1e-12)
+    lo, hi = cp(66, 67)
+    lo2, hi2 = cp(1, 67)
+    assert (lo, hi) == pytest.approx((1 - hi2, 1 - lo2), rel=1e-12)
+    assert round(cp(143, 143)[0], 3) == 0.975 and lo < 66 / 67 < hi

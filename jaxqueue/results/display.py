@@ -253,12 +253,15 @@ def records_html(kind: str, caption: str, rows: list[dict], columns: list[str]) 
     )
 
 
-def optional_import(module: str, extra: str):
-    """``module``, or an ImportError naming the extra that installs it."""
+def optional_import(module: str, extra: str, what: str = "this"):
+    """``module``, or a one-line ModuleNotFoundError saying that ``what`` needs it and
+    naming the extra that installs it (every optional dependency is met here)."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError:
-        raise ImportError(f"this needs {module}: pip install 'jaxqueue[{extra}]'") from None
+        raise ModuleNotFoundError(
+            f"{what} needs {module}: pip install 'jaxqueue[{extra}]'"
+        ) from None
 
 
 class StudyTable:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jaxqueue.results.display import html_table, text_table
+from jaxqueue.results.display import html_table, optional_import, text_table
 from jaxqueue.results.estimates import Estimate, entries, json_number
 
 __all__ = [
@@ -337,11 +337,7 @@ class Result:
 
     def to_frame(self):
         """The :meth:`records` as a pandas DataFrame (extra ``frames``)."""
-        try:
-            import pandas as pd
-        except ModuleNotFoundError:
-            raise ImportError("to_frame needs pandas: pip install 'jaxqueue[frames]'") from None
-        return pd.DataFrame(self.records())
+        return optional_import("pandas", "frames", "to_frame").DataFrame(self.records())
 
 
 def _scalar(x):

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from jaxqueue.results.display import optional_import
 from jaxqueue.studies.store import COLUMNS, SCALAR_INDEX, replacing
 
 __all__ = [
@@ -107,12 +108,7 @@ _INDEX_DIM = {
 
 def _need(module: str, extra: str):
     """The module, or a one-line ModuleNotFoundError naming the extra that installs it."""
-    try:
-        return __import__(module)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            f"this export needs {module}: pip install 'jaxqueue[{extra}]'"
-        ) from None
+    return optional_import(module, extra, "this export")
 
 
 def _records(rows: list[dict]):
