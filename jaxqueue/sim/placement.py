@@ -25,7 +25,7 @@ def placement(p):
     if len(p.devices) > 1:
         sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
     else:  # what a one-device program returns: inputs and outputs alike, one compile
-        sharded = jax.sharding.SingleDeviceSharding(p.devices[0])
+        sharded = _single_device(p.devices[0])
     index = np.arange(p.padded)
     if p.streams is None:
         keys = replica_keys(p.seed, index)
@@ -41,6 +41,13 @@ def placement(p):
         )
     loads = jax.device_put(jnp.asarray(p.load_vector()), sharded)
     return mesh, sharded, jax.device_put(keys, sharded), loads
+
+
+def _single_device(device):
+    """The sharding of one device: ``make_single_device_sharding`` where JAX
+    has it (the class itself is deprecated from JAX 0.12 on), else the class."""
+    make = getattr(jax.sharding, "make_single_device_sharding", None)
+    return make(device) if make is not None else jax.sharding.SingleDeviceSharding(device)
 
 
 def put_global(tree, sharding):
