@@ -334,7 +334,7 @@ FIGURE_SECONDS, STOP_SECONDS = 60.0, 20.0
 def dry_spec(name: str, out: str) -> str:
     """The CPU dry run's spec: ``name``'s with its [quick] grid cut to its smallest N,
     written to ``out`` (its path)."""
-    from jaxqueue.studies.spec_parser import toml
+    from jaxqueue.studies.grids.spec_parser import toml
 
     with open(os.path.join(SWEEPS, f"{name}.toml"), encoding="utf-8") as f:
         text = f.read()
@@ -360,8 +360,8 @@ def dry_spec(name: str, out: str) -> str:
 def _plan(spec_path: str, mode: str) -> dict:
     """``sweep --plan`` of a spec: its points, batches, replica-steps, the H200 and
     2-CPU-core estimates."""
-    from jaxqueue.studies.grid import plan_grid
-    from jaxqueue.studies.spec import load_spec
+    from jaxqueue.studies.grids.grid import plan_grid
+    from jaxqueue.studies.grids.spec import load_spec
 
     plan = plan_grid(load_spec(spec_path, mode=mode))
     return {
@@ -371,8 +371,8 @@ def _plan(spec_path: str, mode: str) -> dict:
 
 def _stored(spec_path: str, mode: str, store: str) -> int:
     """The spec's points the store holds (whatever code wrote them)."""
-    from jaxqueue.studies.spec import load_spec
-    from jaxqueue.studies.store import Store, StoreMismatchError
+    from jaxqueue.studies.grids.spec import load_spec
+    from jaxqueue.studies.grids.store import Store, StoreMismatchError
 
     spec = load_spec(spec_path, mode=mode)
     try:

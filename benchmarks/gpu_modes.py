@@ -8,7 +8,7 @@ windows from the mean-field start, so that a program's lockstep batch fills a
 GPU. Its promise is an interval no wider than the full mode's, without a
 bias the full mode does not have. This runs the points of both modes with at
 most ``--max-servers`` servers (the large ones are for a GPU) through
-:func:`jaxqueue.studies.grid.run_grid`, each mode into a store of its own,
+:func:`jaxqueue.studies.grids.grid.run_grid`, each mode into a store of its own,
 and prints for each point and metric of the spec's figures: both estimates,
 the ratio of the half-widths (gpu / full; at most 1 is the promise) and
 ``z``, the difference over the two half-widths combined in quadrature (a
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from jaxqueue.core.versions import versions
 from jaxqueue.results.stats import tolerance_factor
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import load_spec
-from jaxqueue.studies.store import SCALAR_INDEX, Store
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import load_spec
+from jaxqueue.studies.grids.store import SCALAR_INDEX, Store
 
 SWEEPS = Path(__file__).resolve().parent.parent / "sweeps"
 

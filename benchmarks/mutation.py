@@ -61,14 +61,14 @@ ALL_TESTS = ("tests",)
 #: call a mutated function are found by mutmut's own first run).
 MODULES = {
     "erlang": (
-        "jaxqueue/theory/erlang.py",
+        "jaxqueue/theory/baselines/erlang.py",
         ("tests/theory/test_erlang.py", "tests/studies/test_fits.py", "tests/test_mutants.py"),
     ),
     "closed_forms": (
-        "jaxqueue/theory/closed_forms.py",
+        "jaxqueue/theory/closed/closed_forms.py",
         ("tests/theory/test_theory.py", "tests/theory/test_meanfield.py", "tests/test_mutants.py"),
     ),
-    "lu": ("jaxqueue/theory/lu.py", ("tests/theory/test_lu.py", "tests/test_mutants.py")),
+    "lu": ("jaxqueue/theory/baselines/lu.py", ("tests/theory/test_lu.py", "tests/test_mutants.py")),
     "estimates": (
         "jaxqueue/results/estimates.py",
         (
@@ -109,12 +109,12 @@ MODULES = {
     ),
     "studies": (
         (
-            "jaxqueue/studies/sensitivity.py",
-            "jaxqueue/studies/sensitivity_sides.py",
-            "jaxqueue/studies/paired.py",
-            "jaxqueue/studies/grid_theory.py",
-            "jaxqueue/studies/grid_sensitivity.py",
-            "jaxqueue/studies/grid_paired.py",
+            "jaxqueue/studies/crn/sensitivity.py",
+            "jaxqueue/studies/crn/sensitivity_sides.py",
+            "jaxqueue/studies/crn/paired.py",
+            "jaxqueue/studies/grids/grid_theory.py",
+            "jaxqueue/studies/grids/grid_sensitivity.py",
+            "jaxqueue/studies/grids/grid_paired.py",
         ),
         ALL_TESTS,
     ),

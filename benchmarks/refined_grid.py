@@ -7,7 +7,7 @@ lambda runs linearly and r logarithmically over the given ranges (default a
 100 x 100 grid, lambda in [0.5, 0.98], r in [1, 10]). The truncation is the
 smallest that leaves less than 1e-12 of mass past the bounds at every point,
 read off the closed form (the tail ``s_L`` and the I-queue tail ``Q_J``).
-One call of :func:`jaxqueue.theory.refined.refined_grid` does the whole grid
+One call of :func:`jaxqueue.theory.finite_n.refined.refined_grid` does the whole grid
 (Newton from the closed form, then the correction, vmapped in chunks); the
 figures are the first call (compile included) and a second call, and a
 summary of the corrections: ``T`` of the mean field, its ``1 / N``
@@ -25,9 +25,9 @@ import time
 import jax
 import numpy as np
 
-from jaxqueue.theory import refined
-from jaxqueue.theory.closed_forms import tail
-from jaxqueue.theory.p0 import iqueue_distribution, solve_p0
+from jaxqueue.theory.closed.closed_forms import tail
+from jaxqueue.theory.closed.p0 import iqueue_distribution, solve_p0
+from jaxqueue.theory.finite_n import refined
 
 _MASS = 1e-12
 

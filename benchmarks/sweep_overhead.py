@@ -29,8 +29,8 @@ import numpy as np
 from jaxqueue.core.versions import versions
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
-from jaxqueue.studies.grid import DEFAULT_BATCH_POINTS, _bounds, run_grid
-from jaxqueue.studies.spec import parse_spec
+from jaxqueue.studies.grids.grid import DEFAULT_BATCH_POINTS, _bounds, run_grid
+from jaxqueue.studies.grids.spec import parse_spec
 
 SPEC = """
 name = "overhead"

@@ -51,8 +51,8 @@ _PUBLIC = {
     "PoolRoundingWarning": "jaxqueue.core.service",
     "simulate": "jaxqueue.api",
     "sweep": "jaxqueue.api",
-    "sensitivity": "jaxqueue.studies.sensitivity",
-    "paired": "jaxqueue.studies.paired",
+    "sensitivity": "jaxqueue.studies.crn.sensitivity",
+    "paired": "jaxqueue.studies.crn.paired",
     "transient": "jaxqueue.runs.transient",
     "TransientResult": "jaxqueue.runs.transient",
 }

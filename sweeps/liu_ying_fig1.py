@@ -3,7 +3,7 @@
 Liu and Ying, "On Universal Scaling of Distributed Queues under Load
 Balancing" (arXiv:1912.11904), at lambda = 1 - N^-alpha. For each policy and
 alpha in the store this fits, by weighted least squares of log y on log N
-(jaxqueue.studies.fits: each point weighted by its own interval, the
+(jaxqueue.studies.plotting.fits: each point weighted by its own interval, the
 exponent's 95% interval from theirs), the exponent of
 
 * E[N (S_2 - S_3)], the servers with exactly two tasks (Fig. 1: the line
@@ -22,7 +22,7 @@ exponent's 95% interval from theirs), the exponent of
 and prints them beside the stated rates (alpha or alpha - 1, and the
 effective exponent of the stated bound over the same N, which its log N
 factor raises by about 1 / log N) and beside the M/M/N queue's exact
-exponents over the same N (jaxqueue.theory.erlang: its number waiting, its
+exponents over the same N (jaxqueue.theory.baselines.erlang: its number waiting, its
 P(wait) and E[W]). It draws the fitted exponents against alpha with the
 paper's line and the M/M/N queue's (E[N S_3] against N is liu_ying_fig2.toml's
 figure "s3"). The fits and the drawing are the spec figures' own
@@ -50,11 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxqueue.studies.figures import Series
-from jaxqueue.studies.fits import positive_fit, power_law_fit, store_series
-from jaxqueue.studies.plots import plot_series, pyplot_free_figure
-from jaxqueue.studies.store import Store
-from jaxqueue.theory import erlang
+from jaxqueue.studies.grids.store import Store
+from jaxqueue.studies.plotting.figures import Series
+from jaxqueue.studies.plotting.fits import positive_fit, power_law_fit, store_series
+from jaxqueue.studies.plotting.plots import plot_series, pyplot_free_figure
+from jaxqueue.theory.baselines import erlang
 
 #: What is fitted: (label, metric, index, scale of a row's mean, the paper's exponent,
 #: the stated bound as a function of N and alpha, for 0.5 <= alpha < 1).
@@ -219,7 +219,7 @@ def print_table(records, out=sys.stdout) -> None:
 
 def _plot_exponents(records, folder: Path, quantities, name: str, title: str, ylim) -> Path:
     """The fitted exponents against alpha, drawn as a spec's exponent figure is
-    (:func:`~jaxqueue.studies.plots.plot_series`, with the paper's line as its
+    (:func:`~jaxqueue.studies.plotting.plots.plot_series`, with the paper's line as its
     reference), and the M/M/N queue's exponents beside them."""
     mpl_fig = pyplot_free_figure(figsize=(6.4, 4.4), layout="constrained")
     ax = mpl_fig.add_subplot()

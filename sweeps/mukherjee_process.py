@@ -8,7 +8,7 @@ in the Halfin-Whitt regime ``lambda N = N - beta sqrt(N)``, the processes
 ``Q_3 / sqrt(N)`` to 0. From a start with every server holding one task, this
 script estimates the scaled trajectories over replicas (exact in time,
 :func:`jaxqueue.transient`) for d = 1, 2, log N, sqrt(N) log N and N, integrates
-the diffusion over many paths (:mod:`jaxqueue.theory.diffusion`), plots both and
+the diffusion over many paths (:mod:`jaxqueue.theory.baselines.diffusion`), plots both and
 prints the largest gap of each curve from the limit with its interval.
 
     python sweeps/mukherjee_process.py --quick   # N = 100, 400, 1600: about a minute on 2 CPU cores
@@ -38,7 +38,7 @@ from jaxqueue.core.versions import versions
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs.bounds import horizon_levels
 from jaxqueue.sim.transient import poisson_weights
-from jaxqueue.theory.diffusion import diffusion_paths
+from jaxqueue.theory.baselines.diffusion import diffusion_paths
 
 #: The servers, replicas and diffusion paths of each mode.
 MODES = {

@@ -91,8 +91,8 @@ def _jaxqueue(*args: str) -> int:
 def _finished(name: str) -> bool:
     """Whether the store holds every point of its spec as the repository has it now (the
     same spec hash; whatever code version wrote it, which the store records)."""
-    from jaxqueue.studies.spec import load_spec
-    from jaxqueue.studies.store import Store
+    from jaxqueue.studies.grids.spec import load_spec
+    from jaxqueue.studies.grids.store import Store
 
     store = store_path(name)
     if not store.exists():

@@ -16,7 +16,8 @@ import pytest
 from jaxqueue import theory
 from jaxqueue.core.status import Status
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.theory import closed_forms, erlang
+from jaxqueue.theory.baselines import erlang
+from jaxqueue.theory.closed import closed_forms
 
 # -- theory/erlang.py ---------------------------------------------------------------------
 
@@ -449,7 +450,7 @@ def test_lu_series_arguments():
     ``d`` must be an integer >= 1; the approximation is NaN for ``r <= 0``; JIQ-Pod with
     one probe joins one random I-queue; JIQ-SQ(10**5) (where ``d**j`` overflows) is quiet."""
     from jaxqueue.policies import make
-    from jaxqueue.theory.lu import busy_iqueue_fraction, join_probes
+    from jaxqueue.theory.baselines.lu import busy_iqueue_fraction, join_probes
 
     np.testing.assert_allclose(busy_iqueue_fraction([0.5, 3.0]), [1 / 3, 0.75], rtol=1e-15)
     for bad in (2.5, 0):

@@ -1,6 +1,6 @@
 """The simulator at large N against the mean field: the closed forms of Wang, Feng and
 Cheng (arXiv:1709.10119), and the generic fixed point (I1F, JIQ-SQ) of
-:mod:`jaxqueue.theory.meanfield`.
+:mod:`jaxqueue.theory.generic.meanfield`.
 
 N = 10^4 servers, r = 10, lambda = 0.9, started at the mean-field occupancy,
 10 time units of warm-up and 20 measured, 32 replicas, fixed seed. (At this N
@@ -44,7 +44,7 @@ MESSAGES = ("join_rate", "delete_rate", "probe_rate")
 
 @functools.cache
 def _mean_field(name, opts):
-    # closed forms, or the generic fixed point (i1f, jiq-sq) of jaxqueue.theory.meanfield
+    # closed forms, or the generic fixed point (i1f, jiq-sq) of jaxqueue.theory.generic.meanfield
     return theory.mean_field(name, LOAD, RATIO, **dict(opts))
 
 

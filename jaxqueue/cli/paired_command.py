@@ -10,7 +10,7 @@ from jaxqueue.core.arrivals import as_arrivals
 from jaxqueue.core.config import Model
 from jaxqueue.core.system import dispatchers_for_ratio
 from jaxqueue.studies.compare import run_lengths, with_options
-from jaxqueue.studies.paired import paired
+from jaxqueue.studies.crn.paired import paired
 
 __all__ = ["run_paired"]
 

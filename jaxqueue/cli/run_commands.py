@@ -21,7 +21,7 @@ from jaxqueue.results.display import format_metric, format_number
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
 from jaxqueue.runs.transient import transient
-from jaxqueue.studies.sensitivity import sensitivity
+from jaxqueue.studies.crn.sensitivity import sensitivity
 from jaxqueue.studies.transient import plot_transient, transient_study
 
 __all__ = ["cmd_simulate", "cmd_transient"]

@@ -19,11 +19,11 @@ from jaxqueue.results.estimates import entries
 from jaxqueue.results.schema import POOL_METRICS, POOL_QUANTILE_NAMES
 from jaxqueue.runs.estimates import size_text
 from jaxqueue.studies import compare as compare_study
-from jaxqueue.studies import export, grid
-from jaxqueue.studies import spec as grid_spec
-from jaxqueue.studies.figures import summary_text
-from jaxqueue.studies.plots import IMAGE_SUFFIXES, plot_store, read_store
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.grids import export, grid
+from jaxqueue.studies.grids import spec as grid_spec
+from jaxqueue.studies.grids.store import Store
+from jaxqueue.studies.plotting.figures import summary_text
+from jaxqueue.studies.plotting.plots import IMAGE_SUFFIXES, plot_store, read_store
 
 __all__ = ["cmd_compare", "cmd_sweep", "cmd_export", "cmd_plot"]
 

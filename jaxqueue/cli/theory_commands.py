@@ -15,8 +15,8 @@ from jaxqueue.cli.output import emit, print_tail_rest, tail_levels
 from jaxqueue.cli.policies_command import cmd_policies
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
-from jaxqueue.theory.erlang import erlang_result
-from jaxqueue.theory.lu import lu_result
+from jaxqueue.theory.baselines.erlang import erlang_result
+from jaxqueue.theory.baselines.lu import lu_result
 
 __all__ = ["cmd_theory", "cmd_exact", "cmd_policies"]
 

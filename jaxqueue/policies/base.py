@@ -164,7 +164,7 @@ class Draw:
     A draw has two readings of the same rule: :meth:`sample` draws it exactly
     in a finite system from random words (the simulator), :meth:`law` gives
     its distribution in the mean-field limit from the occupancy fractions
-    (the generic mean field of :mod:`jaxqueue.theory.meanfield`). A policy's
+    (the generic mean field of :mod:`jaxqueue.theory.generic.meanfield`). A policy's
     decision is written once, on the outcomes, and serves both.
     """
 
@@ -182,7 +182,7 @@ class Draw:
 
         A smooth function of ``1 / N`` (``inv_servers``) and ``1 / M``
         (``inv_dispatchers``) that equals :meth:`law` at ``0``; the refined
-        mean field (:mod:`jaxqueue.theory.refined`) differentiates it there,
+        mean field (:mod:`jaxqueue.theory.finite_n.refined`) differentiates it there,
         since its ``1 / N`` term enters the finite system's drift. The default
         is :meth:`law` itself: right for a draw of one uniformly random item,
         whose law depends on the fractions only.
@@ -334,7 +334,7 @@ def _sample_all(draws, view, words, system):
 
 
 class ClosedForm(NamedTuple):
-    """A mean-field closed form (see :mod:`jaxqueue.theory.closed_forms`).
+    """A mean-field closed form (see :mod:`jaxqueue.theory.closed.closed_forms`).
 
     Attributes:
         family: ``"pod"`` (Pod(d); Random is ``d = 1``), ``"jsq"`` or
@@ -411,7 +411,7 @@ class Policy:
     def mean_field_kink(self, system: System) -> str | None:
         """Why the limit drift of this policy is not differentiable in ``system``, or None.
 
-        The refined mean field (:mod:`jaxqueue.theory.refined`) needs a drift
+        The refined mean field (:mod:`jaxqueue.theory.finite_n.refined`) needs a drift
         with a Taylor expansion at the fixed point. A policy that routes on
         whether some count is zero (JSQ's shortest queue, an idle server first
         with one dispatcher) has a drift that jumps where that count reaches
@@ -436,9 +436,9 @@ class Policy:
         return None
 
     def mean_field_kind(self) -> str:
-        """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.meanfield`), ``"none"``,
-        ``"tagged-server"`` (:mod:`jaxqueue.theory.tagged_server`, JIQ without delete
-        requests) or ``"composition"`` (:mod:`jaxqueue.theory.threshold`,
+        """``"closed-form"``, ``"generic"`` (:mod:`jaxqueue.theory.generic.meanfield`), ``"none"``,
+        ``"tagged-server"`` (:mod:`jaxqueue.theory.per_server.tagged_server`, JIQ without delete
+        requests) or ``"composition"`` (:mod:`jaxqueue.theory.per_server.threshold`,
         JIQ-Threshold); a policy returns the last two by overriding this method.
         Both are host-side solvers for infinite buffers and exponential service
         (:data:`PER_SERVER_MEAN_FIELDS`)."""

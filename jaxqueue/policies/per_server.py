@@ -3,8 +3,8 @@
 Their state is not exchangeable (a listed server's queue length matters), so
 they step on per-server state (:mod:`jaxqueue.sim.per_server`). JIQ-Original's
 mean field follows one tagged server through its listed and unlisted phases
-(:mod:`jaxqueue.theory.tagged_server`); JIQ-Threshold's follows the
-composition of one I-queue (:mod:`jaxqueue.theory.threshold`).
+(:mod:`jaxqueue.theory.per_server.tagged_server`); JIQ-Threshold's follows the
+composition of one I-queue (:mod:`jaxqueue.theory.per_server.threshold`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class JIQOriginal(Policy):
         return f"{self.name}({opts})" if opts else self.name
 
     def mean_field_kind(self) -> str:
-        """``"tagged-server"``: :mod:`jaxqueue.theory.tagged_server` (infinite buffers)."""
+        """``"tagged-server"``: :mod:`jaxqueue.theory.per_server.tagged_server` (infinite buffers)."""
         return "tagged-server"
 
     def exact_rule(self):
@@ -212,7 +212,7 @@ class JIQThreshold(Policy):
         return self.z
 
     def mean_field_kind(self) -> str:
-        """``"composition"``: :mod:`jaxqueue.theory.threshold` (infinite buffers)."""
+        """``"composition"``: :mod:`jaxqueue.theory.per_server.threshold` (infinite buffers)."""
         return "composition"
 
     def exact_rule(self):

@@ -26,7 +26,7 @@ def dimension_of(metric: str) -> str | None:
     """The index dimension of a :meth:`~jaxqueue.results.schema.Result.records`
     metric (``None`` for a scalar metric): ``k`` (the queue length),
     ``quantile``, ``pool`` or ``iqueue_size`` (as the store's Dataset,
-    :func:`jaxqueue.studies.export.to_dataset`)."""
+    :func:`jaxqueue.studies.grids.export.to_dataset`)."""
     pool_row = split_pool_row_metric(metric)
     if pool_row is not None:  # pool0_occupancy by k, pool1_response_quantile by quantile
         return "k" if pool_row[0] == "occupancy" else "quantile"

@@ -22,8 +22,9 @@ from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
 from jaxqueue.policies.jiq import IdleFirst
-from jaxqueue.theory import mean_field, periodic
-from jaxqueue.theory.p0 import host_p0, iqueue_distribution
+from jaxqueue.theory import mean_field
+from jaxqueue.theory.closed.p0 import host_p0, iqueue_distribution
+from jaxqueue.theory.profiles import periodic
 
 __all__ = [
     "mean_field_tail_bound",
@@ -224,7 +225,7 @@ def phase_levels(
 
     For the exchangeable policies with ``N >= 100`` (but ``jsew`` with pools),
     ``s_L`` is the mean-field tail with the law and the pools
-    (:func:`jaxqueue.theory.phases.fixed_point`). Otherwise (or if that fails
+    (:func:`jaxqueue.theory.generic.phases.fixed_point`). Otherwise (or if that fails
     to converge):
 
     ``s_L`` is the largest over the pools of the M/PH/1 tail (:func:`mph1_tail`)
@@ -253,7 +254,7 @@ def phase_levels(
 
 
 def _phase_mean_field_tail(policy, n_servers, n_dispatchers, load, law, pools=None):
-    """The mean-field tail with a law and pools (:mod:`jaxqueue.theory.phases`), or None
+    """The mean-field tail with a law and pools (:mod:`jaxqueue.theory.generic.phases`), or None
     if there is none (a load the pools' mean field does not cover) or it fails."""
     try:
         mf = class_mean_field(policy, float(load), n_servers, n_dispatchers, None, law, pools)
@@ -322,7 +323,7 @@ TRACE_BIN = 0.5
 #: the trace's fluid backlog peaks.
 TRACE_WINDOW = 1638.4
 
-#: The I-queue bound of the stress path's ODE (:func:`jaxqueue.theory.periodic.largest_tail`).
+#: The I-queue bound of the stress path's ODE (:func:`jaxqueue.theory.profiles.periodic.largest_tail`).
 STRESS_IQUEUE_LEVELS = 16
 
 
@@ -369,7 +370,7 @@ def source_levels(
     """Default level bound under an arrival source: ``N * s_L < 1e-6`` plus a
     quarter, ``s_L`` the largest tail of the mean-field ODE along the
     source's :func:`stress_path` from the fixed point at ``load``
-    (:func:`jaxqueue.theory.periodic.largest_tail`), and at least the
+    (:func:`jaxqueue.theory.profiles.periodic.largest_tail`), and at least the
     constant-load default at ``load``.
 
     None where that mean field does not apply (fewer than

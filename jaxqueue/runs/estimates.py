@@ -2,7 +2,7 @@
 cores by measured rates, and the memory of its replica state.
 
 :data:`CPU_RATES` are the rates ``sweep --plan`` estimates a grid's time by
-(:func:`jaxqueue.studies.batching.cpu_seconds`); :func:`estimate_run` applies them to
+(:func:`jaxqueue.studies.grids.batching.cpu_seconds`); :func:`estimate_run` applies them to
 one run, and :func:`size_note` says what a large one costs (:class:`RunSizeWarning`,
 from :func:`jaxqueue.runs.planner.plan_model`, before the simulator compiles).
 """

@@ -57,7 +57,7 @@ from jaxqueue.sim.kernel import AUTO_MAX_VALUES, step_values
 from jaxqueue.sim.registers import unsupported
 from jaxqueue.sim.runner import BACKENDS, MAX_EXTENSIONS, Plan
 from jaxqueue.sim.source import check_source
-from jaxqueue.theory import meanfield
+from jaxqueue.theory.generic import meanfield
 
 __all__ = [
     "plan",
@@ -126,7 +126,7 @@ def _solvable_start(pol, loads, system) -> str:
 
 def _sized_start(pol, system) -> str:
     """Whether the generic mean field a start follows fits its working-memory
-    bound (:func:`jaxqueue.theory.meanfield.check_work`: an estimate, nothing
+    bound (:func:`jaxqueue.theory.generic.meanfield.check_work`: an estimate, nothing
     solved or compiled; the JIQ family's outcome grid grows as ``(N / M)^2``:
     JIQ-SQ with few dispatchers)."""
     ratio = limit_ratio(pol, system.n_servers, system.n_dispatchers)

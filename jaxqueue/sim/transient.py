@@ -22,7 +22,7 @@ each pool's busy fraction and mean queue length (read from the state's
 class counts, so exact in time as well). A load step (the
 replicas first run ``warmup_time`` at ``start_load``, then the load changes)
 and a start from empty are the two classical experiments; compare with the
-mean-field ODE, :func:`jaxqueue.theory.meanfield.transient`.
+mean-field ODE, :func:`jaxqueue.theory.generic.meanfield.transient`.
 """
 
 from __future__ import annotations

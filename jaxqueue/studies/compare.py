@@ -135,7 +135,7 @@ def compare(
     phase, then rates that leave the compilation out).
 
     With ``arrivals`` a rate profile, each row's mean field is the periodic
-    regime of :mod:`jaxqueue.theory.periodic` averaged over that row's own
+    regime of :mod:`jaxqueue.theory.profiles.periodic` averaged over that row's own
     measured window (``settings["time_warmup"]`` to the end of
     ``settings["time_measured"]``), so a window holding part of a period is
     no bias; the simulation starts from the constant-load mean field at the

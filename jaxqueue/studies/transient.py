@@ -11,8 +11,8 @@ from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.runs.transient import TransientResult, transient
-from jaxqueue.studies.plots import pyplot_free_figure
-from jaxqueue.theory import meanfield, phases
+from jaxqueue.studies.plotting.plots import pyplot_free_figure
+from jaxqueue.theory.generic import meanfield, phases
 
 __all__ = ["transient_study", "plot_transient"]
 
@@ -87,7 +87,7 @@ def transient_study(
 
 
 def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
-    """The mean-field ODE (:func:`jaxqueue.theory.meanfield.transient`) in steps of
+    """The mean-field ODE (:func:`jaxqueue.theory.generic.meanfield.transient`) in steps of
     ``dt``, from the empty system or the fixed point at ``start_load``:
     ``(times, tails, iq_tails)``, time 0 included."""
     levels = opts["levels"]
@@ -107,7 +107,7 @@ def _exponential_ode(pol, load, ratio, res, start_load, dt, opts):
 
 
 def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
-    """The mean-field ODE by class (:func:`jaxqueue.theory.phases.transient`) on a
+    """The mean-field ODE by class (:func:`jaxqueue.theory.generic.phases.transient`) on a
     grid of 200 steps and the simulated times, from the empty system or the
     fixed point at ``start_load``: ``(times, tails, iq_tails, pool_busy)``,
     ``pool_busy`` ``(times, pools)`` each pool's busy fraction (None without pools)."""

@@ -4,45 +4,36 @@ The model is that of Wang, Feng and Cheng, "Distributed Join-the-Idle-Queue
 for Low Latency Cloud Services", arXiv:1709.10119: the limit ``N, M -> inf``
 with ``r = N / M`` fixed. Background and derivations: docs/theory.md.
 
-Modules (each depends only on those above it):
+Sub-packages, one idea each (a module depends only on those listed before it):
 
-* :mod:`~jaxqueue.theory.p0` -- the ``p0`` equation of JIQ-Pod(d) (``d = 1``:
-  JIQ): :func:`solve_p0`, :func:`p0_grid`, :func:`iqueue_distribution`;
+* :mod:`~jaxqueue.theory.closed` -- the closed forms, in JAX and differentiable:
+  the ``p0`` equation of JIQ-Pod(d) (:func:`solve_p0`, :func:`p0_grid`,
+  :func:`iqueue_distribution`), the tails and response times a policy
+  declares (:func:`tail`, :func:`mean_response_time`) and the inverse design
+  on them (:func:`max_load_for_target`);
+* :mod:`~jaxqueue.theory.generic` -- the generic mean field: its solver core
+  (``generic.solvers``: Newton, settling an ODE, the adaptive level count),
+  its two models behind one interface (``generic.models``: identical
+  exponential servers, ``generic.exponential``, and server classes of
+  phase-type service and pools, ``generic.byclass``), and their fixed points
+  and transients (``meanfield.fixed_point``, ``phases.fixed_point``, their
+  ``transient``);
+* :mod:`~jaxqueue.theory.profiles` -- the periodic regime of either model
+  under a rate profile (``profiles.periodic.periodic_orbit``);
+* :mod:`~jaxqueue.theory.per_server` -- the mean fields that follow one server
+  (JIQ-Original, ``per_server.tagged_server``) or one I-queue
+  (JIQ-Threshold, ``per_server.threshold``);
+* :mod:`~jaxqueue.theory.finite_n` -- the 1/N-refined mean field (Gast and Van
+  Houdt): :func:`refined_mean_field`, ``refined.refined_grid``;
+* :mod:`~jaxqueue.theory.baselines` -- references beside the mean field: Lu et
+  al.'s approximation of JIQ (:func:`lu_approximation`, :func:`lu_result`),
+  the M/M/N queue (``baselines.erlang``) and the Halfin-Whitt diffusion limit
+  (``baselines.diffusion``);
 * :mod:`~jaxqueue.theory.result` -- :class:`MeanFieldResult`, the
-  :class:`~jaxqueue.results.schema.Result` of the mean field;
-* :mod:`~jaxqueue.theory.closed_forms` -- the closed forms a policy declares
-  (Pod(d), JSQ, JIQ-Pod(d)): :func:`tail`, :func:`mean_response_time`;
-* :mod:`~jaxqueue.theory.solvers` -- the solver core: Newton, settling an
-  ODE, the adaptive level count, an error-controlled integrator;
-* :mod:`~jaxqueue.theory.exponential` -- the generic mean field's model
-  (state, routing laws derived from the policies' own rules, drift, the
-  sliding flow of JSQ-like routing); :mod:`~jaxqueue.theory.jiqsq` -- JIQ-SQ's
-  start;
-* :mod:`~jaxqueue.theory.meanfield` -- its fixed point and transient:
-  ``meanfield.fixed_point``, ``meanfield.transient``, ``meanfield.as_result``;
-* :mod:`~jaxqueue.theory.classes`, :mod:`~jaxqueue.theory.byclass` -- the
-  same model by server class (phase-type service and server pools,
-  :mod:`jaxqueue.core.service`); :mod:`~jaxqueue.theory.phases` -- its
-  ``phases.fixed_point``, ``phases.transient`` (JSQ-like routing past the
-  capacity slides along a full level: ``phases.sliding``);
-* :mod:`~jaxqueue.theory.periodic` -- the periodic regime of either model
-  under a rate profile: ``periodic.periodic_orbit``
-  (:mod:`~jaxqueue.theory.periodic_flow`, its compiled passes);
-* :mod:`~jaxqueue.theory.tagged_server` -- JIQ-Original's mean field, one
-  tagged server's listed and unlisted phases;
-* :mod:`~jaxqueue.theory.threshold` -- JIQ-Threshold's mean field, the
-  composition chain of one I-queue;
-* :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
+  :class:`~jaxqueue.results.schema.Result` of the mean field, and
+  :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
   closed form, the generic fixed point or a per-server policy's solver from
-  the policy's declarations;
-* :mod:`~jaxqueue.theory.refined` -- the 1/N-refined mean field (Gast and Van
-  Houdt): :func:`refined_mean_field`, ``refined.refined_grid``
-  (:mod:`~jaxqueue.theory.expansion`, the expansion itself);
-* :mod:`~jaxqueue.theory.design` -- :func:`max_load_for_target`;
-* :mod:`~jaxqueue.theory.lu` -- Lu et al.'s approximation of JIQ, a baseline:
-  :func:`lu_approximation` (vectorised), :func:`lu_result`;
-* :mod:`~jaxqueue.theory.erlang` -- the M/M/N queue (Erlang C), the
-  pooled-queue benchmark: ``erlang.erlang_c``, ``erlang.erlang_result``.
+  the policy's declarations.
 
 Everything is in units of the mean service time
 (:data:`jaxqueue.core.system.SERVICE_RATE` is 1). Status codes are
@@ -61,13 +52,14 @@ Example:
 """
 
 from jaxqueue.core.status import Status
-from jaxqueue.theory import meanfield, phases, refined
-from jaxqueue.theory.closed_forms import mean_response_time, tail
-from jaxqueue.theory.design import MaxLoadResult, max_load_for_target
+from jaxqueue.theory.baselines.lu import LuResult, lu_approximation, lu_result
+from jaxqueue.theory.closed.closed_forms import mean_response_time, tail
+from jaxqueue.theory.closed.design import MaxLoadResult, max_load_for_target
+from jaxqueue.theory.closed.p0 import P0Solution, iqueue_distribution, p0_grid, solve_p0
 from jaxqueue.theory.dispatch import mean_field
-from jaxqueue.theory.lu import LuResult, lu_approximation, lu_result
-from jaxqueue.theory.p0 import P0Solution, iqueue_distribution, p0_grid, solve_p0
-from jaxqueue.theory.refined import RefinedMeanField, refined_mean_field
+from jaxqueue.theory.finite_n import refined
+from jaxqueue.theory.finite_n.refined import RefinedMeanField, refined_mean_field
+from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = [

@@ -1,10 +1,10 @@
 """``mean_field``: the mean field of any policy at one point, chosen by its declarations.
 
 A policy declares which mean field it has (:meth:`jaxqueue.policies.Policy.mean_field_kind`):
-a closed form (:mod:`jaxqueue.theory.closed_forms`), the generic fixed point
-(:mod:`jaxqueue.theory.meanfield`), the tagged-server cycle of JIQ without delete
-requests (:mod:`jaxqueue.theory.tagged_server`), the I-queue compositions of
-JIQ-Threshold (:mod:`jaxqueue.theory.threshold`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
+a closed form (:mod:`jaxqueue.theory.closed.closed_forms`), the generic fixed point
+(:mod:`jaxqueue.theory.generic.meanfield`), the tagged-server cycle of JIQ without delete
+requests (:mod:`jaxqueue.theory.per_server.tagged_server`), the I-queue compositions of
+JIQ-Threshold (:mod:`jaxqueue.theory.per_server.threshold`), or none (:attr:`~jaxqueue.policies.Policy.no_mean_field`
 gives the reason). This module is the only one that knows both paths; neither
 imports it.
 """
@@ -20,8 +20,10 @@ from jaxqueue.core.service import as_law
 from jaxqueue.core.system import as_int, check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
-from jaxqueue.theory import meanfield, periodic, phases, tagged_server, threshold
-from jaxqueue.theory.closed_forms import closed_form_of, closed_form_result
+from jaxqueue.theory.closed.closed_forms import closed_form_of, closed_form_result
+from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.per_server import tagged_server, threshold
+from jaxqueue.theory.profiles import periodic
 from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult
 
 __all__ = ["mean_field", "TRUNCATION_LIMIT"]
@@ -52,17 +54,17 @@ def mean_field(
     the simulator), and an option the policy does not take is an error. Then:
 
     * a policy with a closed form and infinite buffers gets it
-      (:func:`jaxqueue.theory.closed_forms.closed_form_result`; for JIQ and
+      (:func:`jaxqueue.theory.closed.closed_forms.closed_form_result`; for JIQ and
       JIQ-Pod, with a ``ratio``);
     * otherwise, including every policy with a finite ``buffer``, the generic
-      fixed point (:func:`jaxqueue.theory.meanfield.fixed_point`), with one
+      fixed point (:func:`jaxqueue.theory.generic.meanfield.fixed_point`), with one
       dispatcher for single-dispatcher policies, policies without I-queues
       and ``ratio=None``;
     * JIQ-Original (any ``order``, ``z``, ``d``) gets the tagged-server mean field
-      (:func:`jaxqueue.theory.tagged_server.jiq_no_delete_mean_field`; infinite
+      (:func:`jaxqueue.theory.per_server.tagged_server.jiq_no_delete_mean_field`; infinite
       buffers only, ``ratio`` required);
     * JIQ-Threshold(z) gets the mean field of its I-queue compositions
-      (:func:`jaxqueue.theory.threshold.jiq_threshold_mean_field`; infinite
+      (:func:`jaxqueue.theory.per_server.threshold.jiq_threshold_mean_field`; infinite
       buffers only, ``ratio`` required; ``z`` of 0 and 1 up to ratios of
       several hundred, ``z = 2`` up to about ``r = 10``, larger ``z`` at small
       ratios, and past that a :class:`RuntimeError` that says why);
@@ -106,21 +108,21 @@ def mean_field(
             many points in one vectorised call (as grid sweeps do).
         service: a phase-type service law (:mod:`jaxqueue.core.service`, or
             its command-line form such as ``"erlang:4"``): the generic mean
-            field with phases (:mod:`jaxqueue.theory.phases`); its quantiles
+            field with phases (:mod:`jaxqueue.theory.generic.phases`); its quantiles
             are always computed. ``None`` or ``"exp"``: exponential service.
         pools: servers of several speeds (and laws): ``"0.2:2,0.8:1"``,
             ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
             objects; the mean field by pool and phase
-            (:func:`jaxqueue.theory.phases.fixed_point` with ``pools``), for the
+            (:func:`jaxqueue.theory.generic.phases.fixed_point` with ``pools``), for the
             exchangeable policies that route on queue lengths (not ``jsew``).
             The result's ``diagnostics["pool_occupancy"]`` holds each pool's
             queue-length law.
         arrivals: a periodic rate profile (a
             :class:`~jaxqueue.core.arrivals.Profile` or a ``time,rate`` CSV
             file; ``load`` is its time mean): the averages over the periodic
-            regime of the mean-field ODE (:mod:`jaxqueue.theory.periodic`),
+            regime of the mean-field ODE (:mod:`jaxqueue.theory.profiles.periodic`),
             for the policies with the generic mean field, with a service
-            law and pools too (by class, as :mod:`jaxqueue.theory.phases`;
+            law and pools too (by class, as :mod:`jaxqueue.theory.generic.phases`;
             JSQ-like routing then only while the profile's peak stays below
             the capacity). ``diagnostics["orbit"]`` holds the orbit over one
             period.
@@ -296,7 +298,7 @@ def _per_server(pol, lam: float, ratio, levels, with_quantiles: bool) -> MeanFie
 
 
 def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
-    """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.phases`)."""
+    """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.generic.phases`)."""
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     fp = phases.fixed_point(
         pol,

@@ -1,7 +1,7 @@
 """The mean-field result: one :class:`~jaxqueue.results.schema.Result` for every policy.
 
-Closed forms (:mod:`jaxqueue.theory.closed_forms`) and the generic fixed
-point (:mod:`jaxqueue.theory.meanfield`) both build their result here, so the
+Closed forms (:mod:`jaxqueue.theory.closed.closed_forms`) and the generic fixed
+point (:mod:`jaxqueue.theory.generic.meanfield`) both build their result here, so the
 two paths report the same fields in the same types: metrics as Python floats
 and float64 arrays, ``None`` where a metric does not apply.
 
@@ -43,7 +43,7 @@ class MeanFieldResult(Result):
     (``levels + 1`` entries). ``p0`` and ``iqueue_distribution`` are ``None``
     for policies without I-queues (``iqueue_distribution`` also with one
     dispatcher); ``stale_fraction`` is ``None`` except for JIQ without delete
-    requests (:mod:`jaxqueue.theory.tagged_server`), the only mean field with
+    requests (:mod:`jaxqueue.theory.per_server.tagged_server`), the only mean field with
     stale picks; ``blocking_probability`` is 0.0 with infinite buffers.
 
     Settings (also readable as attributes, e.g. ``mf.d``):
@@ -181,7 +181,7 @@ def per_server_result(
     listed_occupancy,
 ) -> MeanFieldResult:
     """The result of a host-side mean field of a per-server policy
-    (:mod:`~jaxqueue.theory.tagged_server`, :mod:`~jaxqueue.theory.threshold`).
+    (:mod:`~jaxqueue.theory.per_server.tagged_server`, :mod:`~jaxqueue.theory.per_server.threshold`).
 
     From the occupancy and the law ``seen`` of the queue length an arrival
     finds: the mean queue length, Little's mean response time, the waiting

@@ -22,7 +22,7 @@ from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.studies.compare import Comparison
-from jaxqueue.studies.store import COLUMNS, Store
+from jaxqueue.studies.grids.store import COLUMNS, Store
 
 
 @pytest.fixture
@@ -247,18 +247,18 @@ def test_mean_field_d_messages_agree():
 
 def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     import jaxqueue.api
-    import jaxqueue.studies.grid
-    import jaxqueue.studies.spec
+    import jaxqueue.studies.grids.grid
+    import jaxqueue.studies.grids.spec
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(
-        jaxqueue.studies.spec,
+        jaxqueue.studies.grids.spec,
         "load_spec",
         lambda path, quick=False, mode=None: SimpleNamespace(name="tiny", points=[]),
     )
-    monkeypatch.setattr(jaxqueue.studies.grid, "run_grid", interrupt)
+    monkeypatch.setattr(jaxqueue.studies.grids.grid, "run_grid", interrupt)
     assert cli_main(["sweep", "tiny.toml"]) == 130
     assert capsys.readouterr().err == (
         "interrupted: the batches committed so far are in "

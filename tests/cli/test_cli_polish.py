@@ -19,7 +19,7 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.cli.parser import build_parser, package_version
 from jaxqueue.core.versions import __version__
 from jaxqueue.policies.registry import make, policy_class
-from jaxqueue.studies.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

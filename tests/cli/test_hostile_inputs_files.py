@@ -21,7 +21,7 @@ import pytest
 
 from jaxqueue.cli import main as cli_main
 from jaxqueue.sim import checkpoints, runner
-from jaxqueue.studies.store import SCHEMA, Store, StoreBusyError, writer_lock
+from jaxqueue.studies.grids.store import SCHEMA, Store, StoreBusyError, writer_lock
 
 #: One small run of several chunks (Pod(2), N = 10; as tests/cli/test_inputs.py).
 RUN = dict(replicas=2, steps=8 * 256, warmup=256, levels=12, seed=5, init="empty")

@@ -18,10 +18,10 @@ from jaxqueue.core.expressions import MAX_DEPTH, compile_expression
 from jaxqueue.core.user_metrics import MetricState, evaluate, user_metrics
 from jaxqueue.runs.planner import plan
 from jaxqueue.sim import runner
-from jaxqueue.studies.figure_spec import check_expression, evaluate_expression
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.spec_values import d_at
-from jaxqueue.theory import threshold
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.spec_values import d_at
+from jaxqueue.studies.plotting.figure_spec import check_expression, evaluate_expression
+from jaxqueue.theory.per_server import threshold
 
 DEEP = {
     "parentheses": "(" * 500 + "1" + ")" * 500,

@@ -231,7 +231,7 @@ def test_a_store_in_a_folder_that_does_not_exist_is_said_by_the_plan_and_refused
 def test_an_os_error_is_one_line(tmp_path, capsys):
     import sqlite3
 
-    from jaxqueue.studies.store import Store
+    from jaxqueue.studies.grids.store import Store
 
     store = tmp_path / "s.sqlite"
     Store(store, "hash", "s", {}).close()
@@ -253,7 +253,7 @@ def test_a_store_or_checkpoint_of_other_code_is_not_resumed(tmp_path, monkeypatc
     """Other sources, same version string: resuming a store or a checkpoint is refused
     with both digests named; reading the store (export) still works."""
     from jaxqueue.core import versions as versions_module
-    from jaxqueue.studies.store import Store, StoreMismatchError
+    from jaxqueue.studies.grids.store import Store, StoreMismatchError
 
     ours = versions_module.source_digest()
     assert len(ours) == 16 and versions_module.versions()["source"] == ours
@@ -300,7 +300,7 @@ def test_replicas_beyond_the_host_memory_are_refused_before_any_allocation(monke
 
 def test_the_plan_warns_of_a_grid_past_its_sizes(tmp_path, capsys, monkeypatch):
     """--plan once said nothing about 10^6 points or 3e17 replica-steps."""
-    from jaxqueue.studies import grid
+    from jaxqueue.studies.grids import grid
 
     spec = tmp_path / "s.toml"
     spec.write_text(

@@ -16,8 +16,8 @@ import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.progress import LOGGER, PointProgress, Progress, duration, log, tqdm_bar
 from jaxqueue.studies import compare as cmp
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import parse_spec
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import parse_spec
 
 
 class _Clock:

@@ -17,7 +17,7 @@ from jaxqueue.core.rng import BLOCK
 from jaxqueue.exact import solve_exact
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
-from jaxqueue.studies.spec import parse_spec
+from jaxqueue.studies.grids.spec import parse_spec
 
 #: One small run (a shape the suite compiles anyway: Pod(2), N = 10).
 KW = dict(replicas=4, steps=4 * BLOCK, warmup=BLOCK, seed=3, init="empty", levels=12)

@@ -42,10 +42,10 @@ from jaxqueue.core.user_metrics import (
 from jaxqueue.results.simulation import user_metric_samples
 from jaxqueue.results.stats import within
 from jaxqueue.sim.totals import COUNTS, Totals
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.points import SpecError
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.points import SpecError
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.studies.grids.store import Store
 
 LAM = 0.5
 #: Random routing at N = 2: a server is busy with probability LAM, independently.

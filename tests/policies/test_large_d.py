@@ -32,8 +32,8 @@ from jaxqueue.runs import bounds, planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import block_words, run_blocks
 from jaxqueue.sim.registers import run_registers, unsupported
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.theory import closed_forms
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.theory.closed import closed_forms
 
 #: The documented worst relative error of ``C(t, d) / C(n, d)`` (docs/policies.md).
 WORST_RELATIVE_ERROR = 1e-5

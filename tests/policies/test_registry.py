@@ -18,7 +18,7 @@ from jaxqueue.core.system import System
 from jaxqueue.exact import RULES
 from jaxqueue.policies import REFERENCES, option_names
 from jaxqueue.policies.base import ENGINES
-from jaxqueue.theory import meanfield
+from jaxqueue.theory.generic import meanfield
 
 NAMES = jq.available()
 

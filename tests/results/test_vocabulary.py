@@ -26,11 +26,11 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.display import format_metric
 from jaxqueue.results.simulation import SimulationResult
 from jaxqueue.results.sweep import SweepResult
-from jaxqueue.studies import export
 from jaxqueue.studies.compare import compare
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.studies.store import COLUMNS, Store, parameter_values
+from jaxqueue.studies.grids import export
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.studies.grids.store import COLUMNS, Store, parameter_values
 
 #: A grid of two sizes, an infinite and a finite buffer (parsed, never run but
 #: in the resume test: one server, random routing, a few blocks).

@@ -107,8 +107,8 @@ def test_one_dispatcher_theory_is_the_single_dispatcher_limit_everywhere():
     The start, a grid's theory column and ``compare`` all use that limit (the
     closed form at r = N is a different system: T = 1.008 at N = 1000)."""
     from jaxqueue.runs.initial import mean_field_of
-    from jaxqueue.studies import grid
-    from jaxqueue.studies.spec import Point
+    from jaxqueue.studies.grids import grid
+    from jaxqueue.studies.grids.spec import Point
 
     for name in ("jiq", "jiq-pod"):
         mf = theory.mean_field(name, 0.9)

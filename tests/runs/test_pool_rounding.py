@@ -111,8 +111,8 @@ theory = "mean-field"
 def test_a_sweep_compares_each_n_with_the_mean_field_of_its_own_servers(tmp_path, monkeypatch):
     """A grid's theory is cached across N, but not across the pools' rounding: N = 10
     gets the mean field at 0.3/0.7, N = 100 the one at 0.25/0.75."""
-    from jaxqueue.studies import grid
-    from jaxqueue.studies.spec import parse_spec
+    from jaxqueue.studies.grids import grid
+    from jaxqueue.studies.grids.spec import parse_spec
 
     spec = parse_spec(SPEC)
     by_n = {p.servers: p for p in spec.points}

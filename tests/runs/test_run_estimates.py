@@ -34,8 +34,8 @@ from jaxqueue.runs.estimates import (
     size_text,
 )
 from jaxqueue.sim import runner
-from jaxqueue.studies import batching
-from jaxqueue.studies.spec import load_spec
+from jaxqueue.studies.grids import batching
+from jaxqueue.studies.grids.spec import load_spec
 
 #: A small run: N = 10, four replicas of a few blocks (a second or two to compile and run).
 SMALL = ["--policy", "jsq", "--servers", "10", "--load", "0.5", "--replicas", "4"]

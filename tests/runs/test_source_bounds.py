@@ -10,7 +10,7 @@ import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import make_pools
 from jaxqueue.runs import bounds, planner
-from jaxqueue.theory import periodic
+from jaxqueue.theory.profiles import periodic
 
 #: A day of 240 time units whose peak, 1.35 at load 0.9, passes the capacity.
 DAY = Profile.from_function(lambda t: 1 + 0.5 * np.sin(2 * np.pi * t / 240), 240.0, 24)

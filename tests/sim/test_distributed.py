@@ -74,8 +74,8 @@ HELPER = textwrap.dedent(
     record["finished"] = clean(jq.simulate("pod", 0.9, 100, checkpoint=path, **ARGS))
     record["files"] = sorted(os.listdir(ckdir))
 
-    from jaxqueue.studies.grid import run_grid
-    from jaxqueue.studies.spec import parse_spec
+    from jaxqueue.studies.grids.grid import run_grid
+    from jaxqueue.studies.grids.spec import parse_spec
 
     spec = parse_spec(GRID_SPEC)
     record["grid_ran"] = run_grid(spec, os.path.join(ckdir, "grid.sqlite"), batch_points=2)
@@ -168,7 +168,7 @@ def test_two_processes_match_one(tmp_path):
     # process 0 alone wrote the checkpoint, atomically: no temporary files are left
     assert rec["process 1"]["files"] == ["run.npz"]
     # the sweep: process 0 wrote the store, with the rows one process writes
-    from jaxqueue.studies.store import Store
+    from jaxqueue.studies.grids.store import Store
 
     for name in ("process 0", "process 1"):
         assert (rec[name]["grid_ran"], rec[name]["grid_rerun"]) == (6, 0)

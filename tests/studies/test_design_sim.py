@@ -1,4 +1,4 @@
-"""Design on the simulated system (jaxqueue.studies.design_sim, docs/design.md).
+"""Design on the simulated system (jaxqueue.studies.crn.design_sim, docs/design.md).
 
 The fast tests check the arguments and the mean field's answer; the slow one
 designs Pod(2) at N = 3 for a mean response time of 2 and checks the answer
@@ -13,7 +13,7 @@ import pytest
 from jaxqueue.core.config import Model
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
-from jaxqueue.studies.design_sim import design_simulated, mean_field_load
+from jaxqueue.studies.crn.design_sim import design_simulated, mean_field_load
 
 #: Pod(2) at N = 3 in the sensitivity tests' shape; 16 replicas throughout.
 SMALL = dict(d=2, replicas=16, max_replicas=16, levels=24, steps=12_800, richardson=True)

@@ -1,4 +1,4 @@
-"""The diffusion limit's stationary means (jaxqueue.theory.diffusion.stationary_means)
+"""The diffusion limit's stationary means (jaxqueue.theory.baselines.diffusion.stationary_means)
 and the figure baseline they draw (``baseline = "diffusion"``).
 
 The stationary means against Ito's identities (docs/diffusion.md): ``E[Q_1] =
@@ -21,11 +21,11 @@ import pytest
 from jaxqueue.cli import main as cli_main
 from jaxqueue.results.estimates import estimate
 from jaxqueue.results.stats import within
-from jaxqueue.studies.baselines import BASELINE_NAMES, baseline_curve
-from jaxqueue.studies.figures import Series, summary_text
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store, parameter_values
-from jaxqueue.theory import diffusion
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import Store, parameter_values
+from jaxqueue.studies.plotting.baselines import BASELINE_NAMES, baseline_curve
+from jaxqueue.studies.plotting.figures import Series, summary_text
+from jaxqueue.theory.baselines import diffusion
 
 MUKHERJEE = Path(__file__).resolve().parents[2] / "sweeps" / "mukherjee_hw.toml"
 #: The paths of the identity check: 2048 paths with the step 0.02 (about 2 s).
@@ -143,7 +143,7 @@ def test_the_baseline_is_the_stationary_mean_on_counts_over_sqrt_n(monkeypatch):
         q2 = estimate(np.array([0.5, 0.7]) + beta)
         return diffusion.StationaryMeans(estimate([-beta, -beta]), q2, (), {})
 
-    monkeypatch.setattr("jaxqueue.studies.baselines.stationary_means", means)
+    monkeypatch.setattr("jaxqueue.studies.plotting.baselines.stationary_means", means)
     two, idle = spec.figure("two"), spec.figure("idle")
     for policy in ("idle-first", "jsq"):
         x, y = baseline_curve(_line(spec, "tail", policy), two, spec)
@@ -191,8 +191,8 @@ baseline = "lu"
 
 def test_the_lu_baseline_is_unchanged():
     """Against the load, on CURVE_POINTS loads and the line's own; none against N."""
-    from jaxqueue.studies.figures import CURVE_POINTS
-    from jaxqueue.theory.lu import lu_approximation
+    from jaxqueue.studies.plotting.figures import CURVE_POINTS
+    from jaxqueue.theory.baselines.lu import lu_approximation
 
     spec = parse_spec(LU_SPEC)
     fig = spec.figures[0]
@@ -252,7 +252,7 @@ def test_mukherjees_figure_draws_the_limit_and_reports_it(tmp_path, capsys):
     assert sorted(line["points"] for line in lines) == [2, 3, 3]
     assert abs(limit.mean - 0.81) < 0.05
 
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     axes = plot_figure(_mukherjee_rows(spec), spec.figure("two"), spec=spec)
     ax = np.atleast_1d(axes)[0]

@@ -1,4 +1,4 @@
-"""One export schema across stores (jaxqueue.studies.export.EXPORT_SCHEMA): the frame,
+"""One export schema across stores (jaxqueue.studies.grids.export.EXPORT_SCHEMA): the frame,
 Parquet and CSV of any store have every column, each of one type, and ``k`` of a scalar
 metric is missing in all three (the store's table keeps -1); and the requested run
 lengths a Dataset recovers from the store's spec text.
@@ -13,9 +13,9 @@ import math
 
 import pytest
 
-from jaxqueue.studies import export
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.studies.store import COLUMNS, SCALAR_INDEX, Store, parameter_values
+from jaxqueue.studies.grids import export
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.studies.grids.store import COLUMNS, SCALAR_INDEX, Store, parameter_values
 
 POD = """\
 name = "pod"

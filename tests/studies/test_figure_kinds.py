@@ -15,14 +15,14 @@ import pytest
 
 from jaxqueue.core.user_metrics import at_fixed_point
 from jaxqueue.results.warmup import failure_message
-from jaxqueue.studies.figure_labels import theory_name
-from jaxqueue.studies.figure_spec import FIGURE_KEYS, reference_line
-from jaxqueue.studies.figures import figure_series, summarize, summary_text, theory_curve
-from jaxqueue.studies.fits import power_law_fit
-from jaxqueue.studies.grid import warmup_warning
-from jaxqueue.studies.grid_theory import theory_value, theory_values
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store, parameter_values
+from jaxqueue.studies.grids.grid import warmup_warning
+from jaxqueue.studies.grids.grid_theory import theory_value, theory_values
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import Store, parameter_values
+from jaxqueue.studies.plotting.figure_labels import theory_name
+from jaxqueue.studies.plotting.figure_spec import FIGURE_KEYS, reference_line
+from jaxqueue.studies.plotting.figures import figure_series, summarize, summary_text, theory_curve
+from jaxqueue.studies.plotting.fits import power_law_fit
 
 SPEC = """\
 name = "kinds"
@@ -148,7 +148,7 @@ def test_user_metrics_are_drawn_like_scalar_metrics(spec):
 @pytest.mark.slow
 def test_figures_are_written_from_a_store(spec, tmp_path):
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure, plot_store
+    from jaxqueue.studies.plotting.plots import plot_figure, plot_store
 
     path = tmp_path / "kinds.sqlite"
     with Store(path, spec.spec_hash(), spec.name, {"jaxqueue": "test"}, SPEC) as store:
@@ -182,7 +182,7 @@ def test_the_m_m_n_queue_is_named_as_a_benchmark(spec):
     any dispatching: the legend names it, and plot's report gives the ratio to it, not
     a "relative error" of thousands of percent as if the run had failed."""
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     counts = parse_spec(SPEC + COUNTS)
     lines = figure_series(_rows(counts), counts.figure("counts"))

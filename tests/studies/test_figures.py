@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from jaxqueue.cli import main as cli_main
-from jaxqueue.studies import export
-from jaxqueue.studies.figures import figure_series, summarize
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import COLUMNS, Store, parameter_values
+from jaxqueue.studies.grids import export
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import COLUMNS, Store, parameter_values
+from jaxqueue.studies.plotting.figures import figure_series, summarize
 
 SPEC = """\
 name = "figs"
@@ -184,7 +184,7 @@ def test_points_that_failed_their_warm_up_are_drawn_hollow(store_path):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from jaxqueue.studies.plots import plot_series
+    from jaxqueue.studies.plotting.plots import plot_series
 
     spec = parse_spec(SPEC)
     with Store.open_existing(store_path) as store:
@@ -231,7 +231,7 @@ def test_plot_functions_take_and_return_axes(store_path):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from jaxqueue.studies.plots import plot_figure, plot_series
+    from jaxqueue.studies.plotting.plots import plot_figure, plot_series
 
     spec = parse_spec(SPEC)
     with Store.open_existing(store_path) as store:
@@ -314,7 +314,7 @@ def _rows_and_spec(store_path):
 
 def test_panels_have_mathtext_titles_and_share_one_legend(store_path):
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     rows, spec = _rows_and_spec(store_path)
     axes = plot_figure(rows, spec.figure("T"))
@@ -330,7 +330,7 @@ def test_one_panel_has_no_panel_title(store_path):
     """A figure with panels that has one panel value is titled as a figure without
     panels; the value goes into the caption under the title."""
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     rows, _ = _rows_and_spec(store_path)
     one = parse_spec(
@@ -356,7 +356,7 @@ def test_a_line_that_is_zero_throughout_is_left_out_and_named(store_path):
     """JIQ sends no delete requests here: its line (0 at every point, 0-wide intervals,
     no theory) is not drawn as a flat line at 0; the caption says why."""
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     rows, _ = _rows_and_spec(store_path)
     spec = parse_spec(SPEC + REQUESTS)
@@ -379,7 +379,7 @@ def test_a_line_that_is_zero_throughout_is_left_out_and_named(store_path):
 
 
 def test_the_report_of_a_benchmark_is_a_ratio_not_an_error(store_path):
-    from jaxqueue.studies.figures import summary_text
+    from jaxqueue.studies.plotting.figures import summary_text
 
     rows, spec = _rows_and_spec(store_path)
     lines = figure_series(rows, spec.figure("T"))

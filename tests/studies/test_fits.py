@@ -1,4 +1,4 @@
-"""Power-law exponents fitted across N (jaxqueue.studies.fits): exact laws, least
+"""Power-law exponents fitted across N (jaxqueue.studies.plotting.fits): exact laws, least
 squares by hand, and the coverage of their intervals over synthetic estimates."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jaxqueue.results.estimates import t_quantile_975
-from jaxqueue.studies.fits import local_slopes, power_law_fit, store_series
-from jaxqueue.theory.erlang import erlang_c
+from jaxqueue.studies.plotting.fits import local_slopes, power_law_fit, store_series
+from jaxqueue.theory.baselines.erlang import erlang_c
 
 N = np.array([100.0, 300.0, 1000.0, 3000.0, 10000.0])
 

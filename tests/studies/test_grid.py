@@ -18,9 +18,9 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.sim.blocks import run_blocks
-from jaxqueue.studies.grid import plan_grid, run_grid, shape_groups
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store, StoreMismatchError
+from jaxqueue.studies.grids.grid import plan_grid, run_grid, shape_groups
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import Store, StoreMismatchError
 
 SPEC = """
 name = "small"
@@ -108,7 +108,7 @@ def test_plan_reports_a_store_of_another_spec_and_each_mode_has_its_own_store(
     assert "a run into it would be refused" in capsys.readouterr().err
     seen = []
     monkeypatch.setattr(
-        "jaxqueue.studies.grid.run_grid",
+        "jaxqueue.studies.grids.grid.run_grid",
         lambda spec, store, **kw: seen.append((spec.run.replicas, str(store))) or 0,
     )
     assert cli_main(["sweep", str(path), "--quick"]) == 0 and cli_main(["sweep", str(path)]) == 0
@@ -132,9 +132,9 @@ def test_cli_sweep_plan_runs_nothing(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_refined_theory_beside_the_mean_field(tmp_path, capsys):
-    from jaxqueue.studies.figures import FigureSpec, figure_series, summarize
+    from jaxqueue.studies.plotting.figures import FigureSpec, figure_series, summarize
     from jaxqueue.theory import mean_field
-    from jaxqueue.theory.refined import refined_mean_field
+    from jaxqueue.theory.finite_n.refined import refined_mean_field
 
     # Pod(2) and JIQ-Original (no generic mean field: no refined value); the JIQ family's
     # refined values are checked in tests/theory/test_refined.py
@@ -243,7 +243,7 @@ def test_a_time_window_run_past_its_end_by_whole_blocks_is_said_once_before_runn
     point (load 0.3: 156 steps, 256 run, 32.8 time units), and its plan counts them."""
     import warnings
 
-    from jaxqueue.studies.grid import _warn_overruns, window_overruns
+    from jaxqueue.studies.grids.grid import _warn_overruns, window_overruns
 
     text = SPEC.format(loads="0.3, 0.8").replace("steps = 2048", "time = 20")
     spec = parse_spec(text)
@@ -362,7 +362,7 @@ def test_cli_sweep_and_csv_export(tmp_path, capsys):
 def test_a_sweep_stopped_inside_a_batch_resumes_there(tmp_path, monkeypatch):
     """A sweep interrupted right after a checkpoint inside its first batch resumes from
     that checkpoint, and its rows equal those of an uninterrupted sweep."""
-    from jaxqueue.studies import grid
+    from jaxqueue.studies.grids import grid
 
     spec = parse_spec(SPEC.format(loads="0.5, 0.7"))
     run_grid(spec, tmp_path / "clean.sqlite", batch_points=2)
@@ -426,7 +426,7 @@ def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
     """Two sweeps on one store both computed everything and the second died with an
     IntegrityError traceback: now the second stops before anything runs, with one line.
     The first holds the store's lock file in another process here (a real second writer)."""
-    from jaxqueue.studies.store import StoreBusyError, writer_lock
+    from jaxqueue.studies.grids.store import StoreBusyError, writer_lock
 
     path = tmp_path / "busy.sqlite"
     spec = tmp_path / "busy.toml"
@@ -435,7 +435,7 @@ def test_a_second_sweep_into_a_busy_store_stops_at_once(tmp_path, capsys):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom jaxqueue.studies.store import writer_lock\n"
+            "import sys, time\nfrom jaxqueue.studies.grids.store import writer_lock\n"
             f"with writer_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -463,7 +463,7 @@ def test_the_plan_estimates_cpu_time_by_policy_and_batch_width():
     slower a replica-step than Pod(2) at their reference bounds, 12 and 32 levels), a
     step's cost in proportion to the levels past those, and counts a narrow batch as
     128 replicas wide."""
-    from jaxqueue.studies.batching import CPU_RATES, LATENCY_REPLICAS, group_bounds
+    from jaxqueue.studies.grids.batching import CPU_RATES, LATENCY_REPLICAS, group_bounds
 
     text = SPEC.format(loads="0.5").replace('theory = "mean-field"', 'theory = "none"')
     spec = parse_spec(text)
@@ -503,7 +503,7 @@ def test_a_spec_may_set_the_level_bound_of_its_infinite_buffers(tmp_path):
         run_grid(bound, tmp_path / "s.sqlite")
     with pytest.raises(SpecError, match=r"levels=0 is out of range"):
         parse_spec(text + "levels = 0\n")
-    from jaxqueue.studies.grid import _bounds
+    from jaxqueue.studies.grids.grid import _bounds
 
     buffered = parse_spec(text.replace("n_dispatchers = [2]", "n_dispatchers = [2]\nbuffer = [3]"))
     buffered = dataclasses.replace(buffered, run=dataclasses.replace(buffered.run, levels=50))

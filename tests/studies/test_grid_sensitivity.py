@@ -1,4 +1,4 @@
-"""Sensitivities and paired points in grid specs (jaxqueue.studies.grid_sensitivity,
+"""Sensitivities and paired points in grid specs (jaxqueue.studies.grids.grid_sensitivity,
 docs/sweeps.md, Sensitivities and paired points).
 
 The fast tests parse specs and check the streams and the lines of paired points; the
@@ -22,16 +22,16 @@ import jaxqueue as jq
 from jaxqueue.cli import main as cli_main
 from jaxqueue.core.config import Bounds
 from jaxqueue.policies.registry import make
-from jaxqueue.studies import export, grid_paired
-from jaxqueue.studies.batching import group_bounds
-from jaxqueue.studies.derivatives import CURVED, derivative_name, difference_name, paired_word
-from jaxqueue.studies.grid import _batch_plan, run_grid
-from jaxqueue.studies.grid_paired import PairedRows, references
-from jaxqueue.studies.grid_sensitivity import THEORY_STEP, check_processes
-from jaxqueue.studies.paired import compare_samples, coupling_threshold
-from jaxqueue.studies.sensitivity import sensitivity
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.crn.paired import compare_samples, coupling_threshold
+from jaxqueue.studies.crn.sensitivity import sensitivity
+from jaxqueue.studies.grids import export, grid_paired
+from jaxqueue.studies.grids.batching import group_bounds
+from jaxqueue.studies.grids.derivatives import CURVED, derivative_name, difference_name, paired_word
+from jaxqueue.studies.grids.grid import _batch_plan, run_grid
+from jaxqueue.studies.grids.grid_paired import PairedRows, references
+from jaxqueue.studies.grids.grid_sensitivity import THEORY_STEP, check_processes
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import Store
 from jaxqueue.theory import mean_field
 
 SPEC = """\
@@ -285,7 +285,7 @@ def test_theory_slopes_in_alpha_and_where_the_theory_has_no_value():
     import math
 
     from jaxqueue import theory
-    from jaxqueue.studies.grid_sensitivity import theory_slopes
+    from jaxqueue.studies.grids.grid_sensitivity import theory_slopes
 
     spec = parse_spec(
         PLAIN.replace("n_servers = 3", "n_servers = 100").replace(

@@ -2,7 +2,7 @@
 
 A grid store keeps, beside each simulated ``tail`` and ``occupancy`` entry at
 level ``k``, the mean field's value at that same ``k``
-(:func:`jaxqueue.studies.grid_theory.store_rows`). Here a tiny spec is run into
+(:func:`jaxqueue.studies.grids.grid_theory.store_rows`). Here a tiny spec is run into
 a store and every such row is compared with ``jaxqueue.theory.mean_field``
 called on the row's own parameters (policy, load, ratio, d): its ``tail[k]``
 and ``occupancy[k]``, and 0 past the levels the mean field represents (where its
@@ -12,9 +12,9 @@ tail is negligible: below 1e-9 at its last level here).
 import numpy as np
 import pytest
 
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.studies.store import Store
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.studies.grids.store import Store
 from jaxqueue.theory import mean_field
 
 SPEC = """
@@ -64,8 +64,8 @@ def test_a_finite_buffer_points_theory_is_its_own_mean_field():
     """Host side, nothing simulated: the grid's theory of a point with 3 places per
     server is the mean field of that buffer (blocking 0.0627 at Pod(2), load 0.9),
     not the infinite-buffer one (which blocks nothing)."""
-    from jaxqueue.studies.grid_theory import theory_values
-    from jaxqueue.studies.points import Point
+    from jaxqueue.studies.grids.grid_theory import theory_values
+    from jaxqueue.studies.grids.points import Point
 
     point = Point("pod", (("d", 2),), 50, 1, 3, 0.9)
     (value,) = theory_values([point], "mean-field", {})

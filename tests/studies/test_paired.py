@@ -1,4 +1,4 @@
-"""Paired comparisons on common random numbers (jaxqueue.studies.paired, docs/crn.md).
+"""Paired comparisons on common random numbers (jaxqueue.studies.crn.paired, docs/crn.md).
 
 The fast tests check the arguments and that the points share their keys; the
 slow ones count how often the paired interval covers the exact chain's
@@ -20,7 +20,7 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
 from jaxqueue.sim.placement import placement
-from jaxqueue.studies.paired import coupling_threshold, paired, plan_points
+from jaxqueue.studies.crn.paired import coupling_threshold, paired, plan_points
 
 #: Pod(2) at N = 3: four loads, 16 replicas each (the shape of the sensitivity tests).
 SMALL = dict(d=2, replicas=16, levels=24, steps=12_800)

@@ -1,4 +1,4 @@
-"""What jq.paired says of its points (jaxqueue.studies.paired, docs/crn.md, "Paired
+"""What jq.paired says of its points (jaxqueue.studies.crn.paired, docs/crn.md, "Paired
 comparisons"): the coupling verdict comes from the replicas, not from their batch
 means; a metric constant on a side has no correlation; an Estimate from batch means
 says what its ``n`` counts; and ``Estimate - Estimate`` points to jq.paired.
@@ -17,7 +17,7 @@ import pytest
 
 import jaxqueue as jq
 from jaxqueue.sim.runner import Run
-from jaxqueue.studies.paired import (
+from jaxqueue.studies.crn.paired import (
     HEADLINE,
     MIN_COUPLED_CORRELATION,
     Paired,
@@ -26,7 +26,7 @@ from jaxqueue.studies.paired import (
     coupling_threshold,
     plan_points,
 )
-from jaxqueue.studies.sensitivity import scalar_names, side_samples
+from jaxqueue.studies.crn.sensitivity import scalar_names, side_samples
 
 #: 8 replicas: intervals from batch means (16 batches of 256 steps each).
 RUN = dict(replicas=8, steps=4096, levels=32, seed=4)

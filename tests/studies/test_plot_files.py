@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 from jaxqueue.cli import main as cli_main
-from jaxqueue.studies.figure_spec import line_label, metric_label, policy_label
-from jaxqueue.studies.figures import (
+from jaxqueue.studies.grids.grid_theory import theory_value, theory_values
+from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.store import Store, parameter_values
+from jaxqueue.studies.plotting.figure_spec import line_label, metric_label, policy_label
+from jaxqueue.studies.plotting.figures import (
     CURVE_POINTS,
     Series,
     figure_caption,
@@ -21,10 +24,7 @@ from jaxqueue.studies.figures import (
     store_spec,
     theory_curve,
 )
-from jaxqueue.studies.grid_theory import theory_value, theory_values
-from jaxqueue.studies.plots import LEGEND_WIDTH, dodged_x
-from jaxqueue.studies.spec import SpecError, parse_spec
-from jaxqueue.studies.store import Store, parameter_values
+from jaxqueue.studies.plotting.plots import LEGEND_WIDTH, dodged_x
 
 SPEC = """\
 name = "tiny"
@@ -201,7 +201,7 @@ def test_a_stores_mode_gives_its_points(tiny):
 
 def test_plot_figure_draws_the_curve(tiny):
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_figure
+    from jaxqueue.studies.plotting.plots import plot_figure
 
     _, spec, rows = tiny
     ax = plot_figure(rows, spec.figure("T"), spec=spec)
@@ -276,7 +276,7 @@ def _tick_texts(axis) -> list[str]:
 )
 def test_short_log_axes_have_plain_tick_labels(low, high, want):
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_series
+    from jaxqueue.studies.plotting.plots import plot_series
 
     line = _line([low, high], [low, high], ci=np.zeros(2))
     ax = plot_series([line], logx=True, logy=True, theory=False)
@@ -288,7 +288,7 @@ def test_short_log_axes_have_plain_tick_labels(low, high, want):
 
 def test_long_log_axes_keep_powers_of_ten():
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_series
+    from jaxqueue.studies.plotting.plots import plot_series
 
     line = _line([100.0, 100000.0], [1e-4, 1.0], ci=np.zeros(2))
     ax = plot_series([line], logx=True, logy=True, theory=False)
@@ -306,7 +306,7 @@ def _outside(ax) -> bool:
 
 def test_legends_are_outside_the_data(tiny):
     pytest.importorskip("matplotlib")
-    from jaxqueue.studies.plots import plot_cdf, plot_figure, plot_series
+    from jaxqueue.studies.plotting.plots import plot_cdf, plot_figure, plot_series
 
     _, spec, rows = tiny
     assert _outside(plot_figure(rows, spec.figure("T"), spec=spec))

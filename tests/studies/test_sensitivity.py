@@ -1,4 +1,4 @@
-"""Sensitivities by common random numbers (jaxqueue.studies.sensitivity, docs/crn.md).
+"""Sensitivities by common random numbers (jaxqueue.studies.crn.sensitivity, docs/crn.md).
 
 The fast tests check the arguments and that the sides share their keys; the
 slow ones compare simulated derivatives with the mean field's (by autodiff)
@@ -22,14 +22,14 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
 from jaxqueue.runs import planner
 from jaxqueue.sim.placement import placement
-from jaxqueue.studies.sensitivity import (
+from jaxqueue.studies.crn.sensitivity import (
     RELATIVE_STEP,
     default_step,
     load_at,
     plan_sides,
     sensitivity,
 )
-from jaxqueue.theory import closed_forms
+from jaxqueue.theory.closed import closed_forms
 
 #: The small system the exact chain solves (one compiled shape for its tests).
 SMALL = dict(d=2, replicas=16, levels=24)
@@ -134,7 +134,7 @@ def test_pod_at_n_3_against_the_exact_chain():
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::jaxqueue.studies.sensitivity.CurvatureWarning")
+@pytest.mark.filterwarnings("ignore::jaxqueue.studies.crn.sensitivity.CurvatureWarning")
 def test_the_paired_interval_covers_the_exact_difference():
     """Short runs (seeds from 100) at N = 3: the 95% interval of D(h) covers
     the exact chain's difference at the same loads in about 95% of them. The
@@ -199,7 +199,7 @@ def test_the_default_step_measures_the_room_to_the_capacity():
 
 # a tiny run: a Richardson gap its noise resolves is no concern here
 @pytest.mark.slow  # fast: the default-step test above, and a run in test_fast_references.py
-@pytest.mark.filterwarnings("ignore::jaxqueue.studies.sensitivity.CurvatureWarning")
+@pytest.mark.filterwarnings("ignore::jaxqueue.studies.crn.sensitivity.CurvatureWarning")
 def test_a_load_of_1_below_the_pools_capacity_has_a_derivative(capsys):
     """``simulate --policy jsq --servers 3 --load 1.0 --pools 0.34:2,0.66:1
     --sensitivity load`` (it failed with "h=0.0 is out of range"), as

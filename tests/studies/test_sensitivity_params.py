@@ -21,15 +21,15 @@ from jaxqueue.core.service import Pool
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
 from jaxqueue.sim.placement import placement
-from jaxqueue.studies.sensitivity import plan_sides, plan_system_sides_of
-from jaxqueue.studies.sensitivity_sides import (
+from jaxqueue.studies.crn.sensitivity import plan_sides, plan_system_sides_of
+from jaxqueue.studies.crn.sensitivity_sides import (
     RELATIVE_STEP,
     side_model,
     system_default_step,
     system_value,
 )
-from jaxqueue.theory.periodic import periodic_orbit
-from jaxqueue.theory.periodic_result import as_result
+from jaxqueue.theory.profiles.periodic import periodic_orbit
+from jaxqueue.theory.profiles.periodic_result import as_result
 
 #: One server at speed 2 and two at speed 1.
 POOLS = (Pool(1, 2.0), Pool(2, 1.0))

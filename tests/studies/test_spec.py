@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from jaxqueue.core.system import MAX_STEPS
-from jaxqueue.studies import spec as spec_module
-from jaxqueue.studies.spec import GridSpec, Point, RunSettings, SpecError, load_spec, parse_spec
+from jaxqueue.studies.grids import spec as spec_module
+from jaxqueue.studies.grids.spec import (
+    GridSpec,
+    Point,
+    RunSettings,
+    SpecError,
+    load_spec,
+    parse_spec,
+)
 
 EXAMPLE = """\
 # Wang et al. Fig. 4

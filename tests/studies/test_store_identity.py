@@ -14,10 +14,10 @@ import pytest
 
 from jaxqueue.core import versions as versions_module
 from jaxqueue.core.versions import code_text
-from jaxqueue.studies import grid
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import load_spec, parse_spec
-from jaxqueue.studies.store import Store, StoreMismatchError
+from jaxqueue.studies.grids import grid
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import load_spec, parse_spec
+from jaxqueue.studies.grids.store import Store, StoreMismatchError
 
 SPEC = """
 name = "ident"

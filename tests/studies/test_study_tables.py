@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from jaxqueue.results.estimates import Estimate
-from jaxqueue.studies.paired import Paired
-from jaxqueue.studies.sensitivity import Sensitivity
+from jaxqueue.studies.crn.paired import Paired
+from jaxqueue.studies.crn.sensitivity import Sensitivity
 
 
 def _sensitivity(richardson: bool = True) -> Sensitivity:

@@ -40,9 +40,9 @@ from agreement import finite_n_allowance
 from jaxqueue.cli import main as cli_main
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.results.stats import tolerance
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.spec import load_spec, parse_spec
-from jaxqueue.studies.store import COLUMNS, Store
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import load_spec, parse_spec
+from jaxqueue.studies.grids.store import COLUMNS, Store
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.toml"))
 #: Metrics whose theory values are checked.
@@ -90,7 +90,13 @@ def test_on_a_gpu_each_shape_is_one_batch_and_on_a_cpu_lengths_stay_close():
     shorter ones' replicas step to the longest's end for nothing)."""
     from types import SimpleNamespace
 
-    from jaxqueue.studies.grid import CPU_MERGE_RATIO, _batches, _length, plan_grid, shape_groups
+    from jaxqueue.studies.grids.grid import (
+        CPU_MERGE_RATIO,
+        _batches,
+        _length,
+        plan_grid,
+        shape_groups,
+    )
 
     gpu = [SimpleNamespace(platform="gpu")]
     for name in (
@@ -135,7 +141,7 @@ def test_gpu_modes_fill_a_device_with_at_least_twice_the_sample(capsys):
     starts are the mean field's."""
     from types import SimpleNamespace
 
-    from jaxqueue.studies.grid import plan_grid, shape_groups
+    from jaxqueue.studies.grids.grid import plan_grid, shape_groups
 
     gpu = [SimpleNamespace(platform="gpu")]
     for name in GPU_SIZED:

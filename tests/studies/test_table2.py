@@ -24,7 +24,7 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.policies.registry import make
 from jaxqueue.results.stats import tolerance
-from jaxqueue.theory.refined import refined_mean_field
+from jaxqueue.theory.finite_n.refined import refined_mean_field
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sweeps" / "wang_table2_qk.py"
 N, RATIO = 500, 10.0

@@ -15,12 +15,12 @@ import pytest
 
 from jaxqueue import WindowWarning
 from jaxqueue.core.arrivals import parse_arrivals
-from jaxqueue.studies import export
-from jaxqueue.studies.figures import CDF_POINTS, cdf_quantiles, figure_series, summarize
-from jaxqueue.studies.grid import run_grid
-from jaxqueue.studies.plots import plot_figure, plot_store
-from jaxqueue.studies.spec import SpecError, load_spec, parse_spec
-from jaxqueue.studies.store import COLUMNS, Store, StoreLayoutError
+from jaxqueue.studies.grids import export
+from jaxqueue.studies.grids.grid import run_grid
+from jaxqueue.studies.grids.spec import SpecError, load_spec, parse_spec
+from jaxqueue.studies.grids.store import COLUMNS, Store, StoreLayoutError
+from jaxqueue.studies.plotting.figures import CDF_POINTS, cdf_quantiles, figure_series, summarize
+from jaxqueue.studies.plotting.plots import plot_figure, plot_store
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 

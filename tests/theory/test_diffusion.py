@@ -1,4 +1,4 @@
-"""The Halfin-Whitt diffusion limit (jaxqueue.theory.diffusion) and the process-level comparison.
+"""The Halfin-Whitt diffusion limit (jaxqueue.theory.baselines.diffusion) and the process-level comparison.
 
 The diffusion's pieces against closed forms: without reflection the SDE is
 linear and Gaussian; the reflected process's stationary moments satisfy
@@ -24,7 +24,7 @@ import jaxqueue as jq
 from jaxqueue.results.estimates import Estimate, estimate
 from jaxqueue.results.stats import tolerance, within
 from jaxqueue.runs import bounds
-from jaxqueue.theory import diffusion
+from jaxqueue.theory.baselines import diffusion
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sweeps" / "mukherjee_process.py"
 #: One shape for every integration here (paths, times), so they share one compilation.

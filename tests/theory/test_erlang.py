@@ -12,9 +12,9 @@ from scipy.stats import poisson
 
 from jaxqueue.cli import main as cli_main
 from jaxqueue.results.schema import QUANTILES
-from jaxqueue.studies.grid_theory import theory_value, theory_values
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.theory import erlang
+from jaxqueue.studies.grids.grid_theory import theory_value, theory_values
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.theory.baselines import erlang
 
 
 def _birth_death(n: int, lam: float, top: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Lu et al.'s approximation of JIQ (jaxqueue.theory.lu): its equations, its limits,
+"""Lu et al.'s approximation of JIQ (jaxqueue.theory.baselines.lu): its equations, its limits,
 its gap to Wang et al.'s mean field and to simulation, and its command line and figures.
 
 The closed forms are checked against independent numerical solutions of the
@@ -21,10 +21,10 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.cli import main as cli_main
 from jaxqueue.results.stats import tolerance
-from jaxqueue.studies.baselines import baseline_curve
-from jaxqueue.studies.figures import Series
-from jaxqueue.studies.spec import parse_spec
-from jaxqueue.theory.lu import LuResult, busy_iqueue_fraction, lu_approximation, lu_result
+from jaxqueue.studies.grids.spec import parse_spec
+from jaxqueue.studies.plotting.baselines import baseline_curve
+from jaxqueue.studies.plotting.figures import Series
+from jaxqueue.theory.baselines.lu import LuResult, busy_iqueue_fraction, lu_approximation, lu_result
 
 LOADS = np.array([0.05, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99])
 RATIOS = np.array([0.5, 1.0, 10.0, 40.0])

@@ -1,4 +1,4 @@
-"""The generic mean field (jaxqueue.theory.meanfield), derived from the policies' own rules."""
+"""The generic mean field (jaxqueue.theory.generic.meanfield), derived from the policies' own rules."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
-from jaxqueue.theory import exponential, meanfield
+from jaxqueue.theory.generic import exponential, meanfield
 
 slow = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""JIQ-SQ(d) mean field at large ratios r = N / M (jaxqueue.theory.meanfield).
+"""JIQ-SQ(d) mean field at large ratios r = N / M (jaxqueue.theory.generic.meanfield).
 
 Its fixed point has ``p0`` about ``d^-(r (1 - lambda))``, and the I-queue tails
 drop from 1 to 0 about ``r (1 - lambda)`` levels up. Newton used to start from
@@ -17,7 +17,7 @@ import pytest
 from jaxqueue import theory
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
-from jaxqueue.theory import meanfield
+from jaxqueue.theory.generic import meanfield
 
 LAM = 0.9
 

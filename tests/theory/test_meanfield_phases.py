@@ -1,4 +1,4 @@
-"""The generic mean field with phase-type service (jaxqueue.theory.phases).
+"""The generic mean field with phase-type service (jaxqueue.theory.generic.phases).
 
 Compilations are per (policy, phases, levels, I-queue levels): the cases share
 them where they can (the exponential points are solved once, the two-phase
@@ -21,7 +21,7 @@ from jaxqueue.core.service import (
 )
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
-from jaxqueue.theory import meanfield, phases
+from jaxqueue.theory.generic import meanfield, phases
 
 LOAD = 0.9
 #: I-queue sizes represented at r = 10 (Q_30 ~ 1e-15): a smaller grid than the default
@@ -201,4 +201,4 @@ def test_errors_name_the_parameter():
         phases.fixed_point("pod", LOAD, "exp", levels=0)
     with pytest.raises(ValueError, match="times must be"):
         phases.transient("pod", LOAD, "exp", times=[2.0, 1.0])
-    assert theory.phases is phases
+    assert theory.generic.phases is phases

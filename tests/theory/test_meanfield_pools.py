@@ -20,7 +20,7 @@ from jaxqueue import theory
 from jaxqueue.core.service import Pool, erlang, exponential, mph1_mean_response_time
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
-from jaxqueue.theory import phases
+from jaxqueue.theory.generic import phases
 
 FAST = "0.2:2,0.8:1"  # 20% of the servers twice as fast: capacity 1.2
 
@@ -70,7 +70,7 @@ def test_random_pools_are_independent_mm1_queues():
         np.testing.assert_allclose(t, -math.log(1 - q) / rate, rtol=1e-9, err_msg=str(q))
     # a sweep store's rows, and the theory value a store row gets
     from jaxqueue.results.schema import pool_row_value
-    from jaxqueue.studies.grid import _theory_value
+    from jaxqueue.studies.grids.grid import _theory_value
 
     row = next(
         r for r in mf.records() if r["metric"] == "pool1_response_quantile" and r["k"] == 0.99

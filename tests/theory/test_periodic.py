@@ -1,4 +1,4 @@
-"""The mean field under a periodic rate profile (jaxqueue.theory.periodic).
+"""The mean field under a periodic rate profile (jaxqueue.theory.profiles.periodic).
 
 Checked against an exact reference (Random is an M_t/M/1 queue per server,
 whose periodic regime tests/chains.py computes by uniformization), against
@@ -20,7 +20,7 @@ from jaxqueue import theory
 from jaxqueue.core.arrivals import MMPP, Profile
 from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
-from jaxqueue.theory import periodic
+from jaxqueue.theory.profiles import periodic
 
 #: Five segments, peak 0.96 at load 0.6 (the profile of tests/sim/test_arrivals.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
@@ -262,10 +262,10 @@ theory = "mean-field"
 def test_a_grid_compares_a_profile_with_the_mean_field_over_its_window(tmp_path):
     from types import SimpleNamespace
 
-    from jaxqueue.studies import grid
-    from jaxqueue.studies.grid import run_grid
-    from jaxqueue.studies.spec import parse_spec
-    from jaxqueue.studies.store import Store
+    from jaxqueue.studies.grids import grid
+    from jaxqueue.studies.grids.grid import run_grid
+    from jaxqueue.studies.grids.spec import parse_spec
+    from jaxqueue.studies.grids.store import Store
 
     (tmp_path / "day.csv").write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
     spec = parse_spec(GRID, base=tmp_path)

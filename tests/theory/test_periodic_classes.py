@@ -1,5 +1,5 @@
 """The mean field under a rate profile with a service law or server pools
-(jaxqueue.theory.periodic by class: the ODE of jaxqueue.theory.phases).
+(jaxqueue.theory.profiles.periodic by class: the ODE of jaxqueue.theory.generic.phases).
 
 Checked against exact references (Random makes each server an M_t/PH/1
 queue, and with pools each pool's server an M_t/M/1 queue at its speed,
@@ -19,7 +19,7 @@ from jaxqueue import theory
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.core.service import parse_service
 from jaxqueue.results.response import ph_response_quantiles
-from jaxqueue.theory import periodic
+from jaxqueue.theory.profiles import periodic
 
 #: Five segments, peak 0.96 at load 0.6 (as tests/theory/test_periodic.py).
 FIVE = Profile((0.0, 2.0, 5.0, 7.0, 12.0, 20.0), (0.4, 1.6, 0.8, 1.4, 0.6, None))
@@ -263,8 +263,8 @@ def test_a_grid_gives_a_profile_point_with_a_service_law_its_mean_field(tmp_path
     pools' speeds, gets none."""
     from types import SimpleNamespace
 
-    from jaxqueue.studies import grid
-    from jaxqueue.studies.spec import parse_spec
+    from jaxqueue.studies.grids import grid
+    from jaxqueue.studies.grids.spec import parse_spec
 
     (tmp_path / "day.csv").write_text("time,rate\n0,0.6\n5,1.4\n10,\n")
     spec = parse_spec(GRID, base=tmp_path)

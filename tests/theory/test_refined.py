@@ -1,4 +1,4 @@
-"""The 1/N-refined mean field (jaxqueue.theory.refined) against its own pieces, the exact
+"""The 1/N-refined mean field (jaxqueue.theory.finite_n.refined) against its own pieces, the exact
 Markov chain and the simulator.
 
 Exact comparisons. The refined mean field claims ``E_N = x* + V / N + O(1 / N^2)``, the
@@ -35,7 +35,8 @@ from jaxqueue.cli import main as cli_main
 from jaxqueue.core.status import Status
 from jaxqueue.core.status import message as status_message
 from jaxqueue.exact import solve_exact
-from jaxqueue.theory import meanfield, refined
+from jaxqueue.theory.finite_n import refined
+from jaxqueue.theory.generic import meanfield
 
 slow = pytest.mark.slow
 

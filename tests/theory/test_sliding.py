@@ -3,7 +3,7 @@
 JSQ, I1F, idle-first-else-JSQ(d) and JIQ with one dispatcher route on
 whether some server has fewer than ``k`` tasks, so their drift jumps where
 ``s_k`` reaches 1; above capacity the ODE slides along that level
-(jaxqueue.theory.meanfield.sliding). Checked against solutions by hand: JSQ
+(jaxqueue.theory.generic.meanfield.sliding). Checked against solutions by hand: JSQ
 filling up from empty above capacity, JSQ and I1F through a two-level
 periodic profile whose peak passes 1, and the fixed points of a finite
 buffer under overload; and against the simulator at N = 1000 (and 500, for
@@ -20,7 +20,8 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.results.stats import tolerance
-from jaxqueue.theory import meanfield, periodic
+from jaxqueue.theory.generic import meanfield
+from jaxqueue.theory.profiles import periodic
 
 #: Half the period at 0.6 and half at 1.4 of the mean (as in tests/theory/test_periodic.py).
 DAY = Profile((0.0, 5.0, 10.0), (0.6, 1.4, None), label="two-level")
@@ -105,7 +106,7 @@ def test_jsq_and_i1f_through_a_peak_above_capacity_match_the_orbit_by_hand(name)
     otherwise): measured ``c`` 0.03 here, tolerance ``h^2 / 10``. I1F
     routes as JSQ while ``s_2 < 1``, so it has the same orbit. By class,
     two pools of exp(1) servers are the same orbit (the fill and the slide
-    of :func:`jaxqueue.theory.phases.sliding` summed over classes)."""
+    of :func:`jaxqueue.theory.generic.phases.sliding` summed over classes)."""
     mean_queue, wait = _two_level_jsq_orbit(0.8)
     tol = periodic.DEFAULT_DT**2 / 10.0
     mf = theory.mean_field(name, 0.8, arrivals=DAY, levels=8)
@@ -184,7 +185,7 @@ def test_finite_buffer_overload_against_simulation():
             assert abs(est.mean - value) <= tol, (name, metric, est, value)
 
 
-# -- by class: a service law or server pools (jaxqueue.theory.phases.sliding) ---------------
+# -- by class: a service law or server pools (jaxqueue.theory.generic.phases.sliding) ---------------
 
 
 def _erlang_cdf(t: float, k: int, rate: float) -> float:
@@ -250,14 +251,16 @@ def test_by_class_jsq_fills_from_empty_above_capacity():
     included."""
     lam, dt = 1.12, 0.02
     times = dt * np.arange(1, 301)
-    erl = theory.phases.transient("jsq", lam, "erlang:2", buffer=10, times=times, dt=dt)
+    erl = theory.generic.phases.transient("jsq", lam, "erlang:2", buffer=10, times=times, dt=dt)
     fill = lam * (1.0 - np.exp(-2.0 * times) * (1.0 + times))
     np.testing.assert_allclose(erl.tails[:, 1], np.minimum(fill, 1.0), atol=lam * dt**2)
     after = fill >= 1.0
     assert after.sum() > 100 and np.all(np.abs(erl.tails[after, 1] - 1.0) < 1e-12)
     assert np.all(np.diff(erl.tails[after, 2]) > 0) and erl.tails[-1, 2] > 0.3
     t, tails, _ = meanfield.transient("jsq", lam, None, buffer=10, t_end=6.0, dt=dt)
-    two = theory.phases.transient("jsq", lam, None, buffer=10, times=t, dt=dt, pools="0.5:1,0.5:1")
+    two = theory.generic.phases.transient(
+        "jsq", lam, None, buffer=10, times=t, dt=dt, pools="0.5:1,0.5:1"
+    )
     np.testing.assert_allclose(two.tails, tails, atol=1e-9)
 
 

@@ -21,7 +21,8 @@ from jaxqueue.policies import make, option_names
 from jaxqueue.results.response import erlang_mixture_cdf
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.studies.headline import headline_ratio
-from jaxqueue.theory import closed_forms, meanfield
+from jaxqueue.theory.closed import closed_forms
+from jaxqueue.theory.generic import meanfield
 
 CORNER_LOADS = (1e-4, 1 - 1e-6)
 CORNER_RATIOS = (1e-2, 1e4)

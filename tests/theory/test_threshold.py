@@ -9,7 +9,7 @@ from jaxqueue import theory
 from jaxqueue.results.stats import tolerance
 from jaxqueue.runs.initial import initial_counts
 from jaxqueue.runs.planner import plan
-from jaxqueue.theory.threshold import jiq_threshold_mean_field
+from jaxqueue.theory.per_server.threshold import jiq_threshold_mean_field
 
 
 @pytest.mark.parametrize("load", [0.5, 0.9, 0.99])
@@ -106,7 +106,7 @@ def test_compositions_are_listed_without_visiting_every_candidate():
     z = 1000 once took minutes of enumeration before the solve was refused."""
     import itertools
 
-    from jaxqueue.theory.threshold import _bounded_tuples
+    from jaxqueue.theory.per_server.threshold import _bounded_tuples
 
     for z, total in [(0, 3), (1, 5), (2, 0), (3, 6), (5, 2)]:
         product = [b for b in itertools.product(range(total + 1), repeat=z) if sum(b) <= total]
@@ -130,7 +130,7 @@ def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
     """Where the busy members would need more than MAX_STATES compositions per
     size, a solution with less than BUSY_ACCEPT at the bound is kept and
     reported, and refused with more."""
-    from jaxqueue.theory import threshold
+    from jaxqueue.theory.per_server import threshold
 
     mf = theory.mean_field("jiq-threshold", 0.5, 0.5, z=3)
     d = mf.diagnostics
@@ -146,7 +146,7 @@ def test_busy_bound_at_its_limit_is_kept_below_busy_accept(monkeypatch):
 
 def test_hopeless_busy_bound_is_refused_from_the_coarse_chain(monkeypatch):
     """Refused before any chain at the busy limit is built (the message says so)."""
-    from jaxqueue.theory import threshold
+    from jaxqueue.theory.per_server import threshold
 
     built = []
     chain = threshold._Chain
@@ -170,7 +170,7 @@ def test_refused_early_where_the_coarse_chain_leaves_1e_6_at_the_limit(monkeypat
     """z = 3, r = 4, load 0.5: the coarse chain's decay puts about 8e-5 at the limit of 13
     busy members (the full chain, solved, has 1.5e-5 there): refused without building it
     (it took 20 s to solve before the refusal)."""
-    from jaxqueue.theory import threshold
+    from jaxqueue.theory.per_server import threshold
 
     built = []
     chain = threshold._Chain
@@ -198,7 +198,7 @@ def test_a_chain_too_large_for_memory_is_refused_before_it_is_built(monkeypatch)
     solve used to be killed for memory). Refused at once, with the reason; a
     run's automatic start then starts empty with a StartWarning."""
     from jaxqueue.runs.planner import _solvable_start
-    from jaxqueue.theory import threshold
+    from jaxqueue.theory.per_server import threshold
 
     built = []
     monkeypatch.setattr(threshold, "_Chain", lambda *a: built.append(a))
@@ -222,7 +222,7 @@ def test_a_size_bound_the_next_chain_cannot_pass_is_kept_below_size_accept(monke
     BUSY_ACCEPT) above what sits at the bounds the coarse chain is kept, its
     remainders reported. (Unpatched, z = 2 at r = 10 and load 0.5 meets this: 191
     sizes, 2e-11 at the bound, where 243 would pass the memory bound.)"""
-    from jaxqueue.theory import threshold
+    from jaxqueue.theory.per_server import threshold
 
     full = jiq_threshold_mean_field(jq.make("jiq-threshold", z=1), 0.5, 10.0)
     assert full.diagnostics["iqueue_sizes"] == 194
@@ -299,7 +299,8 @@ def test_against_simulation(load, ratio, z, seed):
 
 def test_host_side_solves_are_kept_and_each_caller_gets_a_copy(monkeypatch):
     """A simulation's mean-field start and the theory beside it solve once."""
-    from jaxqueue.theory import dispatch, threshold
+    from jaxqueue.theory import dispatch
+    from jaxqueue.theory.per_server import threshold
 
     calls = []
     solve = threshold.jiq_threshold_mean_field
