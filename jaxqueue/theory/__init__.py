@@ -60,6 +60,7 @@ from jaxqueue.theory.dispatch import mean_field
 from jaxqueue.theory.finite_n import refined
 from jaxqueue.theory.finite_n.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.solvers import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = [
@@ -70,6 +71,10 @@ __all__ = [
     "tail",
     "mean_response_time",
     "mean_field",
+    "Solver",
+    "Newton",
+    "Settle",
+    "LevelGrowth",
     "MeanFieldResult",
     "max_load_for_target",
     "MaxLoadResult",

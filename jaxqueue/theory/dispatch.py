@@ -15,6 +15,7 @@ import copy
 import functools
 import math
 import numbers
+from typing import NamedTuple
 
 from jaxqueue.core.service import as_law
 from jaxqueue.core.system import as_int, check_int, check_load
@@ -22,6 +23,7 @@ from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.theory.closed.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.solvers import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.per_server import tagged_server, threshold
 from jaxqueue.theory.profiles import periodic
 from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult
@@ -46,6 +48,8 @@ def mean_field(
     pools=None,
     arrivals=None,
     window=None,
+    solver: Solver | Newton | Settle | LevelGrowth | None = None,
+    throw: bool = True,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -130,6 +134,19 @@ def mean_field(
             window of the periodic regime (a simulation's
             ``settings["time_warmup"]`` and ``settings["time_measured"]``)
             instead of one period.
+        solver: the settings of the generic fixed points (with or without
+            phases and pools): a :class:`~jaxqueue.theory.Solver` or one of
+            its parts, :class:`~jaxqueue.theory.Newton` (``tol``,
+            ``max_iter``), :class:`~jaxqueue.theory.Settle` (the ODE run
+            that starts Newton) or :class:`~jaxqueue.theory.LevelGrowth` (the
+            adaptive level count's ``tol``); ``None``: the defaults. The
+            closed forms, the per-server mean fields and the periodic regime
+            have no such settings: a ``solver`` there is an error.
+        throw: ``False`` returns the result of a generic fixed point or a
+            periodic regime that did not converge, its ``status`` saying how
+            it ended (``MAX_ITERATIONS``, ``NON_FINITE``) and ``residual``
+            where it stopped, instead of raising :class:`RuntimeError`.
+            Inputs a solver refuses still raise.
 
     Returns:
         A :class:`~jaxqueue.theory.result.MeanFieldResult` (a
@@ -139,7 +156,9 @@ def mean_field(
         NotImplementedError: for a policy without a mean field (with the reason).
         ValueError: for unknown names, options the policy does not take,
             invalid arguments, or a ``levels`` too small (above).
-        RuntimeError: if a solver fails (``p0``, or the generic fixed point).
+        RuntimeError: if a solver fails (``p0``, or the generic fixed point;
+            with ``throw=False`` the latter returns its status instead).
+        TypeError: a ``solver`` that is not a solver setting.
 
     Example:
         >>> from jaxqueue import theory
@@ -148,17 +167,47 @@ def mean_field(
         2.54
     """
     pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
-    buffer, levels = as_int(buffer), as_int(levels)
     _refuse_tracer(load, ratio)
+    if not isinstance(throw, bool):
+        raise TypeError(f"throw={throw!r} must be True or False")
+    request = _Request(
+        buffer=as_int(buffer),
+        levels=as_int(levels),
+        with_quantiles=with_quantiles,
+        service=service,
+        pools=pools,
+        arrivals=arrivals,
+        window=window,
+        solver=Solver.of(solver),
+        throw=throw,
+        given_solver=solver,
+    )
     if _is_sequence(load):  # one result per load, as jaxqueue.simulate gives
         from jaxqueue.results.sweep import SweepResult
 
-        options = dict(buffer=buffer, levels=levels, with_quantiles=with_quantiles)
-        options.update(service=service, pools=pools, arrivals=arrivals, window=window)
-        return SweepResult(mean_field(pol, x, ratio, **options) for x in load)
-    result = _mean_field(
-        pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals, window
-    )
+        return SweepResult(_checked(pol, x, ratio, request) for x in load)
+    return _checked(pol, load, ratio, request)
+
+
+class _Request(NamedTuple):
+    """What :func:`mean_field` was asked besides the policy, the load and the ratio."""
+
+    buffer: int | None
+    levels: int | None
+    with_quantiles: bool
+    service: object
+    pools: object
+    arrivals: object
+    window: object
+    solver: Solver = Solver()
+    throw: bool = True
+    given_solver: object = None
+
+
+def _checked(pol, load, ratio, request: _Request) -> MeanFieldResult:
+    """:func:`mean_field` at one load, with the check of a given ``levels``."""
+    buffer, levels = request.buffer, request.levels
+    result = _mean_field(pol, load, ratio, request)
     left_out = result.tail_remainder
     if buffer is None and levels is not None and not left_out <= TRUNCATION_LIMIT:
         raise ValueError(
@@ -194,22 +243,21 @@ def _refuse_tracer(load, ratio) -> None:
             )
 
 
-def _mean_field(
-    pol, load, ratio, buffer, levels, with_quantiles, service, pools, arrivals, window
-) -> MeanFieldResult:
+def _mean_field(pol, load, ratio, request: _Request) -> MeanFieldResult:
     """:func:`mean_field` of a built policy, before the check of a given ``levels``."""
-    law = as_law(service)
-    if arrivals is not None:
-        return _periodic(
-            pol, load, ratio, arrivals, window, law, pools, buffer, levels, with_quantiles
-        )
-    if window is not None:
+    buffer, levels, with_quantiles = request.buffer, request.levels, request.with_quantiles
+    law = as_law(request.service)
+    if request.arrivals is not None:
+        _no_solver(request, "the periodic regime")
+        return _periodic(pol, load, ratio, law, request)
+    if request.window is not None:
         raise ValueError("window= averages a periodic regime: it needs arrivals= (a rate profile)")
-    if pools is not None or (law is not None and not law.is_unit_exponential):
-        return _phase_type(pol, load, ratio, law, buffer, levels, pools)
+    if request.pools is not None or (law is not None and not law.is_unit_exponential):
+        return _phase_type(pol, load, ratio, law, request)
     if pol.mean_field_kind() == "none":
         raise NotImplementedError(f"no mean field for policy {pol.name!r}: {pol.no_mean_field}")
     if pol.mean_field_kind() in PER_SERVER_MEAN_FIELDS:
+        _no_solver(request, f"the mean field of {pol.name!r}")
         if buffer is not None:
             raise NotImplementedError(
                 f"the mean field of {pol.name!r} is for infinite buffers; got buffer={buffer}"
@@ -236,6 +284,7 @@ def _mean_field(
     # the ratio); with ratio None (one dispatcher) the generic fixed point
     one_queue = pol.uses_iqueues and ratio is None
     if pol.closed_form() is not None and buffer is None and not one_queue:
+        _no_solver(request, f"the closed form of {pol.name!r}")
         pol, cf = closed_form_of(pol)  # checks the declared family and d
         return closed_form_result(pol, cf, lam, ratio, levels, with_quantiles)
 
@@ -243,8 +292,10 @@ def _mean_field(
     fp_ratio = None if one_dispatcher else ratio
     if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
         raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
-    fp = meanfield.fixed_point(pol, lam, fp_ratio, buffer=buffer, levels=levels)
-    if fp.status != 0:
+    fp = meanfield.fixed_point(
+        pol, lam, fp_ratio, buffer=buffer, levels=levels, solver=request.solver
+    )
+    if fp.status != 0 and request.throw:
         raise RuntimeError(
             f"the generic mean-field fixed point of {pol.label()!r} did not converge: "
             f"{fp.status.name} (residual {fp.residual:.3g})"
@@ -252,8 +303,17 @@ def _mean_field(
     return meanfield.as_result(fp, pol, lam, ratio, buffer=buffer, with_quantiles=with_quantiles)
 
 
-def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, with_quantiles):
+def _no_solver(request: _Request, what: str) -> None:
+    """A ``solver`` given where no generic fixed point is solved is refused (it would be unused)."""
+    if request.given_solver is not None:
+        raise ValueError(
+            f"solver={request.given_solver!r} sets the generic fixed points; {what} takes none"
+        )
+
+
+def _periodic(pol, load, ratio, law, request: _Request):
     """The mean field averaged over the periodic regime of a rate profile."""
+    buffer, levels = request.buffer, request.levels
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         reason = pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
         raise NotImplementedError(
@@ -271,21 +331,27 @@ def _periodic(pol, load, ratio, arrivals, window, law, pools, buffer, levels, wi
     orbit = periodic.periodic_orbit(
         pol,
         load,
-        arrivals,
+        request.arrivals,
         fp_ratio,
         buffer=buffer,
         levels=levels,
-        window=window,
+        window=request.window,
         service=law,
-        pools=pools,
+        pools=request.pools,
     )
-    if orbit.status != 0:
+    if orbit.status != 0 and request.throw:
         raise RuntimeError(
             f"the periodic regime of {pol.label()!r} was not found: "
             f"{orbit.status.name} (residual {orbit.residual:.3g})"
         )
     return periodic.as_result(
-        orbit, pol, float(load), ratio, arrivals, buffer=buffer, with_quantiles=with_quantiles
+        orbit,
+        pol,
+        float(load),
+        ratio,
+        request.arrivals,
+        buffer=buffer,
+        with_quantiles=request.with_quantiles,
     )
 
 
@@ -297,20 +363,22 @@ def _per_server(pol, lam: float, ratio, levels, with_quantiles: bool) -> MeanFie
     return tagged_server.jiq_no_delete_mean_field(pol, lam, ratio, levels, with_quantiles)
 
 
-def _phase_type(pol, load, ratio, service, buffer, levels, pools=None):
+def _phase_type(pol, load, ratio, service, request: _Request):
     """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.generic.phases`)."""
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
+    buffer = request.buffer
     fp = phases.fixed_point(
         pol,
         load,
         service,
         None if one_dispatcher else ratio,
         buffer=buffer,
-        levels=levels,
-        pools=pools,
+        levels=request.levels,
+        pools=request.pools,
+        solver=request.solver,
     )
-    if fp.status != 0:
-        what = "phase-type" if pools is None else "pools"
+    if fp.status != 0 and request.throw:
+        what = "phase-type" if request.pools is None else "pools"
         raise RuntimeError(
             f"the {what} mean-field fixed point of {pol.label()!r} did not converge: "
             f"{fp.status.name} (residual {fp.residual:.3g})"

@@ -57,12 +57,15 @@ class MeanFieldResult(Result):
 
     Diagnostics (also readable as attributes, e.g. ``mf.status``):
         status: a :class:`~jaxqueue.core.status.Status` (``CONVERGED`` for a
-        returned result); tail_remainder: the tail mass the arrays leave out
+        returned result, unless ``throw=False`` asked for the others);
+        tail_remainder: the tail mass the arrays leave out
         (closed forms: ``sum_{i > levels} s_i``, below ``1e-15`` with the
         automatic level count unless that would pass 100000 levels; generic
         fixed point with infinite buffers: ``s_levels``, the mass at the
         bound); iqueue_remainder: the I-queue mass past the returned sizes (0
-        without I-queues).
+        without I-queues); residual: only for a solve that did not converge
+        (returned by ``mean_field(..., throw=False)``), the max-norm of the
+        drift where it stopped.
     """
 
     source: ClassVar[str] = "mean-field"
@@ -96,11 +99,13 @@ def build(
     tail_remainder: float = 0.0,
     iqueue_remainder: float = 0.0,
     stale_fraction: float | None = None,
+    residual: float | None = None,
 ) -> MeanFieldResult:
     """A :class:`MeanFieldResult` with every value in its documented type.
 
     ``response_quantiles`` is a sequence of values for :data:`QUANTILES` in
-    order, or a ``{q: value}`` dict with exactly those keys.
+    order, or a ``{q: value}`` dict with exactly those keys. ``residual``: where
+    a solver that did not converge stopped (kept in the diagnostics only then).
     """
     tail, occupancy, arrival_seen = _array(tail), _array(occupancy), _array(arrival_seen)
     if not (tail.ndim == 1 and tail.shape == occupancy.shape == arrival_seen.shape):
@@ -132,6 +137,8 @@ def build(
         "tail_remainder": float(tail_remainder),
         "iqueue_remainder": float(iqueue_remainder),
     }
+    if Status(status) != Status.CONVERGED and residual is not None:
+        diagnostics["residual"] = float(residual)
     return MeanFieldResult(
         tail=tail,
         occupancy=occupancy,

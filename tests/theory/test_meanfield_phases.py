@@ -21,6 +21,7 @@ from jaxqueue.core.service import (
 )
 from jaxqueue.core.status import Status
 from jaxqueue.policies import make
+from jaxqueue.theory import Settle
 from jaxqueue.theory.generic import meanfield, phases
 
 LOAD = 0.9
@@ -36,7 +37,7 @@ _cache = {}
 def _point(name, service):
     """The phase-type fixed point of CASES[name] at LOAD, solved once per module.
 
-    Exponential service: Newton alone from the empty system (``warmup_time=0``),
+    Exponential service: Newton alone from the empty system (``Settle(time=0)``),
     which spares a compilation; the other laws take the default path (an ODE
     run, then Newton), so both paths are exercised.
     """
@@ -45,7 +46,7 @@ def _point(name, service):
         opts = dict(CASES[name])
         ratio = opts.pop("ratio", None)
         if key[1] == "exp":
-            opts["warmup_time"] = 0.0
+            opts["solver"] = Settle(time=0.0)
         _cache[key] = phases.fixed_point(name, LOAD, service, ratio, **opts)
     return _cache[key]
 
@@ -103,7 +104,7 @@ def q_conserved(fp, ratio):
 def _random_levels():
     if "random" not in _cache:
         law = hyperexponential(4.0)
-        _cache["random"] = phases.fixed_point("random", 0.7, law, warmup_time=0.0).levels
+        _cache["random"] = phases.fixed_point("random", 0.7, law, solver=Settle(time=0.0)).levels
         assert phases.mph1_tail_decay(0.7, law) ** _cache["random"] < phases.LEVEL_TOL
     return _cache["random"]
 
@@ -122,7 +123,7 @@ def test_random_routing_gives_independent_mph1_queues(law):
     # for all three, so that the two-phase laws share a compilation
     levels = _random_levels()
     # the drift is linear: Newton from the empty system, no ODE run
-    fp = phases.fixed_point("random", 0.7, law, levels=levels, warmup_time=0.0)
+    fp = phases.fixed_point("random", 0.7, law, levels=levels, solver=Settle(time=0.0))
     assert fp.status is Status.CONVERGED and fp.levels == levels
     assert fp.truncated[0] < 1e-12
     assert fp.tail[1] == pytest.approx(0.7, abs=1e-12)  # the fraction busy is the load

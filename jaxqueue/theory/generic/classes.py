@@ -17,7 +17,12 @@ import numpy as np
 from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.system import System, check_int, is_real
 from jaxqueue.policies import Policy, available, make, policy_class
-from jaxqueue.theory.generic.solvers import DEFAULT_LEVELS, MAX_DENSE_LEVELS, round8
+from jaxqueue.theory.generic.solvers import (
+    DEFAULT_LEVELS,
+    MAX_DENSE_LEVELS,
+    bracketed_root,
+    round8,
+)
 
 __all__ = [
     "MAX_STATE",
@@ -231,8 +236,8 @@ def mph1_tail_decay(load: float, law: PhaseType) -> float:
 
     ``eta = lambda / (lambda + theta)`` with ``theta > 0`` the root of
     ``E[exp(theta X)] = 1 + theta / lambda`` (the pole of the queue-length
-    generating function of the M/G/1 queue), found by bisection below the
-    decay rate of ``S``.
+    generating function of the M/G/1 queue), found below the
+    decay rate of ``S`` (:func:`~jaxqueue.theory.generic.solvers.bracketed_root`).
     """
     S, a = law.matrix, np.asarray(law.alpha)
     exits = law.exit_rates
@@ -241,16 +246,22 @@ def mph1_tail_decay(load: float, law: PhaseType) -> float:
 
     def excess(theta):
         mgf = a @ np.linalg.solve(-S - theta * np.eye(P), exits)
-        return mgf - 1.0 - theta / load
+        return mgf - 1.0 - theta / load, None
 
-    lo, hi = 0.0, top * (1.0 - 1e-12)
-    if excess(hi) <= 0:
+    hi = top * (1.0 - 1e-12)
+    f_hi = excess(hi)[0]
+    if f_hi <= 0:
         theta = top
-    else:
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
-        theta = 0.5 * (lo + hi)
+    else:  # excess is 0 at theta = 0, below it just above (E[X] < 1 / lambda)
+        lo = 0.5 * hi
+        for _ in range(64):
+            f_lo = excess(lo)[0]
+            if f_lo < 0:
+                break
+            lo *= 0.5
+        else:
+            raise RuntimeError(f"no M/PH/1 tail decay found for {law.label} at load={load}")
+        theta = bracketed_root(excess, lo, hi, f_lo, f_hi, rtol=1e-15, ftol=0.0).x
     return load / (load + theta)
 
 

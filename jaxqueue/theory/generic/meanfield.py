@@ -52,6 +52,10 @@ from jaxqueue.theory.generic.solvers import (
     LEVEL_TOL,
     MAX_AUTO_LEVELS,
     MAX_DENSE_LEVELS,
+    LevelGrowth,
+    Newton,
+    Settle,
+    Solver,
     extend_levels,
     grow_levels,
     grown_levels,
@@ -290,19 +294,15 @@ def fixed_point(
     buffer: int | None = None,
     levels: int | None = None,
     iqueue_levels: int | None = None,
-    tol: float = 1e-12,
-    warmup_time: float = 50.0,
-    dt: float = 0.1,
-    max_newton: int = 50,
     start=None,
-    level_tol: float = LEVEL_TOL,
+    solver: Solver | Newton | Settle | LevelGrowth | None = None,
 ) -> FixedPoint:
     """Fixed point of the generic mean field (float64: x64 is switched on for the call).
 
     With infinite buffers and ``levels`` left to it, the level count is
     adaptive: from :data:`DEFAULT_LEVELS`, grown (the solution extended by
     its tail's decay as Newton's start) until the mass at the bound
-    ``s_levels`` is at most ``level_tol``, up to :data:`MAX_AUTO_LEVELS`
+    ``s_levels`` is at most the level growth's ``tol``, up to :data:`MAX_AUTO_LEVELS`
     (past that a warning, and ``truncated`` says what is left out). Heavy
     loads need hundreds of levels: JIQ-SQ(2) at ``lambda = 0.99``, ``r = 1``
     takes 1168.
@@ -310,7 +310,7 @@ def fixed_point(
     A finite ``buffer`` above :data:`DEFAULT_LEVELS` at a load below 1 is
     solved the same way, on the levels its queues reach (at most the
     buffer), and is zero above them (``truncated`` holds the at most
-    ``level_tol`` at the last level solved); where the queues fill more,
+    the level growth's ``tol`` at the last level solved); where the queues fill more,
     on all ``buffer`` levels, which must then be at most
     :data:`MAX_DENSE_LEVELS` (a ``ValueError`` otherwise).
 
@@ -328,8 +328,11 @@ def fixed_point(
             :func:`default_iqueue_levels`: ``max(30, 4 r + 10)``, or
             ``max(30, r + 30)`` where idle servers join the shortest of
             ``d >= 2`` I-queues); the mass at both bounds is reported.
-        tol: residual at which Newton stops.
-        warmup_time, dt: the ODE run (RK4) that gives Newton its start: from
+        solver: the solver's settings (:class:`~jaxqueue.theory.generic.solvers.Solver`,
+            or one of its parts): Newton's ``tol`` and ``max_iter``, the level
+            growth's ``tol`` (the adaptive count's target mass at the bound), and
+            the ODE run (RK4, :class:`~jaxqueue.theory.generic.solvers.Settle`;
+            default 50 time units in steps of 0.1) that gives Newton its start: from
             the empty system, or at a load of 1 or more with a buffer from the
             full one (overload fills the buffer at ``load - 1`` tasks per unit
             time: from empty, a buffer of 100 would take 500). Not used for
@@ -340,14 +343,13 @@ def fixed_point(
             ``r = 800``, ``lambda = 0.9``) is 0 in float64, as is ``p0 = 1 -
             Q_1`` past ``r`` of about 520 there (``s_2``, about ``lambda^2
             p0``, keeps it), and the residual Newton reaches grows as about
-            ``r`` times 2e-16 (4e-13 at ``r = 2000``): ``tol`` is met up to
+            ``r`` times 2e-16 (4e-13 at ``r = 2000``): Newton's ``tol`` is met up to
             ``r`` of a few thousand, past the memory bound
             (:data:`MAX_WORKING_BYTES`).
         start: ``[s_1..s_L, Q_1..Q_J]`` to start Newton from instead of the
             ODE run (e.g. a closed form's fixed point); its length must match
             ``levels`` (:data:`DEFAULT_LEVELS` with infinite buffers unless
             given: no adaptive count then) plus ``iqueue_levels``.
-        level_tol: the adaptive level count's target mass at the bound.
 
     Raises:
         NotImplementedError: for a policy without a mean field (with the reason).
@@ -356,6 +358,8 @@ def fixed_point(
             :func:`working_bytes` estimates passes :data:`MAX_WORKING_BYTES` (the
             JIQ family's outcome grid grows as ``r^2``: JIQ-SQ at large ratios).
     """
+    solver = Solver.of(solver)
+    level_tol = solver.levels.tol
     if buffer is not None and start is None and buffer > DEFAULT_LEVELS:
         check_int("buffer", buffer, 1, 10**6)
         # a buffer far above the queues the load builds: the fixed point on the levels
@@ -363,18 +367,7 @@ def fixed_point(
         if float(load) < 1.0:
             pol, system = policy_and_system(policy, ratio, d, None, None, iqueue_levels)
             fp, system = _grow(
-                pol,
-                system,
-                load,
-                ratio,
-                d,
-                iqueue_levels,
-                tol,
-                warmup_time,
-                dt,
-                max_newton,
-                level_tol,
-                min(buffer, MAX_AUTO_LEVELS),
+                pol, system, load, ratio, d, iqueue_levels, solver, min(buffer, MAX_AUTO_LEVELS)
             )
             if fp.status == Status.CONVERGED and fp.tail[system.levels] <= level_tol:
                 return _padded(fp, buffer)
@@ -397,35 +390,20 @@ def fixed_point(
             f"start must have shape ({dim},) (levels + iqueue_levels), got {np.shape(start)}"
         )
     if not adaptive:
-        return _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start)
-    fp, system = _grow(
-        pol,
-        system,
-        load,
-        ratio,
-        d,
-        iqueue_levels,
-        tol,
-        warmup_time,
-        dt,
-        max_newton,
-        level_tol,
-        MAX_AUTO_LEVELS,
-    )
+        return _solve_on(pol, system, load, ratio, solver, start)
+    fp, system = _grow(pol, system, load, ratio, d, iqueue_levels, solver, MAX_AUTO_LEVELS)
     L = system.levels
     if fp.status == Status.CONVERGED and fp.tail[L] > level_tol:
         warnings.warn(
             f"meanfield.fixed_point: the tail mass at levels={L} is {fp.tail[L]:.3g} > "
-            f"level_tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
+            f"LevelGrowth.tol={level_tol:g}, and more levels would pass MAX_AUTO_LEVELS="
             f"{MAX_AUTO_LEVELS}; pass levels to choose",
             stacklevel=2,
         )
     return fp
 
 
-def _grow(
-    pol, system, load, ratio, d, iqueue_levels, tol, warmup_time, dt, max_newton, level_tol, cap
-) -> tuple:
+def _grow(pol, system, load, ratio, d, iqueue_levels, solver: Solver, cap: int) -> tuple:
     """The adaptive level count (infinite buffers): ``(fixed point, system)`` with at most
     ``level_tol`` at the bound, or at ``cap`` levels with more (or not converged)."""
     systems = {system.levels: system}
@@ -434,10 +412,10 @@ def _grow(
         if levels not in systems:
             systems[levels] = policy_and_system(pol, ratio, d, None, levels, iqueue_levels)[1]
         sys_l = systems[levels]
-        fp = _solve_on(pol, sys_l, load, ratio, tol, warmup_time, dt, max_newton, start)
+        fp = _solve_on(pol, sys_l, load, ratio, solver, start)
         return fp, fp.status, fp.tail, np.concatenate([fp.tail[1:], fp.iq_tail[1:]])
 
-    fp, levels, _ = grow_levels(solve, system.levels, level_tol=level_tol, cap=cap)
+    fp, levels, _ = grow_levels(solve, system.levels, level_tol=solver.levels.tol, cap=cap)
     return fp, systems[levels]
 
 
@@ -450,9 +428,11 @@ def _padded(fp: FixedPoint, buffer: int) -> FixedPoint:
     return fp._replace(tail=np.concatenate([fp.tail, pad]), rates=rates)
 
 
-def _solve_on(pol, system, load, ratio, tol, warmup_time, dt, max_newton, start) -> FixedPoint:
+def _solve_on(pol, system, load, ratio, solver: Solver, start) -> FixedPoint:
     """The fixed point on ``system``'s bounds: Newton from ``start`` or from an ODE run."""
     buffer = system.buffer
+    warmup_time, dt = solver.settle.of(50.0, 0.1)
+    tol, max_newton = solver.newton.tol, solver.newton.max_iter
     with host_float64():
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)

@@ -109,6 +109,7 @@ def as_result(
         probe_rate=load * rt.probes + join * rt.join_probes,
         response_quantiles=quantiles,
         status=fp.status,
+        residual=fp.residual,
         tail_remainder=fp.truncated[0],
         iqueue_remainder=fp.truncated[1],
     )

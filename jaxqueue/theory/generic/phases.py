@@ -54,7 +54,17 @@ from jaxqueue.theory.generic.exponential import Rates, kinked
 from jaxqueue.theory.generic.meanfield import LEVEL_TOL, TRANSIENT_TOL, policy_and_system
 from jaxqueue.theory.generic.models import ByClass, rk4_run, settle_flow, transient_states
 from jaxqueue.theory.generic.phases_result import FixedPoint, Transient, as_result, summarize
-from jaxqueue.theory.generic.solvers import grow_levels, newton
+from jaxqueue.theory.generic.solvers import (
+    LevelGrowth,
+    Newton,
+    Settle,
+    Solver,
+    grow_levels,
+    newton,
+)
+
+#: How long the ODE run that gives Newton its start lasts by default (time units).
+WARMUP_TIME = 20.0
 
 __all__ = [
     "FixedPoint",
@@ -135,25 +145,30 @@ def _newton_step(x, load, ratio, law, policy, system):
 # -- solving ------------------------------------------------------------------
 
 
-def _newton(x, lam, r, lawa, pol, system, tol, max_newton):
+def _newton(x, lam, r, lawa, pol, system, settings: Newton):
     """Newton with backtracking on the max-norm of the residual; x stays in [0, 1]:
     ``(x, status, iterations, residual, rates)``."""
     out = newton(
-        lambda y: _newton_step(y, lam, r, lawa, pol, system), x, tol=tol, max_iter=max_newton
+        lambda y: _newton_step(y, lam, r, lawa, pol, system),
+        x,
+        tol=settings.tol,
+        max_iter=settings.max_iter,
     )
     rt = Rates(*(np.asarray(v, np.float64) for v in out.aux))
     return out.x, out.status, out.iterations, out.residual, rt
 
 
-def _solve(lawa, lam, r, pol, system, ratio, start, warmup_time, dt, tol, max_newton):
+def _solve(lawa, lam, r, pol, system, ratio, start, dt, solver: Solver):
     """Newton from ``start``, or from the end of an ODE run from the empty system;
     if Newton fails from there, the ODE runs four times as long again and Newton
     restarts from its end. JSQ-like routing whose run ends on a full level
     (above capacity, with a finite buffer) has no zero of Newton's drift there:
     the sliding flow settles on the fixed point instead (:func:`_settle`), as it
-    does where Newton fails."""
+    does where Newton fails. ``dt``: the ODE's step (the model's default where
+    ``solver.settle`` leaves it)."""
+    tol, warmup_time = solver.newton.tol, solver.settle.of(WARMUP_TIME, None)[0]
     if start is not None:
-        return _newton(jnp.asarray(start, jnp.float64), lam, r, lawa, pol, system, tol, max_newton)
+        return _newton(jnp.asarray(start, jnp.float64), lam, r, lawa, pol, system, solver.newton)
     L, P = system.levels, int(lawa.alpha.shape[0])
     jumps = kinked(pol, system)
     x = jnp.asarray(empty_start(L, P, system, ratio), jnp.float64)
@@ -164,7 +179,7 @@ def _solve(lawa, lam, r, pol, system, ratio, start, warmup_time, dt, tol, max_ne
             x = _advance(x, steps, jnp.float64(run / steps), lam, r, lawa, pol, system)
         if jumps and float(jnp.sum(x[: L * P])) >= 1.0 - FULL:  # on a full level
             return _settle(x, lam, r, lawa, pol, system, dt, tol)
-        out = _newton(x, lam, r, lawa, pol, system, tol, max_newton)
+        out = _newton(x, lam, r, lawa, pol, system, solver.newton)
         if out[1] is Status.CONVERGED or steps == 0:
             break
     if jumps and out[1] is not Status.CONVERGED:
@@ -213,12 +228,8 @@ def fixed_point(
     buffer: int | None = None,
     levels: int | None = None,
     iqueue_levels: int | None = None,
-    tol: float = 1e-12,
-    level_tol: float = LEVEL_TOL,
-    warmup_time: float = 20.0,
-    dt: float | None = None,
-    max_newton: int = 50,
     pools=None,
+    solver: Solver | Newton | Settle | LevelGrowth | None = None,
 ) -> FixedPoint:
     """Fixed point of the phase-type mean field (float64: x64 is switched on for the call).
 
@@ -237,23 +248,25 @@ def fixed_point(
         buffer: places per server, or None (infinite buffers).
         levels: the largest queue length represented (tails ``s_0..s_levels``).
             None: ``buffer`` with a finite buffer, else adaptive (module
-            docstring): grown until ``s_levels <= level_tol`` or the state
-            would pass :data:`MAX_STATE` coordinates (then a warning).
+            docstring): grown until ``s_levels`` is at most the level growth's
+            ``tol`` or the state would pass :data:`MAX_STATE` coordinates (then a
+            warning).
         iqueue_levels: the largest I-queue size represented (default
             :func:`jaxqueue.theory.generic.meanfield.default_iqueue_levels`); its mass ``Q_J``
             is reported in ``truncated``.
-        tol: residual at which Newton stops.
-        level_tol: the tail mass at the bound the adaptive level count aims below.
-        warmup_time, dt: the ODE run (RK4) that gives Newton its start (if
-            Newton fails from there, the run goes on for ``4 * warmup_time``
-            and Newton starts again; ``warmup_time=0``: Newton from the empty
-            system). ``dt`` default: about ``1.25 / (largest rate)``, at most 0.1.
-        max_newton: Newton steps at most (per level count).
         pools: servers of several speeds (and laws): ``"F1:S1,F2:S2"``,
             ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
             objects (see :func:`server_classes`; the module docstring, "Server
             pools"). ``service`` may then be None (exponential service).
             Infinite buffers need ``load`` below the pools' capacity.
+        solver: the solver's settings (:class:`~jaxqueue.theory.generic.solvers.Solver`,
+            or one of its parts): Newton's ``tol`` and ``max_iter`` (per level
+            count), the level growth's ``tol``, and the ODE run (RK4,
+            :class:`~jaxqueue.theory.generic.solvers.Settle`) that gives Newton
+            its start: by default 20 time units in steps of about ``1.25 /
+            (largest rate)``, at most 0.1; if Newton fails from there, the run
+            goes on for four times as long and Newton starts again; a ``time``
+            of 0: Newton from the empty system.
 
     Raises:
         ValueError: an invalid ``service``, ``load``, ``ratio``, ``buffer``,
@@ -262,6 +275,8 @@ def fixed_point(
         NotImplementedError: a policy without a mean field, or one that routes
             by the pools' speeds (``jsew``).
     """
+    solver = Solver.of(solver)
+    level_tol = solver.levels.tol
     classes, pol, lam = check_inputs(policy, load, service, ratio, d, buffer, levels, pools)
     P = classes.n_classes
     adaptive = levels is None and buffer is None
@@ -276,8 +291,8 @@ def fixed_point(
         if levels not in systems:
             systems[levels] = policy_and_system(pol, ratio, d, buffer, levels, iqueue_levels)[1]
         sys_l = systems[levels]
-        step = step_size(classes, lam, pol, sys_l, one_r) if dt is None else float(dt)
-        out = _solve(lawa, lam64, r64, pol, sys_l, ratio, start, warmup_time, step, tol, max_newton)
+        step = solver.settle.of(WARMUP_TIME, step_size(classes, lam, pol, sys_l, one_r))[1]
+        out = _solve(lawa, lam64, r64, pol, sys_l, ratio, start, step, solver)
         return out, out[1], tail_of(np.asarray(out[0][: levels * P]).reshape(levels, P)), out[0]
 
     with host_float64():
@@ -296,7 +311,7 @@ def fixed_point(
         if capped:
             warnings.warn(
                 f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
-                f"level_tol={level_tol:g}, and more levels would pass MAX_STATE={MAX_STATE} "
+                f"LevelGrowth.tol={level_tol:g}, and more levels would pass MAX_STATE={MAX_STATE} "
                 f"coordinates ({P} classes); pass levels to choose",
                 stacklevel=2,
             )
@@ -311,9 +326,7 @@ def fixed_point_on(
     lam: float,
     ratio,
     system: System,
-    tol: float = 1e-12,
-    warmup_time: float = 20.0,
-    max_newton: int = 50,
+    solver: Solver = Solver(),
 ) -> FixedPoint:
     """The fixed point on ``system``'s bounds, for validated settings (no level
     search): the start of the periodic solver (:mod:`jaxqueue.theory.profiles.periodic`)."""
@@ -323,9 +336,7 @@ def fixed_point_on(
         lawa = law_arrays(classes)
         step = step_size(classes, lam, pol, system, one_r)
         lam64, r64 = jnp.float64(lam), jnp.float64(one_r)
-        x, status, it, res, rt = _solve(
-            lawa, lam64, r64, pol, system, ratio, None, warmup_time, step, tol, max_newton
-        )
+        x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None, step, solver)
         x = np.asarray(x, np.float64)
         seen = _seen_on_level(x, lam64, r64, lawa, pol, system)
     X = x[: L * P].reshape(L, P)

@@ -242,6 +242,7 @@ def as_result(
         probe_rate=load * float(rt.probes) + join * float(rt.join_probes),
         response_quantiles=quantiles,
         status=fp.status,
+        residual=fp.residual,
         tail_remainder=fp.truncated[0],
         iqueue_remainder=fp.truncated[1],
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -20,6 +21,10 @@ import numpy as np
 from jaxqueue.core.status import Status
 
 __all__ = [
+    "Newton",
+    "Settle",
+    "LevelGrowth",
+    "Solver",
     "DEFAULT_LEVELS",
     "LEVEL_TOL",
     "MAX_AUTO_LEVELS",
@@ -28,6 +33,8 @@ __all__ = [
     "SettleResult",
     "newton",
     "settle",
+    "RootResult",
+    "bracketed_root",
     "grow_levels",
     "grown_levels",
     "extend_levels",
@@ -47,6 +54,109 @@ MAX_AUTO_LEVELS = 2048
 #: Newton: a Jacobian of this order); below capacity only the levels the queues
 #: reach are solved, whatever the buffer.
 MAX_DENSE_LEVELS = 4096
+
+
+def _check_real(name: str, value, lo: float, hi: float, *, lo_open: bool = True) -> float:
+    """``value`` as a float in ``(lo, hi)`` (``[lo, hi)`` with ``lo_open=False``), or a
+    ValueError naming the setting and its range."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    x = float(value) if ok else math.nan
+    if not (math.isfinite(x) and (x > lo if lo_open else x >= lo) and x < hi):
+        left = "(" if lo_open else "["
+        raise ValueError(
+            f"{name}={value!r} is out of range: need a number in {left}{lo:g}, {hi:g})"
+        )
+    return x
+
+
+@dataclass(frozen=True)
+class Newton:
+    """Newton's method on the fixed-point equations: stop at a residual (max-norm
+    of the drift) below ``tol``, or after ``max_iter`` accepted steps (per level
+    count), with the status ``MAX_ITERATIONS``."""
+
+    tol: float = 1e-12
+    max_iter: int = 50
+
+    def __post_init__(self):
+        object.__setattr__(self, "tol", _check_real("Newton.tol", self.tol, 0.0, 1.0))
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)):
+            raise ValueError(f"Newton.max_iter={self.max_iter!r} is not an integer")
+        if not 1 <= self.max_iter <= 10**6:
+            raise ValueError(f"Newton.max_iter={self.max_iter} is out of range: need 1..1000000")
+        object.__setattr__(self, "max_iter", int(self.max_iter))
+
+
+@dataclass(frozen=True)
+class Settle:
+    """The ODE run (RK4 from the empty system) that gives Newton its start.
+
+    ``time``: how long it runs (0: Newton from the empty system); ``dt``: its
+    step. ``None`` takes the model's default: 50 and 0.1 for exponential
+    servers; 20, and about ``1.25 / (largest rate)`` (at most 0.1), by class.
+    Where Newton then fails by class, the run goes on for ``4 * time`` and
+    Newton starts again."""
+
+    time: float | None = None
+    dt: float | None = None
+
+    def __post_init__(self):
+        if self.time is not None:
+            time = _check_real("Settle.time", self.time, 0.0, 1e9, lo_open=False)
+            object.__setattr__(self, "time", time)
+        if self.dt is not None:
+            object.__setattr__(self, "dt", _check_real("Settle.dt", self.dt, 0.0, 10.0))
+
+    def of(self, time: float, dt: float | None) -> tuple[float, float | None]:
+        """``(time, dt)`` with the model's defaults where this leaves them to it."""
+        return (time if self.time is None else self.time), (dt if self.dt is None else self.dt)
+
+
+@dataclass(frozen=True)
+class LevelGrowth:
+    """The adaptive level count (infinite buffers): levels are added until the
+    tail mass at the bound is at most ``tol`` (up to the model's cap, past
+    which a warning says what is left out)."""
+
+    tol: float = LEVEL_TOL
+
+    def __post_init__(self):
+        object.__setattr__(self, "tol", _check_real("LevelGrowth.tol", self.tol, 0.0, 1.0))
+
+
+@dataclass(frozen=True)
+class Solver:
+    """The settings of a mean-field fixed point: its :class:`Newton`, its
+    :class:`Settle` start and its :class:`LevelGrowth`. Where a ``solver=`` is
+    taken, one part alone stands for a :class:`Solver` with the other parts at
+    their defaults (:meth:`of`)."""
+
+    newton: Newton = Newton()
+    settle: Settle = Settle()
+    levels: LevelGrowth = LevelGrowth()
+
+    def __post_init__(self):
+        for name, kind in (("newton", Newton), ("settle", Settle), ("levels", LevelGrowth)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(
+                    f"Solver.{name} must be a {kind.__name__}, got {getattr(self, name)!r}"
+                )
+
+    @classmethod
+    def of(cls, value) -> Solver:
+        """``solver=`` as a :class:`Solver`: ``None`` (the defaults), a
+        :class:`Solver`, or one of its parts (the others at their defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, Solver):
+            return value
+        for name, kind in (("newton", Newton), ("settle", Settle), ("levels", LevelGrowth)):
+            if isinstance(value, kind):
+                return cls(**{name: value})
+        raise TypeError(
+            f"solver={value!r} is not a solver setting: pass a Solver, Newton, Settle or "
+            "LevelGrowth (jaxqueue.theory), or None for the defaults"
+        )
 
 
 class NewtonResult(NamedTuple):
@@ -143,6 +253,58 @@ def settle(advance: Callable, residual: Callable, x, *, tol: float, runs: int) -
             status = Status.CONVERGED
             break
     return SettleResult(x, status, res, n, aux)
+
+
+class RootResult(NamedTuple):
+    """How :func:`bracketed_root` ended: the root, ``CONVERGED`` or
+    ``MAX_ITERATIONS``, ``|f|`` there, the evaluations taken and what ``f``
+    returned besides its value at the root."""
+
+    x: float
+    status: Status
+    residual: float
+    iterations: int
+    aux: Any
+
+
+def bracketed_root(
+    f: Callable,
+    lo: float,
+    hi: float,
+    f_lo: float,
+    f_hi: float,
+    *,
+    rtol: float,
+    ftol: float,
+    max_iter: int = 200,
+) -> RootResult:
+    """A root of a scalar ``f`` in ``(lo, hi)``, where ``f_lo = f(lo)`` and
+    ``f_hi = f(hi)`` have opposite signs: regula falsi with the Illinois rule
+    (the end that stays twice in a row has its value halved), bisecting
+    where the secant leaves the bracket or while the bracket is wider than
+    1/2 after a first step. ``f(x)`` returns ``(value, aux)``. Stops where
+    ``f`` is 0, the bracket is narrower than ``rtol`` times the point, or
+    ``|f| < ftol``; after ``max_iter`` evaluations the status is
+    ``MAX_ITERATIONS`` (the host loops of the theory report, not raise)."""
+    side, mid, f_mid, aux = 0, 0.5 * (lo + hi), math.inf, None
+    for n in range(1, max_iter + 1):
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        if not lo < mid < hi or (hi - lo) > 0.5 and side != 0:
+            mid = 0.5 * (lo + hi)
+        f_mid, aux = f(mid)
+        if f_mid == 0:
+            return RootResult(mid, Status.CONVERGED, 0.0, n, aux)
+        if (f_mid > 0) == (f_lo > 0):
+            lo, f_lo = mid, f_mid
+            f_hi = f_hi / 2 if side == 1 else f_hi
+            side = 1
+        else:
+            hi, f_hi = mid, f_mid
+            f_lo = f_lo / 2 if side == -1 else f_lo
+            side = -1
+        if hi - lo < rtol * abs(mid) or abs(f_mid) < ftol:
+            return RootResult(mid, Status.CONVERGED, abs(f_mid), n, aux)
+    return RootResult(mid, Status.MAX_ITERATIONS, abs(f_mid), max_iter, aux)
 
 
 def round8(n: float) -> int:

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from jaxqueue.core.status import Status
+from jaxqueue.theory.generic.solvers import bracketed_root
 from jaxqueue.theory.result import MeanFieldResult, per_server_result
 
 __all__ = ["jiq_no_delete_mean_field", "TAIL_EPS", "MAX_LEVELS", "MAX_SIZE"]
@@ -192,26 +194,12 @@ def _solve_p0(lam, ratio, order, z, d, levels, guess=None):
         raise RuntimeError(
             f"the tagged-server fixed point has no root: excess {f_hi:.3g} at p0 -> 1"
         )
-    # Regula falsi with the Illinois rule, bisecting when it stalls.
-    side = 0
-    for _ in range(200):
-        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        if not lo < mid < hi or (hi - lo) > 0.5 and side != 0:
-            mid = 0.5 * (lo + hi)
-        f_mid, ph = excess(mid)
-        if f_mid == 0:
-            return mid, ph, 0.0
-        if f_mid > 0:
-            lo, f_lo = mid, f_mid
-            f_hi = f_hi / 2 if side == 1 else f_hi
-            side = 1
-        else:
-            hi, f_hi = mid, f_mid
-            f_lo = f_lo / 2 if side == -1 else f_lo
-            side = -1
-        if hi - lo < 1e-13 * mid or abs(f_mid) < 1e-14:
-            return mid, ph, abs(f_mid)
-    raise RuntimeError("the tagged-server fixed point did not converge in 200 iterations")
+    root = bracketed_root(excess, lo, hi, f_lo, f_hi, rtol=1e-13, ftol=1e-14)
+    if root.status != Status.CONVERGED:
+        raise RuntimeError(
+            f"the tagged-server fixed point did not converge in {root.iterations} iterations"
+        )
+    return root.x, root.aux, root.residual
 
 
 def jiq_no_delete_mean_field(
