@@ -13,7 +13,7 @@ import numpy as np
 from jaxqueue import api
 from jaxqueue.cli.flags import model_of, order_option
 from jaxqueue.cli.output import emit, servers_line
-from jaxqueue.core.config import Bounds, RunOptions
+from jaxqueue.core.config import Bounds, RunOptions, options_from
 from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
 from jaxqueue.core.user_metrics import user_metrics
 from jaxqueue.policies import make
@@ -94,10 +94,7 @@ def cmd_transient(args) -> int:
         warmup_time=args.warmup_time,
         replicas=args.replicas,
         seed=args.seed,
-        buffer=args.buffer,
-        d=args.d,
-        z=args.z,
-        **order_option(args),
+        **options_from(args, transient.option_names),
     )
     pol = make(args.policy, d=args.d, z=args.z, **order_option(args))
     has_mf = pol.has_queue_length_ode(args.pools)
@@ -135,8 +132,6 @@ def _transient_run(args, pol, has_mf: bool, kw: dict):
             args.load,
             args.servers,
             args.dispatchers,
-            service=args.service,
-            pools=args.pools,
             **kw,
         )
         return study["result"], study["rows"], study
@@ -151,7 +146,6 @@ def _transient_run(args, pol, has_mf: bool, kw: dict):
             args.servers,
             args.dispatchers,
             init="empty",
-            pools=args.pools,
             **kw,
         )
         return res, None, None

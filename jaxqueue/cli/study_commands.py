@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from jaxqueue.cli.paired_command import run_paired
+from jaxqueue.core.config import options_from
 from jaxqueue.core.progress import duration
 from jaxqueue.policies import make
 from jaxqueue.results.display import applies, format_metric
@@ -63,25 +64,15 @@ def cmd_compare(args) -> int:
         raise ValueError(
             f"--metric {args.metric} is a metric by server pool: give --pools (e.g. 0.2:2,0.8:1)"
         )
+    metrics = None if args.metrics is None else dict(args.metrics)
     rows = compare_study.compare(
         _policy_list(args.policies),
         n_servers=args.servers,
         ratio=args.ratio,
         loads=args.loads,
-        d=args.d,
-        z=args.z,
-        buffer=args.buffer,
-        service=args.service,
-        pools=args.pools,
-        arrivals=args.arrivals,
         time_units=args.time,
-        warmup_time=args.warmup_time,
-        steps=args.steps,
-        warmup=args.warmup,
-        replicas=args.replicas,
-        seed=args.seed,
         progress=args.progress,
-        metrics=None if args.metrics is None else dict(args.metrics),
+        **options_from(args, compare_study.COMPARE_OPTIONS, metrics=metrics),
     )
     if args.json:
         print(json.dumps({"rows": [r.to_dict() for r in rows]}))

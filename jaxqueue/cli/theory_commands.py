@@ -13,6 +13,7 @@ from jaxqueue import theory
 from jaxqueue.cli.flags import model_of, order_option
 from jaxqueue.cli.output import emit, print_tail_rest, tail_levels
 from jaxqueue.cli.policies_command import cmd_policies
+from jaxqueue.core.config import options_from
 from jaxqueue.core.versions import versions
 from jaxqueue.exact import solve_exact
 from jaxqueue.theory.baselines.erlang import erlang_result
@@ -58,15 +59,9 @@ def cmd_theory(args) -> int:
         args.policy,
         args.load,
         args.ratio,
-        d=args.d,
-        z=args.z,
-        **order_option(args),
-        buffer=args.buffer,
         levels=args.levels,
-        service=args.service,
-        pools=args.pools,
-        arrivals=args.arrivals,
         window=args.window,
+        **options_from(args, theory.mean_field.option_names),
     )
     mf.settings["versions"] = versions()
     if args.servers is None:

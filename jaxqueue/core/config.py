@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
+import textwrap
 from typing import Any
 
 __all__ = [
@@ -19,11 +21,21 @@ __all__ = [
     "RUN_KEYS",
     "BOUND_KEYS",
     "split_keywords",
+    "takes_options",
+    "check_options",
+    "options_from",
+    "MODEL_OPTIONS",
     "unexpected_keyword",
     "DEFAULT_REPLICAS",
     "COMPARE_TIME",
     "COMPARE_WARMUP_TIME",
 ]
+
+
+def _option(default, doc: str):
+    """A field with its documentation (``metadata["doc"]``): the text every entry
+    point that takes the option as a keyword shows for it (:func:`takes_options`)."""
+    return dataclasses.field(default=default, metadata={"doc": " ".join(doc.split())})
 
 
 def _frozen(value):
@@ -75,13 +87,58 @@ class Model(_Config):
     policy: Any
     n_servers: Any
     n_dispatchers: Any = 1
-    d: int | None = None
-    z: int | None = None
-    order: str | None = None
-    buffer: int | None = None
-    service: Any = None
-    pools: Any = None
-    arrivals: Any = None
+    d: int | None = _option(
+        None,
+        """probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``; ``jiq-original``'s
+        join-SQ(d) variant), where the policy takes them (default: the policy's own,
+        2; ``jiq-original`` 1); an option the policy does not take is an error.""",
+    )
+    z: int | None = _option(
+        None,
+        """threshold (``jiq-threshold``, default 1; ``jiq-original``'s threshold
+        variant, default 0); an error for any other policy.""",
+    )
+    order: str | None = _option(
+        None,
+        """``jiq-original``'s pick order, ``"random"`` (default) or ``"fifo"``; an
+        error for any other policy.""",
+    )
+    buffer: int | None = _option(
+        None,
+        """places per server ``b``, or None for infinite buffers; a simulation may
+        give one finite buffer per load (a list): each replica blocks at its own,
+        and each result has its own levels.""",
+    )
+    service: Any = _option(
+        None,
+        """the service law: ``None`` (exponential, mean 1), a
+        :class:`~jaxqueue.core.service.PhaseType` (:mod:`jaxqueue.core.service`
+        builds Erlang, hyperexponential and two-moment fits) or its command-line
+        form (``"erlang:3"``, ``"hyperexp:4"``, ``"fit:0.5"``, ``"ph:FILE.json"``).
+        Covers the exchangeable policies (not ``jiq-original``,
+        ``jiq-threshold``).""",
+    )
+    pools: Any = _option(
+        None,
+        """heterogeneous servers: ``(fraction, speed)`` pairs, the command-line
+        form ``"0.2:2,0.8:1"``, or :class:`~jaxqueue.core.service.Pool` objects
+        with their own laws; the fractions of ``N`` are rounded to whole
+        servers. A server of speed ``v`` serves at ``v`` times the law's rates;
+        the policies see queue lengths only. Stability needs the load below the
+        capacity ``sum_i fraction_i speed_i / mean_i``; results then have the
+        metrics by pool (docs/simulation.md).""",
+    )
+    arrivals: Any = _option(
+        None,
+        """``None`` (Poisson arrivals at rate ``load * N``), a file (a CSV rate
+        profile ``time,rate``, a CSV trace ``time[,service]``, whose service
+        column is only recorded as ``mean_service``, or an MMPP JSON file), or a
+        :class:`~jaxqueue.core.arrivals.Profile`,
+        :class:`~jaxqueue.core.arrivals.MMPP` or
+        :class:`~jaxqueue.core.arrivals.Trace`; its rates are scaled so that the
+        mean arrival rate is ``load * N`` (a profile's peak may pass the
+        capacity). A trace needs identical exponential servers.""",
+    )
 
     def options(self) -> dict:
         """The policy options given (``d``, ``z``, ``order``), for :func:`jaxqueue.make`."""
@@ -117,19 +174,93 @@ class RunOptions(_Config):
             (:mod:`jaxqueue.core.user_metrics`), or None.
     """
 
-    replicas: int = DEFAULT_REPLICAS
-    steps: Any = None
-    time: Any = None
-    warmup: Any = None
-    warmup_time: Any = None
-    seed: int = 0
-    init: Any = "auto"
-    interval: str = "auto"
-    batches: int = 20
-    backend: str = "auto"
-    devices: Any = None
-    on_overflow: str = "raise"
-    metrics: Any = None
+    replicas: int = _option(DEFAULT_REPLICAS, "independent replicas per load.")
+    steps: Any = _option(
+        None,
+        """measured uniformized steps per replica (rounded up to whole blocks of
+        256; the result records the steps run). Default: ``time`` if given, else
+        1,000,000 (whatever ``N``: about 526 time units at ``N = 1000``,
+        ``lambda = 0.9``, but 5 at ``N = 10^5``). One per load (a list): each
+        load measures its own window, the batch stepping to the longest.""",
+    )
+    time: Any = _option(
+        None,
+        """the measured window in time units (mean service times) instead of
+        ``steps``: ``steps = ceil(time * N * rate)``, ``rate`` the uniformized
+        steps per server per time unit at the largest load (``lambda + 1`` for
+        exponential service; the peak rate of a profile or an MMPP). Smaller
+        loads step at the same count, so their windows are a little longer
+        (``settings["time_measured"]`` records each); rounded up to whole blocks,
+        with a :class:`~jaxqueue.runs.planner.WindowWarning` past 10% beyond
+        ``time``.""",
+    )
+    warmup: Any = _option(
+        None,
+        """discarded uniformized steps per replica before measuring (one per load,
+        a list, as ``steps``); default: 100 units of time at the largest load.
+        ``"auto"`` starts with the default and, while the warm-up diagnostic of
+        the measured window fails (:mod:`jaxqueue.results.warmup`), turns the
+        window into warm-up and measures a new one, at most
+        :data:`~jaxqueue.sim.runner.MAX_EXTENSIONS` times.""",
+    )
+    warmup_time: Any = _option(
+        None,
+        """the warm-up in time units instead of ``warmup`` (converted as
+        ``time``; not with ``warmup="auto"``).""",
+    )
+    seed: int = _option(
+        0,
+        """the run's integer seed; replica ``i`` of load ``j`` uses the stream of
+        global replica ``j * replicas + i``. Runs meant as independent trials
+        need different seeds.""",
+    )
+    init: Any = _option(
+        "auto",
+        """``"auto"`` (the mean-field state where the policy has a mean field and
+        ``N >= 100``, else empty, with a :class:`jaxqueue.StartWarning` where the
+        mean field cannot be solved), ``"empty"``, ``"mean-field"`` or an
+        occupancy array. The mean-field state sets the queue lengths and, for the
+        JIQ family with several dispatchers, the I-queue sizes (with a service
+        law or pools, each server's class too).""",
+    )
+    interval: str = _option(
+        "auto",
+        """how the 95% intervals are made: ``"replicas"`` (across replicas),
+        ``"batch-means"`` (from each replica's ``batches`` batch means) or
+        ``"auto"`` (batch means with at most
+        :data:`~jaxqueue.sim.runner.BATCH_MEANS_REPLICAS` replicas).""",
+    )
+    batches: int = _option(
+        20,
+        """batches of the measured window (fewer when the window has fewer blocks
+        of 256 steps); they also feed the warm-up diagnostic.""",
+    )
+    backend: str = _option(
+        "auto",
+        """what steps the replicas: ``"auto"`` (the Pallas kernel on a GPU where it
+        covers the run and its step fits in registers, else ``"xla"``),
+        ``"xla"`` (the vmapped engine), ``"pallas"`` (the kernel; interpreted off
+        a GPU, for checking) or ``"registers"`` (the kernel's layout in plain
+        XLA). Every backend gives bit-identical results; one that does not cover
+        the run warns (:class:`jaxqueue.BackendWarning`) and runs on ``"xla"``.""",
+    )
+    devices: Any = _option(
+        None, "devices to spread replicas over (default: all of the default backend's)."
+    )
+    on_overflow: str = _option(
+        "raise",
+        """``"raise"`` fails the run with advice if a queue or I-queue passes its
+        bound; ``"report"`` returns the result with the ``overflow`` counts in
+        its diagnostics.""",
+    )
+    metrics: Any = _option(
+        None,
+        """user-defined metrics, ``{name: expression or function}``: each a JAX
+        function of a :class:`~jaxqueue.core.user_metrics.MetricState` or an
+        expression over its fields (``"sum(s[1:])"``); results hold each one's
+        time average and its average over accepted arrivals (``name_per_arrival``)
+        with intervals (docs/metrics.md). Runs on ``"xla"``.""",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +272,14 @@ class Bounds(_Config):
         iqueue_levels: the I-queue bound of the JIQ family with ``M > 1``.
     """
 
-    levels: int | None = None
-    iqueue_levels: int | None = None
+    levels: int | None = _option(
+        None,
+        """the largest tracked queue length (infinite buffers); default from the
+        mean-field tail of the largest load.""",
+    )
+    iqueue_levels: int | None = _option(
+        None, "the largest tracked I-queue size (the JIQ family with ``M > 1``)."
+    )
 
 
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(Model))
@@ -218,3 +355,79 @@ def _merged(cls, given, keywords: dict, keys, name: str, where: str):
             f"{'it' if len(fields) == 1 else 'them'} in the {cls.__name__}"
         )
     return given
+
+
+#: The model's fields an entry point takes as keywords (its first arguments
+#: are the policy and the sizes).
+MODEL_OPTIONS = tuple(k for k in MODEL_KEYS if k not in ("policy", "n_servers", "n_dispatchers"))
+
+_FIELDS = {f.name: f for cls in (Model, RunOptions, Bounds) for f in dataclasses.fields(cls)}
+#: The line of an entry point's docstring that :func:`takes_options` replaces.
+OPTIONS_MARKER = "<options>"
+
+
+def takes_options(*names: str):
+    """An entry point that takes options as ``**options``, declared once as fields.
+
+    The decorated function's signature (``inspect.signature``, ``help()``)
+    shows ``names`` (fields of :class:`Model`, :class:`RunOptions` and
+    :class:`Bounds`) as keyword-only parameters with the fields' defaults, and
+    the line ``<options>`` of its docstring becomes their documentation, from
+    the fields' ``metadata["doc"]``. The function receives only the options
+    given; it refuses others with :func:`check_options` (or
+    :func:`split_keywords`, which does).
+    """
+    unknown = [n for n in names if n not in _FIELDS]
+    if unknown:
+        raise ValueError(f"takes_options: {unknown} are not fields of Model, RunOptions, Bounds")
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        kept = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        shown = [
+            inspect.Parameter(
+                n,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=_FIELDS[n].default,
+                annotation=_FIELDS[n].type,
+            )
+            for n in names
+        ]
+        fn.__signature__ = sig.replace(parameters=kept + shown)
+        fn.option_names = tuple(names)
+        if fn.__doc__ and OPTIONS_MARKER in fn.__doc__:
+            fn.__doc__ = fn.__doc__.replace(f"        {OPTIONS_MARKER}\n", _option_docs(names))
+        return fn
+
+    return decorate
+
+
+def _option_docs(names) -> str:
+    """The docstring entries of ``names`` (8 spaces, continuation 12, 88 wide)."""
+    out = []
+    for n in names:
+        text = f"{n}: {_FIELDS[n].metadata.get('doc', '')}"
+        out.append(textwrap.fill(text, 88, initial_indent=" " * 8, subsequent_indent=" " * 12))
+    return "\n".join(out) + "\n"
+
+
+def check_options(where: str, options: dict, fn) -> None:
+    """A TypeError for a keyword ``fn`` (decorated by :func:`takes_options`) does
+    not take, naming the closest it does."""
+    valid = list(fn.option_names) + [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    for name in options:
+        if name not in fn.option_names:
+            raise unexpected_keyword(where, name, valid)
+
+
+def options_from(namespace, names, **given) -> dict:
+    """The options ``names`` (an entry point's ``option_names``, from
+    :func:`takes_options`) that ``namespace`` holds as attributes of their own
+    names and not ``None`` (the command line's parsed flags), with ``given``
+    over them: the command line passes its flags on naming no option."""
+    found = {n: getattr(namespace, n, None) for n in names}
+    return {k: v for k, v in found.items() if v is not None} | given

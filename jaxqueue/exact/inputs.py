@@ -8,6 +8,7 @@ from __future__ import annotations
 import operator
 from typing import NamedTuple
 
+from jaxqueue.core.config import Model
 from jaxqueue.core.service import as_law, capacity, exponential, make_pools
 from jaxqueue.core.system import System, check_load
 from jaxqueue.exact.chain import exact_rules
@@ -158,28 +159,16 @@ def _checked_load(load, buffer, law, phases, pools, n):
     return load
 
 
-def resolve(
-    policy,
-    load,
-    n_servers,
-    n_dispatchers,
-    d,
-    z,
-    buffer,
-    queue_bound,
-    order=None,
-    service=None,
-    pools=None,
-) -> Inputs:
-    """Check every input, in order, before any work; the :class:`Inputs`."""
-    n = as_count("n_servers", n_servers)
-    m = as_count("n_dispatchers", n_dispatchers)
-    if buffer is not None:
-        buffer = as_count("buffer", buffer)
-    d = None if d is None else as_count("d", d)
-    z = None if z is None else as_count("z", z)
-    policy, rule, options = _policy_rule(policy, n, m, buffer, d, z, order)
-    law, phases, pools = _law_and_pools(policy, rule, service, pools, n)
+def resolve(model: Model, load, queue_bound) -> Inputs:
+    """Check every input of ``model`` at ``load``, in order, before any work; the
+    :class:`Inputs`."""
+    n = as_count("n_servers", model.n_servers)
+    m = as_count("n_dispatchers", model.n_dispatchers)
+    buffer = None if model.buffer is None else as_count("buffer", model.buffer)
+    d = None if model.d is None else as_count("d", model.d)
+    z = None if model.z is None else as_count("z", model.z)
+    policy, rule, options = _policy_rule(model.policy, n, m, buffer, d, z, model.order)
+    law, phases, pools = _law_and_pools(policy, rule, model.service, model.pools, n)
     load = _checked_load(load, buffer, law, phases, pools, n)
     if queue_bound is not None:
         if buffer is not None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import warnings
 
-from jaxqueue.core.config import Model, split_keywords
-from jaxqueue.core.service import PhaseType, exponential
+from jaxqueue.core.config import Model, check_options, split_keywords, takes_options
+from jaxqueue.core.service import exponential
 from jaxqueue.exact import linalg
 from jaxqueue.exact.chain import Chain, PhaseChain, enumerate_states, estimate_states
 from jaxqueue.exact.inputs import Inputs, at_least, resolve
@@ -123,23 +123,19 @@ def _search_bound(solve, estimate, tol, budget, z):
     return solved, metrics, diag, False
 
 
+@takes_options("d", "z", "order", "buffer", "service", "pools")
 def solve_exact(
     policy: str | Policy | Model,
     load: float,
     n_servers: int | None = None,
     n_dispatchers: int = 1,
     *,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
     queue_bound: int | None = None,
-    service: str | PhaseType | None = None,
-    pools: str | tuple | list | None = None,
     symmetry: bool = True,
     tol: float = 1e-9,
     max_states: int = 200_000,
     default_max_states: int = 20_000,
+    **options,
 ) -> ExactResult:
     """Exact stationary metrics of a small system, by solving its Markov chain.
 
@@ -156,43 +152,21 @@ def solve_exact(
             capacity, ``1 / mean`` or :func:`~jaxqueue.core.service.capacity`).
         n_servers: ``N >= 1``.
         n_dispatchers: ``1 <= M <= N``.
-        d: probes of ``pod``, ``jiq-pod``, ``idle-first`` (``1 <= d <= N``)
-            or sampled I-queues of ``jiq-sq``, ``jiq-original`` (``1 <= d <= M``);
-            ``None``: the policy's default (2; ``jiq-original``: 1). An error for
-            a policy without ``d``.
-        z: threshold of ``jiq-threshold`` (``z >= 0``; ``None``: 1) and
-            ``jiq-original`` (``None``: 0). An error for any other policy.
-        order: pick order of ``jiq-original``'s I-queues, ``"random"``
-            (default) or ``"fifo"``. An error for any other policy.
-        buffer: places per server (``>= 1``), or ``None`` for infinite.
         queue_bound: truncation level for infinite buffers (``>= 1``); by
             default chosen so that ``truncated_mass <= tol`` within
             ``default_max_states`` states (a warning says if it cannot).
-        service: the service law: ``None`` (exponential, rate 1), a
-            :class:`~jaxqueue.core.service.PhaseType`, or a string for
-            :func:`~jaxqueue.core.service.parse_service` (``"exp"``,
-            ``"erlang:K"``, ``"hyperexp:SCV"``, ``"fit:SCV"``,
-            ``"ph:FILE.json"``). A law that is exponential with rate 1 solves
-            the same chain as ``None``; any other law solves the phase-type
-            chain (:class:`~jaxqueue.exact.chain.PhaseChain`), for the
-            policies whose rule is in :data:`~jaxqueue.exact.chain.PHASE_RULES`
-            (not ``jiq-original``, ``jiq-threshold``), and infinite buffers
-            then need ``load * mean < 1``. Times are in the unit of the law's
-            rates; the law is recorded as ``settings["service"]``
-            (:meth:`~jaxqueue.core.service.PhaseType.to_dict`) when given.
-        pools: heterogeneous servers (docs/exact.md): ``None``
-            (identical servers), ``"F1:S1,F2:S2"``, ``(fraction, speed)``
-            pairs or :class:`~jaxqueue.core.service.Pool` objects, resolved
-            with :func:`~jaxqueue.core.service.make_pools`. Pool ``i`` has
-            ``count_i`` servers of speed ``v_i`` whose rates are ``v_i``
-            times those of the pool's law (``Pool.law``, else ``service``,
-            else exp(1)). For the policies of
-            :data:`~jaxqueue.exact.chain.PHASE_RULES` only; infinite buffers
-            then need ``load <`` :func:`~jaxqueue.core.service.capacity`.
-            Recorded as ``settings["pools"]``, a list of ``{"servers",
-            "speed", "service"}`` (``service``: the pool's own law's
-            ``to_dict()``, or ``None``); the result has the pools' metrics
-            (``pool_occupancy`` and :data:`~jaxqueue.results.schema.POOL_METRICS`).
+        <options>
+            In the exact chain: ``d`` probes of ``pod``, ``jiq-pod``,
+            ``idle-first`` (``1 <= d <= N``) or sampled I-queues of
+            ``jiq-sq``, ``jiq-original`` (``1 <= d <= M``); a service law
+            other than exp(1) or pools solve the phase-type chain
+            (:class:`~jaxqueue.exact.chain.PhaseChain`), for the policies of
+            :data:`~jaxqueue.exact.chain.PHASE_RULES` (not ``jiq-original``,
+            ``jiq-threshold``); infinite buffers then need the load below
+            the capacity. Times are in the unit of the law's rates; the law
+            is recorded as ``settings["service"]`` and the pools as
+            ``settings["pools"]`` (a list of ``{"servers", "speed",
+            "service"}``), with the pools' metrics (docs/exact.md).
         symmetry: lump states by server and dispatcher relabelling (exact).
         tol: target truncated mass when ``queue_bound`` is chosen here.
         max_states: hard cap on the reachable state count.
@@ -231,32 +205,16 @@ def solve_exact(
         >>> round(res.mean_response_time, 6)  # M/E2/1, Pollaczek-Khinchine: 1 + 0.5 * 1.5 / 1
         1.75
     """
-    given = {
-        k: v
-        for k, v in dict(d=d, z=z, order=order, buffer=buffer, service=service, pools=pools).items()
-        if v is not None
-    }
+    check_options("solve_exact", options, solve_exact)
     model = split_keywords(
-        policy, n_servers, n_dispatchers, given, where="solve_exact", run_keys=()
+        policy, n_servers, n_dispatchers, options, where="solve_exact", run_keys=()
     )[0]
     if model.arrivals is not None:
         raise ValueError(
             "solve_exact: the model has arrivals, and the exact chain is that of "
             "Poisson arrivals; use arrivals=None"
         )
-    inputs = resolve(
-        model.policy,
-        load,
-        model.n_servers,
-        model.n_dispatchers,
-        model.d,
-        model.z,
-        model.buffer,
-        queue_bound,
-        model.order,
-        model.service,
-        model.pools,
-    )
+    inputs = resolve(model, load, queue_bound)
     max_states = at_least("max_states", max_states, 1)
     default_max_states = at_least("default_max_states", default_max_states, 1)
     if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):

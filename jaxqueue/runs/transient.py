@@ -13,7 +13,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxqueue.core.config import DEFAULT_REPLICAS, Bounds, Model, split_keywords
+from jaxqueue.core.config import (
+    BOUND_KEYS,
+    MODEL_OPTIONS,
+    Bounds,
+    Model,
+    RunOptions,
+    check_options,
+    split_keywords,
+    takes_options,
+)
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, check_load
 from jaxqueue.core.versions import versions
@@ -27,7 +36,12 @@ from jaxqueue.sim.transient import MAX_TIMES, TransientResult, weighted_sums
 
 __all__ = ["transient", "TransientResult", "MAX_TIMES"]
 
+#: The run options a transient takes as a simulation does (its ``init`` defaults to
+#: ``"empty"`` and its ``warmup_time`` is the time at ``start_load``: its own).
+TRANSIENT_RUN = ("replicas", "seed", "devices")
 
+
+@takes_options(*(k for k in MODEL_OPTIONS if k != "arrivals"), *BOUND_KEYS, *TRANSIENT_RUN)
 def transient(
     policy: str | Policy | Model,
     load: float,
@@ -35,21 +49,11 @@ def transient(
     n_dispatchers: int = 1,
     *,
     times: Sequence[float],
-    replicas: int = DEFAULT_REPLICAS,
-    seed: int = 0,
-    init="empty",
     start_load: float | None = None,
     warmup_time: float = DEFAULT_WARMUP_TIME,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    service=None,
-    pools=None,
-    devices: Sequence | None = None,
+    init="empty",
     bounds: Bounds | None = None,
+    **options,
 ) -> TransientResult:
     """Ensemble estimates of the occupancy (and ``p0``) at given times.
 
@@ -59,8 +63,6 @@ def transient(
             sizes, the options, the buffer, the service law and the pools;
             Poisson arrivals); ``load`` is the load from time 0 on.
         times: the times (``>= 0``, at most :data:`MAX_TIMES`) at which to estimate.
-        replicas: independent replicas (``>= 2``): the estimates' sample.
-        seed: the run's seed (keys by position, as for a simulation).
         init: the state at the start: ``"empty"`` (default), ``"mean-field"``
             or an occupancy array (as for :func:`jaxqueue.simulate`), taken at
             ``start_load`` when given.
@@ -68,14 +70,15 @@ def transient(
             of time at ``start_load`` from ``init`` (not measured), and time 0
             is the moment the load changes to ``load``.
         warmup_time: see ``start_load``.
-        d, z, order, buffer, levels, iqueue_levels, service, pools, devices:
-            as for :func:`jaxqueue.simulate` (``levels`` by default for the
-            larger of the two loads; for idle-first with ``d = 1`` started
-            from ``init`` (no ``start_load``), no buffer, service law or
-            pools, the bound of the horizon ``max(times)`` from the start
-            instead: :func:`jaxqueue.runs.bounds.horizon_levels`).
         bounds: a :class:`~jaxqueue.core.config.Bounds` instead of ``levels``
             and ``iqueue_levels``.
+        <options>
+            In a transient run ``replicas`` (``>= 2``) are the estimates'
+            sample, and ``levels`` is by default for the larger of the
+            two loads; for idle-first with ``d = 1`` started from ``init``
+            (no ``start_load``), no buffer, service law or pools, the bound of
+            the horizon ``max(times)`` from the start instead
+            (:func:`jaxqueue.runs.bounds.horizon_levels`).
 
     Returns:
         :class:`TransientResult`.
@@ -84,19 +87,11 @@ def transient(
         ValueError: a parameter out of range (before anything compiles).
         LevelOverflowError: a queue or I-queue passed its bound.
     """
-    t = _check_times(times, replicas)
-    given = dict(
-        d=d,
-        z=z,
-        order=order,
-        buffer=buffer,
-        service=service,
-        pools=pools,
-        levels=levels,
-        iqueue_levels=iqueue_levels,
-    )
-    model, bound = _model(policy, n_servers, n_dispatchers, given, bounds)
-    common = dict(replicas=replicas, seed=seed, devices=devices, backend="xla")
+    check_options("transient", options, transient)
+    run = RunOptions(**{k: options.pop(k) for k in TRANSIENT_RUN if k in options})
+    t = _check_times(times, run.replicas)
+    model, bound = _model(policy, n_servers, n_dispatchers, options, bounds)
+    common = dict(replicas=run.replicas, seed=run.seed, devices=run.devices, backend="xla")
     if start_load is not None:
         check_load(start_load, model.buffer, np.inf)  # a number > 0; the plans check stability
         if not (
@@ -112,7 +107,7 @@ def transient(
         p, core = _started(model, bound, load, float(np.max(t)), init, common)
         first = 0
     acc, acc_p0, acc_pool, steps, rate = weighted_sums(p, core, first, t)
-    settings = _settings(p, model, load, start_load, warmup_time, init, replicas, seed)
+    settings = _settings(p, model, load, start_load, warmup_time, init, run.replicas, run.seed)
     settings.update(steps=steps, steps_per_time_unit=rate)
     by_pool = {}
     if p.system.pools is not None:

@@ -15,9 +15,12 @@ from jaxqueue.core.arrivals import Profile, as_arrivals
 from jaxqueue.core.config import (
     COMPARE_TIME,
     COMPARE_WARMUP_TIME,
-    DEFAULT_REPLICAS,
+    MODEL_OPTIONS,
+    RUN_KEYS,
     Model,
     RunOptions,
+    check_options,
+    takes_options,
 )
 from jaxqueue.core.progress import log, show_progress
 from jaxqueue.core.service import pool_shares, realized_pools
@@ -96,26 +99,21 @@ def with_options(name: str | Policy, d: int | None = None, z: int | None = None)
     return make(name, **opts)
 
 
+#: The run options :func:`compare` takes: a simulation's but ``time`` (its own
+#: ``time_units``) and ``init`` (the mean-field state where there is one).
+COMPARE_RUN_KEYS = tuple(k for k in RUN_KEYS if k not in ("time", "init"))
+
+
+@takes_options(*(k for k in MODEL_OPTIONS if k != "order"), *COMPARE_RUN_KEYS)
 def compare(
     policies: Sequence[str | Policy],
     n_servers: int = 1000,
     ratio: float = 10.0,
     loads: Sequence[float] = (0.5, 0.7, 0.9, 0.95, 0.98),
     *,
-    d: int | None = None,
-    z: int | None = None,
-    buffer: int | None = None,
-    service=None,
-    pools=None,
-    arrivals=None,
     time_units: float | None = None,
-    warmup_time: float | None = None,
-    replicas: int = DEFAULT_REPLICAS,
-    seed: int = 0,
     progress: bool = False,
-    metrics=None,
-    steps: int | None = None,
-    warmup: int | str | None = None,
+    **options,
 ) -> list[Comparison]:
     """Simulated metrics (95% CI) beside the mean-field values, one row per policy and load.
 
@@ -149,68 +147,70 @@ def compare(
         n_servers: ``N``; ``M = N / ratio``, a whole number (else an error).
         ratio: ``r = N / M``.
         loads: values of ``lambda`` (the mean loads under ``arrivals``).
-        buffer, service, pools, arrivals: places per server, the service
-            law, the server pools and the arrival source, as in
-            :func:`jaxqueue.simulate` and :func:`jaxqueue.theory.mean_field`
-            (both get them). Pools given as fractions of ``N`` are rounded
-            to whole servers once (:func:`~jaxqueue.core.service.realized_pools`),
-            and both get the rounded pools: the mean field is solved at the
-            fractions simulated (``settings["pools"][i]["fraction"]``; the
-            fraction given is ``"nominal_fraction"``), with a
+        time_units: the measured window per replica in time units at the
+            largest load (or ``steps``; neither: ``COMPARE_TIME``, 300).
+        progress: each run's progress on stderr (:mod:`jaxqueue.core.progress`).
+        <options>
+            In a comparison: ``d`` and ``z`` apply to the policies given by
+            name that take them (:func:`with_options`) and must apply to one.
+            The simulation and :func:`jaxqueue.theory.mean_field` both get
+            ``buffer``, ``service``, ``pools`` and ``arrivals``; pools given as
+            fractions of ``N`` are rounded to whole servers once
+            (:func:`~jaxqueue.core.service.realized_pools`) and both get the
+            rounded pools (the fraction given is ``"nominal_fraction"``), with a
             :class:`~jaxqueue.core.service.PoolRoundingWarning` where the
-            rounding moves a fraction.
-        metrics: user metrics, as in :func:`jaxqueue.simulate`; the mean field's
-            value of each is the metric at its fixed point (docs/metrics.md).
-        time_units, steps: the measured window per replica, in time units at
-            the largest load or in steps (one of them; neither: ``time_units``
-            of ``COMPARE_TIME``, 300).
-        warmup_time, warmup: the warm-up, in time units or in steps, or
-            ``warmup="auto"`` (from the default warm-up of 100 time units,
-            extended while the warm-up diagnostic fails); neither:
-            ``warmup_time`` of ``COMPARE_WARMUP_TIME``, 50.
+            rounding moves a fraction. A user metric's mean-field value is the
+            metric at the fixed point (docs/metrics.md). Neither ``warmup_time``
+            nor ``warmup``: ``warmup_time`` of ``COMPARE_WARMUP_TIME``, 50
+            (``warmup="auto"`` extends the default warm-up of 100 time units
+            while the warm-up diagnostic fails).
 
     Returns:
         A list of :class:`Comparison` rows.
     """
+    check_options("compare", options, compare)
     m = dispatchers_for_ratio(n_servers, ratio)
     check_distinct("loads", loads)
-    lengths = run_lengths(steps, time_units, warmup, warmup_time)
-    pols = _policies(policies, d, z)  # every name checked before any run
-    metrics = user_metrics(metrics, reserved=RESERVED_METRIC_NAMES)
-    source = as_arrivals(arrivals)  # a file is read once, for the runs and the theory
+    run = RunOptions(**{k: v for k, v in options.items() if k in COMPARE_RUN_KEYS})
+    lengths = run_lengths(run.steps, time_units, run.warmup, run.warmup_time)
+    # every name checked before any run
+    pols = _policies(policies, options.get("d"), options.get("z"))
+    metrics = user_metrics(run.metrics, reserved=RESERVED_METRIC_NAMES)
+    pools = options.get("pools")
     pools = pools if pools is None or isinstance(pools, str) else tuple(pools)
     nominal = pool_shares(pools)
-    # the whole servers the simulator runs: the theory beside it is for these, not the limit's
-    pools = realized_pools(pools, n_servers, stacklevel=2)
+    system = Model(
+        None,
+        n_servers,
+        m,
+        buffer=options.get("buffer"),
+        service=options.get("service"),
+        # the whole servers the simulator runs: the theory beside it is for these
+        pools=realized_pools(pools, n_servers, stacklevel=2),
+        # a file is read once, for the runs and the theory
+        arrivals=as_arrivals(options.get("arrivals")),
+    )
+    source = system.arrivals
     if progress:
         show_progress()
     rows = []
     for pol in pols:
         limit = limit_ratio(pol, n_servers, m)  # None: one dispatcher's limit
-        theory = _mean_fields(pol, loads, limit, buffer, service, pools, source)
+        model = system.replace(policy=pol)
+        theory = _mean_fields(model, loads, limit)
         has_mf = theory is not None
         log(f"simulating {pol.label()} at loads {list(loads)}")
-        model = Model(
-            pol, n_servers, m, buffer=buffer, service=service, pools=pools, arrivals=source
-        )
-        run = RunOptions(
-            replicas=replicas,
-            **lengths,
-            seed=seed,
-            init="mean-field" if has_mf else "empty",
-            metrics=metrics or None,
+        runs = run.replace(
+            **lengths, init="mean-field" if has_mf else "empty", metrics=metrics or None
         )
         with warnings.catch_warnings():  # said below, with the policy's name
             warnings.filterwarnings("ignore", category=WarmupWarning)
-            results = simulate(model, loads, run=run, progress=progress)
+            results = simulate(model, loads, run=runs, progress=progress)
         for res in results:
             _warn_failed_warmup(pol, res)
         if source is not None:  # the constant-load values were the start only
             theory = (
-                [
-                    _periodic_theory(pol, res, limit, source, buffer, service, pools)
-                    for res in results
-                ]
+                [_periodic_theory(model, res, limit) for res in results]
                 if has_mf and isinstance(source, Profile)
                 else None
             )
@@ -223,6 +223,11 @@ def compare(
             ]
         rows += [Comparison(res, mf) for res, mf in zip(results, theory or [None] * len(results))]
     return rows
+
+
+#: The options :func:`compare` takes as keywords (the command line passes its flags of
+#: these names).
+COMPARE_OPTIONS = compare.option_names
 
 
 def run_lengths(steps=None, time_units=None, warmup=None, warmup_time=None) -> dict:
@@ -282,11 +287,11 @@ def _policies(policies, d, z) -> list[Policy]:
     return pols
 
 
-def _mean_fields(pol, loads, limit, buffer, service, pools, source) -> list | None:
-    """The mean field of ``pol`` at each load (under arrivals from a file: the
+def _mean_fields(model: Model, loads, limit) -> list | None:
+    """The mean field of ``model`` at each load (under arrivals from a file: the
     constant-load start, the periodic regime comes after the run), or None where there
     is none; why not is a warning on the logger."""
-    theory = None
+    pol, source, theory = model.policy, model.arrivals, None
     if pol.mean_field_kind() != "none":
         try:
             theory = [
@@ -294,9 +299,9 @@ def _mean_fields(pol, loads, limit, buffer, service, pools, source) -> list | No
                     pol,
                     lam,
                     limit,
-                    buffer=buffer,
-                    service=service,
-                    pools=pools,
+                    buffer=model.buffer,
+                    service=model.service,
+                    pools=model.pools,
                     with_quantiles=source is None,
                 )
                 for lam in loads
@@ -322,10 +327,11 @@ def _record_nominal(mf: Result | None, nominal) -> None:
         entry["nominal_fraction"] = fraction
 
 
-def _periodic_theory(pol, res, limit, profile, buffer, service, pools) -> Result | None:
-    """The periodic mean field of ``res``'s load under ``profile`` averaged over its
-    measured window, or None (the reason a warning on the logger) where there is none."""
-    lam = res.settings["load"]
+def _periodic_theory(model: Model, res, limit) -> Result | None:
+    """The periodic mean field of ``res``'s load under ``model``'s rate profile averaged
+    over its measured window, or None (the reason a warning on the logger) where there
+    is none."""
+    pol, lam = model.policy, res.settings["load"]
     window = (float(res.settings["time_warmup"]), float(res.settings["time_measured"]))
     log(
         f"periodic mean field of {pol.label()} at load {lam:g} over t in "
@@ -336,10 +342,10 @@ def _periodic_theory(pol, res, limit, profile, buffer, service, pools) -> Result
             pol,
             lam,
             limit,
-            buffer=buffer,
-            service=service,
-            pools=pools,
-            arrivals=profile,
+            buffer=model.buffer,
+            service=model.service,
+            pools=model.pools,
+            arrivals=model.arrivals,
             window=window,
         )
     # the periodic regime was not found, or a setting its solver does not cover

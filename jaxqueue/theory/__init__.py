@@ -60,7 +60,7 @@ from jaxqueue.theory.dispatch import mean_field
 from jaxqueue.theory.finite_n import refined
 from jaxqueue.theory.finite_n.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.generic import meanfield, phases
-from jaxqueue.theory.generic.solvers import LevelGrowth, Newton, Settle, Solver
+from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = [

@@ -17,13 +17,14 @@ import math
 import numbers
 from typing import NamedTuple
 
+from jaxqueue.core.config import check_options, takes_options
 from jaxqueue.core.service import as_law
 from jaxqueue.core.system import as_int, check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.theory.closed.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.generic import meanfield, phases
-from jaxqueue.theory.generic.solvers import LevelGrowth, Newton, Settle, Solver
+from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.per_server import tagged_server, threshold
 from jaxqueue.theory.profiles import periodic
 from jaxqueue.theory.result import TRUNCATION_LIMIT, MeanFieldResult
@@ -33,23 +34,18 @@ __all__ = ["mean_field", "TRUNCATION_LIMIT"]
 _MAX_LEVELS = 10**6
 
 
+@takes_options("d", "z", "order", "buffer", "service", "pools", "arrivals")
 def mean_field(
     policy,
     load,
     ratio: float | None = None,
     *,
-    d: int | None = None,
-    z: int | None = None,
-    order: str | None = None,
-    buffer: int | None = None,
     levels: int | None = None,
     with_quantiles: bool = True,
-    service=None,
-    pools=None,
-    arrivals=None,
     window=None,
     solver: Solver | Newton | Settle | LevelGrowth | None = None,
     throw: bool = True,
+    **options,
 ) -> MeanFieldResult:
     """All mean-field metrics of a policy at one point (float64, host side).
 
@@ -91,11 +87,6 @@ def mean_field(
             the generic fixed point, for the policies of the family with a
             closed form too). Recorded, and unused, for policies without
             I-queues.
-        d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
-        z: JIQ-Original's join threshold, or JIQ-Threshold's (servers listed
-            while holding at most ``z`` tasks).
-        order: JIQ-Original's pick order, ``"random"`` or ``"fifo"``.
-        buffer: places per server, or ``None`` for infinite buffers.
         levels: the largest queue length represented: the arrays have
             ``levels + 1`` entries (as the simulator's ``levels``; equal to
             ``buffer`` for finite buffers). ``None``: closed forms take the
@@ -110,38 +101,35 @@ def mean_field(
             NaN where they need a root-finder); pass a list of such results to
             :func:`jaxqueue.theory.result.fill_quantiles` to compute them for
             many points in one vectorised call (as grid sweeps do).
-        service: a phase-type service law (:mod:`jaxqueue.core.service`, or
-            its command-line form such as ``"erlang:4"``): the generic mean
-            field with phases (:mod:`jaxqueue.theory.generic.phases`); its quantiles
-            are always computed. ``None`` or ``"exp"``: exponential service.
-        pools: servers of several speeds (and laws): ``"0.2:2,0.8:1"``,
-            ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
-            objects; the mean field by pool and phase
-            (:func:`jaxqueue.theory.generic.phases.fixed_point` with ``pools``), for the
-            exchangeable policies that route on queue lengths (not ``jsew``).
-            The result's ``diagnostics["pool_occupancy"]`` holds each pool's
-            queue-length law.
-        arrivals: a periodic rate profile (a
-            :class:`~jaxqueue.core.arrivals.Profile` or a ``time,rate`` CSV
-            file; ``load`` is its time mean): the averages over the periodic
-            regime of the mean-field ODE (:mod:`jaxqueue.theory.profiles.periodic`),
-            for the policies with the generic mean field, with a service
-            law and pools too (by class, as :mod:`jaxqueue.theory.generic.phases`;
-            JSQ-like routing then only while the profile's peak stays below
-            the capacity). ``diagnostics["orbit"]`` holds the orbit over one
-            period.
+        <options>
+            In the mean field: a service law other than exp(1) gives the
+            generic mean field with phases (:mod:`jaxqueue.theory.generic.phases`;
+            its quantiles are always computed); pools give the mean field by
+            pool and phase, for the exchangeable policies that route on queue
+            lengths (not ``jsew``; ``diagnostics["pool_occupancy"]`` holds each
+            pool's queue-length law); ``arrivals`` must be a periodic rate
+            profile (a :class:`~jaxqueue.core.arrivals.Profile` or a
+            ``time,rate`` CSV file; ``load`` is its time mean): the averages
+            over the periodic regime of the mean-field ODE
+            (:mod:`jaxqueue.theory.profiles.periodic`), for the policies with
+            the generic mean field (JSQ-like routing with a service law or
+            pools only while the peak stays below the capacity;
+            ``diagnostics["orbit"]`` holds the orbit over one period).
         window: with ``arrivals``, ``(start, length)``: average over that
             window of the periodic regime (a simulation's
             ``settings["time_warmup"]`` and ``settings["time_measured"]``)
             instead of one period.
         solver: the settings of the generic fixed points (with or without
-            phases and pools): a :class:`~jaxqueue.theory.Solver` or one of
-            its parts, :class:`~jaxqueue.theory.Newton` (``tol``,
-            ``max_iter``), :class:`~jaxqueue.theory.Settle` (the ODE run
-            that starts Newton) or :class:`~jaxqueue.theory.LevelGrowth` (the
-            adaptive level count's ``tol``); ``None``: the defaults. The
-            closed forms, the per-server mean fields and the periodic regime
-            have no such settings: a ``solver`` there is an error.
+            phases and pools) and of the periodic regime: a
+            :class:`~jaxqueue.theory.Solver` or one of its parts,
+            :class:`~jaxqueue.theory.Newton` (``tol``, ``max_iter``),
+            :class:`~jaxqueue.theory.Settle` (the ODE run that starts Newton;
+            for the periodic regime only its ``dt``, the longest RK4 step) or
+            :class:`~jaxqueue.theory.LevelGrowth` (the adaptive level count's
+            ``tol``; not the periodic regime's); ``None`` or a field left at
+            ``None``: the solve's default. The closed forms and the
+            per-server mean fields have no such settings: a ``solver`` there
+            is an error.
         throw: ``False`` returns the result of a generic fixed point or a
             periodic regime that did not converge, its ``status`` saying how
             it ended (``MAX_ITERATIONS``, ``NON_FINITE``) and ``residual``
@@ -166,17 +154,18 @@ def mean_field(
         >>> round(mf.mean_response_time, 2)
         2.54
     """
-    pol = make(policy, d=d, z=z, **({} if order is None else {"order": order}))
+    check_options("mean_field", options, mean_field)
+    pol = make(policy, **{k: options[k] for k in ("d", "z", "order") if options.get(k) is not None})
     _refuse_tracer(load, ratio)
     if not isinstance(throw, bool):
         raise TypeError(f"throw={throw!r} must be True or False")
     request = _Request(
-        buffer=as_int(buffer),
+        buffer=as_int(options.get("buffer")),
         levels=as_int(levels),
         with_quantiles=with_quantiles,
-        service=service,
-        pools=pools,
-        arrivals=arrivals,
+        service=options.get("service"),
+        pools=options.get("pools"),
+        arrivals=options.get("arrivals"),
         window=window,
         solver=Solver.of(solver),
         throw=throw,
@@ -248,7 +237,6 @@ def _mean_field(pol, load, ratio, request: _Request) -> MeanFieldResult:
     buffer, levels, with_quantiles = request.buffer, request.levels, request.with_quantiles
     law = as_law(request.service)
     if request.arrivals is not None:
-        _no_solver(request, "the periodic regime")
         return _periodic(pol, load, ratio, law, request)
     if request.window is not None:
         raise ValueError("window= averages a periodic regime: it needs arrivals= (a rate profile)")
@@ -338,6 +326,7 @@ def _periodic(pol, load, ratio, law, request: _Request):
         window=request.window,
         service=law,
         pools=request.pools,
+        solver=request.solver,
     )
     if orbit.status != 0 and request.throw:
         raise RuntimeError(

@@ -11,7 +11,6 @@ import inspect
 import pytest
 
 import jaxqueue as jq
-from jaxqueue import api
 from jaxqueue.core.config import BOUND_KEYS, MODEL_KEYS, RUN_KEYS, Bounds, Model, RunOptions
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.exact import solve_exact
@@ -39,9 +38,11 @@ def test_types_are_frozen_hashable_and_lists_become_tuples():
 
 def test_defaults_are_the_keyword_apis():
     """RunOptions() and Bounds() are what the keywords default to (api.simulate and the plan)."""
+    shown = inspect.signature(jq.simulate).parameters
     for key in RUN_KEYS + BOUND_KEYS:
         default = getattr(RunOptions(), key) if key in RUN_KEYS else getattr(Bounds(), key)
-        assert api._DEFAULTS[key] == default, key
+        assert shown[key].default == default, key
+        assert shown[key].kind is inspect.Parameter.KEYWORD_ONLY
     assert RunOptions().batches == runner.BATCHES
     sweep_keys = set(inspect.signature(jq.simulate).parameters)
     assert set(MODEL_KEYS) - {"policy", "n_servers", "n_dispatchers"} <= sweep_keys
@@ -147,3 +148,23 @@ def test_values_from_the_command_lines_flags():
         "empty",
     )
     assert Bounds.from_namespace(args) == Bounds()
+
+
+def test_an_option_is_declared_once_and_shown_where_it_is_taken():
+    """The keywords of simulate are generated from the fields: each field's
+    documentation appears in simulate's docstring (and sweep's signature is
+    simulate's); a keyword given at its default beside ``run=`` still counts
+    as given (only what the caller passes is an option)."""
+    doc = jq.simulate.__doc__
+    assert "<options>" not in doc
+    for f in dataclasses.fields(RunOptions) + dataclasses.fields(Bounds):
+        words = " ".join(f.metadata["doc"].split()[:6])
+        assert f"{f.name}: {words}" in " ".join(doc.split()), f.name
+    assert (
+        list(inspect.signature(jq.sweep).parameters)[4:]
+        == list(inspect.signature(jq.simulate).parameters)[4:]
+    )
+    with pytest.raises(TypeError, match="replicas given beside run="):
+        jq.simulate("pod", 0.9, 10, run=RunOptions(), replicas=RunOptions().replicas)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'replica'; did you mean"):
+        jq.simulate("pod", 0.9, 10, replica=4)

@@ -20,6 +20,7 @@ from jaxqueue import theory
 from jaxqueue.core.arrivals import MMPP, Profile
 from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
+from jaxqueue.theory import LevelGrowth, Newton, Settle
 from jaxqueue.theory.profiles import periodic
 
 #: Five segments, peak 0.96 at load 0.6 (the profile of tests/sim/test_arrivals.py).
@@ -122,7 +123,9 @@ def test_the_period_map_keeps_the_iqueue_conservation_law():
     levels the map iteration ended 401 periods later on an orbit whose
     I-queues listed 13% fewer servers than were idle (and at r = 10 on the
     daily profile it never met tol). Each period now ends on the law."""
-    orbit = periodic.periodic_orbit("jiq", 0.8, DAY, 5.0, iqueue_levels=8, max_newton=0)
+    orbit = periodic.periodic_orbit(
+        "jiq", 0.8, DAY, 5.0, iqueue_levels=8, solver=Newton(max_iter=0)
+    )
     L = orbit.system.levels
     assert orbit.status == Status.CONVERGED and orbit.periods < 40
     assert orbit.start[L:].sum() / 5.0 == pytest.approx(1.0 - orbit.start[0], abs=1e-12)
@@ -142,8 +145,10 @@ def test_errors_name_the_parameter():
         theory.mean_field("pod", 0.8, arrivals=DAY, window=(-1.0, 5.0))
     with pytest.raises(ValueError, match="load=1.0"):
         theory.mean_field("pod", 1.0, arrivals=DAY)
-    with pytest.raises(ValueError, match="dt="):
-        periodic.periodic_orbit("pod", 0.8, DAY, dt=2.0)
+    with pytest.raises(ValueError, match="Settle.dt=2.0 is out of range for a periodic regime"):
+        periodic.periodic_orbit("pod", 0.8, DAY, solver=Settle(dt=2.0))
+    with pytest.raises(ValueError, match="a periodic regime takes Newton's tol and max_iter"):
+        theory.mean_field("pod", 0.8, arrivals=DAY, solver=LevelGrowth(tol=1e-8))
 
 
 @pytest.mark.slow  # the periodic regime over a window is checked fast through compare below

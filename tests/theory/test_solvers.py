@@ -25,7 +25,7 @@ from jaxqueue.theory.generic.solvers import bracketed_root
     [
         (lambda: Newton(tol=0.0), r"Newton.tol=0.0 is out of range: need a number in \(0, 1\)"),
         (lambda: Newton(tol=float("nan")), "Newton.tol=nan is out of range"),
-        (lambda: Newton(max_iter=0), r"Newton.max_iter=0 is out of range: need 1..1000000"),
+        (lambda: Newton(max_iter=-1), r"Newton.max_iter=-1 is out of range: need 0..1000000"),
         (lambda: Newton(max_iter=2.5), "Newton.max_iter=2.5 is not an integer"),
         (lambda: Settle(time=-1.0), r"Settle.time=-1.0 is out of range: need a number in \[0"),
         (lambda: Settle(dt=0), r"Settle.dt=0 is out of range: need a number in \(0, 10\)"),

@@ -47,15 +47,11 @@ from jaxqueue.theory.generic.models import (
     settle_flow,
     transient_states,
 )
+from jaxqueue.theory.generic.settings import LEVEL_TOL, NEWTON, LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.generic.solvers import (
     DEFAULT_LEVELS,
-    LEVEL_TOL,
     MAX_AUTO_LEVELS,
     MAX_DENSE_LEVELS,
-    LevelGrowth,
-    Newton,
-    Settle,
-    Solver,
     extend_levels,
     grow_levels,
     grown_levels,
@@ -328,10 +324,10 @@ def fixed_point(
             :func:`default_iqueue_levels`: ``max(30, 4 r + 10)``, or
             ``max(30, r + 30)`` where idle servers join the shortest of
             ``d >= 2`` I-queues); the mass at both bounds is reported.
-        solver: the solver's settings (:class:`~jaxqueue.theory.generic.solvers.Solver`,
+        solver: the solver's settings (:class:`~jaxqueue.theory.generic.settings.Solver`,
             or one of its parts): Newton's ``tol`` and ``max_iter``, the level
             growth's ``tol`` (the adaptive count's target mass at the bound), and
-            the ODE run (RK4, :class:`~jaxqueue.theory.generic.solvers.Settle`;
+            the ODE run (RK4, :class:`~jaxqueue.theory.generic.settings.Settle`;
             default 50 time units in steps of 0.1) that gives Newton its start: from
             the empty system, or at a load of 1 or more with a buffer from the
             full one (overload fills the buffer at ``load - 1`` tasks per unit
@@ -432,7 +428,7 @@ def _solve_on(pol, system, load, ratio, solver: Solver, start) -> FixedPoint:
     """The fixed point on ``system``'s bounds: Newton from ``start`` or from an ODE run."""
     buffer = system.buffer
     warmup_time, dt = solver.settle.of(50.0, 0.1)
-    tol, max_newton = solver.newton.tol, solver.newton.max_iter
+    tol, max_newton = solver.newton.of(*NEWTON)
     with host_float64():
         lam = jnp.float64(load)
         r = jnp.float64(ratio if system.iqueue_levels else 1.0)

@@ -54,14 +54,8 @@ from jaxqueue.theory.generic.exponential import Rates, kinked
 from jaxqueue.theory.generic.meanfield import LEVEL_TOL, TRANSIENT_TOL, policy_and_system
 from jaxqueue.theory.generic.models import ByClass, rk4_run, settle_flow, transient_states
 from jaxqueue.theory.generic.phases_result import FixedPoint, Transient, as_result, summarize
-from jaxqueue.theory.generic.solvers import (
-    LevelGrowth,
-    Newton,
-    Settle,
-    Solver,
-    grow_levels,
-    newton,
-)
+from jaxqueue.theory.generic.settings import NEWTON, LevelGrowth, Newton, Settle, Solver
+from jaxqueue.theory.generic.solvers import grow_levels, newton
 
 #: How long the ODE run that gives Newton its start lasts by default (time units).
 WARMUP_TIME = 20.0
@@ -148,11 +142,9 @@ def _newton_step(x, load, ratio, law, policy, system):
 def _newton(x, lam, r, lawa, pol, system, settings: Newton):
     """Newton with backtracking on the max-norm of the residual; x stays in [0, 1]:
     ``(x, status, iterations, residual, rates)``."""
+    tol, max_iter = settings.of(*NEWTON)
     out = newton(
-        lambda y: _newton_step(y, lam, r, lawa, pol, system),
-        x,
-        tol=settings.tol,
-        max_iter=settings.max_iter,
+        lambda y: _newton_step(y, lam, r, lawa, pol, system), x, tol=tol, max_iter=max_iter
     )
     rt = Rates(*(np.asarray(v, np.float64) for v in out.aux))
     return out.x, out.status, out.iterations, out.residual, rt
@@ -166,7 +158,7 @@ def _solve(lawa, lam, r, pol, system, ratio, start, dt, solver: Solver):
     the sliding flow settles on the fixed point instead (:func:`_settle`), as it
     does where Newton fails. ``dt``: the ODE's step (the model's default where
     ``solver.settle`` leaves it)."""
-    tol, warmup_time = solver.newton.tol, solver.settle.of(WARMUP_TIME, None)[0]
+    tol, warmup_time = solver.newton.of(*NEWTON)[0], solver.settle.of(WARMUP_TIME, None)[0]
     if start is not None:
         return _newton(jnp.asarray(start, jnp.float64), lam, r, lawa, pol, system, solver.newton)
     L, P = system.levels, int(lawa.alpha.shape[0])
@@ -259,10 +251,10 @@ def fixed_point(
             objects (see :func:`server_classes`; the module docstring, "Server
             pools"). ``service`` may then be None (exponential service).
             Infinite buffers need ``load`` below the pools' capacity.
-        solver: the solver's settings (:class:`~jaxqueue.theory.generic.solvers.Solver`,
+        solver: the solver's settings (:class:`~jaxqueue.theory.generic.settings.Solver`,
             or one of its parts): Newton's ``tol`` and ``max_iter`` (per level
             count), the level growth's ``tol``, and the ODE run (RK4,
-            :class:`~jaxqueue.theory.generic.solvers.Settle`) that gives Newton
+            :class:`~jaxqueue.theory.generic.settings.Settle`) that gives Newton
             its start: by default 20 time units in steps of about ``1.25 /
             (largest rate)``, at most 0.1; if Newton fails from there, the run
             goes on for four times as long and Newton starts again; a ``time``

@@ -20,6 +20,7 @@ from jaxqueue.core.system import check_load
 from jaxqueue.policies import make
 from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.generic.models import model_of
+from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.profiles.periodic_flow import (
     MIN_STEPS,
     flow,
@@ -87,12 +88,10 @@ def periodic_orbit(
     buffer: int | None = None,
     levels: int | None = None,
     iqueue_levels: int | None = None,
-    dt: float = DEFAULT_DT,
-    tol: float = 1e-10,
-    max_newton: int = 30,
     window=None,
     service=None,
     pools=None,
+    solver: Solver | Newton | Settle | None = None,
 ) -> PeriodicOrbit:
     """The periodic regime of the generic mean field under a rate profile (float64).
 
@@ -109,11 +108,6 @@ def periodic_orbit(
             fixed point's defaults until the orbit's mass at the bound is
             below :data:`REMAINDER`. Given bounds are used as they are (the
             mass at them is reported in ``averages.truncated``).
-        dt: the longest RK4 step, in ``(0, 1]`` (with a service law or pools
-            at most the step :mod:`jaxqueue.theory.generic.phases` takes at the peak).
-        tol: ``max |Phi(x) - x|`` at which the orbit counts as found.
-        max_newton: the most Newton steps, tried once where the period map
-            contracts slowly (0: iterate the map only).
         window: ``(start, length)``: average over ``[start, start + length]``
             of the periodic regime (time 0 is phase 0 of the profile), as a
             simulation's measured window; ``None``: one period.
@@ -121,6 +115,17 @@ def periodic_orbit(
             :func:`jaxqueue.theory.generic.phases.fixed_point`: the ODE by class of
             that module (the module docstring, "By class"); ``averages`` is
             then a :class:`jaxqueue.theory.generic.phases.FixedPoint`.
+        solver: :class:`~jaxqueue.theory.generic.settings.Newton` on the period
+            map (``tol``: ``max |Phi(x) - x|`` at which the orbit counts as
+            found, default ``1e-10``; ``max_iter``: the most Newton steps, tried
+            once where iterating the map contracts slowly, default 30, 0:
+            iterate the map only) and
+            :class:`~jaxqueue.theory.generic.settings.Settle`'s ``dt``, the
+            longest RK4 step, in ``(0, 1]`` (default 0.1; with a service law or
+            pools at most the step :mod:`jaxqueue.theory.generic.phases` takes
+            at the peak); a :class:`~jaxqueue.theory.generic.settings.Solver` of
+            them, or one alone. The level growth is the orbit's own
+            (:data:`REMAINDER`).
 
     Returns:
         A :class:`PeriodicOrbit`.
@@ -131,10 +136,18 @@ def periodic_orbit(
             arrivals that are not a rate profile.
     """
     profile = as_profile(arrivals)
-    if not (isinstance(dt, (int, float)) and 0.0 < dt <= 1.0):
-        raise ValueError(f"dt={dt!r} is out of range: need 0 < dt <= 1")
-    if not (isinstance(tol, (int, float)) and 0.0 < tol < 1.0):
-        raise ValueError(f"tol={tol!r} is out of range: need 0 < tol < 1")
+    solver = Solver.of(solver)
+    tol, max_newton = solver.newton.of(1e-10, 30)
+    dt = solver.settle.of(0.0, DEFAULT_DT)[1]
+    if solver.settle.time is not None or solver.levels != LevelGrowth():
+        raise ValueError(
+            f"solver={solver!r}: a periodic regime takes Newton's tol and max_iter and "
+            "Settle's dt only (its level growth is its own)"
+        )
+    if not dt <= 1.0:
+        raise ValueError(
+            f"Settle.dt={dt!r} is out of range for a periodic regime: need 0 < dt <= 1"
+        )
     win = _check_window(window, profile.period)
     classes, lam, cap, levels = _first_bounds(
         policy, load, service, pools, ratio, d, buffer, levels
