@@ -29,6 +29,8 @@ Sub-packages, one idea each (a module depends only on those listed before it):
   al.'s approximation of JIQ (:func:`lu_approximation`, :func:`lu_result`),
   the M/M/N queue (``baselines.erlang``) and the Halfin-Whitt diffusion limit
   (``baselines.diffusion``);
+* :mod:`~jaxqueue.theory.solve` -- :func:`fixed_point` and :func:`transient`
+  of the generic mean field, either model, one signature;
 * :mod:`~jaxqueue.theory.result` -- :class:`MeanFieldResult`, the
   :class:`~jaxqueue.results.schema.Result` of the mean field, and
   :mod:`~jaxqueue.theory.dispatch` -- :func:`mean_field`, which picks the
@@ -62,6 +64,7 @@ from jaxqueue.theory.finite_n.refined import RefinedMeanField, refined_mean_fiel
 from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.result import MeanFieldResult
+from jaxqueue.theory.solve import fixed_point, transient
 
 __all__ = [
     "solve_p0",
@@ -71,6 +74,8 @@ __all__ = [
     "tail",
     "mean_response_time",
     "mean_field",
+    "fixed_point",
+    "transient",
     "Solver",
     "Newton",
     "Settle",
