@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from jaxqueue.core.config import Model
+from jaxqueue.core.config import Model, options_from
 
-__all__ = ["model_of", "order_option"]
+__all__ = ["model_of", "policy_options"]
 
 
-def order_option(args) -> dict:
-    """``order=`` only when given (a policy without the option then never sees it)."""
-    return {} if args.order is None else {"order": args.order}
+def policy_options(args) -> dict:
+    """The policy's options given (``--d``, ``--z``, ``--order``; a policy without
+    one then never sees it)."""
+    return options_from(args, ("d", "z", "order"))
 
 
 def model_of(args, **more):
-    """The Model of the command's flags (``--policy`` to ``--arrivals``)."""
+    """The Model of the command's flags (``--policy`` to ``--pools``)."""
+    options = options_from(args, ("buffer", "service", "pools"))
     return Model(
-        args.policy,
-        args.servers,
-        args.dispatchers,
-        d=args.d,
-        z=args.z,
-        buffer=args.buffer,
-        service=args.service,
-        pools=args.pools,
-        **order_option(args),
-        **more,
+        args.policy, args.servers, args.dispatchers, **policy_options(args), **options, **more
     )

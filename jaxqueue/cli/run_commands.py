@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from jaxqueue import api
-from jaxqueue.cli.flags import model_of, order_option
+from jaxqueue.cli.flags import model_of, policy_options
 from jaxqueue.cli.output import emit, servers_line
 from jaxqueue.core.config import Bounds, RunOptions, options_from
 from jaxqueue.core.system import halfin_whitt_load, heavy_traffic_load
@@ -96,7 +96,7 @@ def cmd_transient(args) -> int:
         seed=args.seed,
         **options_from(args, transient.option_names),
     )
-    pol = make(args.policy, d=args.d, z=args.z, **order_option(args))
+    pol = make(args.policy, **policy_options(args))
     has_mf = pol.has_queue_length_ode(args.pools)
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))

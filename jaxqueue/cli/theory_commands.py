@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from jaxqueue import theory
-from jaxqueue.cli.flags import model_of, order_option
+from jaxqueue.cli.flags import model_of, policy_options
 from jaxqueue.cli.output import emit, print_tail_rest, tail_levels
 from jaxqueue.cli.policies_command import cmd_policies
 from jaxqueue.core.config import options_from
@@ -103,10 +103,8 @@ def _lu(args) -> int:
         args.policy,
         args.load,
         args.ratio,
-        d=args.d,
-        z=args.z,
-        **order_option(args),
         levels=args.levels,
+        **policy_options(args),
     )
     return emit(res, args)
 

@@ -295,15 +295,7 @@ def _mean_fields(model: Model, loads, limit) -> list | None:
     if pol.mean_field_kind() != "none":
         try:
             theory = [
-                mean_field(
-                    pol,
-                    lam,
-                    limit,
-                    buffer=model.buffer,
-                    service=model.service,
-                    pools=model.pools,
-                    with_quantiles=source is None,
-                )
+                mean_field(pol, lam, limit, with_quantiles=source is None, **_servers(model))
                 for lam in loads
             ]
         # a solver that refuses this point (JIQ-Threshold, z >= 2), or a
@@ -317,6 +309,11 @@ def _mean_fields(model: Model, loads, limit) -> list | None:
             logging.WARNING,
         )
     return theory
+
+
+def _servers(model: Model) -> dict:
+    """The model's servers as the mean field takes them: buffer, service law, pools."""
+    return dict(buffer=model.buffer, service=model.service, pools=model.pools)
 
 
 def _record_nominal(mf: Result | None, nominal) -> None:
@@ -339,14 +336,7 @@ def _periodic_theory(model: Model, res, limit) -> Result | None:
     )
     try:
         return mean_field(
-            pol,
-            lam,
-            limit,
-            buffer=model.buffer,
-            service=model.service,
-            pools=model.pools,
-            arrivals=model.arrivals,
-            window=window,
+            pol, lam, limit, arrivals=model.arrivals, window=window, **_servers(model)
         )
     # the periodic regime was not found, or a setting its solver does not cover
     except (RuntimeError, NotImplementedError) as err:

@@ -111,6 +111,11 @@ def theory_values(points: list[Point], kind: str, cache: dict, results=None, sou
     return [cache[key] for key in keys]
 
 
+def _servers(point: Point) -> dict:
+    """The point's servers as the theory takes them: buffer, service law and pools."""
+    return dict(buffer=point.buffer, service=point.service, pools=point.pool_set())
+
+
 def _solve(point: Point, kind: str, window, sources):
     """The theory of one point (see :func:`theory_values`), or None; its mean field
     without the response-time quantiles."""
@@ -122,13 +127,7 @@ def _solve(point: Point, kind: str, window, sources):
         if (
             window is not None
             and periodic.refusal(
-                pol,
-                point.load,
-                sources(point.arrivals),
-                point_ratio(point),
-                buffer=point.buffer,
-                service=point.service,
-                pools=point.pool_set(),
+                pol, point.load, sources(point.arrivals), point_ratio(point), **_servers(point)
             )
             is None
         ):
@@ -136,12 +135,10 @@ def _solve(point: Point, kind: str, window, sources):
                 pol,
                 point.load,
                 point_ratio(point),
-                buffer=point.buffer,
                 with_quantiles=False,
                 arrivals=sources(point.arrivals),
                 window=window,
-                service=point.service,
-                pools=point.pool_set(),
+                **_servers(point),
             )
     elif kind == "erlang":
         value = erlang_result(point.servers, point.load) if plain else None
@@ -157,27 +154,11 @@ def _solve(point: Point, kind: str, window, sources):
             ("generic", "closed-form") + (per_server if plain else ())
         ):
             value = mean_field(
-                pol,
-                point.load,
-                point_ratio(point),
-                buffer=point.buffer,
-                with_quantiles=False,
-                service=point.service,
-                pools=point.pool_set(),
+                pol, point.load, point_ratio(point), with_quantiles=False, **_servers(point)
             )
     else:
-        value = solve_exact(
-            Model(
-                point.policy,
-                point.servers,
-                point.dispatchers,
-                buffer=point.buffer,
-                service=point.service,
-                pools=point.pools,
-                **opts,
-            ),
-            point.load,
-        )
+        model = Model(point.policy, point.servers, point.dispatchers, **opts)
+        value = solve_exact(model.replace(**_servers(point), pools=point.pools), point.load)
     return value
 
 
