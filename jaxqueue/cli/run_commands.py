@@ -92,8 +92,6 @@ def cmd_transient(args) -> int:
         times=args.times,
         start_load=args.start_load,
         warmup_time=args.warmup_time,
-        replicas=args.replicas,
-        seed=args.seed,
         **options_from(args, transient.option_names),
     )
     pol = make(args.policy, **policy_options(args))
