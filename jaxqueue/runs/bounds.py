@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, exponential
@@ -24,6 +25,7 @@ from jaxqueue.policies.classic import Random
 from jaxqueue.policies.jiq import IdleFirst
 from jaxqueue.theory import mean_field
 from jaxqueue.theory.closed.p0 import host_p0, iqueue_distribution
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 
 __all__ = [
@@ -383,13 +385,10 @@ def source_levels(
     ratio = limit_ratio(policy, n_servers, n_dispatchers)
     try:
         tail = periodic.largest_tail(
-            policy,
+            Limit(policy, ratio, service=law, pools=pools),
             float(load),
             stress_path(source, float(load), n_servers),
-            ratio,
-            service=law,
-            pools=pools,
-            iqueue_levels=STRESS_IQUEUE_LEVELS if ratio else None,
+            bounds=Bounds(iqueue_levels=STRESS_IQUEUE_LEVELS if ratio else None),
         )
     except (ValueError, RuntimeError, NotImplementedError):
         return None

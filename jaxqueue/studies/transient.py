@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.runs.transient import TransientResult, transient
 from jaxqueue.studies.plotting.plots import pyplot_free_figure
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 
 __all__ = ["transient_study", "plot_transient"]
 
@@ -111,12 +113,13 @@ def _phase_ode(pol, load, service, ratio, res, start_load, dt, opts):
     grid of 200 steps and the simulated times, from the empty system or the
     fixed point at ``start_load``: ``(times, tails, iq_tails, pool_busy)``,
     ``pool_busy`` ``(times, pools)`` each pool's busy fraction (None without pools)."""
-    start = None
+    limit = Limit(pol, ratio, opts["d"], opts["buffer"], service, opts.get("pools"))
+    bounds, start = Bounds(opts["levels"]), None
     if start_load is not None:
-        start = phases.fixed_point(pol, start_load, service, ratio, **opts)
+        start = phases.fixed_point(limit, start_load, bounds=bounds)
     t_end = float(np.max(res.times))
     grid = np.unique(np.concatenate([np.linspace(0.0, t_end, 201), np.asarray(res.times)]))
-    ode = phases.transient(pol, load, service, ratio, times=grid, start=start, dt=dt, **opts)
+    ode = phases.transient(limit, load, times=grid, start=start, dt=dt, bounds=bounds)
     iq = ode.iq_tails if ode.iq_tails is not None else np.ones((grid.size, 1))
     busy = None
     if opts.get("pools") is not None:  # x[k, c] summed over a pool's busy classes, over its share

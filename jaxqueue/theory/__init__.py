@@ -17,7 +17,8 @@ Sub-packages, one idea each (a module depends only on those listed before it):
   exponential servers, ``generic.exponential``, and server classes of
   phase-type service and pools, ``generic.byclass``), and their fixed points
   and transients (``meanfield.fixed_point``, ``phases.fixed_point``, their
-  ``transient``);
+  ``transient``; the by-class solves and the periodic regime take the system
+  as one value, :class:`Limit`);
 * :mod:`~jaxqueue.theory.profiles` -- the periodic regime of either model
   under a rate profile (``profiles.periodic.periodic_orbit``);
 * :mod:`~jaxqueue.theory.per_server` -- the mean fields that follow one server
@@ -62,6 +63,7 @@ from jaxqueue.theory.dispatch import mean_field
 from jaxqueue.theory.finite_n import refined
 from jaxqueue.theory.finite_n.refined import RefinedMeanField, refined_mean_field
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.result import MeanFieldResult
 from jaxqueue.theory.solve import fixed_point, transient
@@ -80,6 +82,7 @@ __all__ = [
     "Newton",
     "Settle",
     "LevelGrowth",
+    "Limit",
     "MeanFieldResult",
     "max_load_for_target",
     "MaxLoadResult",

@@ -17,13 +17,14 @@ import math
 import numbers
 from typing import NamedTuple
 
-from jaxqueue.core.config import check_options, takes_options
+from jaxqueue.core.config import Bounds, check_options, takes_options
 from jaxqueue.core.service import as_law
 from jaxqueue.core.system import as_int, check_int, check_load
 from jaxqueue.policies import make
 from jaxqueue.policies.base import PER_SERVER_MEAN_FIELDS
 from jaxqueue.theory.closed.closed_forms import closed_form_of, closed_form_result
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.per_server import tagged_server, threshold
 from jaxqueue.theory.profiles import periodic
@@ -316,16 +317,12 @@ def _periodic(pol, load, ratio, law, request: _Request):
     fp_ratio = None if one_dispatcher else ratio
     if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
         raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
+    limit = Limit(pol, fp_ratio, buffer=buffer, service=law, pools=request.pools)
     orbit = periodic.periodic_orbit(
-        pol,
+        limit.replace(arrivals=request.arrivals),
         load,
-        request.arrivals,
-        fp_ratio,
-        buffer=buffer,
-        levels=levels,
+        bounds=Bounds(levels),
         window=request.window,
-        service=law,
-        pools=request.pools,
         solver=request.solver,
     )
     if orbit.status != 0 and request.throw:
@@ -356,14 +353,11 @@ def _phase_type(pol, load, ratio, service, request: _Request):
     """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.generic.phases`)."""
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     buffer = request.buffer
+    limit = Limit(pol, None if one_dispatcher else ratio, buffer=buffer, service=service)
     fp = phases.fixed_point(
-        pol,
+        limit.replace(pools=request.pools),
         load,
-        service,
-        None if one_dispatcher else ratio,
-        buffer=buffer,
-        levels=request.levels,
-        pools=request.pools,
+        bounds=Bounds(request.levels),
         solver=request.solver,
     )
     if fp.status != 0 and request.throw:

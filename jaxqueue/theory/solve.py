@@ -17,6 +17,7 @@ from __future__ import annotations
 from jaxqueue.core.config import Bounds, check_options, takes_options
 from jaxqueue.core.service import as_law
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.meanfield import TRANSIENT_TOL
 from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 
@@ -66,7 +67,10 @@ def fixed_point(
     law = as_law(options.get("service"))
     if options.get("pools") is None and (law is None or law.is_unit_exponential):
         return meanfield.fixed_point(policy, load, ratio, **shared)
-    return phases.fixed_point(policy, load, law, ratio, pools=options.get("pools"), **shared)
+    limit = Limit(policy, ratio, options.get("d"), options.get("buffer"), law)
+    return phases.fixed_point(
+        limit.replace(pools=options.get("pools")), load, bounds=bounds, solver=solver
+    )
 
 
 @takes_options("d", "buffer", "service", "pools")
@@ -100,19 +104,12 @@ def transient(
         ``tails``, ``phase_counts``, ``iq_tails``).
     """
     check_options("transient", options, transient)
-    b = Bounds() if bounds is None else bounds
-    law = as_law(options.get("service"))
+    limit = Limit(policy, ratio, options.get("d"), options.get("buffer"), options.get("service"))
     return phases.transient(
-        policy,
+        limit.replace(pools=options.get("pools")),
         load,
-        "exp" if law is None else law,
-        ratio,
         times=times,
         start=start,
-        d=options.get("d"),
-        buffer=options.get("buffer"),
-        levels=b.levels,
-        iqueue_levels=b.iqueue_levels,
-        pools=options.get("pools"),
+        bounds=bounds,
         tol=tol,
     )

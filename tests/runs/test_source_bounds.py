@@ -10,6 +10,7 @@ import jaxqueue as jq
 from jaxqueue.core.arrivals import MMPP, Profile, Trace
 from jaxqueue.core.service import make_pools
 from jaxqueue.runs import bounds, planner
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 
 #: A day of 240 time units whose peak, 1.35 at load 0.9, passes the capacity.
@@ -21,7 +22,7 @@ def test_a_constant_path_stays_at_the_fixed_point():
     own load is the fixed point's lambda^k, but for what the start leaves out (it
     is the fixed point on the first bound, 40 levels: a mass of 0.7^40 = 6.4e-7
     past it, which 30 time units only partly restore)."""
-    tail = periodic.largest_tail("random", 0.7, [(0.7, 30.0)])
+    tail = periodic.largest_tail(Limit("random"), 0.7, [(0.7, 30.0)])
     k = np.arange(tail.size)
     assert tail.size - 1 > 40 and tail[-1] <= periodic.REMAINDER
     assert np.max(np.abs(tail - 0.7**k)) < 0.7**40
@@ -32,7 +33,7 @@ def test_a_longer_burst_builds_longer_queues():
     """JSQ fills one level after another while the load is above 1: after a burst
     at 1.5 for t units, more than 1 + 0.5 t levels are busy (mass above 1/2)."""
     for t in (3.0, 6.0):  # 30 and 60 RK4 steps: one compiled schedule of 64
-        tail = periodic.largest_tail("jsq", 0.9, [(1.5, t)])
+        tail = periodic.largest_tail(Limit("jsq"), 0.9, [(1.5, t)])
         assert tail[int(1 + 0.5 * t)] > 0.5 > tail[int(3 + 0.5 * t)]
 
 
@@ -69,7 +70,7 @@ def test_a_peak_past_the_capacity_fits_the_default_bound():
     the capacity (16 levels) overflows."""
     kw = dict(arrivals=DAY, replicas=2, time=300, warmup_time=60, seed=1)
     plan = planner.plan("pod", [0.9], 1000, 1, **kw)
-    tail = periodic.largest_tail("pod", 0.9, bounds.stress_path(DAY, 0.9, 1000))
+    tail = periodic.largest_tail(Limit("pod"), 0.9, bounds.stress_path(DAY, 0.9, 1000))
     need = int(np.nonzero(1000 * tail < 1e-6)[0][0])
     assert plan.system.levels >= need > 16
     res = jq.simulate("pod", 0.9, 1000, 1, **kw)  # raises on an overflow

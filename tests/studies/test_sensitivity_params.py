@@ -28,6 +28,7 @@ from jaxqueue.studies.crn.sensitivity_sides import (
     system_default_step,
     system_value,
 )
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles.periodic import periodic_orbit
 from jaxqueue.theory.profiles.periodic_result import as_result
 
@@ -185,7 +186,7 @@ def test_the_amplitude_against_the_periodic_mean_field():
     for side, value in zip(s.sides, s.values):
         arr = side_model(model, "amplitude", value).arrivals
         window = (side.settings["time_warmup"], side.settings["time_measured"])
-        orbit = periodic_orbit("pod", 0.7, arr, d=2, window=window)
+        orbit = periodic_orbit(Limit("pod", d=2, arrivals=arr), 0.7, window=window)
         sides.append(as_result(orbit, "pod", 0.7, None, arr))
     for name in names:
         ref = (getattr(sides[1], name) - getattr(sides[0], name)) / (s.values[1] - s.values[0])

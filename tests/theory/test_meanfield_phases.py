@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxqueue import theory
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.service import (
     PhaseType,
     erlang,
@@ -23,6 +24,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.policies import make
 from jaxqueue.theory import Settle
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 
 LOAD = 0.9
 #: I-queue sizes represented at r = 10 (Q_30 ~ 1e-15): a smaller grid than the default
@@ -44,10 +46,10 @@ def _point(name, service):
     key = (name, service if isinstance(service, str) else service.label)
     if key not in _cache:
         opts = dict(CASES[name])
-        ratio = opts.pop("ratio", None)
-        if key[1] == "exp":
-            opts["solver"] = Settle(time=0.0)
-        _cache[key] = phases.fixed_point(name, LOAD, service, ratio, **opts)
+        ratio, iq = opts.pop("ratio", None), opts.pop("iqueue_levels", None)
+        solver = Settle(time=0.0) if key[1] == "exp" else None
+        limit = Limit(name, ratio, service=service, **opts)
+        _cache[key] = phases.fixed_point(limit, LOAD, bounds=Bounds(None, iq), solver=solver)
     return _cache[key]
 
 
@@ -104,7 +106,8 @@ def q_conserved(fp, ratio):
 def _random_levels():
     if "random" not in _cache:
         law = hyperexponential(4.0)
-        _cache["random"] = phases.fixed_point("random", 0.7, law, solver=Settle(time=0.0)).levels
+        limit = Limit("random", service=law)
+        _cache["random"] = phases.fixed_point(limit, 0.7, solver=Settle(time=0.0)).levels
         assert phases.mph1_tail_decay(0.7, law) ** _cache["random"] < phases.LEVEL_TOL
     return _cache["random"]
 
@@ -123,7 +126,8 @@ def test_random_routing_gives_independent_mph1_queues(law):
     # for all three, so that the two-phase laws share a compilation
     levels = _random_levels()
     # the drift is linear: Newton from the empty system, no ODE run
-    fp = phases.fixed_point("random", 0.7, law, levels=levels, solver=Settle(time=0.0))
+    limit, bounds = Limit("random", service=law), Bounds(levels)
+    fp = phases.fixed_point(limit, 0.7, bounds=bounds, solver=Settle(time=0.0))
     assert fp.status is Status.CONVERGED and fp.levels == levels
     assert fp.truncated[0] < 1e-12
     assert fp.tail[1] == pytest.approx(0.7, abs=1e-12)  # the fraction busy is the load
@@ -165,7 +169,8 @@ def test_jiq_with_phases_keeps_its_iqueue_conservation_law():
 
 @pytest.mark.slow
 def test_pod2_erlang_is_faster_than_hyperexponential():
-    erl, hyp = phases.fixed_point("pod", LOAD, "erlang:4", d=2), _point("pod", "hyperexp:4")
+    erl = phases.fixed_point(Limit("pod", d=2, service="erlang:4"), LOAD)
+    hyp = _point("pod", "hyperexp:4")
     assert erl.status is Status.CONVERGED and hyp.status is Status.CONVERGED
     exp = _point("pod", exponential())
     assert erl.mean_response_time < exp.mean_response_time < hyp.mean_response_time
@@ -176,30 +181,31 @@ def test_pod2_erlang_is_faster_than_hyperexponential():
 def test_transient_keeps_the_conservation_law_and_rests_at_the_fixed_point():
     fp = _point("jiq", "erlang:2")
     times = np.array([0.0, 1.0, 5.0, 20.0])
-    tr = phases.transient("jiq", LOAD, "erlang:2", 10.0, times=times, iqueue_levels=J)
+    limit, bounds = Limit("jiq", 10.0, service="erlang:2"), Bounds(None, J)
+    tr = phases.transient(limit, LOAD, times=times, bounds=bounds)
     assert tr.tails.shape == (4, fp.levels + 1) and tr.phase_counts.shape == (4, fp.levels + 1, 2)
     np.testing.assert_allclose(tr.tails[0, 1:], 0.0)  # the empty system
     assert np.all(np.diff(tr.tails[:, 1]) > 0)
     listed = tr.iq_tails[:, 1:].sum(axis=1)
     np.testing.assert_allclose(listed / 10.0, 1.0 - tr.tails[:, 1], atol=1e-10)
-    rest = phases.transient("jiq", LOAD, "erlang:2", 10.0, times=[3.0], start=fp, iqueue_levels=J)
+    rest = phases.transient(limit, LOAD, times=[3.0], start=fp, bounds=bounds)
     np.testing.assert_allclose(rest.tails[0], fp.tail, atol=1e-10)
 
 
 def test_errors_name_the_parameter():
     with pytest.raises(ValueError, match="service='gamma:2'"):
-        phases.fixed_point("pod", LOAD, "gamma:2")
+        phases.fixed_point(Limit("pod", service="gamma:2"), LOAD)
     with pytest.raises(TypeError, match="service must be"):
-        phases.fixed_point("pod", LOAD, 3)
+        phases.fixed_point(Limit("pod", service=3), LOAD)
     with pytest.raises(ValueError, match="load=0.6 is out of range"):
-        phases.fixed_point("pod", 0.6, erlang(2, mean=2.0))  # load per server 1.2
+        phases.fixed_point(Limit("pod", service=erlang(2, mean=2.0)), 0.6)  # 1.2 a server
     for name in ("jiq-original", "jiq-threshold"):
         with pytest.raises(ValueError, match="phase-type service covers the exchangeable policies"):
-            phases.fixed_point(name, LOAD, "erlang:2", 10.0)
+            phases.fixed_point(Limit(name, 10.0, service="erlang:2"), LOAD)
     with pytest.raises(ValueError, match="ratio=-1"):
-        phases.fixed_point("jiq", LOAD, "exp", -1.0)
+        phases.fixed_point(Limit("jiq", -1.0, service="exp"), LOAD)
     with pytest.raises(ValueError, match="levels=0"):
-        phases.fixed_point("pod", LOAD, "exp", levels=0)
+        phases.fixed_point(Limit("pod", service="exp"), LOAD, bounds=Bounds(0))
     with pytest.raises(ValueError, match="times must be"):
-        phases.transient("pod", LOAD, "exp", times=[2.0, 1.0])
+        phases.transient(Limit("pod", service="exp"), LOAD, times=[2.0, 1.0])
     assert theory.generic.phases is phases

@@ -21,6 +21,7 @@ from jaxqueue.core.service import Pool, erlang, exponential, mph1_mean_response_
 from jaxqueue.runs import planner
 from jaxqueue.sim import runner
 from jaxqueue.theory.generic import phases
+from jaxqueue.theory.generic.limit import Limit
 
 FAST = "0.2:2,0.8:1"  # 20% of the servers twice as fast: capacity 1.2
 
@@ -150,9 +151,9 @@ def test_command_line_theory_with_pools(capsys):
 
 def test_pools_errors_name_the_parameter():
     with pytest.raises(ValueError, match="capacity"):
-        phases.fixed_point("pod", 1.25, None, pools=FAST)  # capacity 1.2
+        phases.fixed_point(Limit("pod", pools=FAST), 1.25)  # capacity 1.2
     with pytest.raises(ValueError, match="routing at random"):
-        phases.fixed_point("random", 1.1, None, pools=FAST)  # the slow pool at 1.1
+        phases.fixed_point(Limit("random", pools=FAST), 1.1)  # the slow pool at 1.1
     with pytest.raises(NotImplementedError, match="expected wait"):
         theory.mean_field("jsew", 0.9, pools=FAST)
     with pytest.raises(ValueError, match="per-server"):

@@ -18,9 +18,11 @@ from chains import profile_mm1_reference
 import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.arrivals import MMPP, Profile
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.status import Status
 from jaxqueue.results.stats import tolerance
 from jaxqueue.theory import LevelGrowth, Newton, Settle
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 
 #: Five segments, peak 0.96 at load 0.6 (the profile of tests/sim/test_arrivals.py).
@@ -124,7 +126,7 @@ def test_the_period_map_keeps_the_iqueue_conservation_law():
     I-queues listed 13% fewer servers than were idle (and at r = 10 on the
     daily profile it never met tol). Each period now ends on the law."""
     orbit = periodic.periodic_orbit(
-        "jiq", 0.8, DAY, 5.0, iqueue_levels=8, solver=Newton(max_iter=0)
+        Limit("jiq", 5.0, arrivals=DAY), 0.8, bounds=Bounds(None, 8), solver=Newton(max_iter=0)
     )
     L = orbit.system.levels
     assert orbit.status == Status.CONVERGED and orbit.periods < 40
@@ -146,7 +148,7 @@ def test_errors_name_the_parameter():
     with pytest.raises(ValueError, match="load=1.0"):
         theory.mean_field("pod", 1.0, arrivals=DAY)
     with pytest.raises(ValueError, match="Settle.dt=2.0 is out of range for a periodic regime"):
-        periodic.periodic_orbit("pod", 0.8, DAY, solver=Settle(dt=2.0))
+        periodic.periodic_orbit(Limit("pod", arrivals=DAY), 0.8, solver=Settle(dt=2.0))
     with pytest.raises(ValueError, match="a periodic regime takes Newton's tol and max_iter"):
         theory.mean_field("pod", 0.8, arrivals=DAY, solver=LevelGrowth(tol=1e-8))
 

@@ -17,8 +17,10 @@ from chains import profile_mph1_reference
 import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.arrivals import Profile
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.service import parse_service
 from jaxqueue.results.response import ph_response_quantiles
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 
 #: Five segments, peak 0.96 at load 0.6 (as tests/theory/test_periodic.py).
@@ -109,7 +111,7 @@ def test_pools_all_alike_are_the_identical_servers_orbit(name, ratio):
 
     def orbit(**setting):  # on the same bounds
         found = periodic.periodic_orbit(
-            name, 0.6, FIVE, ratio, levels=16, iqueue_levels=ratio and 32, **setting
+            Limit(name, ratio, arrivals=FIVE, **setting), 0.6, bounds=Bounds(16, ratio and 32)
         )
         return periodic.as_result(found, name, 0.6, ratio, FIVE)
 
@@ -178,11 +180,13 @@ def test_refusals_name_the_reason():
     is covered (tests/theory/test_sliding.py)."""
     with pytest.raises(NotImplementedError, match="expected wait"):
         theory.mean_field("jsew", 0.8, arrivals=DAY, pools="0.2:2,0.8:1")
-    assert "expected wait" in periodic.refusal("jsew", 0.8, DAY, pools="0.2:2,0.8:1")
-    assert periodic.refusal("jsew", 0.8, DAY, service="erlang:2") is None  # JSQ then
+    assert "expected wait" in periodic.refusal(
+        Limit("jsew", pools="0.2:2,0.8:1", arrivals=DAY), 0.8
+    )
+    assert periodic.refusal(Limit("jsew", service="erlang:2", arrivals=DAY), 0.8) is None
     for setting in ({"service": "erlang:2"}, {"pools": "0.2:2,0.8:1"}, {}):
-        assert periodic.refusal("jsq", 0.8, DAY, **setting) is None
-    assert "tagged" in periodic.refusal("jiq-original", 0.8, DAY, 10.0)
+        assert periodic.refusal(Limit("jsq", arrivals=DAY, **setting), 0.8) is None
+    assert "tagged" in periodic.refusal(Limit("jiq-original", 10.0, arrivals=DAY), 0.8)
     with pytest.raises(ValueError, match="load=1.25"):
         theory.mean_field("pod", 1.25, arrivals=DAY, pools="0.2:2,0.8:1")
 

@@ -20,7 +20,8 @@ import jaxqueue as jq
 from jaxqueue import theory
 from jaxqueue.core.arrivals import Profile
 from jaxqueue.results.stats import tolerance
-from jaxqueue.theory.generic import meanfield
+from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 
 #: Half the period at 0.6 and half at 1.4 of the mean (as in tests/theory/test_periodic.py).
@@ -251,16 +252,14 @@ def test_by_class_jsq_fills_from_empty_above_capacity():
     included."""
     lam, dt = 1.12, 0.02
     times = dt * np.arange(1, 301)
-    erl = theory.generic.phases.transient("jsq", lam, "erlang:2", buffer=10, times=times, dt=dt)
+    erl = phases.transient(Limit("jsq", buffer=10, service="erlang:2"), lam, times=times, dt=dt)
     fill = lam * (1.0 - np.exp(-2.0 * times) * (1.0 + times))
     np.testing.assert_allclose(erl.tails[:, 1], np.minimum(fill, 1.0), atol=lam * dt**2)
     after = fill >= 1.0
     assert after.sum() > 100 and np.all(np.abs(erl.tails[after, 1] - 1.0) < 1e-12)
     assert np.all(np.diff(erl.tails[after, 2]) > 0) and erl.tails[-1, 2] > 0.3
     t, tails, _ = meanfield.transient("jsq", lam, None, buffer=10, t_end=6.0, dt=dt)
-    two = theory.generic.phases.transient(
-        "jsq", lam, None, buffer=10, times=t, dt=dt, pools="0.5:1,0.5:1"
-    )
+    two = phases.transient(Limit("jsq", buffer=10, pools="0.5:1,0.5:1"), lam, times=t, dt=dt)
     np.testing.assert_allclose(two.tails, tails, atol=1e-9)
 
 

@@ -19,6 +19,7 @@ from jaxqueue.theory import mean_field
 from jaxqueue.theory.baselines.erlang import erlang_result
 from jaxqueue.theory.baselines.lu import lu_covers, lu_result
 from jaxqueue.theory.finite_n.refined import refined_mean_field
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
 from jaxqueue.theory.result import fill_quantiles
 
@@ -127,7 +128,8 @@ def _solve(point: Point, kind: str, window, sources):
         if (
             window is not None
             and periodic.refusal(
-                pol, point.load, sources(point.arrivals), point_ratio(point), **_servers(point)
+                Limit(pol, point_ratio(point), arrivals=sources(point.arrivals), **_servers(point)),
+                point.load,
             )
             is None
         ):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.config import Bounds, check_options, takes_options
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, System, as_int, check_int, check_load
@@ -42,6 +43,7 @@ from jaxqueue.theory.finite_n.refined_result import (
     whole,
 )
 from jaxqueue.theory.generic import meanfield
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.result import TRUNCATION_LIMIT
 
 __all__ = [
@@ -100,8 +102,10 @@ def _check_work(pol, system: System, points: int = 1) -> None:
         )
 
 
-def _setup(policy, load, ratio, d, buffer, n_servers, levels, iqueue_levels):
+def _setup(limit: Limit, load, n_servers, bounds: Bounds):
     """Validate everything (before any compilation); the policy, limit and finite systems."""
+    policy, ratio, d, buffer = limit.policy, limit.ratio, limit.d, limit.buffer
+    levels, iqueue_levels = bounds.levels, bounds.iqueue_levels
     if buffer is not None:
         check_int("buffer", buffer, 1, _MAX_LEVELS)
     if levels is not None:
@@ -126,16 +130,14 @@ def _finite_system(pol, system, n_servers, ratio, buffer) -> System:
     return System(n_servers, m, buffer, buffer if buffer is not None else system.levels, 0)
 
 
+@takes_options("d", "buffer", "levels", "iqueue_levels")
 def refined_mean_field(
     policy,
     load: float,
     ratio: float | None = None,
     *,
-    d: int | None = None,
-    buffer: int | None = None,
     n_servers: int,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
+    **options,
 ) -> RefinedMeanField:
     """The 1/N-refined mean field of a policy at one point (float64, host side).
 
@@ -153,16 +155,15 @@ def refined_mean_field(
             a whole number of dispatchers) for the JIQ family with several
             dispatchers; ``None`` (or inf) for one dispatcher, which is
             JSQ-like (``NOT_DIFFERENTIABLE``). Ignored by policies without I-queues.
-        d: probes of ``pod``, ``jiq-pod``, ``idle-first``, ``jiq-sq`` (default:
-            the policy's own); ``1 <= d <= n_servers`` (``d = N`` is JSQ).
-        buffer: places per server (``>= 1``), or ``None`` for infinite buffers.
         n_servers: ``N >= 1``; the refined values are at this ``N``.
-        levels: the largest queue length represented (default ``buffer``, or
-            :data:`meanfield.DEFAULT_LEVELS` grown by the fixed point's
-            adaptive count where the tail needs more); a given one that
-            leaves more than ``1e-6`` of the tail at the bound is refused.
-        iqueue_levels: the largest I-queue size represented (default
-            :func:`jaxqueue.theory.generic.meanfield.default_iqueue_levels`).
+        <options>
+            In the refined mean field: ``1 <= d <= n_servers`` (``d = N`` is
+            JSQ); ``levels`` is the largest queue length represented
+            (default the buffer, or :data:`meanfield.DEFAULT_LEVELS` grown by
+            the fixed point's adaptive count where the tail needs more; a
+            given one that leaves more than ``1e-6`` of the tail at the bound
+            is refused), ``iqueue_levels`` the largest I-queue size
+            (default :func:`jaxqueue.theory.generic.meanfield.default_iqueue_levels`).
 
     Returns:
         :class:`RefinedMeanField`.
@@ -180,12 +181,15 @@ def refined_mean_field(
         >>> rf.refined.mean_response_time > rf.mean_field.mean_response_time
         True
     """
-    buffer, n_servers, levels, iqueue_levels = (
-        as_int(v) for v in (buffer, n_servers, levels, iqueue_levels)
+    check_options("refined_mean_field", options, refined_mean_field)
+    d, buffer, levels = (
+        options.get("d"),
+        as_int(options.get("buffer")),
+        as_int(options.get("levels")),
     )
-    pol, system, lam, r, _ = _setup(
-        policy, load, ratio, d, buffer, n_servers, levels, iqueue_levels
-    )
+    n_servers, bounds = as_int(n_servers), Bounds(levels, as_int(options.get("iqueue_levels")))
+    limit = Limit(policy, ratio, d, buffer)
+    pol, system, lam, r, _ = _setup(limit, load, n_servers, bounds)
     check_whole(n_servers, r)
     fsys = _finite_system(pol, system, n_servers, r, buffer)
     pol.validate(fsys)  # d against N (and M for jiq-sq)
@@ -304,19 +308,17 @@ def _corrections(fp, lam, r, pol, system, buffer) -> tuple:
 # ---------------------------------------------------------------------------
 # A grid of (load, ratio), vmapped
 # ---------------------------------------------------------------------------
+@takes_options("d", "buffer", "levels", "iqueue_levels")
 def refined_grid(
     policy,
     loads,
     ratios=None,
     n_servers=(100,),
     *,
-    d: int | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
     tol: float = 1e-12,
     max_newton: int = 30,
     chunk: int = 64,
+    **options,
 ) -> RefinedGrid:
     """The refined mean field on the grid ``loads x ratios``, vmapped (float64).
 
@@ -335,13 +337,14 @@ def refined_grid(
         ratios: 1-D ``r`` values for the JIQ family with several dispatchers;
             ``None`` for policies without I-queues (one column, ``r`` unused).
         n_servers: the ``N`` values (ints ``>= 1``).
-        d, buffer: as for :func:`refined_mean_field`.
-        levels, iqueue_levels: the truncation, shared by every point (default
-            :data:`meanfield.DEFAULT_LEVELS` or ``buffer``;
-            :func:`meanfield.default_iqueue_levels` at the largest ``r``); a
-            point whose tail it cuts is ``TRUNCATED``.
         tol: residual at which Newton stops; max_newton: its step limit.
         chunk: points per vmapped batch (``>= 1``).
+        <options>
+            On the grid, as for :func:`refined_mean_field`, but ``levels`` and
+            ``iqueue_levels`` are the truncation shared by every point
+            (default :data:`meanfield.DEFAULT_LEVELS` or the buffer;
+            :func:`meanfield.default_iqueue_levels` at the largest ``r``); a
+            point whose tail it cuts is ``TRUNCATED``.
 
     Returns:
         :class:`RefinedGrid`.
@@ -352,10 +355,13 @@ def refined_grid(
             past :data:`MAX_WORKING_BYTES`, before anything is compiled.
         NotImplementedError: a policy without an occupancy mean field.
     """
+    check_options("refined_grid", options, refined_grid)
+    d, buffer = options.get("d"), options.get("buffer")
+    bounds = Bounds(options.get("levels"), options.get("iqueue_levels"))
     loads, ns, ratio_list, top = _grid_inputs(
         loads, ratios, n_servers, buffer, tol, max_newton, chunk
     )
-    pol, system, _, _, _ = _setup(policy, None, top, d, buffer, ns, levels, iqueue_levels)
+    pol, system, _, _, _ = _setup(Limit(policy, top, d, buffer), None, ns, bounds)
     if system.iqueue_levels and ratios is None:
         raise ValueError(f"ratios is required for {pol.label()} with several dispatchers")
     if not system.iqueue_levels:

@@ -16,7 +16,8 @@ import numpy as np
 
 from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.system import System, check_int, is_real
-from jaxqueue.policies import Policy, available, make, policy_class
+from jaxqueue.policies import Policy, available, policy_class
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.solvers import (
     DEFAULT_LEVELS,
     MAX_DENSE_LEVELS,
@@ -147,13 +148,13 @@ def random_only(pol: Policy) -> bool:
     return pol.tail_bound() == (1, False) and not pol.uses_iqueues
 
 
-def check_inputs(policy, load, service, ratio, d, buffer, levels, pools=None):
-    """Validated ``(classes, policy, load)``; errors name the parameter.
-
-    ``service`` may be None with ``pools`` (exponential service at the pools' speeds).
-    """
-    classes = server_classes(service_law(service) if pools is None else service, pools)
-    pol = make(policy, d=d)
+def check_inputs(limit: Limit, load, levels=None):
+    """Validated ``(classes, policy, load)`` of ``limit`` at ``load``; errors name the
+    parameter. A service law of ``None`` is exp(1) (at the pools' speeds with pools)."""
+    service, pools, buffer, ratio = limit.service, limit.pools, limit.buffer, limit.ratio
+    law = service_law("exp" if service is None else service) if pools is None else service
+    classes = server_classes(law, pools)
+    pol = limit.built()
     if pol.per_server:
         exchangeable = [n for n in available() if policy_class(n).engine != "per-server"]
         what = "server pools" if pools is not None else "phase-type service"

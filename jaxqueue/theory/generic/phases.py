@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.host import host_float64
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import System
@@ -51,6 +52,7 @@ from jaxqueue.theory.generic.classes import (
     step_size,
 )
 from jaxqueue.theory.generic.exponential import Rates, kinked
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.meanfield import LEVEL_TOL, TRANSIENT_TOL, policy_and_system
 from jaxqueue.theory.generic.models import ByClass, rk4_run, settle_flow, transient_states
 from jaxqueue.theory.generic.phases_result import FixedPoint, Transient, as_result, summarize
@@ -211,46 +213,33 @@ def _seen_on_level(x, lam, r, lawa, pol, system):
 
 
 def fixed_point(
-    policy,
+    limit: Limit,
     load: float,
-    service,
-    ratio: float | None = None,
     *,
-    d: int | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
-    pools=None,
+    bounds: Bounds | None = None,
     solver: Solver | Newton | Settle | LevelGrowth | None = None,
 ) -> FixedPoint:
     """Fixed point of the phase-type mean field (float64: x64 is switched on for the call).
 
     Args:
-        policy: an exchangeable policy's name or :class:`~jaxqueue.policies.Policy`
-            (options via ``d``); the per-server JIQ-Original and JIQ-Threshold
-            are refused.
+        limit: the system (:class:`~jaxqueue.theory.generic.limit.Limit`): an
+            exchangeable policy (the per-server JIQ-Original and JIQ-Threshold
+            are refused), its ratio and ``d``, the buffer, the service law
+            (``None``: exp(1)) and the pools (``service`` may then be None:
+            exponential service at the pools' speeds; infinite buffers need
+            ``load`` below the pools' capacity; see :func:`server_classes` and
+            the module docstring, "Server pools").
         load: ``lambda``, arrivals per server per unit time (``> 0``; the load
-            per server ``lambda * service.mean`` must be ``< 1`` unless
-            ``buffer`` is given).
-        service: a :class:`~jaxqueue.core.service.PhaseType`, or its
-            command-line form for :func:`~jaxqueue.core.service.parse_service`
-            (``"erlang:3"``, ``"hyperexp:4"``, ...).
-        ratio: ``r = N / M`` for the JIQ family; None (or inf) for one dispatcher.
-        d: probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``).
-        buffer: places per server, or None (infinite buffers).
-        levels: the largest queue length represented (tails ``s_0..s_levels``).
-            None: ``buffer`` with a finite buffer, else adaptive (module
-            docstring): grown until ``s_levels`` is at most the level growth's
-            ``tol`` or the state would pass :data:`MAX_STATE` coordinates (then a
-            warning).
-        iqueue_levels: the largest I-queue size represented (default
-            :func:`jaxqueue.theory.generic.meanfield.default_iqueue_levels`); its mass ``Q_J``
-            is reported in ``truncated``.
-        pools: servers of several speeds (and laws): ``"F1:S1,F2:S2"``,
-            ``(fraction, speed)`` pairs or :class:`~jaxqueue.core.service.Pool`
-            objects (see :func:`server_classes`; the module docstring, "Server
-            pools"). ``service`` may then be None (exponential service).
-            Infinite buffers need ``load`` below the pools' capacity.
+            per server ``lambda * service.mean`` must be ``< 1`` unless a
+            buffer is given).
+        bounds: ``levels``, the largest queue length represented (tails
+            ``s_0..s_levels``; None: the buffer with a finite buffer, else
+            adaptive (module docstring): grown until ``s_levels`` is at most
+            the level growth's ``tol`` or the state would pass
+            :data:`MAX_STATE` coordinates, then a warning), and
+            ``iqueue_levels``, the largest I-queue size represented (default
+            :func:`jaxqueue.theory.generic.meanfield.default_iqueue_levels`;
+            its mass ``Q_J`` is reported in ``truncated``).
         solver: the solver's settings (:class:`~jaxqueue.theory.generic.settings.Solver`,
             or one of its parts): Newton's ``tol`` and ``max_iter`` (per level
             count), the level growth's ``tol``, and the ODE run (RK4,
@@ -269,7 +258,10 @@ def fixed_point(
     """
     solver = Solver.of(solver)
     level_tol = solver.levels.tol
-    classes, pol, lam = check_inputs(policy, load, service, ratio, d, buffer, levels, pools)
+    b = Bounds() if bounds is None else bounds
+    levels, iqueue_levels = b.levels, b.iqueue_levels
+    ratio, d, buffer = limit.ratio, limit.d, limit.buffer
+    classes, pol, lam = check_inputs(limit, load, levels)
     P = classes.n_classes
     adaptive = levels is None and buffer is None
     if adaptive:
@@ -368,19 +360,13 @@ def _transient_start(start, system: System, P: int, ratio) -> np.ndarray:
 
 
 def transient(
-    policy,
+    limit: Limit,
     load: float,
-    service,
-    ratio: float | None = None,
     *,
     times,
     start=None,
-    d: int | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
+    bounds: Bounds | None = None,
     dt: float | None = None,
-    pools=None,
     tol: float | None = TRANSIENT_TOL,
 ) -> Transient:
     """The phase-type mean-field ODE, recorded at ``times``.
@@ -396,14 +382,20 @@ def transient(
         start: None (the empty system: every server idle, ``r`` idle servers
             listed per I-queue), a :class:`FixedPoint` of the same setting, or
             the flat state ``[x[1..L, :].ravel(), Q_1..Q_J]``.
-        levels: the largest queue length represented (no adaptivity here):
-            default ``buffer``, else the first level count of
-            :func:`fixed_point`'s search (or the FixedPoint's given as ``start``).
+        bounds: ``levels``, the largest queue length represented (no
+            adaptivity here): default the buffer, else the first level count
+            of :func:`fixed_point`'s search (or the FixedPoint's given as
+            ``start``); ``iqueue_levels`` as for :func:`fixed_point`.
+        dt: the first step (``tol`` given) or the RK4 step; default about
+            ``1.25 / (largest rate)``, at most 0.1.
 
     Returns:
         A :class:`Transient`.
     """
-    classes, pol, lam = check_inputs(policy, load, service, ratio, d, buffer, levels, pools)
+    b = Bounds() if bounds is None else bounds
+    levels, iqueue_levels = b.levels, b.iqueue_levels
+    ratio, d, buffer = limit.ratio, limit.d, limit.buffer
+    classes, pol, lam = check_inputs(limit, load, levels)
     P = classes.n_classes
     t = np.asarray(times, np.float64)
     if (

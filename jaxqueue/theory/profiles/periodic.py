@@ -13,12 +13,12 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from jaxqueue.core.config import Bounds
 from jaxqueue.core.host import host_float64
-from jaxqueue.core.service import as_law
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_load
-from jaxqueue.policies import make
 from jaxqueue.theory.generic import meanfield, phases
+from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.models import model_of
 from jaxqueue.theory.generic.settings import LevelGrowth, Newton, Settle, Solver
 from jaxqueue.theory.profiles.periodic_flow import (
@@ -79,42 +79,36 @@ def _check_window(window, period: float):
 
 
 def periodic_orbit(
-    policy,
+    limit: Limit,
     load: float,
-    arrivals,
-    ratio: float | None = None,
     *,
-    d: int | None = None,
-    buffer: int | None = None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
+    bounds: Bounds | None = None,
     window=None,
-    service=None,
-    pools=None,
     solver: Solver | Newton | Settle | None = None,
 ) -> PeriodicOrbit:
     """The periodic regime of the generic mean field under a rate profile (float64).
 
     Args:
-        policy, d, buffer: as for :func:`jaxqueue.theory.generic.meanfield.fixed_point`
-            (a policy with the generic mean field or a closed form).
+        limit: the system (:class:`~jaxqueue.theory.generic.limit.Limit`): a
+            policy with the generic mean field or a closed form, its ratio
+            (``None``: one dispatcher) and ``d``, the buffer, the service law
+            and the pools (then the ODE by class of
+            :mod:`jaxqueue.theory.generic.phases`, the module docstring, "By
+            class"; ``averages`` is a
+            :class:`jaxqueue.theory.generic.phases.FixedPoint`), and its
+            ``arrivals``: a :class:`~jaxqueue.core.arrivals.Profile` or a
+            profile CSV file (``time,rate``), its rates relative (scaled to time
+            mean 1).
         load: ``lambda``, the time-mean arrivals per server per unit time
             (``< 1`` with infinite buffers, or below the pools' capacity; the
             peak may pass it).
-        arrivals: a :class:`~jaxqueue.core.arrivals.Profile` or a profile CSV
-            file (``time,rate``); its rates are relative (scaled to time mean 1).
-        ratio: ``r = N / M``; ``None``: one dispatcher.
-        levels, iqueue_levels: the bounds; ``None`` grows them from the
+        bounds: ``levels`` and ``iqueue_levels``; ``None`` grows them from the
             fixed point's defaults until the orbit's mass at the bound is
             below :data:`REMAINDER`. Given bounds are used as they are (the
             mass at them is reported in ``averages.truncated``).
         window: ``(start, length)``: average over ``[start, start + length]``
             of the periodic regime (time 0 is phase 0 of the profile), as a
             simulation's measured window; ``None``: one period.
-        service, pools: a phase-type service law and server pools, as for
-            :func:`jaxqueue.theory.generic.phases.fixed_point`: the ODE by class of
-            that module (the module docstring, "By class"); ``averages`` is
-            then a :class:`jaxqueue.theory.generic.phases.FixedPoint`.
         solver: :class:`~jaxqueue.theory.generic.settings.Newton` on the period
             map (``tol``: ``max |Phi(x) - x|`` at which the orbit counts as
             found, default ``1e-10``; ``max_iter``: the most Newton steps, tried
@@ -135,7 +129,10 @@ def periodic_orbit(
         NotImplementedError: a policy without a generic mean field, or
             arrivals that are not a rate profile.
     """
-    profile = as_profile(arrivals)
+    profile = as_profile(limit.arrivals)
+    b = Bounds() if bounds is None else bounds
+    levels, iqueue_levels = b.levels, b.iqueue_levels
+    policy, ratio, d, buffer = limit.policy, limit.ratio, limit.d, limit.buffer
     solver = Solver.of(solver)
     tol, max_newton = solver.newton.of(1e-10, 30)
     dt = solver.settle.of(0.0, DEFAULT_DT)[1]
@@ -149,9 +146,7 @@ def periodic_orbit(
             f"Settle.dt={dt!r} is out of range for a periodic regime: need 0 < dt <= 1"
         )
     win = _check_window(window, profile.period)
-    classes, lam, cap, levels = _first_bounds(
-        policy, load, service, pools, ratio, d, buffer, levels
-    )
+    classes, lam, cap, levels = _first_bounds(limit, load, levels)
     auto_levels, auto_iq = levels is None and buffer is None, iqueue_levels is None
     pol, system = meanfield.policy_and_system(policy, ratio, d, buffer, levels, iqueue_levels)
     while True:
@@ -180,16 +175,11 @@ def periodic_orbit(
 
 
 def largest_tail(
-    policy,
+    limit: Limit,
     load: float,
     segments,
-    ratio: float | None = None,
     *,
-    d: int | None = None,
-    service=None,
-    pools=None,
-    levels: int | None = None,
-    iqueue_levels: int | None = None,
+    bounds: Bounds | None = None,
     dt: float = 0.1,
 ) -> np.ndarray:
     """The largest queue-length tail along the mean-field ODE through a load path.
@@ -202,14 +192,14 @@ def largest_tail(
     under a time-varying source is sized from: the queues a peak builds.
 
     Args:
-        policy, ratio, d, service, pools: as for :func:`periodic_orbit`
-            (infinite buffers).
+        limit: as for :func:`periodic_orbit` (infinite buffers; its
+            ``arrivals`` unused).
         load: the start's load, below the capacity.
         segments: the path, ``(load, duration)`` pairs (durations > 0).
-        levels: the first bound tried (``None``: the fixed point's default);
-            it grows until the largest ``s_levels`` on the path is below
-            :data:`REMAINDER` (at most :data:`MAX_AUTO_LEVELS`).
-        iqueue_levels: the I-queue bound (``None``: the fixed point's
+        bounds: ``levels``, the first bound tried (``None``: the fixed
+            point's default); it grows until the largest ``s_levels`` on the
+            path is below :data:`REMAINDER` (at most :data:`MAX_AUTO_LEVELS`);
+            ``iqueue_levels``, the I-queue bound (``None``: the fixed point's
             default). The JIQ family's drift costs about the cube of it; a
             smaller one leaves idle servers past it unlisted, which sends more
             arrivals to random servers and only lengthens the tails.
@@ -226,8 +216,11 @@ def largest_tail(
     spans = np.array([float(b) for _, b in segments], np.float64)
     if loads.size == 0 or not (np.all(loads >= 0) and np.all(spans > 0)):
         raise ValueError("segments must be (load >= 0, duration > 0) pairs, at least one")
-    classes, lam, cap, levels = _first_bounds(policy, load, service, pools, ratio, d, None, levels)
-    pol, system = meanfield.policy_and_system(policy, ratio, d, None, levels, iqueue_levels)
+    b = Bounds() if bounds is None else bounds
+    limit = limit.replace(buffer=None)
+    policy, ratio, d = limit.policy, limit.ratio, limit.d
+    classes, lam, cap, levels = _first_bounds(limit, load, b.levels)
+    pol, system = meanfield.policy_and_system(policy, ratio, d, None, levels, b.iqueue_levels)
     r = float(ratio) if system.iqueue_levels else 1.0
     if classes is not None:
         dt = min(dt, phases.step_size(classes, float(loads.max()), pol, system, r))
@@ -273,52 +266,34 @@ def largest_tail(
         )
 
 
-def _first_bounds(policy, load, service, pools, ratio, d, buffer, levels) -> tuple:
+def _first_bounds(limit: Limit, load, levels) -> tuple:
     """``(classes, lam, cap, levels)``: the server classes (None for identical
     exponential servers), the checked load, the largest level bound allowed, and
     the first level bound (by class with infinite buffers: the fixed point's
     first; else ``levels`` as given)."""
-    if not _by_class(service, pools):
-        return None, check_load(load, buffer), MAX_AUTO_LEVELS, levels
-    classes, pol, lam = phases.check_inputs(policy, load, service, ratio, d, buffer, levels, pools)
+    if not limit.by_class():
+        return None, check_load(load, limit.buffer), MAX_AUTO_LEVELS, levels
+    classes, pol, lam = phases.check_inputs(limit, load, levels)
     cap = max(1, phases.MAX_STATE // classes.n_classes)
-    if levels is None and buffer is None:
+    if levels is None and limit.buffer is None:
         levels = min(phases.initial_levels(pol, lam, classes, phases.LEVEL_TOL), cap)
     return classes, lam, cap, levels
 
 
-def _by_class(service, pools) -> bool:
-    """Whether the state is by class: pools, or a service law other than exp(1)."""
-    if pools is not None:
-        return True
-    law = as_law(service)
-    return law is not None and not law.is_unit_exponential
-
-
-def refusal(
-    policy,
-    load: float,
-    arrivals,
-    ratio: float | None = None,
-    *,
-    d: int | None = None,
-    buffer: int | None = None,
-    service=None,
-    pools=None,
-) -> str | None:
+def refusal(limit: Limit, load: float) -> str | None:
     """Why :func:`periodic_orbit` does not cover a setting it would be given, or
     None where it does: a policy without the generic mean field, or one that
     routes by the pools' speeds (``jsew``) with pools of different mean
     service times. It does not check the other arguments
     (:func:`periodic_orbit` does). For callers that run many settings and
     give theory where there is one, such as grids."""
-    as_profile(arrivals)
-    pol = make(policy, d=d)
+    as_profile(limit.arrivals)
+    pol = limit.built()
     if pol.mean_field_kind() not in ("generic", "closed-form"):
         return pol.no_mean_field or f"its mean field is {pol.mean_field_kind()!r}"
-    if pools is None:
+    if limit.pools is None:
         return None
-    classes = phases.server_classes(service, pools)
+    classes = phases.server_classes(limit.service, limit.pools)
     if pol.routes_by_speed and len({lw.mean for lw in classes.laws}) > 1:
         return f"{pol.name!r} routes by expected wait, which the mean field does not cover"
     return None
