@@ -395,7 +395,7 @@ def takes_options(*names: str):
         ]
         fn.__signature__ = sig.replace(parameters=kept + shown)
         fn.option_names = tuple(names)
-        if fn.__doc__ and OPTIONS_MARKER in fn.__doc__:
+        if fn.__doc__ and f"        {OPTIONS_MARKER}\n" in fn.__doc__:
             fn.__doc__ = fn.__doc__.replace(f"        {OPTIONS_MARKER}\n", _option_docs(names))
         return fn
 

@@ -168,3 +168,25 @@ def test_an_option_is_declared_once_and_shown_where_it_is_taken():
         jq.simulate("pod", 0.9, 10, run=RunOptions(), replicas=RunOptions().replicas)
     with pytest.raises(TypeError, match="unexpected keyword argument 'replica'; did you mean"):
         jq.simulate("pod", 0.9, 10, replica=4)
+
+
+def test_every_entry_point_shows_its_options_documented():
+    """Each entry point that takes options as fields shows every one in its
+    signature and its docstring (no marker left), and every option field has
+    its documentation."""
+    from jaxqueue import theory
+    from jaxqueue.studies.compare import compare
+
+    for f in (
+        dataclasses.fields(Model) + dataclasses.fields(RunOptions) + dataclasses.fields(Bounds)
+    ):
+        if f.name not in ("policy", "n_servers", "n_dispatchers"):
+            assert len(f.metadata.get("doc", "")) > 20, f.name
+    entries = (jq.simulate, jq.transient, compare, solve_exact, theory.mean_field)
+    entries += (theory.fixed_point, theory.transient, theory.refined_mean_field)
+    for fn in entries:
+        doc, shown = " ".join(fn.__doc__.split()), inspect.signature(fn).parameters
+        assert "<options>" not in doc, fn.__name__
+        for name in fn.option_names:
+            assert shown[name].kind is inspect.Parameter.KEYWORD_ONLY, (fn.__name__, name)
+            assert f"{name}: " in doc, (fn.__name__, name)
