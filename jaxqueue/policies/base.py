@@ -478,6 +478,13 @@ class Policy:
         the I-queue listing it when idle."""
         return bound * n_phases + (m if self.uses_iqueues else 1)
 
+    def idle_else_random(self) -> bool:
+        """Whether the policy sends a task to an idle server where there is one and
+        else to a uniform server (one dispatcher): its queues past the busy level
+        only grow at load 1 or more, and a transient's bound follows its horizon
+        (:func:`jaxqueue.runs.bounds.horizon_levels`)."""
+        return False
+
     def tail_bound(self) -> tuple[int, bool]:
         """``(d, with_p0)``: the mean-field tail of Pod(d) (times JIQ-Pod(d)'s ``p0``
         factors when ``with_p0`` and there are several dispatchers) bounds this

@@ -158,6 +158,9 @@ class IdleFirst(JIQPod):
     def closed_form(self):
         return None
 
+    def idle_else_random(self) -> bool:
+        return self.d == 1
+
 
 @dataclasses.dataclass(frozen=True)
 class JIQSQ(Policy):

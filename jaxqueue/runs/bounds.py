@@ -22,8 +22,8 @@ from jaxqueue.core.rng import BLOCK
 from jaxqueue.core.service import capacity, exponential
 from jaxqueue.policies.base import Policy
 from jaxqueue.policies.classic import Random
-from jaxqueue.policies.jiq import IdleFirst
 from jaxqueue.theory import mean_field
+from jaxqueue.theory.baselines.mph1 import mph1_tail
 from jaxqueue.theory.closed.p0 import host_p0, iqueue_distribution
 from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.profiles import periodic
@@ -34,7 +34,6 @@ __all__ = [
     "default_levels",
     "horizon_levels",
     "default_iqueue_levels",
-    "mph1_tail",
     "phase_levels",
     "class_mean_field",
     "stress_path",
@@ -98,15 +97,10 @@ def required_levels(policy: Policy, n_servers: int, n_dispatchers: int, load: fl
     bounds its stationary queues, and an explicit smaller bound (for a finite
     horizon: :func:`horizon_levels`) is guarded by the overflow detector.
     """
-    if _random_fallback(policy) and load < 1.0:
+    if policy.idle_else_random() and load < 1.0:
         return 2
     log_tail = mean_field_tail_bound(policy, n_servers, n_dispatchers, load)
     return _first_level(log_tail, -math.log(n_servers))
-
-
-def _random_fallback(policy: Policy) -> bool:
-    """Idle-first with ``d = 1``: to an idle server if there is one, else to a uniform server."""
-    return isinstance(policy, IdleFirst) and policy.d == 1
 
 
 def horizon_levels(
@@ -119,7 +113,7 @@ def horizon_levels(
     ``1e-6`` servers are expected to pass it, at any step the transient runs
     (its steps past ``horizon``, the uniformized chain's Poisson tail, included).
     """
-    if not _random_fallback(policy):
+    if not policy.idle_else_random():
         return None
     # Server j's queue grows past 1 only by tasks sent while no server is idle,
     # each to a uniform server. Let every arrival pick a uniform server (used
@@ -182,42 +176,6 @@ def default_iqueue_levels(policy: Policy, n_servers: int, n_dispatchers: int, lo
     if policy.per_server:  # lists also hold busy servers (stale or below the threshold)
         bound = 2 * bound + int(math.ceil(ratio))
     return int(min(n_servers, max(start, 4 * math.ceil(bound / 4))))
-
-
-def mph1_tail(load: float, law, levels: int) -> np.ndarray:
-    """``P(Q >= k)``, ``k = 0..levels``, of the M/PH/1 queue (matrix-geometric).
-
-    With arrivals at rate ``lambda`` and service ``PH(alpha, S)``, the
-    stationary law of (queue length ``k >= 1``, phase) is ``pi_1 R^(k-1)``,
-    ``R`` the minimal solution of ``A0 + R A1 + R^2 A2 = 0`` with ``A0 =
-    lambda I``, ``A1 = S - lambda I``, ``A2 = s alpha`` (Neuts, "Matrix-Geometric
-    Solutions in Stochastic Models", 1981). It is Random routing's exact
-    tail, and bounds the tails of the policies that route better.
-    """
-    a = np.asarray(law.alpha)
-    s = law.matrix
-    exit_ = law.exit_rates
-    n = a.size
-    a0, a1, a2 = load * np.eye(n), s - load * np.eye(n), np.outer(exit_, a)
-    r = np.zeros((n, n))
-    for _ in range(100_000):
-        new = a0 @ np.linalg.inv(-(a1 + r @ a2))
-        if np.max(np.abs(new - r)) < 1e-15:
-            r = new
-            break
-        r = new
-    # level 1 entered from idle at rate lambda alpha: pi_1 = pi_0 lambda alpha (-(A1 + R A2))^-1
-    pi1 = load * a @ np.linalg.inv(-(a1 + r @ a2))
-    tail_mass = pi1 @ np.linalg.inv(np.eye(n) - r)  # sum_{k >= 1} pi_k per phase
-    pi0 = 1.0 / (1.0 + tail_mass.sum())
-    out = np.empty(levels + 1)
-    out[0] = 1.0
-    v = pi1 * pi0
-    inv = np.linalg.inv(np.eye(n) - r)
-    for k in range(1, levels + 1):
-        out[k] = float((v @ inv).sum())
-        v = v @ r
-    return out
 
 
 def phase_levels(

@@ -126,3 +126,13 @@ def test_defaults_agree_across_simulator_theory_and_exact():
 def test_unknown_policy_lists_valid_names():
     with pytest.raises(ValueError, match="valid names: " + ", ".join(NAMES)):
         jq.make("jsqq")
+
+
+def test_idle_else_random_is_declared_by_idle_first_with_one_probe_only():
+    """The declaration the level bounds read (runs/bounds.py tested an isinstance before)."""
+    from jaxqueue.policies import available, make
+
+    assert make("idle-first", d=1).idle_else_random()
+    assert not make("idle-first", d=2).idle_else_random()
+    others = [n for n in available() if n != "idle-first"]
+    assert not any(make(n).idle_else_random() for n in others)

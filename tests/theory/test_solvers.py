@@ -15,8 +15,8 @@ from jaxqueue import theory
 from jaxqueue.core.service import erlang
 from jaxqueue.core.status import Status
 from jaxqueue.theory import LevelGrowth, Newton, Settle, Solver
+from jaxqueue.theory.baselines.mph1 import mph1_tail, mph1_tail_decay
 from jaxqueue.theory.generic import meanfield
-from jaxqueue.theory.generic.classes import mph1_tail_decay
 from jaxqueue.theory.generic.solvers import bracketed_root
 
 
@@ -139,3 +139,14 @@ def test_the_mph1_tail_decay_against_its_closed_forms():
     for lam in (0.3, 0.7, 0.95):
         theta = (4 - lam - np.sqrt(lam**2 + 8 * lam)) / 2
         assert mph1_tail_decay(lam, erlang(2)) == pytest.approx(lam / (lam + theta), rel=1e-13)
+
+
+def test_the_mph1_tail_is_mm1_with_exponential_service_and_decays_at_its_rate():
+    """Exponential service: the M/M/1 tail lambda^k exactly (to rounding). Erlang-2:
+    the matrix-geometric tail falls by the decay rate found by the root above."""
+    from jaxqueue.core.service import exponential
+
+    k = np.arange(31)
+    np.testing.assert_allclose(mph1_tail(0.8, exponential(), 30), 0.8**k, rtol=1e-12)
+    tail = mph1_tail(0.7, erlang(2), 60)
+    assert tail[60] / tail[59] == pytest.approx(mph1_tail_decay(0.7, erlang(2)), rel=1e-9)

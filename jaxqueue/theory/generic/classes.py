@@ -17,11 +17,11 @@ import numpy as np
 from jaxqueue.core.service import PhaseType, as_law, exponential, pool_shares
 from jaxqueue.core.system import System, check_int, is_real
 from jaxqueue.policies import Policy, available, policy_class
+from jaxqueue.theory.baselines.mph1 import mph1_tail_decay
 from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.solvers import (
     DEFAULT_LEVELS,
     MAX_DENSE_LEVELS,
-    bracketed_root,
     round8,
 )
 
@@ -229,41 +229,6 @@ def step_size(classes: ServerClasses, lam: float, pol: Policy, system: System, r
     if system.iqueue_levels:  # I-queue sizes move at about r (lambda + 1) per unit time
         fastest += float(ratio) * (lam + 1.0)
     return min(0.1, 1.25 / fastest)
-
-
-def mph1_tail_decay(load: float, law: PhaseType) -> float:
-    """The geometric decay rate ``eta`` of the M/PH/1 queue-length tail, ``P(Q >= k) ~ C eta**k``,
-    at arrival rate ``load`` (``load * law.mean < 1``).
-
-    ``eta = lambda / (lambda + theta)`` with ``theta > 0`` the root of
-    ``E[exp(theta X)] = 1 + theta / lambda`` (the pole of the queue-length
-    generating function of the M/G/1 queue), found below the
-    decay rate of ``S`` (:func:`~jaxqueue.theory.generic.solvers.bracketed_root`).
-    """
-    S, a = law.matrix, np.asarray(law.alpha)
-    exits = law.exit_rates
-    P = law.n_phases
-    top = -float(np.max(np.linalg.eigvals(S).real))
-
-    def excess(theta):
-        mgf = a @ np.linalg.solve(-S - theta * np.eye(P), exits)
-        return mgf - 1.0 - theta / load, None
-
-    hi = top * (1.0 - 1e-12)
-    f_hi = excess(hi)[0]
-    if f_hi <= 0:
-        theta = top
-    else:  # excess is 0 at theta = 0, below it just above (E[X] < 1 / lambda)
-        lo = 0.5 * hi
-        for _ in range(64):
-            f_lo = excess(lo)[0]
-            if f_lo < 0:
-                break
-            lo *= 0.5
-        else:
-            raise RuntimeError(f"no M/PH/1 tail decay found for {law.label} at load={load}")
-        theta = bracketed_root(excess, lo, hi, f_lo, f_hi, rtol=1e-15, ftol=0.0).x
-    return load / (load + theta)
 
 
 def initial_levels(pol: Policy, lam: float, classes: ServerClasses, level_tol: float) -> int:
