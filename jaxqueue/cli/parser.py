@@ -15,9 +15,27 @@ from jaxqueue.cli.markup import PlainHelpFormatter
 from jaxqueue.cli.metric_flags import add_compare_metric, add_user_metrics
 from jaxqueue.cli.paired_flags import add_paired
 from jaxqueue.cli.store_parsers import export_parser, plot_parser, sweep_parser
-from jaxqueue.core.config import COMPARE_TIME, COMPARE_WARMUP_TIME, DEFAULT_REPLICAS
+from jaxqueue.core.config import COMPARE_TIME, COMPARE_WARMUP_TIME, OPTION_FIELDS
 
-__all__ = ["build_parser", "DESCRIPTION", "package_version"]
+__all__ = ["build_parser", "DESCRIPTION", "package_version", "add_option_flags"]
+
+
+def add_option_flags(p, *names: str, **helps: str) -> None:
+    """``--NAME`` for each option field in ``names`` (``levels`` as ``--levels``,
+    ``iqueue_levels`` as ``--iqueue-levels``), with the field's default and the
+    type, choices and help declared with it (:mod:`jaxqueue.core.config`);
+    ``helps`` word a command's own help for some of them."""
+    for name in names:
+        field = OPTION_FIELDS[name]
+        spec = dict(field.metadata["flag"])
+        spec["help"] = helps.get(name, spec["help"])
+        p.add_argument("--" + name.replace("_", "-"), default=field.default, **spec)
+
+
+def _flag_help(name: str) -> str:
+    """The help of an option's flag as declared with its field."""
+    return OPTION_FIELDS[name].metadata["flag"]["help"]
+
 
 #: The parser's description (``python -m jaxqueue --help``), plain text: it is printed.
 DESCRIPTION = """Load balancing by simulation, mean-field theory and exact solution: \
@@ -155,35 +173,12 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
     shared = (
         " (to every listed policy that takes it, but those given their own options)" if many else ""
     )
-    p.add_argument(
-        "--d",
-        type=int,
-        default=None,
-        help="probes d (pod, jiq-pod, jiq-sq, idle-first; jiq-original's join-SQ(d) "
-        f"variant){shared}",
-    )
-    p.add_argument(
-        "--z",
-        type=int,
-        default=None,
-        help=f"threshold z (jiq-threshold, jiq-original's threshold variant){shared}",
-    )
+    add_option_flags(p, "d", "z", d=_flag_help("d") + shared, z=_flag_help("z") + shared)
     if not many:
-        p.add_argument(
-            "--order",
-            default=None,
-            choices=("random", "fifo"),
-            help="I-queue pick order (jiq-original; default random)",
-        )
+        add_option_flags(p, "order")
 
 
-_SEED_HELP = "the random seed (default 0); the same seed gives the same numbers"
 _JSON_HELP = "print one JSON object on stdout instead of a table"
-
-_SERVICE_HELP = (
-    "service law: exp (default), erlang:K, hyperexp:SCV, fit:SCV (two-moment "
-    'fit) or ph:FILE.json ({"alpha": [...], "S": [[...]]}); mean 1'
-)
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -196,35 +191,12 @@ def _add_run(p: argparse.ArgumentParser) -> None:
 def _add_servers(p: argparse.ArgumentParser, arrivals_help: str | None = None) -> None:
     """``--buffer``, ``--service``, ``--pools`` and ``--arrivals`` (whose help a
     command may word for itself)."""
-    p.add_argument(
-        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
-    )
-    p.add_argument("--service", default=None, help=_SERVICE_HELP)
-    p.add_argument(
-        "--pools",
-        default=None,
-        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
-    )
-    p.add_argument("--arrivals", default=None, help=arrivals_help or _ARRIVALS_HELP)
-
-
-_ARRIVALS_HELP = (
-    "time-varying arrivals: a CSV rate profile (header time,rate), a CSV "
-    "trace of arrival times (header time[,service]; a service column is "
-    "not simulated: the servers stay exponential, and it is only "
-    "recorded, as mean_service) or an MMPP JSON file "
-    '({"generator": [[...]], "rates": [...]}); scaled to mean load '
-    "--load"
-)
+    helps = {} if arrivals_help is None else {"arrivals": arrivals_help}
+    add_option_flags(p, "buffer", "service", "pools", "arrivals", **helps)
 
 
 def _add_length(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--replicas",
-        type=int,
-        default=DEFAULT_REPLICAS,
-        help=f"independent replicas (per load; default {DEFAULT_REPLICAS})",
-    )
+    add_option_flags(p, "replicas")
     _add_window(p)
 
 
@@ -289,29 +261,7 @@ def _add_dispatchers(p, dispatchers_help: str, ratio_help: str, ratio_default=No
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
-    p.add_argument("--levels", type=int, default=None, help="largest tracked queue length")
-    p.add_argument("--iqueue-levels", type=int, default=None, help="largest tracked I-queue size")
-    p.add_argument(
-        "--init",
-        default="auto",
-        choices=("auto", "empty", "mean-field"),
-        help="start (default auto: the mean-field occupancy where one exists)",
-    )
-    p.add_argument(
-        "--interval",
-        default="auto",
-        choices=("auto", "replicas", "batch-means"),
-        help="95%% intervals across replicas or from batch means (default auto: "
-        "batch means with at most 10 replicas)",
-    )
-    p.add_argument(
-        "--batches",
-        type=int,
-        default=20,
-        help="batches of the measured window (1 to 10000, default 20; intervals "
-        "from batch means need at least 2)",
-    )
+    add_option_flags(p, "seed", "levels", "iqueue_levels", "init", "interval", "batches")
     p.add_argument(
         "--checkpoint",
         default=None,
@@ -324,15 +274,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         default=300.0,
         help="seconds between checkpoints (default 300; 0: every chunk)",
     )
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=("auto", "xla", "registers", "pallas"),
-        help="what steps the replicas: auto (the Pallas kernel on a GPU where its "
-        "step fits in registers, else xla), "
-        "xla, pallas (interpreted off a GPU, for checking) or registers "
-        "(the kernel's layout in plain XLA); results are bit-identical",
-    )
+    add_option_flags(p, "backend")
     p.add_argument("--progress", action="store_true", help="progress on stderr")
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
@@ -414,18 +356,8 @@ def _transient_parser(sub) -> None:
         default=[0.5, 1, 2, 4, 8, 16, 32],
         help="comma-separated times (default 0.5,1,2,4,8,16,32)",
     )
-    p.add_argument(
-        "--replicas",
-        type=int,
-        default=DEFAULT_REPLICAS,
-        help=f"independent replicas (>= 2; default {DEFAULT_REPLICAS})",
-    )
-    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
-    p.add_argument(
-        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
-    )
-    p.add_argument("--service", default=None, help=_SERVICE_HELP)
-    p.add_argument("--pools", default=None, help="heterogeneous servers: FRACTION:SPEED pairs")
+    replicas = _flag_help("replicas").replace("(per load; ", "(>= 2; ")
+    add_option_flags(p, "replicas", "seed", "buffer", "service", "pools", replicas=replicas)
     p.add_argument("--plot", default=None, help="write a PNG of simulation and ODE (extra: plot)")
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
@@ -440,33 +372,19 @@ def _theory_parser(sub) -> None:
         "the default)",
         " (JIQ family; default: one dispatcher)",
     )
-    p.add_argument(
-        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
-    )
-    p.add_argument(
-        "--levels",
-        type=int,
-        default=None,
-        help="largest queue length of the printed tail (default: automatic)",
-    )
+    levels = "largest queue length of the printed tail (default: automatic)"
+    add_option_flags(p, "buffer", "levels", levels=levels)
     p.add_argument(
         "--servers",
         type=int,
         default=None,
         help="n_servers N: add the 1/N-refined mean field at N servers (and its 1/N coefficients)",
     )
-    p.add_argument("--service", default=None, help=_SERVICE_HELP)
-    p.add_argument(
-        "--pools",
-        default=None,
-        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
+    arrivals = (
+        "a periodic rate profile (CSV time,rate): averages over the mean field's "
+        "periodic regime; --load is the time-mean load"
     )
-    p.add_argument(
-        "--arrivals",
-        default=None,
-        help="a periodic rate profile (CSV time,rate): averages over the mean field's "
-        "periodic regime; --load is the time-mean load",
-    )
+    add_option_flags(p, "service", "pools", "arrivals", arrivals=arrivals)
     p.add_argument(
         "--window",
         type=_window,
@@ -501,21 +419,14 @@ def _exact_parser(sub) -> None:
         help="n_dispatchers M, the number of dispatchers (default 1)",
     )
     p.add_argument("--load", type=float, required=True, help="lambda")
-    p.add_argument(
-        "--buffer", type=int, default=None, help="places per server b (default: infinite)"
-    )
+    add_option_flags(p, "buffer")
     p.add_argument(
         "--queue-bound",
         type=int,
         default=None,
         help="truncation of infinite buffers (default: automatic, mass below 1e-9)",
     )
-    p.add_argument("--service", default=None, help=_SERVICE_HELP)
-    p.add_argument(
-        "--pools",
-        default=None,
-        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.5:2,0.5:1",
-    )
+    add_option_flags(p, "service", "pools")
     p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
@@ -530,12 +441,7 @@ def _compare_parser(sub) -> None:
     )
     _add_dispatchers(p, ": another spelling of --ratio (r = N / M)", " (default 10)", 10.0)
     _add_loads(p, (0.5, 0.7, 0.9, 0.95, 0.98), " (default 0.5,0.7,0.9,0.95,0.98)")
-    p.add_argument(
-        "--replicas",
-        type=int,
-        default=DEFAULT_REPLICAS,
-        help=f"replicas per load (default {DEFAULT_REPLICAS})",
-    )
+    add_option_flags(p, "replicas")
     _add_window(
         p,
         steps_default=f" instead of --time (default: --time {COMPARE_TIME:g})",
@@ -545,7 +451,7 @@ def _compare_parser(sub) -> None:
         f"(default {COMPARE_WARMUP_TIME:g})",
         auto_help="100 time units, extended",
     )
-    p.add_argument("--seed", type=int, default=0, help=_SEED_HELP)
+    add_option_flags(p, "seed")
     _add_servers(
         p,
         "time-varying arrivals (a CSV rate profile time,rate; a trace or an MMPP "

@@ -22,6 +22,7 @@ __all__ = [
     "BOUND_KEYS",
     "split_keywords",
     "takes_options",
+    "OPTION_FIELDS",
     "check_options",
     "options_from",
     "MODEL_OPTIONS",
@@ -32,10 +33,15 @@ __all__ = [
 ]
 
 
-def _option(default, doc: str):
-    """A field with its documentation (``metadata["doc"]``): the text every entry
-    point that takes the option as a keyword shows for it (:func:`takes_options`)."""
-    return dataclasses.field(default=default, metadata={"doc": " ".join(doc.split())})
+def _option(default, doc: str, **flag):
+    """A field with its documentation (``metadata["doc"]``: the text every entry
+    point that takes the option as a keyword shows for it, :func:`takes_options`)
+    and its command-line flag (``metadata["flag"]``: ``add_argument``'s ``help``,
+    ``type``, ``choices``; :func:`jaxqueue.cli.parser.add_option_flags`)."""
+    metadata = {"doc": " ".join(doc.split())}
+    if flag:
+        metadata["flag"] = flag
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def _frozen(value):
@@ -92,22 +98,30 @@ class Model(_Config):
         """probes (``pod``, ``jiq-pod``, ``jiq-sq``, ``idle-first``; ``jiq-original``'s
         join-SQ(d) variant), where the policy takes them (default: the policy's own,
         2; ``jiq-original`` 1); an option the policy does not take is an error.""",
+        type=int,
+        help="probes d (pod, jiq-pod, jiq-sq, idle-first; jiq-original's join-SQ(d) variant)",
     )
     z: int | None = _option(
         None,
         """threshold (``jiq-threshold``, default 1; ``jiq-original``'s threshold
         variant, default 0); an error for any other policy.""",
+        type=int,
+        help="threshold z (jiq-threshold, jiq-original's threshold variant)",
     )
     order: str | None = _option(
         None,
         """``jiq-original``'s pick order, ``"random"`` (default) or ``"fifo"``; an
         error for any other policy.""",
+        choices=("random", "fifo"),
+        help="I-queue pick order (jiq-original; default random)",
     )
     buffer: int | None = _option(
         None,
         """places per server ``b``, or None for infinite buffers; a simulation may
         give one finite buffer per load (a list): each replica blocks at its own,
         and each result has its own levels.""",
+        type=int,
+        help="places per server b (default: infinite)",
     )
     service: Any = _option(
         None,
@@ -117,6 +131,7 @@ class Model(_Config):
         form (``"erlang:3"``, ``"hyperexp:4"``, ``"fit:0.5"``, ``"ph:FILE.json"``).
         Covers the exchangeable policies (not ``jiq-original``,
         ``jiq-threshold``).""",
+        help='service law: exp (default), erlang:K, hyperexp:SCV, fit:SCV (two-moment fit) or ph:FILE.json ({"alpha": [...], "S": [[...]]}); mean 1',
     )
     pools: Any = _option(
         None,
@@ -127,6 +142,7 @@ class Model(_Config):
         the policies see queue lengths only. Stability needs the load below the
         capacity ``sum_i fraction_i speed_i / mean_i``; results then have the
         metrics by pool (docs/simulation.md).""",
+        help="heterogeneous servers: FRACTION:SPEED pairs, e.g. 0.2:2,0.8:1",
     )
     arrivals: Any = _option(
         None,
@@ -138,6 +154,7 @@ class Model(_Config):
         :class:`~jaxqueue.core.arrivals.Trace`; its rates are scaled so that the
         mean arrival rate is ``load * N`` (a profile's peak may pass the
         capacity). A trace needs identical exponential servers.""",
+        help='time-varying arrivals: a CSV rate profile (header time,rate), a CSV trace of arrival times (header time[,service]; a service column is not simulated: the servers stay exponential, and it is only recorded, as mean_service) or an MMPP JSON file ({"generator": [[...]], "rates": [...]}); scaled to mean load --load',
     )
 
     def options(self) -> dict:
@@ -174,7 +191,12 @@ class RunOptions(_Config):
             (:mod:`jaxqueue.core.user_metrics`), or None.
     """
 
-    replicas: int = _option(DEFAULT_REPLICAS, "independent replicas per load.")
+    replicas: int = _option(
+        DEFAULT_REPLICAS,
+        "independent replicas per load.",
+        type=int,
+        help=f"independent replicas (per load; default {DEFAULT_REPLICAS})",
+    )
     steps: Any = _option(
         None,
         """measured uniformized steps per replica (rounded up to whole blocks of
@@ -213,6 +235,8 @@ class RunOptions(_Config):
         """the run's integer seed; replica ``i`` of load ``j`` uses the stream of
         global replica ``j * replicas + i``. Runs meant as independent trials
         need different seeds.""",
+        type=int,
+        help="the random seed (default 0); the same seed gives the same numbers",
     )
     init: Any = _option(
         "auto",
@@ -222,6 +246,8 @@ class RunOptions(_Config):
         occupancy array. The mean-field state sets the queue lengths and, for the
         JIQ family with several dispatchers, the I-queue sizes (with a service
         law or pools, each server's class too).""",
+        choices=("auto", "empty", "mean-field"),
+        help="start (default auto: the mean-field occupancy where one exists)",
     )
     interval: str = _option(
         "auto",
@@ -229,11 +255,15 @@ class RunOptions(_Config):
         ``"batch-means"`` (from each replica's ``batches`` batch means) or
         ``"auto"`` (batch means with at most
         :data:`~jaxqueue.sim.runner.BATCH_MEANS_REPLICAS` replicas).""",
+        choices=("auto", "replicas", "batch-means"),
+        help="95%% intervals across replicas or from batch means (default auto: batch means with at most 10 replicas)",
     )
     batches: int = _option(
         20,
         """batches of the measured window (fewer when the window has fewer blocks
         of 256 steps); they also feed the warm-up diagnostic.""",
+        type=int,
+        help="batches of the measured window (1 to 10000, default 20; intervals from batch means need at least 2)",
     )
     backend: str = _option(
         "auto",
@@ -243,6 +273,8 @@ class RunOptions(_Config):
         a GPU, for checking) or ``"registers"`` (the kernel's layout in plain
         XLA). Every backend gives bit-identical results; one that does not cover
         the run warns (:class:`jaxqueue.BackendWarning`) and runs on ``"xla"``.""",
+        choices=("auto", "xla", "registers", "pallas"),
+        help="what steps the replicas: auto (the Pallas kernel on a GPU where its step fits in registers, else xla), xla, pallas (interpreted off a GPU, for checking) or registers (the kernel's layout in plain XLA); results are bit-identical",
     )
     devices: Any = _option(
         None, "devices to spread replicas over (default: all of the default backend's)."
@@ -276,9 +308,14 @@ class Bounds(_Config):
         None,
         """the largest tracked queue length (infinite buffers); default from the
         mean-field tail of the largest load.""",
+        type=int,
+        help="largest tracked queue length",
     )
     iqueue_levels: int | None = _option(
-        None, "the largest tracked I-queue size (the JIQ family with ``M > 1``)."
+        None,
+        "the largest tracked I-queue size (the JIQ family with ``M > 1``).",
+        type=int,
+        help="largest tracked I-queue size",
     )
 
 
@@ -361,7 +398,10 @@ def _merged(cls, given, keywords: dict, keys, name: str, where: str):
 #: are the policy and the sizes).
 MODEL_OPTIONS = tuple(k for k in MODEL_KEYS if k not in ("policy", "n_servers", "n_dispatchers"))
 
-_FIELDS = {f.name: f for cls in (Model, RunOptions, Bounds) for f in dataclasses.fields(cls)}
+#: Every option's field by name (its documentation and its flag in ``metadata``).
+OPTION_FIELDS = _FIELDS = {
+    f.name: f for cls in (Model, RunOptions, Bounds) for f in dataclasses.fields(cls)
+}
 #: The line of an entry point's docstring that :func:`takes_options` replaces.
 OPTIONS_MARKER = "<options>"
 
