@@ -265,9 +265,8 @@ def _fixed_point(pol, system, lam, r, ratio, d, buffer, n_servers, levels) -> tu
     if converged and buffer is None and levels is None and fp.truncated[0] > meanfield.LEVEL_TOL:
         # the load builds longer queues than the first level count holds: the adaptive one
         fp = meanfield.fixed_point(pol, lam, r, iqueue_levels=iqueue_levels)
-        pol, system, lam, r, _ = _setup(
-            pol, lam, ratio, d, buffer, n_servers, fp.tail.size - 1, iqueue_levels
-        )
+        bounds = Bounds(fp.tail.size - 1, iqueue_levels)
+        pol, system, lam, r, _ = _setup(Limit(pol, ratio, d, buffer), lam, n_servers, bounds)
         converged = fp.status == Status.CONVERGED
         if converged:
             _check_work(pol, system)
