@@ -179,6 +179,8 @@ def compare(
     pools = options.get("pools")
     pools = pools if pools is None or isinstance(pools, str) else tuple(pools)
     nominal = pool_shares(pools)
+    # the servers and their arrivals, shared by every policy (each policy's model is
+    # this one with its policy)
     system = Model(
         None,
         n_servers,
