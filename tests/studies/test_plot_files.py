@@ -6,6 +6,7 @@ The store is written directly (no simulation): its theory is the mean field the 
 would store, its means a fixed offset from it.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -316,3 +317,25 @@ def test_legends_are_outside_the_data(tiny):
         None, "jiq", "response_cdf", t, 1 - np.exp(-t), np.full(11, np.nan), 1 - np.exp(-t)
     )
     assert _outside(plot_cdf([law]))
+
+
+def test_a_panel_is_one_value_and_its_fields_by_name_draw_the_same():
+    """``Panel(...)`` and its fields by name draw the same axes (scales, texts, the
+    legend's theory entry); a name that is not a field is refused."""
+    pytest.importorskip("matplotlib")
+    from jaxqueue.studies.plotting.plots import Panel, plot_series
+
+    line = _line([0.5, 0.9], [1.2, 2.5], ci=np.full(2, 0.1))
+    line = dataclasses.replace(line, theory=np.array([1.25, 2.4]))  # a theory line to name
+    look = Panel(logy=True, title="T", xlabel="load", theory_label="mean field")
+    by_value = plot_series([line], panel=look)
+    by_name = plot_series([line], logy=True, title="T", xlabel="load", theory_label="mean field")
+    for ax in (by_value, by_name):
+        assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"
+        assert ax.get_title() == "T" and ax.get_xlabel() == "load"
+    legend_texts = [t.get_text() for t in by_value.get_legend().get_texts()]
+    assert legend_texts == [t.get_text() for t in by_name.get_legend().get_texts()]
+    assert "mean field" in legend_texts
+    assert plot_series([line], panel=look, logy=False).get_yscale() == "linear"  # by name over it
+    with pytest.raises(TypeError, match="'logz' is not a field of Panel"):
+        plot_series([line], logz=True)

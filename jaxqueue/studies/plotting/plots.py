@@ -7,6 +7,7 @@ docs/sweeps.md (Figures).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 
@@ -48,6 +49,7 @@ from jaxqueue.studies.plotting.plot_axes import (
 )
 
 __all__ = [
+    "Panel",
     "plot_series",
     "plot_cdf",
     "plot_figure",
@@ -63,6 +65,42 @@ __all__ = [
     "PLAIN_DECADES",
     "LEGEND_WIDTH",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """How one panel of a figure is drawn.
+
+    Attributes:
+        logx, logy: log scales (non-positive values are left out on a log axis).
+        theory: draw the theory lines where the series have theory values (and
+            the refined mean field dashed where they have it).
+        title, xlabel, ylabel: texts.
+        theory_label: what the theory lines are, in the legend (``"mean field"``,
+            ``"M/M/N (Erlang C)"``: :func:`~jaxqueue.studies.plotting.figure_labels.theory_name`
+            of the spec's ``theory``).
+        dodge: the spread of overlapping markers at a shared x (0: none).
+    """
+
+    logx: bool = False
+    logy: bool = False
+    theory: bool = True
+    title: str | None = None
+    xlabel: str | None = None
+    ylabel: str | None = None
+    theory_label: str = "theory"
+    dodge: float = DODGE
+
+
+def _panel(panel: Panel | None, style: dict) -> Panel:
+    """``panel`` (default ``Panel()``) with the fields ``style`` gives by name."""
+    base = Panel() if panel is None else panel
+    unknown = sorted(set(style) - {f.name for f in dataclasses.fields(Panel)})
+    if unknown:
+        raise TypeError(
+            f"{unknown[0]!r} is not a field of Panel: {[f.name for f in dataclasses.fields(Panel)]}"
+        )
+    return dataclasses.replace(base, **style)
 
 
 def _draw_theory(ax, s: Series, curve, color, logx: bool, logy: bool, baseline=None) -> float:
@@ -88,19 +126,13 @@ def plot_series(
     series: list[Series],
     ax=None,
     *,
-    logx: bool = False,
-    logy: bool = False,
-    theory: bool = True,
-    title: str | None = None,
-    xlabel: str | None = None,
-    ylabel: str | None = None,
+    panel: Panel | None = None,
     colors: dict | None = None,
     curves: list | None = None,
-    dodge: float = DODGE,
     baselines: list | None = None,
     baseline_name: str | None = None,
     reference: tuple | None = None,
-    theory_label: str = "theory",
+    **style,
 ):
     """Draw lines of a figure on ``ax`` (a new figure's axes if None); returns ``ax``.
 
@@ -113,39 +145,27 @@ def plot_series(
     Args:
         series: the lines (:func:`~jaxqueue.studies.plotting.figures.figure_series`).
         ax: a matplotlib Axes.
-        logx, logy: log scales (non-positive values are left out on a log axis).
-        theory: draw the theory lines where the series have theory values (and
-            the refined mean field dashed where they have it).
-        title, xlabel, ylabel: texts.
+        panel: how the panel is drawn (:class:`Panel`: log axes, theory, texts,
+            the markers' dodge); ``style``, its fields by name
+            (``logy=True``), over it.
         colors: ``{label: color}`` to keep colours across panels (filled in).
         curves: per line, ``(x, theory)`` to draw instead of its theory at its
             points (:func:`~jaxqueue.studies.plotting.figures.theory_curve`), or None.
-        dodge: the spread of overlapping markers at a shared x (0: none).
         baselines: per line, ``(x, y)`` of an approximation drawn dotted in its
             colour (:func:`~jaxqueue.studies.plotting.baselines.baseline_curve`), or None;
             ``baseline_name`` names it in the legend.
         reference: ``(x, y, name)`` of a reference line (a paper's rate), drawn
             wide and light behind the lines, or None.
-        theory_label: what the theory lines are, in the legend (``"mean field"``,
-            ``"M/M/N (Erlang C)"``: :func:`~jaxqueue.studies.plotting.figure_labels.theory_name`
-            of the spec's ``theory``).
     """
     ax, handles, labels = _draw_series(
         series,
         ax,
-        logx=logx,
-        logy=logy,
-        theory=theory,
-        title=title,
-        xlabel=xlabel,
-        ylabel=ylabel,
+        _panel(panel, style),
         colors=colors,
         curves=curves,
-        dodge=dodge,
         baselines=baselines,
         baseline_name=baseline_name,
         reference=reference,
-        theory_label=theory_label,
     )
     if handles:
         legend(ax, handles, labels)
@@ -155,20 +175,13 @@ def plot_series(
 def _draw_series(
     series,
     ax,
+    panel: Panel,
     *,
-    logx,
-    logy,
-    theory,
-    title,
-    xlabel,
-    ylabel,
     colors,
     curves,
-    dodge=DODGE,
     baselines=None,
     baseline_name=None,
     reference=None,
-    theory_label="theory",
     shared_baseline=False,
 ):
     """:func:`plot_series` without its legend: ``(ax, handles, labels)`` of the legend.
@@ -181,6 +194,7 @@ def _draw_series(
         ax = pyplot_free_figure(
             figsize=(6.4 + LEGEND_WIDTH, 4.4), layout="constrained"
         ).add_subplot()
+    logx, logy, theory, dodge = panel.logx, panel.logy, panel.theory, panel.dodge
     colors = {} if colors is None else colors
     curves = [None] * len(series) if curves is None else curves
     lowest = np.inf  # the smallest value drawn on a log y axis
@@ -215,14 +229,14 @@ def _draw_series(
         ax.set_yscale("log")
         if np.isfinite(lowest):
             ax.set_ylim(bottom=lowest / 1.5)
-    titles(ax, title, xlabel, ylabel)
+    titles(ax, panel.title, panel.xlabel, panel.ylabel)
     plain_ticks(ax)
     handles, labels = [], []
     if series:
         handles, labels = ax.get_legend_handles_labels()
         if theory and any(np.isfinite(s.theory).any() for s in series):
             handles.append(key_line(lw=1.2))
-            labels.append(theory_label)
+            labels.append(panel.theory_label)
         if theory and any(np.isfinite(s.refined).any() for s in series):
             handles.append(key_line(lw=1.0, ls="--"))
             labels.append("refined mean field at $N$ (dashed)")
@@ -260,14 +274,9 @@ def plot_cdf(
     marks: list[Series] = (),
     ax=None,
     *,
-    logx: bool = False,
-    logy: bool = False,
-    theory: bool = True,
-    title: str | None = None,
-    xlabel: str | None = None,
-    ylabel: str | None = None,
+    panel: Panel | None = None,
     colors: dict | None = None,
-    theory_label: str = "theory",
+    **style,
 ):
     """Draw response-time laws on ``ax`` (a new figure's axes if None); returns ``ax``.
 
@@ -278,31 +287,17 @@ def plot_cdf(
         marks: the quantiles of the same curves
             (:func:`~jaxqueue.studies.plotting.figures.cdf_quantiles`), drawn at
             ``(quantile, q)`` with their 95% half-widths as horizontal bars.
-        logx, logy, theory, title, xlabel, ylabel, colors, theory_label: as for
-            :func:`plot_series`.
+        panel, colors, style: as for :func:`plot_series`.
     """
-    ax, handles, labels = _draw_cdf(
-        curves,
-        marks,
-        ax,
-        logx=logx,
-        logy=logy,
-        theory=theory,
-        title=title,
-        xlabel=xlabel,
-        ylabel=ylabel,
-        colors=colors,
-        theory_label=theory_label,
-    )
+    ax, handles, labels = _draw_cdf(curves, marks, ax, _panel(panel, style), colors=colors)
     if handles:
         legend(ax, handles, labels)
     return ax
 
 
-def _draw_cdf(
-    curves, marks, ax, *, logx, logy, theory, title, xlabel, ylabel, colors, theory_label
-):
+def _draw_cdf(curves, marks, ax, panel: Panel, *, colors):
     """:func:`plot_cdf` without its legend: ``(ax, handles, labels)`` of the legend."""
+    logx, logy, theory = panel.logx, panel.logy, panel.theory
     if ax is None:
         ax = pyplot_free_figure(
             figsize=(6.4 + LEGEND_WIDTH, 4.4), layout="constrained"
@@ -332,13 +327,13 @@ def _draw_cdf(
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    titles(ax, title, xlabel, ylabel)
+    titles(ax, panel.title, panel.xlabel, panel.ylabel)
     plain_ticks(ax)
     handles, labels = [], []
     if curves:
         handles, labels = ax.get_legend_handles_labels()
         for field, text in (
-            ("theory", f"{theory_label} (dotted)"),
+            ("theory", f"{panel.theory_label} (dotted)"),
             ("refined", "refined mean field at $N$ (dashed)"),
         ):
             if field in drawn:
@@ -456,30 +451,32 @@ def plot_figure(
     keys: dict = {}  # label -> handle, over the panels
     for a, panel in zip(axes, panels):
         mine = [i for i, s in enumerate(series) if fig.panels is None or s.panel == panel]
-        style = dict(
+        look = Panel(
             logx=fig.logx,
             logy=fig.logy,
             theory=fig.theory,
             title=panel_label(fig.panels, panel) if several else heading,
             xlabel=fig.xlabel or axis_label(fig.x),
             ylabel=_ylabel(fig),
-            colors=colors,
             theory_label=theory_name(None if spec is None else spec.run.theory),
         )
         if marks is None:
             _, handles, labels = _draw_series(
                 [series[i] for i in mine],
                 a,
+                look,
+                colors=colors,
                 curves=[curves[i] for i in mine],
                 baselines=[lines[i] for i in mine],
                 baseline_name=BASELINE_NAMES.get(fig.baseline),
                 shared_baseline=fig.baseline in SHARED_BASELINES,
                 reference=_reference(fig, [series[i] for i in mine]),
-                **style,
             )
         else:
             mine_marks = [m for m in marks if fig.panels is None or m.panel == panel]
-            _, handles, labels = _draw_cdf([series[i] for i in mine], mine_marks, a, **style)
+            _, handles, labels = _draw_cdf(
+                [series[i] for i in mine], mine_marks, a, look, colors=colors
+            )
         for handle, label in zip(handles, labels):
             keys.setdefault(label, handle)
         if fig.x == "k" and not fig.logx:  # levels: whole numbers
