@@ -399,9 +399,7 @@ def _merged(cls, given, keywords: dict, keys, name: str, where: str):
 MODEL_OPTIONS = tuple(k for k in MODEL_KEYS if k not in ("policy", "n_servers", "n_dispatchers"))
 
 #: Every option's field by name (its documentation and its flag in ``metadata``).
-OPTION_FIELDS = _FIELDS = {
-    f.name: f for cls in (Model, RunOptions, Bounds) for f in dataclasses.fields(cls)
-}
+OPTION_FIELDS = {f.name: f for cls in (Model, RunOptions, Bounds) for f in dataclasses.fields(cls)}
 #: The line of an entry point's docstring that :func:`takes_options` replaces.
 OPTIONS_MARKER = "<options>"
 
@@ -417,7 +415,7 @@ def takes_options(*names: str):
     given; it refuses others with :func:`check_options` (or
     :func:`split_keywords`, which does).
     """
-    unknown = [n for n in names if n not in _FIELDS]
+    unknown = [n for n in names if n not in OPTION_FIELDS]
     if unknown:
         raise ValueError(f"takes_options: {unknown} are not fields of Model, RunOptions, Bounds")
 
@@ -428,8 +426,8 @@ def takes_options(*names: str):
             inspect.Parameter(
                 n,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=_FIELDS[n].default,
-                annotation=_FIELDS[n].type,
+                default=OPTION_FIELDS[n].default,
+                annotation=OPTION_FIELDS[n].type,
             )
             for n in names
         ]
@@ -446,7 +444,7 @@ def _option_docs(names) -> str:
     """The docstring entries of ``names`` (8 spaces, continuation 12, 88 wide)."""
     out = []
     for n in names:
-        text = f"{n}: {_FIELDS[n].metadata.get('doc', '')}"
+        text = f"{n}: {OPTION_FIELDS[n].metadata.get('doc', '')}"
         out.append(textwrap.fill(text, 88, initial_indent=" " * 8, subsequent_indent=" " * 12))
     return "\n".join(out) + "\n"
 

@@ -317,9 +317,11 @@ def _periodic(pol, load, ratio, law, request: _Request):
     fp_ratio = None if one_dispatcher else ratio
     if fp_ratio is not None and not (float(fp_ratio) > 0 and not math.isnan(float(fp_ratio))):
         raise ValueError(f"ratio={ratio!r} is out of range: need ratio > 0")
-    limit = Limit(pol, fp_ratio, buffer=buffer, service=law, pools=request.pools)
+    limit = Limit(
+        pol, fp_ratio, buffer=buffer, service=law, pools=request.pools, arrivals=request.arrivals
+    )
     orbit = periodic.periodic_orbit(
-        limit.replace(arrivals=request.arrivals),
+        limit,
         load,
         bounds=Bounds(levels),
         window=request.window,
@@ -353,9 +355,11 @@ def _phase_type(pol, load, ratio, service, request: _Request):
     """The mean field with a phase-type service law or pools (:mod:`jaxqueue.theory.generic.phases`)."""
     one_dispatcher = pol.single_dispatcher or not pol.uses_iqueues
     buffer = request.buffer
-    limit = Limit(pol, None if one_dispatcher else ratio, buffer=buffer, service=service)
+    limit = Limit(
+        pol, None if one_dispatcher else ratio, buffer=buffer, service=service, pools=request.pools
+    )
     fp = phases.fixed_point(
-        limit.replace(pools=request.pools),
+        limit,
         load,
         bounds=Bounds(request.levels),
         solver=request.solver,

@@ -15,7 +15,6 @@ both (exponential service is one class), so it has one result type.
 from __future__ import annotations
 
 from jaxqueue.core.config import Bounds, check_options, takes_options
-from jaxqueue.core.service import as_law
 from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.generic.limit import Limit
 from jaxqueue.theory.generic.meanfield import TRANSIENT_TOL
@@ -56,20 +55,19 @@ def fixed_point(
         a solve that did not converge says so in ``status`` (it does not raise).
     """
     check_options("fixed_point", options, fixed_point)
+    limit = Limit(policy, ratio, **options)  # the options are the Limit's fields
+    if limit.by_class():
+        return phases.fixed_point(limit, load, bounds=bounds, solver=solver)
     b = Bounds() if bounds is None else bounds
-    shared = dict(
-        d=options.get("d"),
-        buffer=options.get("buffer"),
+    return meanfield.fixed_point(
+        policy,
+        load,
+        ratio,
+        d=limit.d,
+        buffer=limit.buffer,
         levels=b.levels,
         iqueue_levels=b.iqueue_levels,
         solver=solver,
-    )
-    law = as_law(options.get("service"))
-    if options.get("pools") is None and (law is None or law.is_unit_exponential):
-        return meanfield.fixed_point(policy, load, ratio, **shared)
-    limit = Limit(policy, ratio, options.get("d"), options.get("buffer"), law)
-    return phases.fixed_point(
-        limit.replace(pools=options.get("pools")), load, bounds=bounds, solver=solver
     )
 
 
@@ -104,9 +102,8 @@ def transient(
         ``tails``, ``phase_counts``, ``iq_tails``).
     """
     check_options("transient", options, transient)
-    limit = Limit(policy, ratio, options.get("d"), options.get("buffer"), options.get("service"))
     return phases.transient(
-        limit.replace(pools=options.get("pools")),
+        Limit(policy, ratio, **options),
         load,
         times=times,
         start=start,

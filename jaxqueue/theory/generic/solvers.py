@@ -18,12 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxqueue.core.status import Status
-from jaxqueue.theory.generic.settings import LEVEL_TOL, NEWTON
 
 __all__ = [
     "DEFAULT_LEVELS",
-    "LEVEL_TOL",
-    "NEWTON",
     "MAX_AUTO_LEVELS",
     "MAX_DENSE_LEVELS",
     "NewtonResult",
