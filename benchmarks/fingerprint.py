@@ -15,7 +15,11 @@ order; settings that name versions or the source are left out. What is covered:
 * ``exact``: the exact chain of every policy that has one at ``N = 3``;
 * ``theory``: the mean field of every policy that has one, with exponential
   service, Erlang-2 service, pools and a finite buffer where it applies, and the
-  refined mean field and Erlang C.
+  refined mean field and Erlang C;
+* ``crn``: the studies on common random numbers: a sensitivity in the load (with
+  its Richardson check) and in the SCV, paired comparisons of two policies and of
+  two loads, two iterations of design on the simulated system, and a grid spec
+  with ``[run] sensitivity`` and ``paired`` rows (about 2 minutes on 2 cores).
 
 Uses only the public entry points (the command line, ``jaxqueue.theory``,
 ``jaxqueue.exact``), so that it runs unchanged on older commits.
@@ -82,27 +86,32 @@ def main_job() -> str:
 
 def sweep_store() -> str:
     with tempfile.TemporaryDirectory() as tmp:
-        spec = Path(tmp, "fingerprint.toml")
-        spec.write_text(SPEC)
-        store = Path(tmp, "fingerprint.sqlite")
-        env = dict(os.environ, JAXQUEUE_COMPILATION_CACHE="0")
-        run = [sys.executable, "-m", "jaxqueue", "sweep", str(spec), "--store", str(store)]
-        subprocess.run(run, capture_output=True, text=True, check=True, env=env)
-        csv = Path(tmp, "rows.csv")
-        export = [sys.executable, "-m", "jaxqueue", "export", str(store), "--csv", str(csv)]
-        subprocess.run(export, capture_output=True, text=True, check=True, env=env)
-        values = []
-        lines = csv.read_text().splitlines()
-        header = lines[0].split(",")
-        for line in sorted(lines[1:]):
-            for name, cell in zip(header, line.split(","), strict=False):
-                if name in ("created", "elapsed", "versions", "source"):
-                    continue
-                try:
-                    values.append(float(cell))
-                except ValueError:
-                    values.append(float(len(cell)))
-        return _digest(values)
+        return _digest(_store_values(Path(tmp), SPEC))
+
+
+def _store_values(tmp: Path, text: str) -> list:
+    """The values of every row of ``text``'s spec run into a store, rows sorted."""
+    spec = Path(tmp, "fingerprint.toml")
+    spec.write_text(text)
+    store = Path(tmp, "fingerprint.sqlite")
+    env = dict(os.environ, JAXQUEUE_COMPILATION_CACHE="0")
+    run = [sys.executable, "-m", "jaxqueue", "sweep", str(spec), "--store", str(store)]
+    subprocess.run(run, capture_output=True, text=True, check=True, env=env)
+    csv = Path(tmp, "rows.csv")
+    export = [sys.executable, "-m", "jaxqueue", "export", str(store), "--csv", str(csv)]
+    subprocess.run(export, capture_output=True, text=True, check=True, env=env)
+    values = []
+    lines = csv.read_text().splitlines()
+    header = lines[0].split(",")
+    for line in sorted(lines[1:]):
+        for name, cell in zip(header, line.split(","), strict=False):
+            if name in ("created", "elapsed", "versions", "source"):
+                continue
+            try:
+                values.append(float(cell))
+            except ValueError:
+                values.append(float(len(cell)))
+    return values
 
 
 def exact() -> str:
@@ -150,16 +159,64 @@ def theory_outputs() -> str:
     return _digest(values)
 
 
+CRN_SPEC = (
+    SPEC.replace('name = "fingerprint"', 'name = "fingerprint-crn"')
+    .replace("load = [0.9]", "load = [0.8, 0.9]")
+    .replace('policy = ["jiq", { name = "pod", d = 2 }]', 'policy = [{ name = "pod", d = 2 }]')
+    .replace("n_servers = [50]", "n_servers = [10]")
+    .replace('theory = "mean-field"', 'theory = "mean-field"\nsensitivity = "load"\npaired = true')
+)
+
+
+def crn() -> str:
+    import jaxqueue as jq
+
+    try:
+        from jaxqueue.studies.crn.design_sim import design_simulated
+    except ImportError:  # before studies/ had sub-packages
+        from jaxqueue.studies.design_sim import design_simulated
+
+    run = dict(replicas=8, steps=4000, warmup=1000, seed=5)
+    values: list = []
+    sens = jq.sensitivity("pod", 0.8, 10, d=2, **run)
+    _numbers(sens.to_dict(), values)
+    scv = jq.sensitivity(
+        "pod", 0.7, 10, d=2, service="erlang:2", parameter="scv", richardson=False, **run
+    )
+    _numbers(scv.to_dict(), values)
+    for models, loads in (([jq.make("pod", d=2), "jsq"], 0.8), (jq.make("pod", d=2), [0.7, 0.8])):
+        _numbers(jq.paired(models, loads, 10, **run).to_dict(), values)
+    design = design_simulated(
+        "pod",
+        3.0,
+        10,
+        d=2,
+        iterations=2,
+        replicas=4,
+        max_replicas=8,
+        steps=4000,
+        warmup=1000,
+        seed=7,
+    )
+    _numbers(design.to_dict(), values)
+    with tempfile.TemporaryDirectory() as tmp:
+        values.extend(_store_values(Path(tmp), CRN_SPEC))
+    return _digest(values)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON record alone on stdout")
-    ap.add_argument("--only", nargs="*", default=None, help="main_job, sweep_store, exact, theory")
+    ap.add_argument(
+        "--only", nargs="*", default=None, help="main_job, sweep_store, exact, theory, crn"
+    )
     args = ap.parse_args(argv)
     parts = {
         "main_job": main_job,
         "sweep_store": sweep_store,
         "exact": exact,
         "theory": theory_outputs,
+        "crn": crn,
     }
     record = {}
     for name, fn in parts.items():
