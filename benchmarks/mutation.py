@@ -110,11 +110,10 @@ MODULES = {
     "studies": (
         (
             "jaxqueue/studies/crn/sensitivity.py",
-            "jaxqueue/studies/crn/sensitivity_sides.py",
+            "jaxqueue/studies/crn/sides.py",
             "jaxqueue/studies/crn/paired.py",
             "jaxqueue/studies/grids/grid_theory.py",
-            "jaxqueue/studies/grids/grid_sensitivity.py",
-            "jaxqueue/studies/grids/grid_paired.py",
+            "jaxqueue/studies/grids/crn_rows.py",
         ),
         ALL_TESTS,
     ),

@@ -404,47 +404,47 @@ OPTION_FIELDS = {f.name: f for cls in (Model, RunOptions, Bounds) for f in datac
 OPTIONS_MARKER = "<options>"
 
 
-def takes_options(*names: str):
+def takes_options(*names: str, also: tuple = ()):
     """An entry point that takes options as ``**options``, declared once as fields.
 
     The decorated function's signature (``inspect.signature``, ``help()``)
     shows ``names`` (fields of :class:`Model`, :class:`RunOptions` and
     :class:`Bounds`) as keyword-only parameters with the fields' defaults, and
     the line ``<options>`` of its docstring becomes their documentation, from
-    the fields' ``metadata["doc"]``. The function receives only the options
-    given; it refuses others with :func:`check_options` (or
-    :func:`split_keywords`, which does).
+    the fields' ``metadata["doc"]``; ``also``, dataclasses of its own settings
+    (a sensitivity's ``Step``), shows their fields first in the same way. The
+    function receives only the options given; it refuses others with
+    :func:`check_options` (or :func:`split_keywords`, which does).
     """
     unknown = [n for n in names if n not in OPTION_FIELDS]
     if unknown:
         raise ValueError(f"takes_options: {unknown} are not fields of Model, RunOptions, Bounds")
+    fields = {f.name: f for cls in also for f in dataclasses.fields(cls)}
+    fields.update((n, OPTION_FIELDS[n]) for n in names)
 
     def decorate(fn):
         sig = inspect.signature(fn)
         kept = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         shown = [
             inspect.Parameter(
-                n,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=OPTION_FIELDS[n].default,
-                annotation=OPTION_FIELDS[n].type,
+                n, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
             )
-            for n in names
+            for n, f in fields.items()
         ]
         fn.__signature__ = sig.replace(parameters=kept + shown)
         fn.option_names = tuple(names)
         if fn.__doc__ and f"        {OPTIONS_MARKER}\n" in fn.__doc__:
-            fn.__doc__ = fn.__doc__.replace(f"        {OPTIONS_MARKER}\n", _option_docs(names))
+            fn.__doc__ = fn.__doc__.replace(f"        {OPTIONS_MARKER}\n", _option_docs(fields))
         return fn
 
     return decorate
 
 
-def _option_docs(names) -> str:
-    """The docstring entries of ``names`` (8 spaces, continuation 12, 88 wide)."""
+def _option_docs(fields: dict) -> str:
+    """The docstring entries of ``fields`` (8 spaces, continuation 12, 88 wide)."""
     out = []
-    for n in names:
-        text = f"{n}: {OPTION_FIELDS[n].metadata.get('doc', '')}"
+    for n, f in fields.items():
+        text = f"{n}: {f.metadata.get('doc', '')}"
         out.append(textwrap.fill(text, 88, initial_indent=" " * 8, subsequent_indent=" " * 12))
     return "\n".join(out) + "\n"
 

@@ -1,4 +1,4 @@
-"""Sensitivities and paired points in grid specs (jaxqueue.studies.grids.grid_sensitivity,
+"""Sensitivities and paired points in grid specs (jaxqueue.studies.grids.crn_rows,
 docs/sweeps.md, Sensitivities and paired points).
 
 The fast tests parse specs and check the streams and the lines of paired points; the
@@ -24,13 +24,13 @@ from jaxqueue.core.config import Bounds
 from jaxqueue.policies.registry import make
 from jaxqueue.studies.crn.paired import compare_samples, coupling_threshold
 from jaxqueue.studies.crn.sensitivity import sensitivity
-from jaxqueue.studies.grids import export, grid_paired
+from jaxqueue.studies.grids import crn_rows, export
 from jaxqueue.studies.grids.batching import group_bounds
-from jaxqueue.studies.grids.derivatives import CURVED, derivative_name, difference_name, paired_word
+from jaxqueue.studies.grids.crn_rows import THEORY_STEP, PairedRows, check_processes, references
 from jaxqueue.studies.grids.grid import _batch_plan, run_grid
-from jaxqueue.studies.grids.grid_paired import PairedRows, references
-from jaxqueue.studies.grids.grid_sensitivity import THEORY_STEP, check_processes
+from jaxqueue.studies.grids.points import paired_word
 from jaxqueue.studies.grids.spec import SpecError, parse_spec
+from jaxqueue.studies.grids.spec_values import CURVED, derivative_name, difference_name
 from jaxqueue.studies.grids.store import Store
 from jaxqueue.theory import mean_field
 
@@ -186,8 +186,8 @@ def test_a_point_waits_for_its_reference_in_a_later_batch(monkeypatch):
     rng = np.random.default_rng(0)
     x = rng.normal(size=8)
     values = {low: ({"m": x}, None), high: ({"m": x + rng.normal(size=8)}, None)}
-    monkeypatch.setattr(grid_paired, "scalar_names", lambda result, plan: ("m",))
-    monkeypatch.setattr(grid_paired, "side_samples", lambda run, j, names: values[run.points[j]])
+    monkeypatch.setattr(crn_rows, "scalar_names", lambda result, plan: ("m",))
+    monkeypatch.setattr(crn_rows, "side_samples", lambda run, j, names: values[run.points[j]])
 
     class Ran:
         plan = None
@@ -285,7 +285,7 @@ def test_theory_slopes_in_alpha_and_where_the_theory_has_no_value():
     import math
 
     from jaxqueue import theory
-    from jaxqueue.studies.grids.grid_sensitivity import theory_slopes
+    from jaxqueue.studies.grids.crn_rows import theory_slopes
 
     spec = parse_spec(
         PLAIN.replace("n_servers = 3", "n_servers = 100").replace(

@@ -28,7 +28,7 @@ LOADS = (0.6, 0.65, 0.7, 0.75)
 
 
 def _plans(models, load, n_servers=None, **options):
-    return [g.plan for g in plan_points(models, load, n_servers, **options)]
+    return list(plan_points(models, load, n_servers, **options).plans)
 
 
 def test_the_points_share_their_keys():

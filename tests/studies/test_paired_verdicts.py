@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import jaxqueue as jq
-from jaxqueue.sim.runner import Run
 from jaxqueue.studies.crn.paired import (
     HEADLINE,
     MIN_COUPLED_CORRELATION,
@@ -26,7 +25,6 @@ from jaxqueue.studies.crn.paired import (
     coupling_threshold,
     plan_points,
 )
-from jaxqueue.studies.crn.sensitivity import scalar_names, side_samples
 
 #: 8 replicas: intervals from batch means (16 batches of 256 steps each).
 RUN = dict(replicas=8, steps=4096, levels=32, seed=4)
@@ -35,14 +33,7 @@ POD, JIQ = jq.Model("pod", 6, 2, d=2), jq.Model("jiq", 6, 2)
 
 def _samples(models, load):
     """Each point's per-replica and per-batch values (as jq.paired takes them)."""
-    groups = plan_points(models, load, **RUN)
-    out = [None] * sum(len(g.points) for g in groups)
-    for g in groups:
-        r = Run.start(g.plan).advance()
-        names = scalar_names(r.results()[0], g.plan)
-        for j, k in enumerate(g.points):
-            out[k] = side_samples(r, j, names)
-    return out
+    return plan_points(models, load, **RUN).run().samples
 
 
 @pytest.mark.slow  # compiles Pod(2) and JIQ; test_paired.py's slow tests say not coupled too

@@ -22,13 +22,8 @@ from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
 from jaxqueue.runs import planner
 from jaxqueue.sim.placement import placement
-from jaxqueue.studies.crn.sensitivity import (
-    RELATIVE_STEP,
-    default_step,
-    load_at,
-    plan_sides,
-    sensitivity,
-)
+from jaxqueue.studies.crn.sensitivity import plan_sides, sensitivity
+from jaxqueue.studies.crn.sides import RELATIVE_STEP, default_step, load_at
 from jaxqueue.theory.closed import closed_forms
 
 #: The small system the exact chain solves (one compiled shape for its tests).
@@ -38,10 +33,10 @@ SMALL_LOAD = 0.7
 
 def test_the_sides_share_their_keys_where_a_batch_of_loads_does_not():
     sides = plan_sides("pod", 0.9, 1000, d=2, replicas=4, steps=256, levels=16)
-    keys = np.asarray(placement(sides.plan)[2]).reshape(4, 4, 2)
+    keys = np.asarray(placement(sides.plans[0])[2]).reshape(4, 4, 2)
     assert all(np.array_equal(keys[0], keys[j]) for j in range(1, 4))
     # a batch of loads without a shared stream: replica i of each load has its own key
-    p = planner.plan("pod", list(sides.plan.loads), 1000, d=2, replicas=4, steps=256, levels=16)
+    p = planner.plan("pod", list(sides.plans[0].loads), 1000, d=2, replicas=4, steps=256, levels=16)
     other = np.asarray(placement(p)[2]).reshape(4, 4, 2)
     assert not np.array_equal(other[0], other[1])
 
@@ -49,12 +44,12 @@ def test_the_sides_share_their_keys_where_a_batch_of_loads_does_not():
 def test_the_sides_and_the_default_step():
     sides = plan_sides("pod", 0.9, 1000, d=2, replicas=4, steps=256, levels=16)
     assert sides.h == pytest.approx(RELATIVE_STEP * 0.1)
-    lo, hi, lo2, hi2 = sides.plan.loads
+    lo, hi, lo2, hi2 = sides.plans[0].loads
     assert lo < lo2 < 0.9 < hi2 < hi
-    assert sides.values == sides.plan.loads  # the float32 loads run, as the parameter
-    assert sides.plan.streams == (0, 0, 0, 0)
+    assert sides.values == sides.plans[0].loads  # the float32 loads run, as the parameter
+    assert sides.plans[0].streams == (0, 0, 0, 0)
     only = plan_sides("pod", 0.9, 1000, d=2, h=0.01, richardson=False, replicas=4, steps=256)
-    assert len(only.plan.loads) == 2 and only.h == 0.01
+    assert len(only.plans[0].loads) == 2 and only.h == 0.01
     # a finite buffer: a fraction of the load itself
     assert default_step("load", 1.2, 100, buffer=5) == pytest.approx(RELATIVE_STEP * 1.2)
 
@@ -186,7 +181,7 @@ def test_the_default_step_measures_the_room_to_the_capacity():
     for load, room in ((1.0, 1 / 3), (1.2, 4 / 3 - 1.2), (0.5, 0.5)):
         sides = plan_sides(pools, load, replicas=4, steps=256)
         assert sides.h == pytest.approx(RELATIVE_STEP * room) and sides.h > 0
-        assert max(sides.plan.loads) < 4 / 3
+        assert max(sides.plans[0].loads) < 4 / 3
     # a finite buffer: 5% of the load, past the capacity too
     buffered = plan_sides(pools.replace(buffer=4), 1.5, replicas=4, steps=256)
     assert buffered.h == pytest.approx(RELATIVE_STEP * 1.5)

@@ -21,9 +21,10 @@ from jaxqueue.core.service import Pool
 from jaxqueue.exact import solve_exact
 from jaxqueue.results.stats import within
 from jaxqueue.sim.placement import placement
-from jaxqueue.studies.crn.sensitivity import plan_sides, plan_system_sides_of
-from jaxqueue.studies.crn.sensitivity_sides import (
+from jaxqueue.studies.crn.sensitivity import plan_sides
+from jaxqueue.studies.crn.sides import (
     RELATIVE_STEP,
+    Step,
     side_model,
     system_default_step,
     system_value,
@@ -70,7 +71,7 @@ def test_the_sides_models_and_values():
 
 
 def test_every_side_has_the_same_keys():
-    s = plan_system_sides_of("pod", 0.7, 3, parameter="speed", pools=POOLS, **SMALL)
+    s = plan_sides("pod", 0.7, 3, parameter="speed", pools=POOLS, **SMALL)
     assert len(s.plans) == 4 and s.values == pytest.approx((1.9, 2.1, 1.95, 2.05))
     assert {p.system.levels for p in s.plans} == {24}
     assert {(p.seed, p.streams) for p in s.plans} == {(1, (0,))}
@@ -84,7 +85,7 @@ def test_sides_of_their_own_level_bounds_are_planned_again_on_the_run_asked_for(
     again at the largest, with the run's own settings (16 replicas, seed 1, 51,200
     steps), not the defaults."""
     small = {k: v for k, v in SMALL.items() if k != "levels"}
-    s = plan_system_sides_of("pod", 0.9, 3, parameter="scv", service="erlang:2", **small)
+    s = plan_sides("pod", 0.9, 3, parameter="scv", service="erlang:2", **small)
     assert {p.system.levels for p in s.plans} == {136}
     for p in s.plans:
         assert (p.replicas, p.seed, p.streams) == (16, 1, (0,))
@@ -106,7 +107,7 @@ def test_sides_of_their_own_level_bounds_are_planned_again_on_the_run_asked_for(
 )
 def test_arguments_are_checked_before_anything_runs(parameter, model, kwargs, text):
     with pytest.raises(ValueError, match=text):
-        plan_system_sides_of("pod", 0.7, 3, parameter=parameter, d=2, **model, **kwargs)
+        plan_sides("pod", 0.7, 3, parameter=parameter, d=2, **model, **kwargs)
 
 
 def test_a_side_past_its_capacity_is_named():
@@ -114,22 +115,47 @@ def test_a_side_past_its_capacity_is_named():
     side (speed 1.7: capacity 1.233) or a server moved to the slow pool (capacity
     1.25) is not: the side is named, not the load; a finite buffer is stable."""
     with pytest.raises(ValueError, match=r"side at speed=1\.7 has a capacity of 1\.23333"):
-        plan_system_sides_of("pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3)
+        plan_sides("pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3)
     with pytest.raises(
         ValueError, match=r"side at share=0\.25 has a capacity of 1\.25 .*load=1\.3"
     ):
-        plan_system_sides_of(
+        plan_sides(
             "pod", 1.3, 4, parameter="share", d=2, pools="0.5:2,0.5:1", h=0.25, richardson=False
         )
-    s = plan_system_sides_of(
-        "pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3, buffer=5, steps=256
-    )
+    s = plan_sides("pod", 1.25, 3, parameter="speed", d=2, pools=POOLS, h=0.3, buffer=5, steps=256)
     assert s.values == (1.7, 2.3, 1.85, 2.15)
 
 
-def test_the_load_plan_refuses_them():
-    with pytest.raises(ValueError, match="runs of their own"):
-        plan_sides("pod", 0.7, 3, parameter="speed", d=2, pools=POOLS)
+def test_one_front_plans_the_sides_of_every_parameter():
+    """The load's sides are the loads of one plan; a system parameter's, one plan
+    each; a Step given whole plans as its keywords do, and a keyword beside it
+    is refused, as is a pool for a parameter without pools."""
+    load = plan_sides("pod", 0.7, 3, d=2, pools=POOLS, steps=256)
+    assert len(load.groups) == 1 and load.groups[0].points == (0, 1, 2, 3)
+    speed = plan_sides("pod", 0.7, 3, parameter="speed", d=2, pools=POOLS, steps=256)
+    assert [g.points for g in speed.groups] == [(0,), (1,), (2,), (3,)]
+    step = Step("speed", h=0.2, richardson=False, pool=1)
+    whole = plan_sides("pod", 0.7, 3, step=step, d=2, pools=POOLS, steps=256)
+    loose = plan_sides(
+        "pod",
+        0.7,
+        3,
+        parameter="speed",
+        h=0.2,
+        richardson=False,
+        pool=1,
+        d=2,
+        pools=POOLS,
+        steps=256,
+    )
+    assert whole.values == loose.values == (0.8, 1.2)
+    assert [p.system for p in whole.plans] == [p.system for p in loose.plans]
+    with pytest.raises(TypeError, match="h given beside step="):
+        plan_sides("pod", 0.7, 3, step=step, h=0.1, d=2, pools=POOLS)
+    with pytest.raises(ValueError, match="pool=1 is for parameter='speed' or 'share' only"):
+        Step("scv", pool=1)
+    with pytest.raises(ValueError, match="richardson=1 is not valid"):
+        Step("load", richardson=1)
 
 
 def test_the_command_line_takes_them():

@@ -1,7 +1,7 @@
 """Design on the simulated system: the largest load whose simulated mean response
 time (or a quantile) meets a target at finite N, by stochastic Newton steps (optax)
-on the common-random-number derivatives of :mod:`jaxqueue.studies.crn.sensitivity`,
-beside the mean field's answer (docs/design.md).
+on the common-random-number derivatives of a sensitivity's sides
+(:mod:`jaxqueue.studies.crn.sides`), beside the mean field's answer (docs/design.md).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxqueue.core.config import MODEL_KEYS, split_keywords
+from jaxqueue.core.config import split_keywords
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_int
 from jaxqueue.policies.registry import make
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs import planner
-from jaxqueue.sim.runner import Plan, Run
-from jaxqueue.studies.crn.sensitivity import paired_estimates, plan_sides, side_samples
+from jaxqueue.sim.runner import Plan
+from jaxqueue.studies.crn.sides import Group, Sides, Step, combine, plan_load_sides
 from jaxqueue.theory import mean_field
 from jaxqueue.theory.closed.design import max_load_for_target
 
@@ -129,10 +129,11 @@ def design_simulated(
     Returns:
         a :class:`SimulatedDesign`.
     """
-    given = {k: v for k, v in options.items() if k in MODEL_KEYS}
-    model = split_keywords(policy, n_servers, n_dispatchers, given, where="design_simulated")[0]
-    options = {k: v for k, v in options.items() if k not in MODEL_KEYS}
-    options.setdefault("richardson", False)
+    step = Step("load", options.pop("h", None), options.pop("richardson", False))
+    options.update(replicas=replicas, seed=seed)
+    model, opts, bound = split_keywords(
+        policy, n_servers, n_dispatchers, options, where="design_simulated"
+    )
     if not (isinstance(target, (int, float)) and math.isfinite(target) and target > 0):
         raise ValueError(f"target={target!r} is out of range: need a finite value > 0")
     iterations = check_int("iterations", iterations, 1, 1000)
@@ -147,7 +148,8 @@ def design_simulated(
     state = opt.init(theta)
     r, unresolved, steps, history = replicas, 0, 0, []
     for k in range(iterations):
-        it = _iterate(model, lam, metric, r, seed + k, progress, options)
+        run = opts.replace(replicas=r, seed=seed + k)
+        it = _iterate(plan_load_sides(model, run, bound, lam, step), metric, progress)
         steps += it.steps
         history.append((lam, it.value.mean, it.slope.mean, r))
         if not (it.slope.mean > 0 and it.value.mean > 0):
@@ -164,7 +166,7 @@ def design_simulated(
         updates, state = opt.update(jnp.asarray(_newton(it, lam, target)), state)
         theta = optax.apply_updates(theta, updates)
         lam = float(1.0 / (1.0 + jnp.exp(-theta)))
-    check = _check(model, lam, metric, it, seed + iterations, options)
+    check = _check(model, lam, metric, it, opts.replace(seed=seed + iterations), bound)
     root = Estimate(
         lam - (check.value.mean - target) / it.slope.mean,
         check.value.ci95 / it.slope.mean,
@@ -192,17 +194,14 @@ class _Iteration(NamedTuple):
     settings: dict  # its first side's settings
 
 
-def _iterate(model, lam, metric, replicas, seed, progress, options) -> _Iteration:
-    """A sensitivity run at ``lam``: the metric there and its derivative."""
-    sides = plan_sides(model, lam, replicas=replicas, seed=seed, **options)
-    run = Run.start(sides.plan).advance(progress=progress)
-    found = run.results()
-    samples = [side_samples(run, j, (metric,)) for j in range(len(sides.plan.loads))]
+def _iterate(sides: Sides, metric: str, progress: bool) -> _Iteration:
+    """A sensitivity's sides run: the metric there (their mean) and its derivative."""
+    found, samples = sides.run(progress, names=(metric,))
     batched = samples[0][1] is not None
     wide = sides.values[1] - sides.values[0]
-    value = paired_estimates(lambda a, b, *_: (a + b) / 2.0, samples, batched)[metric]
-    slope = paired_estimates(lambda a, b, *_: (b - a) / wide, samples, batched)[metric]
-    return _Iteration(value, slope, _steps(found), sides.plan, found[0].settings)
+    value = combine(lambda a, b, *_: (a + b) / 2.0, samples, batched)[metric]
+    slope = combine(lambda a, b, *_: (b - a) / wide, samples, batched)[metric]
+    return _Iteration(value, slope, _steps(found), sides.plans[0], found[0].settings)
 
 
 def _newton(it: _Iteration, lam: float, target: float) -> float:
@@ -212,24 +211,22 @@ def _newton(it: _Iteration, lam: float, target: float) -> float:
     return float(np.clip(step, -MAX_STEP, MAX_STEP))
 
 
-def _check(model, lam, metric, last: _Iteration, seed, options) -> _Iteration:
-    """The metric at ``lam`` from independent batches of ``last``'s shape (fresh words)."""
+def _check(model, lam, metric, last: _Iteration, opts, bound) -> _Iteration:
+    """The metric at ``lam`` from independent batches of ``last``'s shape (fresh
+    words): the sides of one load, each on a stream of its own."""
     p = last.plan
-    keys = {k: v for k, v in options.items() if k not in ("h", "richardson")}
-    keys.setdefault("levels", p.system.levels)
-    keys.update(replicas=p.replicas, seed=seed)
-    _, opts, bound = split_keywords(model, None, None, keys, where="design_simulated")
+    if bound.levels is None:
+        bound = bound.replace(levels=p.system.levels)
     count = len(p.loads)
+    opts = opts.replace(replicas=p.replicas)
     check = planner.plan_model(model, [lam] * count, opts, bound, streams=range(count))
-    run = Run.start(check).advance()
-    found = run.results()
-    samples = [side_samples(run, j, (metric,)) for j in range(count)]
+    found, samples = Sides((Group(check, tuple(range(count))),)).run(names=(metric,))
     batched = samples[0][1] is not None
 
     def pooled(*xs):
         return np.concatenate(xs, axis=0)
 
-    value = paired_estimates(pooled, samples, batched)[metric]
+    value = combine(pooled, samples, batched)[metric]
     return _Iteration(value, last.slope, _steps(found), check, found[0].settings)
 
 

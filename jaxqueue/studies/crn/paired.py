@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -17,14 +16,12 @@ from jaxqueue.core.config import Model, split_keywords
 from jaxqueue.results.display import StudyTable, optional_import
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs import planner
-from jaxqueue.sim.runner import Plan, Run
-from jaxqueue.studies.crn.sensitivity import paired_estimates, scalar_names, side_samples
+from jaxqueue.studies.crn.sides import STREAM, Group, Sides, combine, refuse_auto_warmup
 
 __all__ = [
     "paired",
     "Paired",
     "plan_points",
-    "Group",
     "HEADLINE",
     "coupling_threshold",
     "MIN_COUPLING_REPLICAS",
@@ -35,11 +32,6 @@ __all__ = [
 
 #: The metric whose correlation says whether a point is coupled to the first.
 HEADLINE = "mean_response_time"
-
-#: The stream word every point draws from by default: replica ``i`` of each point has
-#: the same key.
-_STREAM = 0
-
 
 #: The fewest replicas whose correlation can pass :func:`coupling_threshold`
 #: (``2 / sqrt(n) < 1``): with fewer, coupling is not measured.
@@ -281,7 +273,7 @@ def paired(
     run=None,
     bounds=None,
     progress: bool = False,
-    stream: int = _STREAM,
+    stream: int = STREAM,
     **options,
 ) -> Paired:
     """Points of a simulated system run on the same random words, each metric's
@@ -306,7 +298,7 @@ def paired(
         n_servers, n_dispatchers: with policy names (as :func:`jaxqueue.simulate`).
         stream: the stream word every point draws from (0; a paired grid
             spec's points draw from
-            :func:`~jaxqueue.studies.grids.derivatives.paired_word` of its seed).
+            :func:`~jaxqueue.studies.grids.points.paired_word` of its seed).
         run, bounds, progress, **options: the keywords of :func:`jaxqueue.simulate`
             (``replicas``, ``steps``, ``seed``, ``d``, ``levels``, ...), the same
             for every point; ``warmup="auto"`` is refused (its extensions would
@@ -316,25 +308,11 @@ def paired(
         a :class:`Paired`: ``c["mean_response_time"]`` is the second point's
         difference from the first; ``print(c)`` shows every metric.
     """
-    groups = plan_points(
+    sides = plan_points(
         models, load, n_servers, n_dispatchers, run=run, bounds=bounds, stream=stream, **options
     )
-    count = sum(len(g.points) for g in groups)
-    samples, results = [None] * count, [None] * count
-    for group in groups:
-        r = Run.start(group.plan).advance(progress=progress)
-        found = r.results()
-        names = scalar_names(found[0], group.plan)
-        for j, k in enumerate(group.points):
-            samples[k], results[k] = side_samples(r, j, names), found[j]
-    return _compare(samples, results)
-
-
-class Group(NamedTuple):
-    """One model's points (:func:`plan_points`)."""
-
-    plan: Plan  # the model's loads as one batch, all on one stream
-    points: tuple  # the points' positions among all
+    found = sides.run(progress)
+    return _compare(found.samples, found.results)
 
 
 def plan_points(
@@ -345,10 +323,10 @@ def plan_points(
     *,
     run=None,
     bounds=None,
-    stream: int = _STREAM,
+    stream: int = STREAM,
     **options,
-) -> list[Group]:
-    """The runs of :func:`paired` (arguments as there), checked, nothing compiled:
+) -> Sides:
+    """The sides of :func:`paired` (arguments as there), checked, nothing compiled:
     one plan per distinct model, its points' loads on one stream."""
     many = isinstance(models, Sequence) and not isinstance(models, str)
     models = list(models) if many else [models]
@@ -369,18 +347,14 @@ def plan_points(
         model, opts, bound = split_keywords(
             policy, n_servers, n_dispatchers, dict(options), run, bounds, where="paired"
         )
-        if opts.warmup == "auto":
-            raise ValueError(
-                "warmup='auto' is not available for a paired comparison: its extensions "
-                "would give the points windows of their own; give warmup (steps) or warmup_time"
-            )
+        refuse_auto_warmup(opts, "a paired comparison", "points")
         by_model.setdefault(_key(model), (model, opts, bound, []))[3].append(k)
     groups = []
     for model, opts, bound, ks in by_model.values():
         group_loads = [float(loads[k]) for k in ks]
         p = planner.plan_model(model, group_loads, opts, bound, streams=[stream] * len(ks))
         groups.append(Group(p, tuple(ks)))
-    return groups
+    return Sides(tuple(groups))
 
 
 def _key(model: Model):
@@ -433,8 +407,8 @@ def compare_samples(samples: list) -> tuple:
     for s in samples[1:]:
         names = [m for m in first[0] if m in s[0]]
         pair = [tuple(_only(part, names) for part in x) for x in (first, s)]
-        differences.append(paired_estimates(lambda a, b: b - a, pair, batched))
-        alone = [paired_estimates(lambda a: a, [x], batched) for x in pair]
+        differences.append(combine(lambda a, b: b - a, pair, batched))
+        alone = [combine(lambda a: a, [x], batched) for x in pair]
         unpaired.append({m: math.hypot(alone[0][m].ci95, alone[1][m].ci95) for m in names})
         verdicts = {m: coupling_of(pair[0][0][m], pair[1][0][m]) for m in names}
         correlation.append({m: v[0] for m, v in verdicts.items()})

@@ -37,8 +37,7 @@ from jaxqueue.studies.grids.batching import (
     warn_overruns,
     window_overruns,
 )
-from jaxqueue.studies.grids.grid_paired import PairedRows
-from jaxqueue.studies.grids.grid_sensitivity import check_processes, sensitivity_rows
+from jaxqueue.studies.grids.crn_rows import PairedRows, check_processes, sensitivity_rows
 from jaxqueue.studies.grids.grid_theory import (
     refined_values,
     store_rows,

@@ -15,7 +15,6 @@ from jaxqueue.core.config import Model, RunOptions
 from jaxqueue.core.service import make_pools, parse_service, uniform_rate
 from jaxqueue.core.system import DEFAULT_WARMUP_TIME, MAX_STEPS, System
 from jaxqueue.core.user_metrics import user_metrics
-from jaxqueue.studies.grids.derivatives import paired_word
 from jaxqueue.studies.plotting.figure_spec import FigureSpec, evaluate_expression
 
 __all__ = [
@@ -26,6 +25,7 @@ __all__ = [
     "GridSpec",
     "canonical",
     "METRIC_PARAMETERS",
+    "paired_word",
 ]
 
 #: The point parameters a ``[metrics]`` expression may read besides the state
@@ -216,7 +216,7 @@ class RunSettings:
 
     def stream_for(self, point: Point) -> int:
         """The stream ``point`` draws from: its own (:meth:`Point.seed_word`), or
-        with ``paired`` the spec's one (:func:`~jaxqueue.studies.grids.derivatives.paired_word`)."""
+        with ``paired`` the spec's one (:func:`paired_word`)."""
         return paired_word(self.seed) if self.paired else point.seed_word(self.seed)
 
     def time_units(self, key: str, point: Point) -> float | None:
@@ -393,3 +393,10 @@ class GridSpec:
         if self.services:
             payload["services"] = dict(self.services)
         return hashlib.sha256(canonical(payload).encode()).hexdigest()
+
+
+def paired_word(seed: int) -> int:
+    """The one stream of every point of a paired spec: a 31-bit integer from the
+    sha256 of ``"paired:<seed>"`` (unpaired points draw from ``Point.seed_word``)."""
+    digest = hashlib.sha256(f"paired:{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1

@@ -26,7 +26,7 @@ from jaxqueue.core.system import (
 from jaxqueue.core.user_metrics import STATE_NAMES, user_metrics
 from jaxqueue.policies.registry import make, option_names, policy_class
 from jaxqueue.runs.arguments import RESERVED_METRIC_NAMES
-from jaxqueue.studies.grids import derivatives
+from jaxqueue.studies.grids import spec_values
 from jaxqueue.studies.grids.points import METRIC_PARAMETERS, Point, RunSettings, SpecError
 from jaxqueue.studies.grids.spec_values import (
     D_NAMES,
@@ -374,7 +374,7 @@ class SpecParser:
             if what and what.group(1) == "n_dispatchers" and m > 1:
                 line = self.line("grid", self.one_of("grid", ("ratio", "dispatchers"), False))
             raise SpecError(f"{name} at servers={n}, dispatchers={m}: {err}", line) from None
-        if (missing := derivatives.sensitivity_missing(run.sensitivity, alpha, beta)) is not None:
+        if (missing := spec_values.sensitivity_missing(run.sensitivity, alpha, beta)) is not None:
             self.fail("run", "sensitivity", missing)
         if run.init == "mean-field" and pol.mean_field_kind() == "none":
             self.fail(
@@ -421,7 +421,7 @@ class SpecParser:
                 raise SpecError(message, line)
 
             user = tuple(self.data.get("metrics", {}))
-            derived = derivatives.derived_names(self.run(), user)
+            derived = spec_values.derived_names(self.run(), user)
             fig = parse_figure(table, fail, user, derived)
             if fig.name in names:
                 fail("name", f"two figures are named {fig.name!r}")
@@ -459,8 +459,8 @@ class SpecParser:
             seed=self.scalar("seed", int_check("seed", 0, 2**63 - 1), 0),
             init=self.scalar("init", _choice("init", INITS), "empty"),
             theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
-            sensitivity=self.scalar("sensitivity", derivatives.sensitivity_value, ()),
-            paired=self.scalar("paired", derivatives.paired_value, False),
+            sensitivity=self.scalar("sensitivity", spec_values.sensitivity_value, ()),
+            paired=self.scalar("paired", spec_values.paired_value, False),
             levels=self.scalar("levels", int_check("levels", 1, 10**6), None),
         )
 
