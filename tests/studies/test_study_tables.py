@@ -1,4 +1,4 @@
-"""Sensitivity and Paired follow the result conventions: a short repr (their printed
+"""Sensitivity, Paired and SimulatedDesign follow the result conventions: a short repr (their printed
 text), an HTML table, records, a pandas frame and an xarray Dataset, each carrying
 the numbers the study holds (built here by hand, so nothing is simulated)."""
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxqueue.results.estimates import Estimate
+from jaxqueue.studies.crn.design_sim import SimulatedDesign
 from jaxqueue.studies.crn.paired import Paired
 from jaxqueue.studies.crn.sensitivity import Sensitivity
 
@@ -144,6 +145,48 @@ def test_paired_repr_is_its_text_and_html_its_table():
     html = pr._repr_html_()
     assert "<b>Paired</b>" in html and html.count("<tr>") == 5
     assert ">0.33<" in html and ">-<" in html  # the probe rate's correlation: none
+
+
+def _design() -> SimulatedDesign:
+    return SimulatedDesign(
+        metric="mean_response_time",
+        target=3.0,
+        load=0.83,
+        check=Estimate(3.05, 0.04, 32),
+        root=Estimate(0.828, 0.002, 32),
+        slope=Estimate(21.0, 1.5, 32),
+        mean_field=0.8346,
+        steps=1_000_000,
+        history=((0.8346, 3.2, 20.0, 16), (0.82, 2.9, 21.0, 32)),
+        settings={"policy_label": "Pod(2)", "n_servers": 10, "versions": {}},
+    )
+
+
+def test_a_design_records_frame_dataset_and_repr():
+    des = _design()
+    rows = des.records()
+    assert rows[1] == {
+        "iteration": 1,
+        "metric": "mean_response_time",
+        "target": 3.0,
+        "load": 0.82,
+        "value": 2.9,
+        "slope": 21.0,
+        "replicas": 32,
+    }
+    assert des.to_frame()["value"].tolist() == [3.2, 2.9]
+    ds = des.to_xarray()
+    np.testing.assert_array_equal(ds["load"].values, [0.8346, 0.82])
+    assert (ds.attrs["root"], ds.attrs["root_ci95"], ds.attrs["mean_field"]) == (
+        0.828,
+        0.002,
+        0.8346,
+    )
+    assert repr(des) == str(des)
+    assert repr(des).startswith("largest load with mean_response_time <= 3: Pod(2), N = 10")
+    assert len(repr(des)) < 400  # not the dataclass's dump of every field
+    html = des._repr_html_()
+    assert "<b>SimulatedDesign</b>" in html and html.count("<tr>") == 3 and ">2.9<" in html
 
 
 def test_the_table_extras_are_named_when_missing(monkeypatch):

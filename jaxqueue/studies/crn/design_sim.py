@@ -18,6 +18,7 @@ from jaxqueue.core.config import split_keywords
 from jaxqueue.core.status import Status
 from jaxqueue.core.system import check_int
 from jaxqueue.policies.registry import make
+from jaxqueue.results.display import StudyTable, optional_import
 from jaxqueue.results.estimates import Estimate
 from jaxqueue.runs import planner
 from jaxqueue.sim.runner import Plan
@@ -34,8 +35,8 @@ MAX_STEP = 1.0
 PATIENCE = 3
 
 
-@dataclasses.dataclass(frozen=True)
-class SimulatedDesign:
+@dataclasses.dataclass(frozen=True, repr=False)
+class SimulatedDesign(StudyTable):
     """The largest load whose simulated metric meets a target.
 
     Attributes:
@@ -62,6 +63,40 @@ class SimulatedDesign:
     steps: int
     history: tuple
     settings: dict
+
+    _HTML_COLUMNS = ("iteration", "load", "value", "slope", "replicas")
+
+    def records(self) -> list[dict]:
+        """One row per iteration: its ``load``, the metric there (``value``), its
+        ``slope`` in the load and the ``replicas`` it ran, with the metric and the
+        target."""
+        return [
+            {
+                "iteration": k,
+                "metric": self.metric,
+                "target": self.target,
+                "load": float(lam),
+                "value": float(value),
+                "slope": float(slope),
+                "replicas": int(replicas),
+            }
+            for k, (lam, value, slope, replicas) in enumerate(self.history)
+        ]
+
+    def to_xarray(self):
+        """An xarray Dataset over ``iteration`` (extra ``xarray``): the columns of
+        :meth:`records` as variables; the answer (``root`` and its 95% half-width,
+        the check's load and value, the mean field's load) as attributes."""
+        xr = optional_import("xarray", "xarray")
+        rows = self.records()
+        columns = ("load", "value", "slope", "replicas")
+        data = {c: ("iteration", [r[c] for r in rows]) for c in columns}
+        ds = xr.Dataset(data, coords={"iteration": [r["iteration"] for r in rows]})
+        ds.attrs.update(metric=self.metric, target=self.target, load=self.load)
+        ds.attrs.update(root=float(self.root.mean), root_ci95=float(self.root.ci95))
+        ds.attrs.update(check=float(self.check.mean), check_ci95=float(self.check.ci95))
+        ds.attrs["mean_field"] = math.nan if self.mean_field is None else self.mean_field
+        return ds
 
     def __str__(self) -> str:
         s = self.settings
