@@ -6,6 +6,7 @@ What a spec may hold: docs/sweeps.md (The spec).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -90,10 +91,24 @@ GRID_KEYS = (
 )
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
-RUN_KEYS = ("replicas", "time", "steps", "warmup_time", "warmup", "seed", "init", "theory")
-RUN_KEYS += ("sensitivity", "paired", "levels")
+#: The keys of ``[run]``: the fields of :class:`RunSettings`.
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunSettings))
 INITS = ("empty", "mean-field", "auto")
 THEORIES = ("mean-field", "refined", "exact", "erlang", "lu", "none")
+#: How each ``[run]`` key's value is checked (one per field of :class:`RunSettings`).
+_RUN_CHECKS = {
+    "replicas": int_check("replicas", 2, 10**8),
+    "time": _span("time", zero=False),
+    "steps": int_check("steps", 1, MAX_STEPS),
+    "warmup_time": _span("warmup_time", zero=True),
+    "warmup": int_check("warmup", 0, MAX_STEPS),
+    "seed": int_check("seed", 0, 2**63 - 1),
+    "init": _choice("init", INITS),
+    "theory": _choice("theory", THEORIES),
+    "sensitivity": spec_values.sensitivity_value,
+    "paired": spec_values.paired_value,
+    "levels": int_check("levels", 1, 10**6),
+}
 #: The warm-up may be at most this many times the measured part.
 MAX_WARMUP_RATIO = 10
 #: State budget of theory = "exact" (the ``max_states`` default of ``solve_exact``).
@@ -446,22 +461,12 @@ class SpecParser:
             self.fail("run", "replicas", "[run] needs replicas = (an int >= 2)")
         self.one_of("run", ("time", "steps"), required=True)
         warm = self.one_of("run", ("warmup_time", "warmup"), required=False)
+        defaults = {"replicas": None, "warmup_time": None if warm else DEFAULT_WARMUP_TIME}
         return RunSettings(
-            replicas=self.scalar("replicas", int_check("replicas", 2, 10**8), None),
-            time=self.scalar("time", _span("time", zero=False), None),
-            steps=self.scalar("steps", int_check("steps", 1, MAX_STEPS), None),
-            warmup_time=self.scalar(
-                "warmup_time",
-                _span("warmup_time", zero=True),
-                None if warm else DEFAULT_WARMUP_TIME,
-            ),
-            warmup=self.scalar("warmup", int_check("warmup", 0, MAX_STEPS), None),
-            seed=self.scalar("seed", int_check("seed", 0, 2**63 - 1), 0),
-            init=self.scalar("init", _choice("init", INITS), "empty"),
-            theory=self.scalar("theory", _choice("theory", THEORIES), "none"),
-            sensitivity=self.scalar("sensitivity", spec_values.sensitivity_value, ()),
-            paired=self.scalar("paired", spec_values.paired_value, False),
-            levels=self.scalar("levels", int_check("levels", 1, 10**6), None),
+            **{
+                f.name: self.scalar(f.name, _RUN_CHECKS[f.name], defaults.get(f.name, f.default))
+                for f in dataclasses.fields(RunSettings)
+            }
         )
 
     def check_steps(self, run: RunSettings, point: Point) -> None:
