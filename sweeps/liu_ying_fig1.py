@@ -53,7 +53,8 @@ import numpy as np
 from jaxqueue.studies.grids.store import Store
 from jaxqueue.studies.plotting.figures import Series
 from jaxqueue.studies.plotting.fits import positive_fit, power_law_fit, store_series
-from jaxqueue.studies.plotting.plots import plot_series, pyplot_free_figure
+from jaxqueue.studies.plotting.plot_axes import pyplot_free_figure
+from jaxqueue.studies.plotting.plots import plot_series
 from jaxqueue.theory.baselines import erlang
 
 #: What is fitted: (label, metric, index, scale of a row's mean, the paper's exponent,

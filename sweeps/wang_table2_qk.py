@@ -23,7 +23,7 @@ import sys
 from collections import defaultdict
 
 from jaxqueue.studies.grids.store import Store
-from jaxqueue.studies.plotting.plots import pyplot_free_figure
+from jaxqueue.studies.plotting.plot_axes import pyplot_free_figure
 
 #: The paper's largest relative error (q_5, JIQ, N = 500).
 PAPER = 0.033

@@ -24,7 +24,8 @@ from jaxqueue.studies.grids import export, grid
 from jaxqueue.studies.grids import spec as grid_spec
 from jaxqueue.studies.grids.store import Store
 from jaxqueue.studies.plotting.figures import summary_text
-from jaxqueue.studies.plotting.plots import IMAGE_SUFFIXES, plot_store, read_store
+from jaxqueue.studies.plotting.plot_axes import IMAGE_SUFFIXES
+from jaxqueue.studies.plotting.plots import plot_store, read_store
 
 __all__ = ["cmd_compare", "cmd_sweep", "cmd_export", "cmd_plot"]
 

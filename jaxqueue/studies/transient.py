@@ -12,7 +12,7 @@ from jaxqueue.core.service import realized_pools
 from jaxqueue.policies.registry import make
 from jaxqueue.runs.bounds import limit_ratio
 from jaxqueue.runs.transient import TransientResult, transient
-from jaxqueue.studies.plotting.plots import pyplot_free_figure
+from jaxqueue.studies.plotting.plot_axes import pyplot_free_figure
 from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.generic.limit import Limit
 

@@ -25,7 +25,7 @@ from jaxqueue.studies.plotting.figures import (
     store_spec,
     theory_curve,
 )
-from jaxqueue.studies.plotting.plots import LEGEND_WIDTH, dodged_x
+from jaxqueue.studies.plotting.plot_axes import LEGEND_WIDTH, dodged_x
 
 SPEC = """\
 name = "tiny"

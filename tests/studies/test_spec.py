@@ -420,7 +420,7 @@ ERRORS = [
      "unknown key or table 'gird'; valid: name, grid, run, quick"),
     ("unknown top key", "# test spec", 'nmae = "x"  # <-', "unknown key or table 'nmae'"),
     ("unknown grid key", "n_servers = [100]", "n_servers = [100]\nservrs = [1]  # <-",
-     r"unknown key 'servrs' in \[grid\]; valid: policy, n_servers, ratio"),
+     r"unknown key 'servrs' in \[grid\]; valid: policy, n_servers, n_dispatchers, ratio"),
     ("unknown run key", "time = 50", "time = 50\nsteeps = 3  # <-",
      r"unknown key 'steeps' in \[run\]; valid: replicas, time, steps"),
     ("unknown quick key", "time = 50", "time = 50\n[quick]\nname = 'q'  # <-",

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from jaxqueue.results.display import optional_import
-from jaxqueue.studies.grids.store import COLUMNS, SCALAR_INDEX, replacing
+from jaxqueue.studies.grids.store import COLUMNS, PARAMETER_COLUMNS, SCALAR_INDEX, replacing
 
 __all__ = [
     "to_frame",
@@ -78,22 +78,7 @@ _ARROW_TYPES = {_INTEGER: "int64", _FLOAT: "float64", _STRING: "string"}
 REQUESTED = ("time", "warmup_time")
 
 #: Candidate dimensions of :func:`to_dataset`, in order.
-DIMENSIONS = (
-    "policy",
-    "n_servers",
-    "ratio",
-    "n_dispatchers",
-    "buffer",
-    "load",
-    "alpha",
-    "beta",
-    "d",
-    "z",
-    "order",
-    "service",
-    "pools",
-    "arrivals",
-)
+DIMENSIONS = PARAMETER_COLUMNS
 #: A finite stand-in for an infinite buffer while the Dataset is built (pandas
 #: indexes drop NaN); the Dataset's ``buffer`` then holds NaN there.
 _NO_BUFFER = -1.0

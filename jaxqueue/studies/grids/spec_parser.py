@@ -42,6 +42,7 @@ from jaxqueue.studies.grids.spec_values import (
 )
 from jaxqueue.studies.grids.spec_values import choice as _choice
 from jaxqueue.studies.grids.spec_values import span as _span
+from jaxqueue.studies.grids.store import POINT_KEYS
 from jaxqueue.studies.plotting.figure_spec import parse_figure
 
 try:
@@ -73,22 +74,8 @@ __all__ = [
     "arrivals_text",
 ]
 
-GRID_KEYS = (
-    "policy",
-    "servers",
-    "ratio",
-    "dispatchers",
-    "load",
-    "alpha",
-    "beta",
-    "buffer",
-    "d",
-    "z",
-    "order",
-    "service",
-    "pools",
-    "arrivals",
-)
+#: The keys of ``[grid]``: a point's parameters.
+GRID_KEYS = POINT_KEYS
 #: Policy options a [grid] list may give for every policy (each must take it).
 SHARED_OPTIONS = ("d", "z", "order")
 #: The keys of ``[run]``: the fields of :class:`RunSettings`.

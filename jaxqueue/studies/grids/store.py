@@ -38,6 +38,8 @@ __all__ = [
     "writer_lock",
     "replacing",
     "COLUMNS",
+    "PARAMETER_COLUMNS",
+    "POINT_KEYS",
     "SCHEMA",
     "parameter_values",
 ]
@@ -110,6 +112,9 @@ _TYPES = {
 _STORED = {"n_servers": "servers", "n_dispatchers": "dispatchers", "k": "idx"}
 #: A point's parameters (:meth:`~jaxqueue.studies.grids.points.Point.params`) by column.
 _PARAMETER_KEYS = {"n_servers": "servers", "n_dispatchers": "dispatchers"}
+#: A point's parameter names (the keys of ``Point.params`` and of a spec's ``[grid]``),
+#: in the order of :data:`PARAMETER_COLUMNS`.
+POINT_KEYS = tuple(_PARAMETER_KEYS.get(c, c) for c in PARAMETER_COLUMNS)
 _QUOTED = ", ".join(f'"{_STORED.get(c, c)}"' for c in COLUMNS)
 #: ``k`` of scalar metrics in the table (SQLite primary keys must not be NULL).
 SCALAR_INDEX = -1.0

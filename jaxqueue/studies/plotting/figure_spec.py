@@ -23,6 +23,7 @@ from jaxqueue.results.schema import (
     VECTOR_METRICS,
     split_pool_row_metric,
 )
+from jaxqueue.studies.grids.store import PARAMETER_COLUMNS
 from jaxqueue.studies.plotting.figure_labels import (
     PARAMETER_DEFAULTS,
     axis_label,
@@ -53,22 +54,7 @@ __all__ = [
 ]
 
 #: Point parameters a figure can use (the store's columns of the same names).
-PARAMETERS = (
-    "policy",
-    "n_servers",
-    "n_dispatchers",
-    "ratio",
-    "load",
-    "alpha",
-    "beta",
-    "buffer",
-    "d",
-    "z",
-    "order",
-    "service",
-    "pools",
-    "arrivals",
-)
+PARAMETERS = PARAMETER_COLUMNS
 #: Keys of a ``[[figure]]`` table.
 FIGURE_KEYS = (
     "name",

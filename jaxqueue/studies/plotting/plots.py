@@ -32,15 +32,11 @@ from jaxqueue.studies.plotting.figures import (
 from jaxqueue.studies.plotting.plot_axes import (
     CDF_STYLES,
     DODGE,
-    IMAGE_SUFFIXES,
     LEGEND_WIDTH,
-    MARKER_SPAN,
-    PLAIN_DECADES,
     REFERENCE,
     dodged_x,
     key_line,
     legend,
-    plain_log_ticks,
     plain_ticks,
     positive,
     pyplot_free_figure,
@@ -55,15 +51,6 @@ __all__ = [
     "plot_figure",
     "plot_store",
     "read_store",
-    "axis_label",
-    "dodged_x",
-    "plain_log_ticks",
-    "pyplot_free_figure",
-    "IMAGE_SUFFIXES",
-    "DODGE",
-    "MARKER_SPAN",
-    "PLAIN_DECADES",
-    "LEGEND_WIDTH",
 ]
 
 
