@@ -110,10 +110,8 @@ _TYPES = {
 #: names of the store's first layouts, kept so that their stores resume);
 #: rows and every export use :data:`COLUMNS`.
 _STORED = {"n_servers": "servers", "n_dispatchers": "dispatchers", "k": "idx"}
-#: A point's parameters (:meth:`~jaxqueue.studies.grids.points.Point.params`) by column.
+#: A point's parameter names (``Point.params``, a spec's ``[grid]``) by column, in order.
 _PARAMETER_KEYS = {"n_servers": "servers", "n_dispatchers": "dispatchers"}
-#: A point's parameter names (the keys of ``Point.params`` and of a spec's ``[grid]``),
-#: in the order of :data:`PARAMETER_COLUMNS`.
 POINT_KEYS = tuple(_PARAMETER_KEYS.get(c, c) for c in PARAMETER_COLUMNS)
 _QUOTED = ", ".join(f'"{_STORED.get(c, c)}"' for c in COLUMNS)
 #: ``k`` of scalar metrics in the table (SQLite primary keys must not be NULL).
