@@ -181,6 +181,20 @@ def _add_policy(p: argparse.ArgumentParser, many: bool = False) -> None:
 _JSON_HELP = "print one JSON object on stdout instead of a table"
 
 
+def _sized_parser(sub, name: str, help: str, servers: str = "", dispatchers: bool = True):
+    """The parser of subcommand ``name``: ``--policy`` and its options, a required
+    ``--servers N`` (``servers`` ends its help) and, where ``dispatchers``,
+    ``--dispatchers M`` (default 1)."""
+    p = sub.add_parser(name, help=help)
+    _add_policy(p)
+    servers = "n_servers N, the number of servers" + servers
+    p.add_argument("--servers", type=int, required=True, help=servers)
+    if dispatchers:
+        help = "n_dispatchers M, the number of dispatchers (default 1)"
+        p.add_argument("--dispatchers", type=int, default=1, help=help)
+    return p
+
+
 def _add_run(p: argparse.ArgumentParser) -> None:
     """The options of a run: the servers' model, its length, and how it runs."""
     _add_servers(p)
@@ -297,13 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _simulate_parser(sub) -> None:
-    p = sub.add_parser("simulate", help="simulate one policy at one load or several")
-    _add_policy(p)
-    p.add_argument(
-        "--servers",
-        type=int,
-        required=True,
-        help="n_servers N, the number of servers (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
+    p = _sized_parser(
+        sub,
+        "simulate",
+        "simulate one policy at one load or several",
+        " (up to 2**31 - 1; with a trace --arrivals up to 2**23 - 1)",
+        dispatchers=False,
     )
     _add_dispatchers(
         p, " (default 1)", ": another spelling of --dispatchers (M = N / R, a whole number)"
@@ -327,16 +340,8 @@ def _simulate_parser(sub) -> None:
 
 
 def _transient_parser(sub) -> None:
-    p = sub.add_parser(
-        "transient", help="ensemble estimates at given times beside the mean-field ODE"
-    )
-    _add_policy(p)
-    p.add_argument("--servers", type=int, required=True, help="n_servers N, the number of servers")
-    p.add_argument(
-        "--dispatchers",
-        type=int,
-        default=1,
-        help="n_dispatchers M, the number of dispatchers (default 1)",
+    p = _sized_parser(
+        sub, "transient", "ensemble estimates at given times beside the mean-field ODE"
     )
     p.add_argument(
         "--load", type=float, required=True, help="lambda from time 0 on (one load: a transient)"
@@ -404,19 +409,11 @@ def _theory_parser(sub) -> None:
 
 
 def _exact_parser(sub) -> None:
-    p = sub.add_parser("exact", help="exact stationary solution of a small system")
-    _add_policy(p)
-    p.add_argument(
-        "--servers",
-        type=int,
-        required=True,
-        help="n_servers N, the number of servers (small: the state space grows fast)",
-    )
-    p.add_argument(
-        "--dispatchers",
-        type=int,
-        default=1,
-        help="n_dispatchers M, the number of dispatchers (default 1)",
+    p = _sized_parser(
+        sub,
+        "exact",
+        "exact stationary solution of a small system",
+        " (small: the state space grows fast)",
     )
     p.add_argument("--load", type=float, required=True, help="lambda")
     add_option_flags(p, "buffer")

@@ -80,20 +80,14 @@ def cmd_theory(args) -> int:
     return 0
 
 
+def _given(args, *names: str) -> list[str]:
+    """The ``--flags`` of those of ``names`` that were given (not None), in that order."""
+    return ["--" + name for name in names if getattr(args, name) is not None]
+
+
 def _lu(args) -> int:
     """``theory --model lu``: Lu et al.'s approximation (Poisson arrivals, exp(1) servers)."""
-    given = [
-        flag
-        for flag, value in (
-            ("--buffer", args.buffer),
-            ("--servers", args.servers),
-            ("--service", args.service),
-            ("--pools", args.pools),
-            ("--arrivals", args.arrivals),
-            ("--window", args.window),
-        )
-        if value is not None
-    ]
+    given = _given(args, "buffer", "servers", "service", "pools", "arrivals", "window")
     if given:
         raise ValueError(
             f"--model lu is Lu et al.'s approximation of JIQ with infinite buffers, "
@@ -112,17 +106,7 @@ def _lu(args) -> int:
 def _erlang(args) -> int:
     """``theory --model erlang``: the M/M/N queue of ``--servers`` N at ``--load``
     (one shared queue: the pooled benchmark, whatever the policy)."""
-    given = [
-        flag
-        for flag, value in (
-            ("--buffer", args.buffer),
-            ("--service", args.service),
-            ("--pools", args.pools),
-            ("--arrivals", args.arrivals),
-            ("--window", args.window),
-        )
-        if value is not None
-    ]
+    given = _given(args, "buffer", "service", "pools", "arrivals", "window")
     if args.servers is None or given:
         raise ValueError(
             "--model erlang is the M/M/N queue of N exp(1) servers sharing one infinite "

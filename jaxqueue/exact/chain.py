@@ -7,16 +7,7 @@ The model, the symmetry lumping and the state counts: docs/exact.md.
 
 from __future__ import annotations
 
-from jaxqueue.exact.markov import (
-    DELETE,
-    JOIN,
-    LOST,
-    N_FIXED_REWARDS,
-    PROBE,
-    STALE,
-    Chain,
-    rule_policy,
-)
+from jaxqueue.exact.markov import Chain, rule_policy
 from jaxqueue.exact.phases import PhaseChain
 from jaxqueue.exact.states import SparseRewards, enumerate_states, estimate_states
 from jaxqueue.policies.registry import available, make
@@ -32,12 +23,6 @@ __all__ = [
     "enumerate_states",
     "rule_policy",
     "exact_rules",
-    "LOST",
-    "JOIN",
-    "DELETE",
-    "PROBE",
-    "STALE",
-    "N_FIXED_REWARDS",
 ]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import SERVICE_RATE
 from jaxqueue.core.versions import versions
-from jaxqueue.exact.chain import DELETE, JOIN, LOST, N_FIXED_REWARDS, PROBE, STALE
+from jaxqueue.exact.markov import DELETE, JOIN, LOST, N_FIXED_REWARDS, PROBE, STALE
 from jaxqueue.exact.result import ExactResult
 from jaxqueue.results.pools import pool_metrics, result_fields
 from jaxqueue.results.response import (

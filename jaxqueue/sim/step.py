@@ -89,29 +89,9 @@ def step(
         service = service_outcome(core.classes, core.tail, own, system)
         if serves is not None:  # a service candidate the source thinned out: nothing happens
             service = service[:2] + (jnp.where(serves, service[2], -1),)
-        tail, iq_tail, iq_listed, event = occupancy_step(
-            core.tail,
-            core.iq_tail,
-            core.iq_listed,
-            words,
-            p_arrival,
-            system,
-            policy,
-            serves=service[2] == 0,
-            classes=core.classes,
-            idle=idle,
-        )
-        classes, event["by_class"] = classes_after(
-            core.classes,
-            core.tail,
-            own,
-            event["arrivals"] > 0,
-            event["up"],
-            service,
-            system,
-            event.pop("arrival_class", None),
-        )
-        return Core(tail, iq_tail, iq_listed, None, classes, clock), event
+        given = dict(serves=service[2] == 0, classes=core.classes)  # the class counts
+    else:
+        given = dict(serves=serves, sizes=core.sizes)  # each replica's N, M
     tail, iq_tail, iq_listed, event = occupancy_step(
         core.tail,
         core.iq_tail,
@@ -120,11 +100,22 @@ def step(
         p_arrival,
         system,
         policy,
-        serves=serves,
         idle=idle,
-        sizes=core.sizes,
+        **given,
     )
-    return Core(tail, iq_tail, iq_listed, None, None, clock, core.sizes), event
+    if not system.classes:
+        return Core(tail, iq_tail, iq_listed, None, None, clock, core.sizes), event
+    classes, event["by_class"] = classes_after(
+        core.classes,
+        core.tail,
+        own,
+        event["arrivals"] > 0,
+        event["up"],
+        service,
+        system,
+        event.pop("arrival_class", None),
+    )
+    return Core(tail, iq_tail, iq_listed, None, classes, clock), event
 
 
 def _shift(tail, up, down):
