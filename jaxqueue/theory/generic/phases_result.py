@@ -23,6 +23,7 @@ from jaxqueue.results.response import (
     ph_response_quantiles,
 )
 from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory.generic.byclass import tail_of
 from jaxqueue.theory.generic.classes import ServerClasses
 from jaxqueue.theory.generic.exponential import Rates
 from jaxqueue.theory.generic.meanfield_result import fixed_point_result
@@ -114,21 +115,15 @@ class Transient(NamedTuple):
 
 
 def summarize(
-    pol,
-    lam,
-    classes: ServerClasses,
-    system,
-    X,
-    tail,
-    q,
-    rt,
-    buffer,
-    status,
-    res,
-    it,
-    seen=(None, None),
+    pol, lam, classes: ServerClasses, system, x, rt, status, res, it, seen=(None, None)
 ) -> FixedPoint:
-    L, J = system.levels, system.iqueue_levels
+    """The :class:`FixedPoint` of the state ``x`` (``[x[1..L, :], Q_1..Q_J]``, flat) on
+    ``system``'s bounds, its rates ``rt``, the solve's ``status``, residual ``res``
+    and iterations ``it``, and where arrivals found their servers (``seen``)."""
+    L, J, buffer = system.levels, system.iqueue_levels, system.buffer
+    x = np.asarray(x, np.float64)
+    X, q = x[: L * classes.n_classes].reshape(L, -1), x[L * classes.n_classes :]
+    tail = tail_of(X)
     counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
     iq_tail = np.concatenate([[1.0], q]) if J else None
     blocked = float(rt.level[L]) if buffer is not None else 0.0
