@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from jaxqueue.results.schema import POOL_METRICS, QUANTILES, Result
 
 __all__ = [
     "SimulationResult",
+    "LoadSums",
+    "samples",
     "from_stats",
     "metric_samples",
     "batch_samples",
@@ -78,8 +80,23 @@ def metric_samples(
             (:meth:`jaxqueue.sim.totals.Totals.sums`): ``steps``, ``tail``
             (``sum_t tail_t / N``), ``iq``, ``seen`` and the counters.
         load: float ``(S,)``, each sample's lambda.
-        policy, single_dispatcher, rate, step_rate, laws, fractions, metrics: as in
-            :func:`from_stats`.
+        policy: the Policy simulated (which metrics apply comes from it).
+        single_dispatcher: only ``p0`` is measured of the I-queues (exchangeable
+            policies with ``M = 1``, whose one I-queue holds every idle server).
+        rate: with server classes (phase-type service, pools), their
+            uniformization rate of service (:attr:`System.service_rate`);
+            ``None``: identical servers with exponential service.
+        step_rate: the steps counted in ``steps`` per server and unit time
+            (:meth:`System.step_rate`; a trace's service candidates: the
+            service rate); default ``lambda + rate``.
+        laws: with server classes, ``(law, base)`` per pool
+            (:func:`class_response_quantiles`), and ``sums`` holds
+            ``seen_class``.
+        fractions: with pools, each pool's share of the servers: the pools'
+            metrics are reported (:func:`pool_metric_samples`; ``sums`` also
+            holds ``sampled_class``); ``None``: no pools.
+        metrics: the user metrics' result names, ``(time average, per arrival)``
+            pairs (``sums`` holds their ``user`` sums): reported in ``user_metrics``.
 
     Returns:
         ``{metric: float64 array}`` with the sample axis first (metrics that
@@ -323,59 +340,39 @@ def _estimates(whole: dict, batches: dict | None):
     return out, diag
 
 
-def from_stats(
-    sums: dict,
-    load: np.ndarray,
-    policy,
-    single_dispatcher: bool,
-    settings: dict,
-    *,
-    batches: dict | None = None,
-    diagnostics: dict | None = None,
-    rate=None,
-    step_rate=None,
-    laws=None,
-    fractions=None,
-    metrics=(),
-) -> SimulationResult:
-    """Turn per-replica window sums (numpy, leading replica axis) into a result.
+class LoadSums(NamedTuple):
+    """One load's window sums and what turns them into metrics (:func:`samples`)."""
 
-    Args:
-        sums: the window's sums (:meth:`jaxqueue.sim.totals.Totals.sums`).
-        load: float ``(R,)`` the replicas' lambda.
-        policy: the Policy simulated (which metrics apply comes from it).
-        single_dispatcher: only ``p0`` is measured of the I-queues (exchangeable
-            policies with ``M = 1``, whose one I-queue holds every idle server).
-        settings: recorded with the result.
-        batches: ``None`` (intervals across replicas), or the sums of each
-            replica's batches with axes ``(R, B, ...)``: intervals from batch
-            means (:func:`batch_means`), recorded in the diagnostics as
-            ``interval = "batch-means"`` with ``batches`` and ``lag1_correlation``.
-        diagnostics: more diagnostics to record (the warm-up diagnostic).
-        rate: with server classes (phase-type service, pools), their
-            uniformization rate of service (:attr:`System.service_rate`);
-            ``None``: identical servers with exponential service.
-        step_rate: the steps counted in ``steps`` per server and unit time
-            (:meth:`System.step_rate`; a trace's service candidates: the
-            service rate); default ``lambda + rate``.
-        laws: with server classes, ``(law, base)`` per pool
-            (:func:`class_response_quantiles`), and ``sums`` holds
-            ``seen_class``.
-        fractions: with pools, each pool's share of the servers: the pools'
-            metrics are reported (:func:`pool_metric_samples`; ``sums`` also
-            holds ``sampled_class``); ``None``: no pools.
-        metrics: the user metrics' result names, ``(time average, per arrival)``
-            pairs (``sums`` holds their ``user`` sums): reported in ``user_metrics``.
+    sums: dict  # each replica's window sums, leading axis R (Totals.sums, and the overflows)
+    batches: dict | None  # each replica's batches' sums (R, B, ...), or None (no batch means)
+    load: np.ndarray  # float64 (R,): the replicas' lambda
+    policy: object  # the Policy simulated
+    single: bool  # one dispatcher of an exchangeable policy: only p0 of the I-queues
+    keywords: dict  # rate, step_rate, laws, fractions, metrics of metric_samples
+
+
+def samples(x: LoadSums) -> tuple[dict, dict | None]:
+    """Each metric's per-replica values (:func:`metric_samples`, sample axis first),
+    and per batch, ``(R, B, ...)``, with batch means (else None)."""
+    whole = metric_samples(x.sums, x.load, x.policy, x.single, **x.keywords)
+    if x.batches is None:
+        return whole, None
+    r, b = np.shape(x.batches["steps"])[:2]
+    flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in x.batches.items()}
+    per = batch_samples(flat, np.repeat(x.load, b), x.policy, x.single, **x.keywords)
+    return whole, {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
+
+
+def from_stats(x: LoadSums, settings: dict, diagnostics: dict | None = None) -> SimulationResult:
+    """Turn one load's window sums (numpy, leading replica axis) into a result.
+
+    Intervals are across replicas, or with ``x.batches`` from batch means
+    (:func:`batch_means`), recorded in the diagnostics as ``interval =
+    "batch-means"`` with ``batches`` and ``lag1_correlation``. ``settings``
+    are recorded with the result, ``diagnostics`` (the warm-up diagnostic)
+    with its own.
     """
-    kw = dict(rate=rate, step_rate=step_rate, laws=laws, fractions=fractions, metrics=metrics)
-    whole = metric_samples(sums, load, policy, single_dispatcher, **kw)
-    per_batch = None
-    if batches is not None:
-        r, b = np.shape(batches["steps"])[:2]
-        flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in batches.items()}
-        per = batch_samples(flat, np.repeat(load, b), policy, single_dispatcher, **kw)
-        per_batch = {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
-    est, batch_diag = _estimates(whole, per_batch)
+    est, batch_diag = _estimates(*samples(x))
     quantiles = {}
     qe = est.pop("response_quantiles", None)
     if qe is not None:
@@ -396,11 +393,12 @@ def from_stats(
             )
             for j, q in enumerate(QUANTILES)
         }
+    metrics = x.keywords.get("metrics", ())
     user = {name: est.pop(name) for j in (0, 1) for name in (pair[j] for pair in metrics)}
     diag = {
-        "overflow": int(np.sum(sums["overflow"])),
-        "iq_overflow": int(np.sum(sums["iq_overflow"])),
-        "interval": "replicas" if batches is None else "batch-means",
+        "overflow": int(np.sum(x.sums["overflow"])),
+        "iq_overflow": int(np.sum(x.sums["iq_overflow"])),
+        "interval": "replicas" if x.batches is None else "batch-means",
     }
     if batch_diag is not None:
         diag.update(batch_diag)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from jaxqueue.core.arrivals import Trace
@@ -13,7 +11,7 @@ from jaxqueue.core.service import pool_laws
 from jaxqueue.core.system import System
 from jaxqueue.core.user_metrics import PER_ARRIVAL, metric_settings
 from jaxqueue.core.versions import versions
-from jaxqueue.results.simulation import SimulationResult, batch_samples, from_stats, metric_samples
+from jaxqueue.results.simulation import LoadSums, SimulationResult, from_stats, samples
 from jaxqueue.sim.classes import class_table
 
 __all__ = ["load_results", "load_sums", "load_samples", "LoadSums", "LEVEL_SUMS"]
@@ -21,17 +19,6 @@ __all__ = ["load_results", "load_sums", "load_samples", "LoadSums", "LEVEL_SUMS"
 #: The window sums indexed by queue length (last axis ``levels + 1``): a
 #: load with its own buffer below the batch's reports its own levels.
 LEVEL_SUMS = ("tail", "seen")
-
-
-class LoadSums(NamedTuple):
-    """One load's window sums and what turns them into metrics (:func:`load_sums`)."""
-
-    sums: dict  # each replica's window sums, leading axis R
-    batches: dict | None  # each replica's batches' sums (R, B, ...), or None (no batch means)
-    load: np.ndarray  # float64 (R,): the replicas' lambda
-    policy: object  # the Policy simulated
-    single: bool  # one dispatcher of an exchangeable policy: only p0 of the I-queues
-    keywords: dict  # rate, step_rate, laws, fractions, metrics of metric_samples and from_stats
 
 
 def load_sums(run, j: int, sums: dict | None = None) -> LoadSums:
@@ -71,17 +58,9 @@ def load_sums(run, j: int, sums: dict | None = None) -> LoadSums:
 
 
 def load_samples(run, j: int, sums: dict | None = None) -> tuple[dict, dict | None]:
-    """Load ``j``'s per-replica value of every metric
-    (:func:`~jaxqueue.results.simulation.metric_samples`, sample axis first),
-    and per batch, ``(R, B, ...)``, with batch means (else None)."""
-    x = load_sums(run, j, sums)
-    whole = metric_samples(x.sums, x.load, x.policy, x.single, **x.keywords)
-    if x.batches is None:
-        return whole, None
-    r, b = np.shape(x.batches["steps"])[:2]
-    flat = {k: np.reshape(v, (r * b,) + np.shape(v)[2:]) for k, v in x.batches.items()}
-    per = batch_samples(flat, np.repeat(x.load, b), x.policy, x.single, **x.keywords)
-    return whole, {k: v.reshape((r, b) + v.shape[1:]) for k, v in per.items()}
+    """Load ``j``'s per-replica value of every metric and per batch
+    (:func:`~jaxqueue.results.simulation.samples`)."""
+    return samples(load_sums(run, j, sums))
 
 
 def load_results(run, wall_seconds: float | None = None) -> list[SimulationResult]:
@@ -95,19 +74,8 @@ def load_results(run, wall_seconds: float | None = None) -> list[SimulationResul
         settings = _settings(p, p.load_system(j), lam, w, n, m, wall_seconds, recorded)
         if p.metrics:  # what the user metrics were (reproducibility)
             settings["metrics"] = metric_settings(p.metrics)
-        x = load_sums(run, j, sums)
-        results.append(
-            from_stats(
-                x.sums,
-                x.load,
-                x.policy,
-                x.single,
-                settings,
-                batches=x.batches,
-                diagnostics={"warmup_diagnostic": w.diagnostic},
-                **x.keywords,
-            )
-        )
+        diagnostics = {"warmup_diagnostic": w.diagnostic}
+        results.append(from_stats(load_sums(run, j, sums), settings, diagnostics))
     return results
 
 

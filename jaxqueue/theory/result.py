@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -26,7 +26,15 @@ from jaxqueue.policies import Policy
 from jaxqueue.results.response import erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES, Result
 
-__all__ = ["MeanFieldResult", "build", "per_server_result", "fill_quantiles", "TRUNCATION_LIMIT"]
+__all__ = [
+    "MeanFieldResult",
+    "Metrics",
+    "build",
+    "PerServerSolution",
+    "per_server_result",
+    "fill_quantiles",
+    "TRUNCATION_LIMIT",
+]
 
 #: Most tail mass a mean field with infinite buffers may leave at or past its
 #: bound when ``levels`` is given: more is refused (the truncated model's
@@ -75,51 +83,62 @@ def _array(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+class Metrics(NamedTuple):
+    """A mean field's metrics, as its solve gives them (what :func:`build` checks and types).
+
+    The fields of :class:`~jaxqueue.results.schema.Result` of the same names;
+    ``response_quantiles`` is a sequence of values for :data:`QUANTILES` in
+    order, or a ``{q: value}`` dict with exactly those keys.
+    """
+
+    tail: Any
+    occupancy: Any
+    arrival_seen: Any
+    mean_queue_length: float
+    mean_response_time: float
+    waiting_probability: float
+    blocking_probability: float
+    p0: float | None
+    iqueue_distribution: Any
+    join_rate: float
+    delete_rate: float
+    probe_rate: float
+    response_quantiles: Any
+    stale_fraction: float | None = None
+
+
 def build(
     policy: Policy,
+    m: Metrics,
     *,
     load: float,
     ratio: float | None,
-    d: int,
     buffer: int | None,
-    tail,
-    occupancy,
-    arrival_seen,
-    mean_queue_length: float,
-    mean_response_time: float,
-    waiting_probability: float,
-    blocking_probability: float,
-    p0: float | None,
-    iqueue_distribution,
-    join_rate: float,
-    delete_rate: float,
-    probe_rate: float,
-    response_quantiles,
+    d: int | None = None,
     status: Status = Status.CONVERGED,
     tail_remainder: float = 0.0,
     iqueue_remainder: float = 0.0,
-    stale_fraction: float | None = None,
     residual: float | None = None,
 ) -> MeanFieldResult:
-    """A :class:`MeanFieldResult` with every value in its documented type.
+    """A :class:`MeanFieldResult` of the metrics ``m``, every value in its documented type.
 
-    ``response_quantiles`` is a sequence of values for :data:`QUANTILES` in
-    order, or a ``{q: value}`` dict with exactly those keys. ``residual``: where
-    a solver that did not converge stopped (kept in the diagnostics only then).
+    ``d``: the effective probe count (``None``: the policy's ``d``, 1 without
+    one). ``residual``: where a solver that did not converge stopped (kept in
+    the diagnostics only then).
     """
-    tail, occupancy, arrival_seen = _array(tail), _array(occupancy), _array(arrival_seen)
+    tail, occupancy, arrival_seen = _array(m.tail), _array(m.occupancy), _array(m.arrival_seen)
     if not (tail.ndim == 1 and tail.shape == occupancy.shape == arrival_seen.shape):
         raise ValueError(
             f"tail, occupancy and arrival_seen must be 1-D of one length; got {tail.shape}, "
             f"{occupancy.shape}, {arrival_seen.shape}"
         )
-    if isinstance(response_quantiles, dict):
-        if set(response_quantiles) != set(QUANTILES):
+    if isinstance(m.response_quantiles, dict):
+        if set(m.response_quantiles) != set(QUANTILES):
             raise ValueError(f"response_quantiles must have the keys {QUANTILES}")
-        quantiles = {q: float(response_quantiles[q]) for q in QUANTILES}
+        quantiles = {q: float(m.response_quantiles[q]) for q in QUANTILES}
     else:
-        quantiles = dict(zip(QUANTILES, map(float, response_quantiles), strict=True))
-    if p0 is not None and math.isnan(p0):
+        quantiles = dict(zip(QUANTILES, map(float, m.response_quantiles), strict=True))
+    if m.p0 is not None and math.isnan(m.p0):
         raise ValueError("p0 is None where it does not apply, never NaN")
     settings = {
         "policy": policy.name,
@@ -127,7 +146,7 @@ def build(
         "options": policy.options(),
         "load": float(load),
         "ratio": None if ratio is None else float(ratio),
-        "d": int(d),
+        "d": int(policy.options().get("d", 1) if d is None else d),
         "buffer": buffer,
         "levels": int(tail.size - 1),
         "versions": versions(),
@@ -139,20 +158,21 @@ def build(
     }
     if Status(status) != Status.CONVERGED and residual is not None:
         diagnostics["residual"] = float(residual)
+    iq = m.iqueue_distribution
     return MeanFieldResult(
         tail=tail,
         occupancy=occupancy,
         arrival_seen=arrival_seen,
-        iqueue_distribution=None if iqueue_distribution is None else _array(iqueue_distribution),
-        mean_queue_length=float(mean_queue_length),
-        mean_response_time=float(mean_response_time),
-        waiting_probability=float(waiting_probability),
-        blocking_probability=_optional(blocking_probability),  # None where it does not apply
-        p0=_optional(p0),
-        join_rate=_optional(join_rate),
-        delete_rate=_optional(delete_rate),
-        probe_rate=float(probe_rate),
-        stale_fraction=None if stale_fraction is None else float(stale_fraction),
+        iqueue_distribution=None if iq is None else _array(iq),
+        mean_queue_length=float(m.mean_queue_length),
+        mean_response_time=float(m.mean_response_time),
+        waiting_probability=float(m.waiting_probability),
+        blocking_probability=_optional(m.blocking_probability),  # None where it does not apply
+        p0=_optional(m.p0),
+        join_rate=_optional(m.join_rate),
+        delete_rate=_optional(m.delete_rate),
+        probe_rate=float(m.probe_rate),
+        stale_fraction=_optional(m.stale_fraction),
         response_quantiles=quantiles,
         settings=settings,
         diagnostics=diagnostics,
@@ -165,27 +185,34 @@ def _optional(value) -> float | None:
     return None if value is None else float(value)
 
 
+class PerServerSolution(NamedTuple):
+    """A host-side mean field of a per-server policy, solved (:func:`per_server_result`'s input).
+
+    ``seen``: the law of the queue length an arrival finds; ``residual``,
+    ``join_law`` (the law of the I-queue position a join takes) and
+    ``listed_occupancy`` (the occupancy of the servers in an I-queue) are
+    recorded in the diagnostics; the other fields are the metrics and
+    diagnostics of :class:`MeanFieldResult` of the same names.
+    """
+
+    tail: np.ndarray
+    occupancy: np.ndarray
+    seen: np.ndarray
+    p0: float
+    iqueue_distribution: np.ndarray
+    join_rate: float
+    delete_rate: float
+    probe_rate: float
+    tail_remainder: float
+    iqueue_remainder: float
+    residual: float
+    join_law: np.ndarray
+    listed_occupancy: np.ndarray
+    stale_fraction: float | None = None
+
+
 def per_server_result(
-    policy: Policy,
-    *,
-    load: float,
-    ratio: float,
-    d: int,
-    occupancy,
-    tail,
-    seen,
-    p0: float,
-    iqueue_distribution,
-    join_rate: float,
-    delete_rate: float,
-    probe_rate: float,
-    with_quantiles: bool,
-    tail_remainder: float,
-    iqueue_remainder: float,
-    stale_fraction: float | None,
-    residual: float,
-    join_law,
-    listed_occupancy,
+    policy: Policy, x: PerServerSolution, *, load: float, ratio: float, d: int, with_quantiles: bool
 ) -> MeanFieldResult:
     """The result of a host-side mean field of a per-server policy
     (:mod:`~jaxqueue.theory.per_server.tagged_server`, :mod:`~jaxqueue.theory.per_server.threshold`).
@@ -198,6 +225,7 @@ def per_server_result(
     ``little_error`` (the relative gap of Little's mean and the mixture's),
     and ``residual``, ``join_law`` and ``listed_occupancy``.
     """
+    occupancy, seen = x.occupancy, x.seen
     mean_q = float(np.arange(occupancy.size) @ occupancy)
     t_little = mean_q / load
     t_seen = float((np.arange(seen.size) + 1) @ seen)
@@ -206,36 +234,38 @@ def per_server_result(
         if with_quantiles
         else [math.nan] * len(QUANTILES)
     )
+    metrics = Metrics(
+        x.tail,
+        occupancy,
+        seen,
+        mean_q,
+        t_little,
+        float(1.0 - seen[0]),
+        0.0,
+        x.p0,
+        x.iqueue_distribution,
+        x.join_rate,
+        x.delete_rate,
+        x.probe_rate,
+        quantiles,
+        x.stale_fraction,
+    )
     result = build(
         policy,
+        metrics,
         load=load,
         ratio=ratio,
         d=d,
         buffer=None,
-        tail=tail,
-        occupancy=occupancy,
-        arrival_seen=seen,
-        mean_queue_length=mean_q,
-        mean_response_time=t_little,
-        waiting_probability=float(1.0 - seen[0]),
-        blocking_probability=0.0,
-        p0=p0,
-        iqueue_distribution=iqueue_distribution,
-        join_rate=join_rate,
-        delete_rate=delete_rate,
-        probe_rate=probe_rate,
-        response_quantiles=quantiles,
-        status=Status.CONVERGED,
-        tail_remainder=float(tail_remainder),
-        iqueue_remainder=float(iqueue_remainder),
-        stale_fraction=stale_fraction,
+        tail_remainder=float(x.tail_remainder),
+        iqueue_remainder=float(x.iqueue_remainder),
     )
     result.diagnostics.update(
-        busy_fraction_error=abs(float(tail[1]) - load),
+        busy_fraction_error=abs(float(x.tail[1]) - load),
         little_error=abs(t_seen - t_little) / t_little,
-        residual=float(residual),
-        join_law=[float(x) for x in join_law],
-        listed_occupancy=[float(x) for x in listed_occupancy],
+        residual=float(x.residual),
+        join_law=[float(v) for v in x.join_law],
+        listed_occupancy=[float(v) for v in x.listed_occupancy],
     )
     return result
 

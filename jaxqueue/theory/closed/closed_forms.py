@@ -28,7 +28,7 @@ from jaxqueue.results import response
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.closed.numerics import as_float_arrays, check_d
 from jaxqueue.theory.closed.p0 import host_p0, solve_p0
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import MeanFieldResult, Metrics, build
 
 __all__ = [
     "FAMILIES",
@@ -370,12 +370,7 @@ def closed_form_result(
     else:
         m = _tail_metrics(d, lam, log_lam, p0, log_p0, levels, with_quantiles)
     rates = _message_rates(family, d, lam, log_lam, p0, ratio)
-    return build(
-        pol,
-        load=lam,
-        ratio=ratio,
-        d=d,
-        buffer=None,
+    metrics = Metrics(
         tail=m.tail,
         occupancy=m.occupancy,
         arrival_seen=m.seen,
@@ -389,6 +384,14 @@ def closed_form_result(
         delete_rate=rates.delete,
         probe_rate=rates.probe,
         response_quantiles=m.quantiles,
+    )
+    return build(
+        pol,
+        metrics,
+        load=lam,
+        ratio=ratio,
+        d=d,
+        buffer=None,
         tail_remainder=m.remainder,
         iqueue_remainder=rates.iqueue_rest,
     )

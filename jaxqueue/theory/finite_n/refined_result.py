@@ -12,7 +12,7 @@ from jaxqueue.core.status import Status
 from jaxqueue.core.system import MAX_SERVERS, check_int
 from jaxqueue.policies import make
 from jaxqueue.results.estimates import json_number
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import MeanFieldResult, Metrics, build
 
 __all__ = ["RefinedMeanField", "refined_result", "check_ratio", "whole", "check_whole"]
 
@@ -107,28 +107,15 @@ def refined_result(mf, corr, pol, lam, ratio, buffer, n) -> MeanFieldResult:
             return None
         return base + corr[name] / n
 
+    plain = [m for m in Metrics._fields if m not in ("response_quantiles", "stale_fraction")]
+    corrected = {name: at_n(name) for name in plain}
+    quantiles = {q: t + corr["response_quantiles"][q] / n for q, t in mf.response_quantiles.items()}
     res = build(
         pol,
+        Metrics(**corrected, response_quantiles=quantiles),
         load=lam,
         ratio=ratio,
-        d=int(pol.options().get("d", 1)),
         buffer=buffer,
-        tail=at_n("tail"),
-        occupancy=at_n("occupancy"),
-        arrival_seen=at_n("arrival_seen"),
-        mean_queue_length=at_n("mean_queue_length"),
-        mean_response_time=at_n("mean_response_time"),
-        waiting_probability=at_n("waiting_probability"),
-        blocking_probability=at_n("blocking_probability"),
-        p0=at_n("p0"),
-        iqueue_distribution=at_n("iqueue_distribution"),
-        join_rate=at_n("join_rate"),
-        delete_rate=at_n("delete_rate"),
-        probe_rate=at_n("probe_rate"),
-        response_quantiles={
-            q: t + corr["response_quantiles"][q] / n for q, t in mf.response_quantiles.items()
-        },
-        status=Status.CONVERGED,
         tail_remainder=mf.tail_remainder,
         iqueue_remainder=mf.iqueue_remainder,
     )

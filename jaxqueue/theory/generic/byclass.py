@@ -18,7 +18,7 @@ import numpy as np
 from jaxqueue.core.system import System
 from jaxqueue.policies import Policy
 from jaxqueue.theory.generic.classes import ClassLaw
-from jaxqueue.theory.generic.exponential import INSIDE, Rates, cut_step, kinked, rates
+from jaxqueue.theory.generic.exponential import INSIDE, Rates, cut_at_full, kinked, rates
 
 __all__ = [
     "FULL",
@@ -258,22 +258,9 @@ def split_at_filling(
     """An ODE step by class cut where it fills a level (as
     :func:`jaxqueue.theory.generic.exponential.split_at_filling`, with :func:`_fill`
     making the level exactly full)."""
-    s = class_tails(split_classes(x, L, P)[0])
-    top = jnp.sum(jnp.cumprod(s >= 1.0 - FULL))
-    k = jnp.minimum(top, L - 1)
-    gap, rise = 1.0 - s[k], h * class_tails(split_classes(slope, L, P)[0])[k]
-    crossed = (top < L) & (rise > gap)
-    return cut_step(
-        step,
-        x,
-        h,
-        new,
-        extra,
-        crossed,
-        gap / jnp.maximum(rise, 1e-300),
-        lambda y: _fill(jnp.clip(y, 0.0, 1.0), k, law, L, P),
-        fill_error,
-    )
+    s, rises = (class_tails(split_classes(v, L, P)[0]) for v in (x, slope))
+    fill = lambda y, k: _fill(jnp.clip(y, 0.0, 1.0), k, law, L, P)  # noqa: E731
+    return cut_at_full(step, x, h, new, extra, s, rises, 1.0 - FULL, fill, fill_error)
 
 
 def ode_drift(x, load, ratio, law: ClassLaw, policy: Policy, system: System) -> jax.Array:

@@ -39,6 +39,7 @@ __all__ = [
     "sliding",
     "split_at_filling",
     "cut_step",
+    "cut_at_full",
     "ode_drift",
     "iqueue_gap",
     "default_iqueue_levels",
@@ -337,21 +338,23 @@ def split_at_filling(step, x, h, new, extra, slope, system: System, fill_error: 
     then shortens the step, :func:`jaxqueue.theory.generic.solvers.integrate`).
     """
     L = system.levels
-    top = jnp.sum(jnp.cumprod(x[:L] >= 1.0))  # s_1 .. s_top are 1
+    fill = lambda y, k: jnp.clip(y, 0.0, 1.0).at[k].set(1.0)  # noqa: E731
+    return cut_at_full(step, x, h, new, extra, x[:L], slope, 1.0, fill, fill_error)
+
+
+def cut_at_full(step, x, h, new, extra, tails, slopes, full, fill, fill_error: bool):
+    """:func:`cut_step` where the lowest level that is not full fills within the step
+    (:func:`split_at_filling`'s arguments): ``tails`` ``s_1..s_L`` at ``x``,
+    ``slopes`` their drift (a level is full from ``full``), ``fill(y, k)``: ``y``
+    with ``s_{k+1}`` set full (this module's and :mod:`~jaxqueue.theory.generic.byclass`'s
+    steps)."""
+    L = tails.size
+    top = jnp.sum(jnp.cumprod(tails >= full))  # s_1 .. s_top are full
     k = jnp.minimum(top, L - 1)
-    gap, rise = 1.0 - x[k], h * slope[k]
+    gap, rise = 1.0 - tails[k], h * slopes[k]
     crossed = (top < L) & (rise > gap)
-    return cut_step(
-        step,
-        x,
-        h,
-        new,
-        extra,
-        crossed,
-        gap / jnp.maximum(rise, 1e-300),
-        lambda y: jnp.clip(y, 0.0, 1.0).at[k].set(1.0),
-        fill_error,
-    )
+    cut = gap / jnp.maximum(rise, 1e-300)
+    return cut_step(step, x, h, new, extra, crossed, cut, lambda y: fill(y, k), fill_error)
 
 
 def cut_step(step, x, h, new, extra, crossed, theta, fill, fill_error: bool = False):

@@ -13,9 +13,9 @@ from jaxqueue.policies import make
 from jaxqueue.results.response import erlang_mixture_mean, erlang_mixture_quantile
 from jaxqueue.results.schema import QUANTILES
 from jaxqueue.theory.generic.exponential import Rates
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.result import MeanFieldResult, Metrics, build
 
-__all__ = ["FixedPoint", "as_result"]
+__all__ = ["FixedPoint", "as_result", "fixed_point_result"]
 
 
 class FixedPoint(NamedTuple):
@@ -69,7 +69,6 @@ def as_result(
     pol = make(policy)
     s, q, rt = fp.tail, fp.iq_tail, fp.rates
     L = s.size - 1
-    occupancy = s - np.concatenate([s[1:], [0.0]])
     blocked = float(rt.level[L]) if buffer is not None else 0.0
     seen = rt.level[:L] / max(1e-300, 1.0 - blocked) if buffer is not None else rt.level[:L]
     seen = np.append(seen / seen.sum(), 0.0)
@@ -79,9 +78,8 @@ def as_result(
         else [math.nan] * len(QUANTILES)
     )
     idle_rate = float(s[1] - (s[2] if L >= 2 else 0.0))
-    iq = q.size > 1
     join = idle_rate if pol.uses_iqueues else 0.0
-    if iq:
+    if q.size > 1:
         p0 = float(1.0 - q[1])
     elif pol.uses_iqueues:  # one dispatcher: its I-queue is empty iff no server is idle,
         # so p0 is the share of arrivals that join no idle server (on a full level s_1 = 1 the
@@ -89,25 +87,51 @@ def as_result(
         p0 = float(1.0 - rt.level[0])
     else:
         p0 = None
-    return build(
+    return fixed_point_result(
+        fp,
         pol,
-        load=load,
-        ratio=ratio,
-        d=int(pol.options().get("d", 1)),
-        buffer=buffer,
+        load,
+        ratio,
+        buffer,
+        seen=seen,
+        join=join,
+        p0=p0,
+        blocked=blocked,
+        response_time=erlang_mixture_mean(seen),
+        quantiles=quantiles,
+    )
+
+
+def fixed_point_result(
+    fp, pol, load, ratio, buffer, *, seen, join, p0, blocked, response_time, quantiles
+) -> MeanFieldResult:
+    """The result of a fixed point, this module's or by class
+    (:class:`jaxqueue.theory.generic.phases.FixedPoint`): its tail, occupancy,
+    I-queue sizes, message rates and diagnostics from the fixed point, the
+    other metrics as given (``seen``: the law an accepted arrival finds;
+    ``join``: the joins per server per unit time; ``response_time``: the mean)."""
+    s, q, rt = np.asarray(fp.tail, np.float64), fp.iq_tail, fp.rates
+    metrics = Metrics(
         tail=s,
-        occupancy=occupancy,
+        occupancy=s - np.concatenate([s[1:], [0.0]]),
         arrival_seen=seen,
         mean_queue_length=float(s[1:].sum()),
-        mean_response_time=erlang_mixture_mean(seen),
+        mean_response_time=response_time,
         waiting_probability=1.0 - seen[0],
         blocking_probability=blocked,
         p0=p0,
-        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if iq else None,
+        iqueue_distribution=None if q is None or q.size < 2 else q - np.append(q[1:], 0.0),
         join_rate=join,
         delete_rate=load * rt.deletes,
         probe_rate=load * rt.probes + join * rt.join_probes,
         response_quantiles=quantiles,
+    )
+    return build(
+        pol,
+        metrics,
+        load=load,
+        ratio=ratio,
+        buffer=buffer,
         status=fp.status,
         residual=fp.residual,
         tail_remainder=fp.truncated[0],

@@ -290,8 +290,7 @@ def fixed_point(
             out, L, capped = solve(system.levels, None)[0], system.levels, False
         system = systems[L]
         x, status, it, res, rt = out
-        X = np.asarray(x[: L * P]).reshape(L, P)
-        tail = tail_of(X)
+        tail = tail_of(np.asarray(x[: L * P]).reshape(L, P))
         if capped:
             warnings.warn(
                 f"phases.fixed_point: the tail mass at levels={L} is {tail[L]:.3g} > "
@@ -299,9 +298,8 @@ def fixed_point(
                 f"coordinates ({P} classes); pass levels to choose",
                 stacklevel=2,
             )
-        q = np.asarray(x[L * P :], np.float64)
         seen = _seen_on_level(np.asarray(x, np.float64), lam64, r64, lawa, pol, system)
-    return summarize(pol, lam, classes, system, X, tail, q, rt, buffer, status, res, it, seen)
+    return summarize(pol, lam, classes, system, x, rt, status, res, it, seen)
 
 
 def fixed_point_on(
@@ -315,7 +313,6 @@ def fixed_point_on(
     """The fixed point on ``system``'s bounds, for validated settings (no level
     search): the start of the periodic solver (:mod:`jaxqueue.theory.profiles.periodic`)."""
     one_r = float(ratio) if system.iqueue_levels else 1.0
-    L, P = system.levels, classes.n_classes
     with host_float64():
         lawa = law_arrays(classes)
         step = step_size(classes, lam, pol, system, one_r)
@@ -323,11 +320,7 @@ def fixed_point_on(
         x, status, it, res, rt = _solve(lawa, lam64, r64, pol, system, ratio, None, step, solver)
         x = np.asarray(x, np.float64)
         seen = _seen_on_level(x, lam64, r64, lawa, pol, system)
-    X = x[: L * P].reshape(L, P)
-    tail = tail_of(X)
-    return summarize(
-        pol, lam, classes, system, X, tail, x[L * P :], rt, system.buffer, status, res, it, seen
-    )
+    return summarize(pol, lam, classes, system, x, rt, status, res, it, seen)
 
 
 def _transient_start(start, system: System, P: int, ratio) -> np.ndarray:

@@ -23,9 +23,11 @@ from jaxqueue.results.response import (
     ph_response_quantiles,
 )
 from jaxqueue.results.schema import QUANTILES
+from jaxqueue.theory.generic.byclass import tail_of
 from jaxqueue.theory.generic.classes import ServerClasses
 from jaxqueue.theory.generic.exponential import Rates
-from jaxqueue.theory.result import MeanFieldResult, build
+from jaxqueue.theory.generic.meanfield_result import fixed_point_result
+from jaxqueue.theory.result import MeanFieldResult
 
 __all__ = ["FixedPoint", "Transient", "summarize", "as_result", "pool_response"]
 
@@ -113,21 +115,15 @@ class Transient(NamedTuple):
 
 
 def summarize(
-    pol,
-    lam,
-    classes: ServerClasses,
-    system,
-    X,
-    tail,
-    q,
-    rt,
-    buffer,
-    status,
-    res,
-    it,
-    seen=(None, None),
+    pol, lam, classes: ServerClasses, system, x, rt, status, res, it, seen=(None, None)
 ) -> FixedPoint:
-    L, J = system.levels, system.iqueue_levels
+    """The :class:`FixedPoint` of the state ``x`` (``[x[1..L, :], Q_1..Q_J]``, flat) on
+    ``system``'s bounds, its rates ``rt``, the solve's ``status``, residual ``res``
+    and iterations ``it``, and where arrivals found their servers (``seen``)."""
+    L, J, buffer = system.levels, system.iqueue_levels, system.buffer
+    x = np.asarray(x, np.float64)
+    X, q = x[: L * classes.n_classes].reshape(L, -1), x[L * classes.n_classes :]
+    tail = tail_of(X)
     counts = np.concatenate([np.zeros((1, X.shape[1])), X], axis=0)
     iq_tail = np.concatenate([[1.0], q]) if J else None
     blocked = float(rt.level[L]) if buffer is not None else 0.0
@@ -217,34 +213,20 @@ def as_result(
             share = np.asarray(by_pool["pool_arrival_share"], np.float64)
             times = np.asarray(by_pool["pool_mean_response_time"], np.float64)
             mean_response = float(np.sum(np.where(share > 0, share * times, 0.0)))
-    seen_all = np.append(seen, 0.0)
-    occupancy = s - np.concatenate([s[1:], [0.0]])
-    q = fp.iq_tail
     accepted = load * (1.0 - fp.blocking_probability)
     join = accepted * seen[0] if pol.uses_iqueues else 0.0  # servers that become idle
-    result = build(
+    result = fixed_point_result(
+        fp,
         pol,
-        load=load,
-        ratio=ratio,
-        d=int(pol.options().get("d", 1)),
-        buffer=buffer,
-        tail=s,
-        occupancy=occupancy,
-        arrival_seen=seen_all,
-        mean_queue_length=fp.mean_queue_length,
-        mean_response_time=mean_response,
-        waiting_probability=1.0 - seen[0],
-        blocking_probability=fp.blocking_probability,
+        load,
+        ratio,
+        buffer,
+        seen=np.append(seen, 0.0),
+        join=join,
         p0=fp.p0,
-        iqueue_distribution=(q - np.concatenate([q[1:], [0.0]])) if q is not None else None,
-        join_rate=join,
-        delete_rate=load * float(rt.deletes),
-        probe_rate=load * float(rt.probes) + join * float(rt.join_probes),
-        response_quantiles=quantiles,
-        status=fp.status,
-        residual=fp.residual,
-        tail_remainder=fp.truncated[0],
-        iqueue_remainder=fp.truncated[1],
+        blocked=fp.blocking_probability,
+        response_time=mean_response,
+        quantiles=quantiles,
     )
     # x[k, c]: the joint law of (queue length, class in service), what a simulation starts from
     result.diagnostics["phase_occupancy"] = counts.tolist()

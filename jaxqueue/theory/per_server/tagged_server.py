@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxqueue.core.status import Status
 from jaxqueue.theory.generic.solvers import bracketed_root
-from jaxqueue.theory.result import MeanFieldResult, per_server_result
+from jaxqueue.theory.result import MeanFieldResult, PerServerSolution, per_server_result
 
 __all__ = ["jiq_no_delete_mean_field", "TAIL_EPS", "MAX_LEVELS", "MAX_SIZE"]
 
@@ -259,24 +259,22 @@ def jiq_no_delete_mean_field(
     seen = np.maximum((lam * p0 * occupancy + picked) / lam, 0.0)
     seen = seen / seen.sum()
     iq = ph.size_tail - np.append(ph.size_tail[1:], 0.0)
-    return per_server_result(
-        policy,
-        load=lam,
-        ratio=ratio,
-        d=d,
-        occupancy=occupancy,
+    solution = PerServerSolution(
         tail=tail,
+        occupancy=occupancy,
         seen=seen,
         p0=p0,
         iqueue_distribution=iq,
         join_rate=join,
         delete_rate=0.0,
         probe_rate=d * join if d >= 2 else 0.0,
-        with_quantiles=with_quantiles,
         tail_remainder=at_bound,
         iqueue_remainder=ph.size_tail[-1],
-        stale_fraction=float(picked[1:].sum()) / lam,
         residual=residual,
         join_law=g,
         listed_occupancy=listed,
+        stale_fraction=float(picked[1:].sum()) / lam,
+    )
+    return per_server_result(
+        policy, solution, load=lam, ratio=ratio, d=d, with_quantiles=with_quantiles
     )

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from jaxqueue.core.status import Status
-from jaxqueue.theory.result import MeanFieldResult, per_server_result
+from jaxqueue.theory.result import MeanFieldResult, PerServerSolution, per_server_result
 
 __all__ = [
     "jiq_threshold_mean_field",
@@ -465,26 +465,23 @@ def _result(policy, chain, lam, ratio, x, res, info, levels, with_quantiles) -> 
     seen = seen / seen.sum()
     sizes = np.array([p.sum() for p in info["pis"]])
     joins = float(a.sum())
-    result = per_server_result(
-        policy,
-        load=lam,
-        ratio=ratio,
-        d=1,
-        occupancy=occupancy,
+    solution = PerServerSolution(
         tail=tail,
+        occupancy=occupancy,
         seen=seen,
         p0=p0,
         iqueue_distribution=sizes,
         join_rate=joins / ratio,
         delete_rate=f * float(mean[z]) / ratio,
         probe_rate=0.0,
-        with_quantiles=with_quantiles,
         tail_remainder=left_out,
         iqueue_remainder=sizes[-1],
-        stale_fraction=None,
         residual=np.max(np.abs(res)),
         join_law=a / joins,
         listed_occupancy=listed,
+    )
+    result = per_server_result(
+        policy, solution, load=lam, ratio=ratio, d=1, with_quantiles=with_quantiles
     )
     busy_remainder = float(chain.laws(info["pis"])[1][-1]) if z > 0 else 0.0
     result.diagnostics.update(

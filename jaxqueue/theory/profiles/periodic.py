@@ -34,7 +34,7 @@ from jaxqueue.theory.profiles.periodic_result import (
     as_profile,
     as_result,
     averages,
-    class_averages,
+    orbit_curve,
     tail_decay,
 )
 
@@ -427,20 +427,10 @@ def _solve(pol, lam, ratio, system, profile, dt, tol, max_newton, window, classe
                 total = total + np.asarray(part)
     seen = seen[:n]
     times = np.concatenate([[0.0], np.cumsum(np.asarray(lengths)[: n - 1])])
-    args = (
-        pol,
-        system,
-        lam,
-        start,
-        total / length,
-        seen,
-        times,
-        np.asarray(loads)[:n],
-        status,
-        residual,
-        it,
-        periods,
-        window,
+    mean = total / length
+    avg, p0 = averages(pol, system, lam, mean, seen, status, residual, it, classes)
+    curve = orbit_curve(pol, classes, times, np.asarray(loads)[:n], seen)
+    orbit = PeriodicOrbit(
+        start, avg, p0, window, curve, Status(status), float(residual), it, periods, system
     )
-    orbit = averages(*args) if classes is None else class_averages(classes, *args)
     return orbit, tail_decay(seen)

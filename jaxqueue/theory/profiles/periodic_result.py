@@ -14,7 +14,7 @@ from jaxqueue.theory.generic import meanfield, phases
 from jaxqueue.theory.generic.meanfield import FixedPoint, Rates
 from jaxqueue.theory.profiles.periodic_flow import AT_J, AT_L, BELOW_J, BELOW_L
 
-__all__ = ["PeriodicOrbit", "as_profile", "tail_decay", "averages", "class_averages", "as_result"]
+__all__ = ["PeriodicOrbit", "as_profile", "tail_decay", "averages", "orbit_curve", "as_result"]
 
 
 class PeriodicOrbit(NamedTuple):
@@ -82,101 +82,48 @@ def tail_decay(seen) -> tuple:
     return tuple(out)
 
 
-def averages(
-    pol, system, load, start, mean, seen, times, loads, status, residual, it, periods, window
-) -> PeriodicOrbit:
-    """The window's averages as a FixedPoint whose rates give, through
+def averages(pol, system, load, mean, seen, status, residual, it, classes=None) -> tuple:
+    """The window's averages (``mean``, the flow integrals over its length) and the
+    time average of ``p0`` (``None`` without I-queues).
+
+    The averages are a FixedPoint whose rates give, through
     :func:`jaxqueue.theory.generic.meanfield.as_result` (which multiplies per-arrival
-    rates by ``load``), the window's averages per unit time."""
+    rates by ``load``), the window's averages per unit time; by class (``classes``
+    given), a :class:`jaxqueue.theory.generic.phases.FixedPoint` whose ``seen_phase``
+    and ``seen_idle`` hold where the accepted arrivals found their servers
+    (weighted by ``lambda(t)``), for :func:`jaxqueue.theory.generic.phases.as_result`.
+    ``status``, ``residual`` and ``it``: the period map's solve.
+    """
     L, J = system.levels, system.iqueue_levels
-    x_avg, rest = mean[: L + J], mean[L + J :]
-    level, (deletes, probes, join_probes, join, p0, lam) = rest[: L + 1], rest[L + 1 :]
-    s, q = meanfield.split_state(np.asarray(x_avg), system)
-    rates = Rates(
-        level=level / lam,
-        iq_remove=np.zeros(J + 1),
-        join=np.zeros(J + 1),
-        deletes=deletes / load,
-        probes=probes / load,
-        join_probes=join_probes / join if join > 0 else 0.0,
-    )
-    truncated = (
-        float(seen[:, AT_L].max()) if system.buffer is None else 0.0,
-        float(seen[:, AT_J].max()) if J else 0.0,
-    )
-    averages = FixedPoint(s, q, rates, residual, status, it, truncated)
-    curve = {
-        "time": times,
-        "load": loads,
-        "mean_queue_length": seen[:, 0],
-        "waiting_probability": seen[:, 1],
-        "mean_response_time": seen[:, 2],
-    }
-    if pol.uses_iqueues:
-        curve["p0"] = seen[:, 3]
-    return PeriodicOrbit(
-        start=start,
-        averages=averages,
-        p0=float(p0) if pol.uses_iqueues else None,
-        window=window,
-        curve=curve,
-        status=Status(status),
-        residual=float(residual),
-        newton_iterations=it,
-        periods=periods,
-        system=system,
-    )
-
-
-def class_averages(
-    classes,
-    pol,
-    system,
-    load,
-    start,
-    mean,
-    seen,
-    times,
-    loads,
-    status,
-    residual,
-    it,
-    periods,
-    window,
-) -> PeriodicOrbit:
-    """:func:`averages` by class: the averages as a
-    :class:`jaxqueue.theory.generic.phases.FixedPoint` whose ``seen_phase`` and
-    ``seen_idle`` hold where the accepted arrivals found their servers
-    (weighted by ``lambda(t)``), for :func:`jaxqueue.theory.generic.phases.as_result`."""
-    L, J, C = system.levels, system.iqueue_levels, classes.n_classes
-    parts = np.split(mean, np.cumsum([L * C, J, L + 1, (L - 1) * C, len(classes.laws)]))
-    x_avg, q, level, joint, idle, rest = parts
+    C = 1 if classes is None else classes.n_classes
+    parts = [L * C + J, L + 1] + ([] if classes is None else [(L - 1) * C, len(classes.laws)])
+    x_avg, level, *by_class, rest = np.split(mean, np.cumsum(parts))
     deletes, probes, join_probes, join, p0, lam = rest
-    level = level / lam  # the law of the level an arrival joins (level[L]: blocked)
-    accepted = level[:L].sum()
     rates = Rates(
-        level=level,
+        level=level / lam,  # the law of the level an arrival joins (level[L]: blocked)
         iq_remove=np.zeros(J + 1),
         join=np.zeros(J + 1),
         deletes=deletes / load,
         probes=probes / load,
         join_probes=join_probes / join if join > 0 else 0.0,
     )
-    X = x_avg.reshape(L, C)
-    tail = phases.tail_of(X)
-    fp = phases.summarize(
-        pol, load, classes, system, X, tail, q, rates, system.buffer, status, residual, it
-    )
     truncated = (
         float(seen[:, AT_L].max()) if system.buffer is None else 0.0,
         float(seen[:, AT_J].max()) if J else 0.0,
     )
-    fp = fp._replace(
-        p0=float(p0) if pol.uses_iqueues else None,
-        truncated=truncated,
-        seen_phase=joint.reshape(L - 1, C) / lam / accepted,
-        seen_idle=idle / lam / accepted,
-    )
+    p0 = float(p0) if pol.uses_iqueues else None
+    if classes is None:
+        s, q = meanfield.split_state(np.asarray(x_avg), system)
+        return FixedPoint(s, q, rates, residual, status, it, truncated), p0
+    joint, idle = by_class
+    accepted = rates.level[:L].sum()
+    fp = phases.summarize(pol, load, classes, system, x_avg, rates, status, residual, it)
+    seen_phase, seen_idle = joint.reshape(L - 1, C) / lam / accepted, idle / lam / accepted
+    return fp._replace(p0=p0, truncated=truncated, seen_phase=seen_phase, seen_idle=seen_idle), p0
+
+
+def orbit_curve(pol, classes, times, loads, seen) -> dict:
+    """:attr:`PeriodicOrbit.curve` from the orbit's values at ``times``."""
     curve = {
         "time": times,
         "load": loads,
@@ -186,20 +133,9 @@ def class_averages(
     }
     if pol.uses_iqueues:
         curve["p0"] = seen[:, 3]
-    if classes.given:
+    if classes is not None and classes.given:
         curve["pool_utilization"] = seen[:, 8:]
-    return PeriodicOrbit(
-        start=start,
-        averages=fp,
-        p0=fp.p0,
-        window=window,
-        curve=curve,
-        status=Status(status),
-        residual=float(residual),
-        newton_iterations=it,
-        periods=periods,
-        system=system,
-    )
+    return curve
 
 
 def as_result(
