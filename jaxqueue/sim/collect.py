@@ -14,7 +14,7 @@ from jaxqueue.core.versions import versions
 from jaxqueue.results.simulation import LoadSums, SimulationResult, from_stats, samples
 from jaxqueue.sim.classes import class_table
 
-__all__ = ["load_results", "load_sums", "load_samples", "LoadSums", "LEVEL_SUMS"]
+__all__ = ["load_results", "load_sums", "load_samples", "LEVEL_SUMS"]
 
 #: The window sums indexed by queue length (last axis ``levels + 1``): a
 #: load with its own buffer below the batch's reports its own levels.
