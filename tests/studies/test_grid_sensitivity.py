@@ -54,6 +54,9 @@ metric = "d_mean_response_time_d_load"
 x = "load"
 """
 
+#: The run columns of a stored row, as the spec's ``[run]`` gives them above.
+SPEC_RUN = ("replicas", "steps", "warmup", "seed")
+
 #: The same grid without the new keys, and with ``paired``.
 PLAIN = SPEC.replace('sensitivity = "load"\n', "").split("[[figure]]")[0]
 PAIRED = PLAIN.replace('theory = "mean-field"', 'theory = "mean-field"\npaired = true')
@@ -133,6 +136,8 @@ def test_a_spec_with_sensitivity_runs_end_to_end(tmp_path):
             assert row["mean"] == float(est.mean) and row["ci95"] == float(est.ci95)
             flag = by[(pid, derivative_name(metric, "load") + CURVED)]["mean"]
             assert flag == float(metric in alone.curved)
+        for row in (r for r in rows if r["point_id"] == pid and r["metric"].startswith("d_")):
+            assert [row[k] for k in SPEC_RUN] == [16, 4096, 1024, 5], row["metric"]
         # the theory column: the mean field's central difference at THEORY_STEP
         pol = make("pod", d=2)
         lo, hi = (
@@ -256,6 +261,9 @@ def test_a_paired_spec_stores_jq_paired_differences_and_resumes(tmp_path):
     gap = by[(high.point_id(), "diff_p90")]["theory"]
     assert gap == quantile[(high.point_id(), 0.9)] - quantile[(low.point_id(), 0.9)]
     assert not any(k[0] == low.point_id() and k[1].startswith("diff_") for k in by)
+    for row in (r for r in rows if r["metric"].startswith("diff_")):
+        assert [row[k] for k in SPEC_RUN] == [16, 4096, 1024, 5], row["metric"]
+        assert row["warmup_passed"] is None and row["k"] == -1
     pytest.importorskip("matplotlib")
     assert cli_main(["plot", str(path), "-o", str(tmp_path / "figs")]) == 0
     assert (tmp_path / "figs" / "gap.png").read_bytes()[:4] == b"\x89PNG"

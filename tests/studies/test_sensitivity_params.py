@@ -158,6 +158,15 @@ def test_one_front_plans_the_sides_of_every_parameter():
         Step("load", richardson=1)
 
 
+def test_a_pool_rounding_is_named_at_the_callers_line():
+    """Half of 3 servers is not a whole number: the rounding of a speed's sides is
+    warned about once, at the line that asked for them (not inside the package)."""
+    with pytest.warns(jq.PoolRoundingWarning) as caught:
+        plan_sides("pod", 0.7, 3, parameter="speed", d=2, pools="0.5:2,0.5:1", steps=256)
+    assert len(caught) == 1
+    assert caught[0].filename == __file__
+
+
 def test_the_command_line_takes_them():
     base = ["simulate", "--policy", "pod", "--servers", "3", "--load", "0.7"]
     for parameter in ("speed", "share", "scv", "amplitude"):

@@ -4,6 +4,7 @@ the numbers the study holds (built here by hand, so nothing is simulated)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -182,6 +183,10 @@ def test_a_design_records_frame_dataset_and_repr():
         0.002,
         0.8346,
     )
+    assert (ds.attrs["check"], ds.attrs["check_ci95"], ds.attrs["load"]) == (3.05, 0.04, 0.83)
+    assert (ds.attrs["metric"], ds.attrs["target"]) == ("mean_response_time", 3.0)
+    np.testing.assert_array_equal(ds["replicas"].values, [16, 32])
+    assert math.isnan(dataclasses.replace(des, mean_field=None).to_xarray().attrs["mean_field"])
     assert repr(des) == str(des)
     assert repr(des).startswith("largest load with mean_response_time <= 3: Pod(2), N = 10")
     assert len(repr(des)) < 400  # not the dataclass's dump of every field

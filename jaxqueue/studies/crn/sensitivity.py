@@ -19,6 +19,7 @@ from jaxqueue.core.config import (
     split_keywords,
     takes_options,
 )
+from jaxqueue.core.service import realized_pools
 from jaxqueue.core.system import MAX_SERVERS, check_int
 from jaxqueue.results.display import StudyTable, optional_import
 from jaxqueue.results.estimates import Estimate
@@ -237,17 +238,8 @@ def sensitivity(
         CurvatureWarning: where ``D(h)`` and ``D(h / 2)`` disagree.
     """
     step = _step(step, options)
-    sides = plan_sides(
-        policy,
-        load,
-        n_servers,
-        n_dispatchers,
-        alpha=alpha,
-        beta=beta,
-        step=step,
-        run=run,
-        bounds=bounds,
-        **options,
+    sides = _planned(
+        policy, (n_servers, n_dispatchers), (load, alpha, beta), step, run, bounds, options
     )
     found = sides.run(progress)
     out = _derivatives(found.samples, sides.values, step.richardson)
@@ -290,16 +282,25 @@ def plan_sides(
     compiled: the loads of one plan on one stream, or in a parameter of the
     system one plan per side, all at one load on one seed and one stream."""
     step = _step(step, options)
-    model, opts, bound = split_keywords(
-        policy, n_servers, n_dispatchers, options, run, bounds, where="sensitivity"
+    return _planned(
+        policy, (n_servers, n_dispatchers), (load, alpha, beta), step, run, bounds, options
     )
-    name, value = _given(load, alpha, beta)
+
+
+def _planned(policy, sizes: tuple, at: tuple, step: Step, run, bounds, options: dict) -> Sides:
+    """The sides of a front's arguments (:func:`sensitivity`, :func:`plan_sides`; a
+    pool rounding is warned about at their caller's line): ``sizes`` are
+    ``(n_servers, n_dispatchers)``, ``at`` is ``(load, alpha, beta)``."""
+    model, opts, bound = split_keywords(policy, *sizes, options, run, bounds, where="sensitivity")
+    name, value = _given(*at)
     parameter = step.parameter or name
     if parameter in LOAD_PARAMETERS and parameter != name:
         raise ValueError(f"parameter={parameter!r} needs {parameter}=..., got {name}=...")
     n = check_int("n_servers", model.n_servers, 2 if name != "load" else 1, MAX_SERVERS)
     refuse_auto_warmup(opts, "a sensitivity")
     if parameter in SYSTEM_PARAMETERS:
+        if parameter in ("speed", "share"):  # the rounding of fractions to servers, named once
+            realized_pools(model.pools, model.n_servers, stacklevel=3)
         lam = float(np.float32(load_at(name, value, n)))
         return plan_system_sides(model, lam, opts, bound, step)
     return plan_load_sides(model, opts, bound, value, dataclasses.replace(step, parameter=name))

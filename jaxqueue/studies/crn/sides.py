@@ -449,8 +449,6 @@ def plan_system_sides(model: Model, load: float, opts, bound, step: Step) -> Sid
     largest side's level bound."""
     parameter, h, pool = step.parameter, step.h, step.pool
     value = system_value(model, parameter, pool)
-    if parameter in ("speed", "share"):  # the rounding of fractions to servers, named once
-        realized_pools(model.pools, model.n_servers, stacklevel=4)
     if h is None:
         h = check_step(system_default_step(model, parameter, value, step.richardson))
     offsets = step.offsets(h)
